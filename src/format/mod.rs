@@ -1,0 +1,15 @@
+//! Bytes and documents of sharded Zarr: shard indices, chunk keys, `zarr.json` and the
+//! rewritten unsharded metadata, the grid arithmetic that ties them together.
+//!
+//! Pure functions only: nothing here opens a file. The byte layout is mirrored in
+//! `docs/FORMAT.md`.
+
+pub mod index;
+pub mod key;
+pub mod layout;
+pub mod metadata;
+
+pub use index::{ChunkRange, Endian, IndexCodecs, IndexError, IndexLocation, ShardIndex};
+pub use key::{ChunkKeyEncoding, KeyKind, KeyPath};
+pub use layout::{Location, ShardLayout, ShardLevel};
+pub use metadata::{ArrayMeta, MetadataError, Node, Presentation};

@@ -1,0 +1,10 @@
+//! shardfs: mount a sharded Zarr v3 store and see it unsharded.
+//!
+//! Layers, each testable on its own (see `docs/` and `../shared/DESIGN.md`):
+//! `format` (bytes, no I/O) → `store` (the backing directory) → `view` (the virtual tree,
+//! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard).
+
+pub mod format;
+pub mod store;
+pub mod view;
+pub mod fuse;

@@ -1,0 +1,214 @@
+//! [`LocalStore`]: a store in a local directory, every path resolved beneath its root.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
+
+use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
+
+/// A store rooted at a local directory.
+#[derive(Debug)]
+pub struct LocalStore {
+    root: OwnedFd,
+    path: PathBuf,
+}
+
+impl LocalStore {
+    /// Open the directory `path` as a store.
+    pub fn open(path: &Path) -> io::Result<LocalStore> {
+        let root = rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display())))?;
+        Ok(LocalStore {
+            root,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Open `rel` beneath the root. Symlinks inside the store that stay inside resolve;
+    /// anything escaping fails with `EXDEV`; magic links never resolve.
+    fn open_beneath(&self, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        let rel: &Path = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        rustix::fs::openat2(
+            self.root.as_fd(),
+            rel,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(io::Error::from)
+    }
+}
+
+fn is_absent(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    let d = Duration::new(sec.unsigned_abs(), nsec.clamp(0, 999_999_999) as u32);
+    if sec >= 0 { UNIX_EPOCH + d } else { UNIX_EPOCH - d }
+}
+
+fn meta_of(st: &Stat) -> EntryMeta {
+    let kind = match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Symlink,
+        _ => EntryKind::Other,
+    };
+    EntryMeta {
+        kind,
+        len: st.st_size as u64,
+        mtime: time(st.st_mtime, st.st_mtime_nsec as i64),
+        ctime: time(st.st_ctime, st.st_ctime_nsec as i64),
+        perm: (st.st_mode & 0o7777) as u16,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        ino: st.st_ino,
+    }
+}
+
+struct LocalFile(File);
+
+impl StoreFile for LocalFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn meta(&self) -> io::Result<EntryMeta> {
+        Ok(meta_of(&rustix::fs::fstat(&self.0)?))
+    }
+}
+
+impl Store for LocalStore {
+    fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
+        match self.open_beneath(rel, OFlags::PATH | OFlags::NOFOLLOW) {
+            Ok(fd) => Ok(Some(meta_of(&rustix::fs::fstat(&fd)?))),
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
+        let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let dir = rustix::fs::Dir::read_from(&fd)?;
+        let mut out = Vec::new();
+        for entry in dir {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name == "." || name == ".." {
+                continue;
+            }
+            let kind = match entry.file_type() {
+                FileType::RegularFile => EntryKind::File,
+                FileType::Directory => EntryKind::Dir,
+                FileType::Symlink => EntryKind::Symlink,
+                FileType::Unknown => {
+                    match rustix::fs::statat(&fd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(st) => meta_of(&st).kind,
+                        Err(_) => continue, // vanished meanwhile
+                    }
+                }
+                _ => EntryKind::Other,
+            };
+            out.push(ListEntry {
+                name: name.to_os_string(),
+                kind,
+            });
+        }
+        Ok(out)
+    }
+
+    fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
+        match self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW) {
+            Ok(fd) => {
+                let f = File::from(fd);
+                if !f.metadata()?.is_file() {
+                    return Err(io::Error::from_raw_os_error(libc::EISDIR));
+                }
+                Ok(Some(Box::new(LocalFile(f))))
+            }
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_link(&self, rel: &Path) -> io::Result<PathBuf> {
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let name = rel.file_name().ok_or(io::ErrorKind::InvalidInput)?;
+        let dir = self.open_beneath(parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        let target = rustix::fs::readlinkat(&dir, name, Vec::new())?;
+        Ok(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
+    }
+
+    fn space(&self) -> io::Result<SpaceInfo> {
+        let st = rustix::fs::fstatvfs(&self.root)?;
+        Ok(SpaceInfo {
+            blocks: st.f_blocks,
+            bfree: st.f_bfree,
+            bavail: st.f_bavail,
+            files: st.f_files,
+            ffree: st.f_ffree,
+            bsize: st.f_bsize as u32,
+            namelen: st.f_namemax as u32,
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn never_resolves_outside_the_root() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"x").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("d")).unwrap();
+        std::fs::write(root.path().join("d/f"), b"hello").unwrap();
+        symlink(outside.path(), root.path().join("escape")).unwrap();
+        symlink("d/f", root.path().join("inside")).unwrap();
+        let store = LocalStore::open(root.path()).unwrap();
+
+        assert!(store.open(Path::new("escape/secret")).is_err());
+        assert!(store.stat(Path::new("escape/secret")).is_err());
+        assert!(store.list(Path::new("escape")).is_err());
+        assert!(store.open(Path::new("../secret")).is_err());
+        // A final symlink is reported, never followed.
+        assert_eq!(
+            store.stat(Path::new("inside")).unwrap().unwrap().kind,
+            EntryKind::Symlink
+        );
+        assert!(store.open(Path::new("inside")).is_err());
+        assert_eq!(store.read_link(Path::new("inside")).unwrap(), Path::new("d/f"));
+        // Ordinary access works.
+        let f = store.open(Path::new("d/f")).unwrap().unwrap();
+        let mut buf = [0u8; 3];
+        f.read_exact_at(&mut buf, 1).unwrap();
+        assert_eq!(&buf, b"ell");
+        assert!(store.stat(Path::new("nope")).unwrap().is_none());
+        assert!(store.open(Path::new("nope/deeper")).unwrap().is_none());
+        let mut names: Vec<_> = store.list(Path::new("")).unwrap().into_iter().map(|e| e.name).collect();
+        names.sort();
+        assert_eq!(names, ["d", "escape", "inside"]);
+    }
+}

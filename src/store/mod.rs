@@ -1,0 +1,122 @@
+//! The backing store: the directory a mount shows. Finding entries, listing, reading
+//! files by range; nothing here knows about the mount's paths or FUSE.
+//!
+//! [`Store`] is a trait so that the view can run over other backends (an in-memory store
+//! for crash-injection tests; object storage later, where `open` + `read_at` are range
+//! GETs). [`LocalStore`] is the local directory: every path is resolved with
+//! `openat2(RESOLVE_BENEATH)` against a descriptor of the root, so no symlink or `..` can
+//! lead a lookup outside the store, and a final symlink is never followed (the view shows
+//! it as a symlink).
+//!
+//! Shards are read with `pread`, not `mmap`: a shard truncated by another process would
+//! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
+//! read the view reports as `EIO`.
+
+mod local;
+pub mod shard;
+
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+pub use local::LocalStore;
+
+/// Kind of a store entry, as `lstat` sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    /// Devices, sockets, FIFOs: listed, never opened.
+    Other,
+}
+
+/// What the view needs of a store entry's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryMeta {
+    pub kind: EntryKind,
+    pub len: u64,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    /// Permission bits (`0o7777`).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    /// Backing inode number: with `len` and `mtime`, tells when a file was replaced.
+    pub ino: u64,
+}
+
+impl EntryMeta {
+    /// Identity of a file's contents for cache validation.
+    pub fn version(&self) -> (u64, u64, SystemTime) {
+        (self.ino, self.len, self.mtime)
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListEntry {
+    pub name: std::ffi::OsString,
+    pub kind: EntryKind,
+}
+
+/// Space figures for `statfs`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SpaceInfo {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// An open file of the store, read by range.
+pub trait StoreFile: Send + Sync {
+    /// Read up to `buf.len()` bytes at `offset`; fewer only at end of file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    fn meta(&self) -> io::Result<EntryMeta>;
+
+    /// Read exactly `buf.len()` bytes at `offset`, or fail with `UnexpectedEof`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The backing store. Paths are relative to its root, `/`-separated components that
+/// are never `.` or `..` (the view builds them from names the kernel looked up).
+pub trait Store: Send + Sync {
+    /// `lstat`; `Ok(None)` when nothing is there.
+    fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>>;
+    /// The entries of a directory, without `.` and `..`.
+    fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>>;
+    /// Open a regular file for reading; `Ok(None)` when nothing is there.
+    fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>>;
+    fn read_link(&self, rel: &Path) -> io::Result<std::path::PathBuf>;
+    fn space(&self) -> io::Result<SpaceInfo>;
+    /// A name for log lines and `fsname`.
+    fn describe(&self) -> String;
+
+    /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.
+    fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
+        let Some(f) = self.open(rel)? else {
+            return Ok(None);
+        };
+        let len = f.meta()?.len;
+        let mut buf = vec![0; usize::try_from(len).map_err(|_| io::ErrorKind::OutOfMemory)?];
+        f.read_exact_at(&mut buf, 0)?;
+        Ok(Some(buf))
+    }
+}

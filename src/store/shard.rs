@@ -1,0 +1,275 @@
+//! Reading shards: the index (decoded lazily, once, into a bounded cache), nested
+//! indices, and the byte range of one inner chunk. Only the index and the requested range
+//! are ever read; a shard is never copied whole.
+//!
+//! A corrupt shard is loaded as a [`Shard`] whose index is an error: the error is logged
+//! once (naming the shard and the reason) and every chunk of that shard then fails alone.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::{EntryMeta, Store, StoreFile};
+use crate::format::index::index_region;
+use crate::format::{ChunkRange, IndexError, Location, ShardIndex, ShardLayout, ShardLevel};
+
+/// Why a shard (or one nested block of it) cannot be read.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShardError {
+    #[error("I/O error: {0}")]
+    Io(String),
+    #[error("corrupt index: {0}")]
+    Index(#[from] IndexError),
+    #[error("corrupt nested index (level {level}, bytes {start}..{end}): {err}")]
+    Nested {
+        level: usize,
+        start: u64,
+        end: u64,
+        err: IndexError,
+    },
+}
+
+impl From<std::io::Error> for ShardError {
+    fn from(e: std::io::Error) -> Self {
+        ShardError::Io(e.to_string())
+    }
+}
+
+type NestedKey = (usize, u64, u64);
+
+/// One shard as last read: its file (if it exists) and its decoded outer index.
+pub struct Shard {
+    rel: PathBuf,
+    file: Option<Box<dyn StoreFile>>,
+    meta: Option<EntryMeta>,
+    index: Result<ShardIndex, ShardError>,
+    nested: Mutex<HashMap<NestedKey, Result<Arc<ShardIndex>, ShardError>>>,
+}
+
+impl Shard {
+    /// Open and decode the shard at `rel`; never fails: errors are kept in the shard.
+    pub fn load(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
+        let level = &layout.levels[0];
+        let (file, meta, index) = match store.open(rel) {
+            Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
+            Ok(Some(f)) => match f.meta() {
+                Ok(meta) => {
+                    let index = read_index(f.as_ref(), level, 0, meta.len).map_err(ShardError::from);
+                    (Some(f), Some(meta), index)
+                }
+                Err(e) => (Some(f), None, Err(e.into())),
+            },
+            Err(e) => (None, None, Err(e.into())),
+        };
+        if let Err(e) = &index {
+            log::error!("shard {} of {}: {e}", rel.display(), store.describe());
+        }
+        Shard {
+            rel: rel.to_path_buf(),
+            file,
+            meta,
+            index,
+            nested: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    /// Whether a shard file exists.
+    pub fn exists(&self) -> bool {
+        self.file.is_some()
+    }
+
+    pub fn meta(&self) -> Option<&EntryMeta> {
+        self.meta.as_ref()
+    }
+
+    /// The outer index, or why it cannot be read.
+    pub fn index(&self) -> Result<&ShardIndex, &ShardError> {
+        self.index.as_ref()
+    }
+
+    /// Absolute byte range of the inner chunk at `loc`, `None` when it is empty.
+    pub fn chunk(&self, layout: &ShardLayout, loc: &Location) -> Result<Option<ChunkRange>, ShardError> {
+        let index = self.index.as_ref().map_err(Clone::clone)?;
+        let Some(mut range) = index.get(loc.slots[0]) else {
+            return Ok(None);
+        };
+        for (l, level) in layout.levels.iter().enumerate().skip(1) {
+            let nested = self.nested_index(l, level, range)?;
+            let Some(r) = nested.get(loc.slots[l]) else {
+                return Ok(None);
+            };
+            range = ChunkRange {
+                offset: range.offset + r.offset,
+                nbytes: r.nbytes,
+            };
+        }
+        Ok(Some(range))
+    }
+
+    fn nested_index(&self, l: usize, level: &ShardLevel, block: ChunkRange) -> Result<Arc<ShardIndex>, ShardError> {
+        let key = (l, block.offset, block.nbytes);
+        if let Some(hit) = self.nested.lock().get(&key) {
+            return hit.clone();
+        }
+        let file = self.file.as_deref().ok_or(ShardError::Io("shard vanished".into()))?;
+        let loaded = match read_index(file, level, block.offset, block.nbytes) {
+            Ok(i) => Ok(Arc::new(i)),
+            Err(ReadIndexError::Io(e)) => Err(ShardError::Io(e.to_string())),
+            Err(ReadIndexError::Index(err)) => {
+                let e = ShardError::Nested {
+                    level: l,
+                    start: block.offset,
+                    end: block.end(),
+                    err,
+                };
+                log::error!("shard {}: {e}", self.rel.display());
+                Err(e)
+            }
+        };
+        self.nested.lock().insert(key, loaded.clone());
+        loaded
+    }
+
+    /// Read `size` bytes at `offset` within the chunk at `range` (clipped to the chunk).
+    pub fn read(&self, range: ChunkRange, offset: u64, size: u32) -> Result<Vec<u8>, ShardError> {
+        let file = self.file.as_deref().ok_or(ShardError::Io("shard vanished".into()))?;
+        let start = offset.min(range.nbytes);
+        let len = (range.nbytes - start).min(u64::from(size)) as usize;
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, range.offset + start)
+            .map_err(|e| ShardError::Io(format!("reading {}: {e}", self.rel.display())))?;
+        Ok(buf)
+    }
+
+    /// Approximate memory held, for the cache budget.
+    fn weight(&self) -> usize {
+        let outer = self.index.as_ref().map_or(0, ShardIndex::len);
+        let nested: usize = self
+            .nested
+            .lock()
+            .values()
+            .map(|n| n.as_ref().map_or(0, |i| i.len()))
+            .sum();
+        256 + 16 * (outer + nested)
+    }
+}
+
+enum ReadIndexError {
+    Io(std::io::Error),
+    Index(IndexError),
+}
+
+impl From<ReadIndexError> for ShardError {
+    fn from(e: ReadIndexError) -> Self {
+        match e {
+            ReadIndexError::Io(e) => ShardError::Io(e.to_string()),
+            ReadIndexError::Index(e) => ShardError::Index(e),
+        }
+    }
+}
+
+/// Read, decode and validate the index of the block `base..base+len` of `file`.
+fn read_index(file: &dyn StoreFile, level: &ShardLevel, base: u64, len: u64) -> Result<ShardIndex, ReadIndexError> {
+    let n = level.n_chunks();
+    let index_len = level
+        .index_codecs
+        .encoded_len(n)
+        .ok_or(ReadIndexError::Index(IndexError::TooLarge { n_chunks: n }))?;
+    let (start, end) = index_region(level.index_location, len, index_len).map_err(ReadIndexError::Index)?;
+    let mut buf = vec![0; index_len as usize];
+    file.read_exact_at(&mut buf, base + start).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ReadIndexError::Index(IndexError::Truncated { len, need: index_len })
+        } else {
+            ReadIndexError::Io(e)
+        }
+    })?;
+    let index = ShardIndex::decode(&buf, level.index_codecs, n).map_err(ReadIndexError::Index)?;
+    index.validate(len, start, end).map_err(ReadIndexError::Index)?;
+    Ok(index)
+}
+
+const SEGMENTS: usize = 16;
+
+/// A bounded cache of loaded shards, split into segments so that readers of different
+/// shards do not contend on one lock.
+pub struct ShardCache {
+    segments: Vec<Mutex<Segment>>,
+    max_bytes_per_segment: usize,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+struct Segment {
+    lru: LruCache<PathBuf, (Arc<Shard>, usize)>,
+    bytes: usize,
+}
+
+impl ShardCache {
+    /// A cache holding at most `max_shards` shards and about `max_bytes` of indices.
+    pub fn new(max_shards: usize, max_bytes: usize) -> Self {
+        let per = NonZeroUsize::new(max_shards.div_ceil(SEGMENTS).max(1)).expect("non-zero");
+        ShardCache {
+            segments: (0..SEGMENTS)
+                .map(|_| {
+                    Mutex::new(Segment {
+                        lru: LruCache::new(per),
+                        bytes: 0,
+                    })
+                })
+                .collect(),
+            max_bytes_per_segment: (max_bytes / SEGMENTS).max(1),
+            hasher: Default::default(),
+        }
+    }
+
+    fn segment(&self, rel: &Path) -> &Mutex<Segment> {
+        let mut h = self.hasher.build_hasher();
+        rel.hash(&mut h);
+        &self.segments[(std::hash::Hasher::finish(&h) as usize) % SEGMENTS]
+    }
+
+    /// The shard at `rel`, loading it on a miss. With `revalidate`, a cached shard whose
+    /// file changed (or appeared, or vanished) since it was loaded is loaded again.
+    pub fn get(&self, store: &dyn Store, rel: &Path, layout: &ShardLayout, revalidate: bool) -> Arc<Shard> {
+        let seg = self.segment(rel);
+        if let Some((shard, _)) = seg.lock().lru.get(rel) {
+            let fresh = !revalidate || {
+                let now = store.stat(rel).ok().flatten().map(|m| m.version());
+                now == shard.meta.map(|m| m.version())
+            };
+            if fresh {
+                return shard.clone();
+            }
+        }
+        let shard = Arc::new(Shard::load(store, rel, layout));
+        let weight = shard.weight();
+        let mut seg = seg.lock();
+        if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {
+            seg.bytes -= w;
+        }
+        seg.bytes += weight;
+        while seg.bytes > self.max_bytes_per_segment && seg.lru.len() > 1 {
+            if let Some((_, (_, w))) = seg.lru.pop_lru() {
+                seg.bytes -= w;
+            }
+        }
+        shard
+    }
+
+    /// Drop a cached shard (the write path calls this after changing it).
+    pub fn invalidate(&self, rel: &Path) {
+        let mut seg = self.segment(rel).lock();
+        if let Some((_, w)) = seg.lru.pop(rel) {
+            seg.bytes -= w;
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Listings of array and key directories, from the shard files that exist.
+//!
+//! A key directory with more levels below lists every in-grid prefix of every shard
+//! directory found (the `list_dir` rule; no index is read). The last level lists files,
+//! so it reads the indices of the shards in that one directory and lists the stored
+//! chunks. A shard whose index is corrupt lists all its in-grid chunks: reading them fails
+//! with `EIO`, so a copy of the tree fails loudly instead of silently filling them in.
+
+use std::ffi::OsString;
+
+use super::{DirEntry, Kind, Result, ShardedArray, View, ViewError};
+use crate::format::key::parse_coord;
+use crate::store::EntryKind;
+
+impl View {
+    pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
+        let enc = array.encoding();
+        let ndim = array.layout.ndim();
+        // Pass-through entries: everything outside the key namespace but zarr.json.
+        let mut out = self.list_store(&array.rel, |name| {
+            name != "zarr.json" && name.to_str().and_then(|n| enc.child(ndim, None, n)).is_none()
+        })?;
+        out.push(file("zarr.json".into()));
+        if ndim == 0 {
+            if self.stored(array, &[])? {
+                out.push(file(enc.encode(&[]).into()));
+            }
+        } else if let Some(root) = enc.root_component(ndim) {
+            let has_shards = self
+                .store
+                .stat(&array.rel.join(root))?
+                .is_some_and(|m| m.kind == EntryKind::Dir);
+            if has_shards {
+                out.push(DirEntry {
+                    ino: 0,
+                    name: root.into(),
+                    kind: Kind::Dir,
+                });
+            }
+        } else if enc.nested() {
+            out.extend(self.list_keys(array, &[])?);
+        } else {
+            out.extend(self.list_flat(array)?);
+        }
+        Ok(out)
+    }
+
+    /// The children of the key directory with leading inner coordinates `prefix`.
+    pub(super) fn list_keys(&self, array: &ShardedArray, prefix: &[u64]) -> Result<Vec<DirEntry>> {
+        let layout = &array.layout;
+        let ndim = layout.ndim();
+        let k = prefix.len();
+        if k >= ndim {
+            return Err(ViewError::NotDir);
+        }
+        let shard_prefix = array.shard_prefix(prefix);
+        let dir = array.shard_dir_rel(&shard_prefix);
+        let last = k + 1 == ndim;
+        let mut shard_coords: Vec<u64> = self
+            .store
+            .list(&dir)?
+            .into_iter()
+            .filter(|e| e.kind == if last { EntryKind::File } else { EntryKind::Dir })
+            .filter_map(|e| e.name.to_str().and_then(parse_coord))
+            .filter(|&s| s < layout.shard_counts()[k])
+            .collect();
+        shard_coords.sort_unstable();
+        let mut out = Vec::new();
+        for s in shard_coords {
+            if last {
+                let mut shard = shard_prefix.clone();
+                shard.push(s);
+                self.refresh_shard(array, &shard);
+            }
+            for i in layout.inner_range(k, s) {
+                let mut coords = prefix.to_vec();
+                coords.push(i);
+                if !last {
+                    out.push(DirEntry {
+                        ino: 0,
+                        name: i.to_string().into(),
+                        kind: Kind::Dir,
+                    });
+                } else if self.stored(array, &coords)? {
+                    out.push(file(i.to_string().into()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Flat encodings (separator `.`): every stored chunk of every shard in the array
+    /// directory. This reads every shard index of the array: with a flat encoding all
+    /// keys live in one directory, so listing it means listing every chunk.
+    fn list_flat(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
+        let enc = array.encoding();
+        let layout = &array.layout;
+        let mut out = Vec::new();
+        for e in self.store.list(&array.rel)? {
+            if e.kind != EntryKind::File {
+                continue;
+            }
+            let shard = match e.name.to_str().and_then(|n| enc.child(layout.ndim(), None, n)) {
+                Some(crate::format::KeyPath::Chunk(c)) if layout.shard_in_grid(&c) => c,
+                _ => continue,
+            };
+            self.refresh_shard(array, &shard);
+            for coords in layout.chunks_of_shard(&shard) {
+                if self.stored(array, &coords)? {
+                    out.push(file(enc.encode(&coords).into()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reload a shard's index if its file changed since it was cached (a listing is where
+    /// a reader first meets chunks written by someone else).
+    fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) {
+        let rel = array.shard_rel(shard);
+        self.shards.get(self.store.as_ref(), &rel, &array.layout, true);
+    }
+
+    /// Whether the chunk at `coords` is listed: stored, or in a shard that cannot be read.
+    fn stored(&self, array: &ShardedArray, coords: &[u64]) -> Result<bool> {
+        match self.chunk(array, coords, false) {
+            Ok(_) => Ok(true),
+            Err(ViewError::NotFound) => Ok(false),
+            Err(ViewError::Shard { .. }) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn file(name: OsString) -> DirEntry {
+    DirEntry {
+        ino: 0,
+        name,
+        kind: Kind::File,
+    }
+}

@@ -1,0 +1,466 @@
+//! The virtual tree: which node a path is, its attributes, listings and reads. Knows
+//! nothing of FUSE; the adapter in `fuse` calls one method per request.
+//!
+//! * Store directories and files pass through unchanged, byte for byte.
+//! * A directory whose `zarr.json` is a presentable sharded array becomes an array
+//!   directory: `zarr.json` is the rewritten unsharded metadata, the key namespace
+//!   (`c/...`, or `0.1` keys for `v2`, ...) shows inner chunks instead of shards, other
+//!   files pass through.
+//! * Key directories are listed from the shard files that exist (the draft spec's
+//!   `list_dir` rule): a prefix may be listed whose chunks turn out empty. The last level
+//!   (files) reads the indices of the shards of that one directory only.
+
+mod inode;
+mod listing;
+pub mod node;
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::format::{self, ChunkRange, KeyPath, Node as MetaNode, Presentation};
+use crate::store::shard::{Shard, ShardCache, ShardError};
+use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
+pub use inode::ROOT_INO;
+pub use node::{Attr, DirEntry, Kind, Node, ShardedArray};
+
+/// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
+const MAX_METADATA_BYTES: u64 = 16 << 20;
+
+/// Errors of the view; [`ViewError::errno`] is the one place they become errno values.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error("no such entry")]
+    NotFound,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("unknown inode {0}")]
+    StaleInode(u64),
+    #[error("unknown file handle {0}")]
+    StaleHandle(u64),
+    #[error("shard {shard}: {err}")]
+    Shard { shard: PathBuf, err: ShardError },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl ViewError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            ViewError::NotFound => libc::ENOENT,
+            ViewError::NotDir => libc::ENOTDIR,
+            ViewError::IsDir => libc::EISDIR,
+            ViewError::ReadOnly => libc::EROFS,
+            ViewError::StaleInode(_) | ViewError::StaleHandle(_) => libc::ESTALE,
+            ViewError::Shard { .. } => libc::EIO,
+            ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ViewError>;
+
+/// Tunables of a view.
+#[derive(Clone, Debug)]
+pub struct ViewConfig {
+    /// Most shards whose index is kept decoded.
+    pub max_cached_shards: usize,
+    /// About this many bytes of decoded indices are kept.
+    pub index_cache_bytes: usize,
+}
+
+impl Default for ViewConfig {
+    fn default() -> Self {
+        ViewConfig {
+            max_cached_shards: 4096,
+            index_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// An open file.
+enum Handle {
+    Store(Box<dyn StoreFile>),
+    Bytes(Arc<Vec<u8>>),
+    Chunk { shard: Arc<Shard>, range: ChunkRange },
+}
+
+/// What `open` tells the adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Opened {
+    pub fh: u64,
+    /// The kernel may keep cached pages of this file from an earlier open.
+    pub keep_cache: bool,
+}
+
+/// The virtual tree over a store.
+pub struct View {
+    store: Arc<dyn Store>,
+    inodes: inode::InodeTable,
+    shards: ShardCache,
+    handles: Mutex<std::collections::HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    /// What each chunk inode served at its last open: unchanged means keep the page cache.
+    served: Mutex<std::collections::HashMap<u64, (ChunkRange, Option<(u64, u64, std::time::SystemTime)>)>>,
+    warned: Mutex<HashSet<PathBuf>>,
+    /// Listings of open directories, so that `readdir` offsets stay consistent.
+    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
+}
+
+impl View {
+    pub fn new(store: Arc<dyn Store>, config: ViewConfig) -> io::Result<View> {
+        let root_meta = store
+            .stat(Path::new(""))?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
+        let view = View {
+            shards: ShardCache::new(config.max_cached_shards, config.index_cache_bytes),
+            inodes: inode::InodeTable::new(Node::Dir { rel: PathBuf::new() }),
+            store,
+            handles: Mutex::new(Default::default()),
+            next_fh: AtomicU64::new(1),
+            served: Mutex::new(Default::default()),
+            warned: Mutex::new(HashSet::new()),
+            dirs: Mutex::new(Default::default()),
+        };
+        let root = view.classify_dir(PathBuf::new(), root_meta);
+        view.inodes.update(ROOT_INO, root);
+        Ok(view)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn node(&self, ino: u64) -> Result<(PathBuf, Node)> {
+        self.inodes.get(ino).ok_or(ViewError::StaleInode(ino))
+    }
+
+    /// Number of inodes the kernel currently holds.
+    pub fn live_inodes(&self) -> usize {
+        self.inodes.len()
+    }
+
+    // ----- lookup and attributes -------------------------------------------------------
+
+    /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        let (path, node) = self.node(parent)?;
+        let child = self.child(&node, name)?.ok_or(ViewError::NotFound)?;
+        let attr_node = child.clone();
+        let ino = self.inodes.intern(path.join(name), child);
+        match self.attr(ino, &attr_node) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+        if self.inodes.get(ino).is_none() {
+            self.served.lock().remove(&ino);
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let (_, node) = self.node(ino)?;
+        self.attr(ino, &node)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<PathBuf> {
+        match self.node(ino)?.1 {
+            Node::Symlink { rel } => Ok(self.store.read_link(&rel)?),
+            _ => Err(ViewError::Io(io::Error::from_raw_os_error(libc::EINVAL))),
+        }
+    }
+
+    pub fn statfs(&self) -> Result<SpaceInfo> {
+        Ok(self.store.space()?)
+    }
+
+    fn stat_rel(&self, rel: &Path) -> Result<EntryMeta> {
+        self.store.stat(rel)?.ok_or(ViewError::NotFound)
+    }
+
+    fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
+        Ok(match node {
+            Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
+                let m = self.stat_rel(rel)?;
+                Attr::from_meta(ino, node.kind(), m.len, &m)
+            }
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
+            }
+            Node::ArrayMeta { array } => {
+                Attr::from_meta(ino, Kind::File, array.json.len() as u64, &array.json_meta)
+            }
+            Node::Chunk { array, coords } => {
+                let (shard, range) = self.chunk(array, coords, false)?;
+                let mut m = *shard.meta().unwrap_or(&array.dir_meta);
+                m.perm = array.json_meta.perm;
+                Attr::from_meta(ino, Kind::File, range.nbytes, &m)
+            }
+        })
+    }
+
+    /// The child node `name` of `node`, `None` if there is none.
+    fn child(&self, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        match node {
+            Node::Dir { rel } => self.store_child(rel, name),
+            Node::ArrayDir { array } => {
+                if name == "zarr.json" {
+                    return Ok(Some(Node::ArrayMeta { array: array.clone() }));
+                }
+                match name.to_str().and_then(|n| array.encoding().child(array.layout.ndim(), None, n)) {
+                    Some(kp) => self.key_node(array, kp),
+                    None => self.store_child(&array.rel, name),
+                }
+            }
+            Node::KeyDir { array, coords } => {
+                let kp = name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
+                match kp {
+                    Some(kp) => self.key_node(array, kp),
+                    None => Ok(None),
+                }
+            }
+            Node::File { .. } | Node::Symlink { .. } | Node::ArrayMeta { .. } | Node::Chunk { .. } => {
+                Err(ViewError::NotDir)
+            }
+        }
+    }
+
+    fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
+        let rel = dir.join(name);
+        let Some(m) = self.store.stat(&rel)? else {
+            return Ok(None);
+        };
+        Ok(match m.kind {
+            EntryKind::Dir => Some(self.classify_dir(rel, m)),
+            EntryKind::File => Some(Node::File { rel }),
+            EntryKind::Symlink => Some(Node::Symlink { rel }),
+            EntryKind::Other => None,
+        })
+    }
+
+    /// A key path under an array: a key directory that has shards, or a stored chunk.
+    fn key_node(&self, array: &Arc<ShardedArray>, kp: KeyPath) -> Result<Option<Node>> {
+        match kp {
+            KeyPath::Dir(coords) => {
+                let in_grid = coords.iter().zip(array.layout.chunk_counts()).all(|(c, n)| c < n);
+                let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
+                let exists = in_grid && matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir);
+                Ok(exists.then(|| Node::KeyDir {
+                    array: array.clone(),
+                    coords,
+                }))
+            }
+            KeyPath::Chunk(coords) => match self.chunk(array, &coords, false) {
+                Ok(_) => Ok(Some(Node::Chunk {
+                    array: array.clone(),
+                    coords,
+                })),
+                Err(ViewError::NotFound) => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
+    fn chunk(&self, array: &ShardedArray, coords: &[u64], revalidate: bool) -> Result<(Arc<Shard>, ChunkRange)> {
+        let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
+        let rel = array.shard_rel(&loc.shard);
+        let shard = self.shards.get(self.store.as_ref(), &rel, &array.layout, revalidate);
+        match shard.chunk(&array.layout, &loc) {
+            Ok(Some(range)) => Ok((shard, range)),
+            Ok(None) => Err(ViewError::NotFound),
+            Err(err) => Err(ViewError::Shard { shard: rel, err }),
+        }
+    }
+
+    /// What a store directory is: a presentable sharded array, or a plain directory.
+    fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
+        match self.load_array(&rel, dir_meta) {
+            Ok(Some(array)) => Node::ArrayDir { array: Arc::new(array) },
+            Ok(None) => Node::Dir { rel },
+            Err(why) => {
+                if self.warned.lock().insert(rel.clone()) {
+                    log::warn!("{}/zarr.json passes through unchanged: {why}", rel.display());
+                }
+                Node::Dir { rel }
+            }
+        }
+    }
+
+    fn load_array(&self, rel: &Path, dir_meta: EntryMeta) -> std::result::Result<Option<ShardedArray>, String> {
+        let json_rel = rel.join("zarr.json");
+        let Some(file) = self.store.open(&json_rel).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let json_meta = file.meta().map_err(|e| e.to_string())?;
+        if json_meta.len > MAX_METADATA_BYTES {
+            return Err(format!("{} bytes is too large for metadata", json_meta.len));
+        }
+        let mut bytes = vec![0; json_meta.len as usize];
+        file.read_exact_at(&mut bytes, 0).map_err(|e| e.to_string())?;
+        let meta = match format::metadata::parse(&bytes).map_err(|e| e.to_string())? {
+            MetaNode::Group => return Ok(None),
+            MetaNode::Array(a) => a,
+        };
+        let layout = match &meta.presentation {
+            Presentation::Sharded(l) => l.clone(),
+            Presentation::Plain => return Ok(None),
+            Presentation::Unsupported(why) => return Err(format!("cannot present this sharded array: {why}")),
+        };
+        let json = Arc::new(meta.unsharded_json(&layout));
+        Ok(Some(ShardedArray {
+            rel: rel.to_path_buf(),
+            meta,
+            layout,
+            json,
+            dir_meta,
+            json_meta,
+        }))
+    }
+
+    // ----- files -----------------------------------------------------------------------
+
+    /// Open a file for reading. `write` asks for write access.
+    pub fn open(&self, ino: u64, write: bool) -> Result<Opened> {
+        if write {
+            return Err(ViewError::ReadOnly);
+        }
+        let (_, node) = self.node(ino)?;
+        let (handle, keep_cache) = match node {
+            Node::File { rel } => (Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?), false),
+            Node::ArrayMeta { array } => (Handle::Bytes(array.json.clone()), true),
+            Node::Chunk { array, coords } => {
+                let (shard, range) = self.chunk(&array, &coords, true)?;
+                let now = (range, shard.meta().map(EntryMeta::version));
+                let keep = self.served.lock().insert(ino, now) == Some(now);
+                (Handle::Chunk { shard, range }, keep)
+            }
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => return Err(ViewError::IsDir),
+            Node::Symlink { .. } => return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP))),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, handle);
+        Ok(Opened { fh, keep_cache })
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let handles = self.handles.lock();
+        match handles.get(&fh).ok_or(ViewError::StaleHandle(fh))? {
+            Handle::Bytes(b) => {
+                let start = (offset.min(b.len() as u64)) as usize;
+                let end = (start + size as usize).min(b.len());
+                Ok(b[start..end].to_vec())
+            }
+            Handle::Store(f) => {
+                let mut buf = vec![0; size as usize];
+                let mut n = 0;
+                while n < buf.len() {
+                    match f.read_at(&mut buf[n..], offset + n as u64)? {
+                        0 => break,
+                        k => n += k,
+                    }
+                }
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Handle::Chunk { shard, range } => {
+                let (shard, range) = (shard.clone(), *range);
+                drop(handles);
+                shard.read(range, offset, size).map_err(|err| ViewError::Shard {
+                    shard: shard.rel().to_path_buf(),
+                    err,
+                })
+            }
+        }
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    // ----- directories -----------------------------------------------------------------
+
+    /// Open directory `ino`: its listing, with `.` and `..`, is taken now.
+    pub fn opendir(&self, ino: u64) -> Result<u64> {
+        let mut entries = vec![
+            DirEntry { ino, name: ".".into(), kind: Kind::Dir },
+            DirEntry { ino: ROOT_INO, name: "..".into(), kind: Kind::Dir },
+        ];
+        entries.extend(self.readdir(ino)?);
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    /// The listing of an open directory; `readdir` continues it at its offset.
+    pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
+        self.dirs.lock().get(&fh).cloned().ok_or(ViewError::StaleHandle(fh))
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+
+    /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let (path, node) = self.node(ino)?;
+        let mut entries = match &node {
+            Node::Dir { rel } => self.list_store(rel, |_| true)?,
+            Node::ArrayDir { array } => self.list_array(array)?,
+            Node::KeyDir { array, coords } => self.list_keys(array, coords)?,
+            _ => return Err(ViewError::NotDir),
+        };
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        entries.dedup_by(|a, b| a.name == b.name);
+        for e in &mut entries {
+            let child = path.join(&e.name);
+            e.ino = self.inodes.peek(&child).unwrap_or_else(|| synthetic_ino(&child));
+        }
+        Ok(entries)
+    }
+
+    /// Pass-through entries of a store directory that `keep` accepts.
+    fn list_store(&self, rel: &Path, keep: impl Fn(&OsStr) -> bool) -> Result<Vec<DirEntry>> {
+        Ok(self
+            .store
+            .list(rel)?
+            .into_iter()
+            .filter(|e| keep(&e.name))
+            .filter_map(|e| {
+                let kind = match e.kind {
+                    EntryKind::Dir => Kind::Dir,
+                    EntryKind::File => Kind::File,
+                    EntryKind::Symlink => Kind::Symlink,
+                    EntryKind::Other => return None,
+                };
+                Some(DirEntry { ino: 0, name: e.name, kind })
+            })
+            .collect())
+    }
+}
+
+/// A `d_ino` for a listed entry the kernel has not looked up yet: a hash of its path
+/// with the top bit set, so it never equals an interned inode.
+fn synthetic_ino(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    h.finish() | (1 << 63)
+}
