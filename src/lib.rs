@@ -4,7 +4,15 @@
 //! `format` (bytes, no I/O) → `store` (the backing directory) → `view` (the virtual tree,
 //! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard).
 
+pub mod cli;
+pub mod daemon;
+pub mod demo;
 pub mod format;
+pub mod fuse;
+pub mod info;
+pub mod mount;
+pub mod sample;
 pub mod store;
 pub mod view;
-pub mod fuse;
+
+pub use mount::{Mount, MountOptions};

@@ -159,9 +159,8 @@ fn parse_flat(s: &str, ndim: usize) -> Option<Vec<u64>> {
 
 /// A canonical decimal coordinate: digits only, no leading zero unless it is `0`.
 pub fn parse_coord(s: &str) -> Option<u64> {
-    let canonical = !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_digit())
-        && (s == "0" || !s.starts_with('0'));
+    let canonical =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     if canonical { s.parse().ok() } else { None }
 }
 
@@ -206,7 +205,10 @@ mod tests {
         let d = ChunkKeyEncoding::DEFAULT;
         assert_eq!(d.child(2, None, "c"), Some(KeyPath::Dir(vec![])));
         assert_eq!(d.child(2, Some(&[]), "3"), Some(KeyPath::Dir(vec![3])));
-        assert_eq!(d.child(2, Some(&[3]), "7"), Some(KeyPath::Chunk(vec![3, 7])));
+        assert_eq!(
+            d.child(2, Some(&[3]), "7"),
+            Some(KeyPath::Chunk(vec![3, 7]))
+        );
         assert_eq!(d.child(2, Some(&[3, 7]), "1"), None);
         assert_eq!(d.child(2, None, "zarr.json"), None);
         assert_eq!(d.child(0, None, "c"), Some(KeyPath::Chunk(vec![])));
@@ -217,7 +219,10 @@ mod tests {
         assert_eq!(dd.child(2, None, "c"), None);
 
         let v = enc(json!({"name": "v2"}));
-        assert_eq!(v.child(3, None, "0.3.7"), Some(KeyPath::Chunk(vec![0, 3, 7])));
+        assert_eq!(
+            v.child(3, None, "0.3.7"),
+            Some(KeyPath::Chunk(vec![0, 3, 7]))
+        );
         assert_eq!(v.child(3, None, ".zarray"), None);
         assert_eq!(v.child(0, None, "0"), Some(KeyPath::Chunk(vec![])));
 

@@ -81,13 +81,20 @@ impl ShardLayout {
         let mut outer = &shard_shape;
         for level in &levels {
             if level.n_chunks() == 0 || level.index_codecs.encoded_len(level.n_chunks()).is_none() {
-                return Err(format!("chunks per shard {:?} is out of range", level.chunks_per_shard));
+                return Err(format!(
+                    "chunks per shard {:?} is out of range",
+                    level.chunks_per_shard
+                ));
             }
             span.push(outer.iter().zip(&inner).map(|(o, i)| o / i).collect());
             outer = &level.chunk_shape;
         }
         span.push(vec![1; ndim]);
-        let chunk_counts: Vec<u64> = shape.iter().zip(&inner).map(|(s, i)| s.div_ceil(*i)).collect();
+        let chunk_counts: Vec<u64> = shape
+            .iter()
+            .zip(&inner)
+            .map(|(s, i)| s.div_ceil(*i))
+            .collect();
         let shard_counts = chunk_counts
             .iter()
             .zip(&span[0])
@@ -140,14 +147,22 @@ impl ShardLayout {
         if !self.chunk_in_grid(coords) {
             return None;
         }
-        let shard = coords.iter().zip(&self.span[0]).map(|(c, s)| c / s).collect();
+        let shard = coords
+            .iter()
+            .zip(&self.span[0])
+            .map(|(c, s)| c / s)
+            .collect();
         let slots = self
             .levels
             .iter()
             .enumerate()
             .map(|(l, level)| {
                 let (this, next) = (&self.span[l], &self.span[l + 1]);
-                let within = coords.iter().zip(this).zip(next).map(|((c, s), n)| (c % s) / n);
+                let within = coords
+                    .iter()
+                    .zip(this)
+                    .zip(next)
+                    .map(|((c, s), n)| (c % s) / n);
                 ravel(within, &level.chunks_per_shard)
             })
             .collect();
@@ -159,13 +174,18 @@ impl ShardLayout {
     pub fn inner_range(&self, d: usize, s: u64) -> std::ops::Range<u64> {
         let per = self.span[0][d];
         let start = s.saturating_mul(per).min(self.chunk_counts[d]);
-        let end = s.saturating_add(1).saturating_mul(per).min(self.chunk_counts[d]);
+        let end = s
+            .saturating_add(1)
+            .saturating_mul(per)
+            .min(self.chunk_counts[d]);
         start..end
     }
 
     /// Every in-grid inner chunk of shard `shard`, in row-major order.
     pub fn chunks_of_shard(&self, shard: &[u64]) -> Vec<Vec<u64>> {
-        let ranges: Vec<_> = (0..self.ndim()).map(|d| self.inner_range(d, shard[d])).collect();
+        let ranges: Vec<_> = (0..self.ndim())
+            .map(|d| self.inner_range(d, shard[d]))
+            .collect();
         let mut out = Vec::new();
         if ranges.iter().any(|r| r.is_empty()) {
             return out;
@@ -218,7 +238,13 @@ mod tests {
     #[test]
     fn locates_chunks_with_edge_shards() {
         // shape 10x7, shards 4x4, inner 2x2 -> 5x4 inner chunks, 3x2 shards.
-        let l = ShardLayout::new(vec![10, 7], vec![4, 4], vec![level(&[2, 2], &[2, 2])], vec![]).unwrap();
+        let l = ShardLayout::new(
+            vec![10, 7],
+            vec![4, 4],
+            vec![level(&[2, 2], &[2, 2])],
+            vec![],
+        )
+        .unwrap();
         assert_eq!(l.chunk_counts(), [5, 4]);
         assert_eq!(l.shard_counts(), [3, 2]);
         let loc = l.locate(&[4, 3]).unwrap();
@@ -233,7 +259,13 @@ mod tests {
     #[test]
     fn locates_through_nested_levels() {
         // shard 8, middle 4, inner 2 along one dimension.
-        let l = ShardLayout::new(vec![16], vec![8], vec![level(&[4], &[2]), level(&[2], &[2])], vec![]).unwrap();
+        let l = ShardLayout::new(
+            vec![16],
+            vec![8],
+            vec![level(&[4], &[2]), level(&[2], &[2])],
+            vec![],
+        )
+        .unwrap();
         assert_eq!(l.inner_chunk_shape(), [2]);
         let loc = l.locate(&[7]).unwrap();
         assert_eq!(loc.shard, [1]);
@@ -244,20 +276,32 @@ mod tests {
     #[test]
     fn zero_dimensional_arrays_have_one_chunk() {
         let l = ShardLayout::new(vec![], vec![], vec![level(&[], &[])], vec![]).unwrap();
-        assert_eq!(l.locate(&[]).unwrap(), Location { shard: vec![], slots: vec![0] });
+        assert_eq!(
+            l.locate(&[]).unwrap(),
+            Location {
+                shard: vec![],
+                slots: vec![0]
+            }
+        );
         assert_eq!(l.chunks_of_shard(&[]), vec![Vec::<u64>::new()]);
     }
 
     #[test]
     fn empty_extent_has_no_chunks() {
-        let l = ShardLayout::new(vec![0, 4], vec![2, 2], vec![level(&[1, 1], &[2, 2])], vec![]).unwrap();
+        let l = ShardLayout::new(
+            vec![0, 4],
+            vec![2, 2],
+            vec![level(&[1, 1], &[2, 2])],
+            vec![],
+        )
+        .unwrap();
         assert_eq!(l.chunk_counts(), [0, 4]);
         assert_eq!(l.locate(&[0, 0]), None);
     }
 
     #[test]
     fn ravel_is_row_major() {
-        assert_eq!(ravel([1, 2, 3], &[4, 5, 6]), 1 * 30 + 2 * 6 + 3);
+        assert_eq!(ravel([1, 2, 3], &[4, 5, 6]), 30 + 2 * 6 + 3);
         assert_eq!(ravel([], &[]), 0);
     }
 }

@@ -25,7 +25,7 @@ use super::layout::{ShardLayout, ShardLevel};
 #[derive(Clone, Debug)]
 pub enum Node {
     Group,
-    Array(ArrayMeta),
+    Array(Box<ArrayMeta>),
 }
 
 /// An array's metadata as far as the view needs it.
@@ -71,7 +71,7 @@ pub fn parse(bytes: &[u8]) -> Result<Node, MetadataError> {
     }
     match doc.get("node_type").and_then(Value::as_str) {
         Some("group") => Ok(Node::Group),
-        Some("array") => parse_array(doc).map(Node::Array),
+        Some("array") => parse_array(doc).map(|a| Node::Array(Box::new(a))),
         Some(other) => err(format!("unknown node_type {other:?}")),
         None => err("node_type is missing"),
     }
@@ -162,9 +162,9 @@ fn sharding_level<'a>(
     codec: &'a Value,
     outer: &[u64],
 ) -> Result<(ShardLevel, &'a Vec<Value>), MetadataError> {
-    let config = codec
-        .get("configuration")
-        .ok_or(MetadataError("sharding_indexed has no configuration".into()))?;
+    let config = codec.get("configuration").ok_or(MetadataError(
+        "sharding_indexed has no configuration".into(),
+    ))?;
     let chunk_shape = u64_list(config.get("chunk_shape"), "sharding chunk_shape")?;
     if chunk_shape.len() != outer.len() {
         return err(format!(
@@ -238,14 +238,22 @@ fn u64_list(v: Option<&Value>, what: &str) -> Result<Vec<u64>, MetadataError> {
         .iter()
         .map(|i| i.as_u64())
         .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| MetadataError(format!("{what} has an entry that is not an unsigned integer")))
+        .ok_or_else(|| {
+            MetadataError(format!(
+                "{what} has an entry that is not an unsigned integer"
+            ))
+        })
 }
 
 impl ArrayMeta {
     /// The unsharded `zarr.json` the view serves for a sharded array.
     pub fn unsharded_json(&self, layout: &ShardLayout) -> Vec<u8> {
         let mut doc = self.doc.clone();
-        let shape: Vec<Value> = layout.inner_chunk_shape().iter().map(|&n| n.into()).collect();
+        let shape: Vec<Value> = layout
+            .inner_chunk_shape()
+            .iter()
+            .map(|&n| n.into())
+            .collect();
         if let Some(Value::Object(grid)) = doc.get_mut("chunk_grid") {
             let config = grid
                 .entry("configuration")
@@ -287,7 +295,7 @@ mod tests {
 
     fn array(v: &Value) -> ArrayMeta {
         match parse(&serde_json::to_vec(v).unwrap()).unwrap() {
-            Node::Array(a) => a,
+            Node::Array(a) => *a,
             Node::Group => panic!("group"),
         }
     }
@@ -339,20 +347,35 @@ mod tests {
         assert!(matches!(array(&plain).presentation, Presentation::Plain));
 
         let mut after = sharded(bytes_codec(), json!({}));
-        after["codecs"].as_array_mut().unwrap().push(json!({"name": "gzip"}));
-        assert!(matches!(array(&after).presentation, Presentation::Unsupported(_)));
+        after["codecs"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "gzip"}));
+        assert!(matches!(
+            array(&after).presentation,
+            Presentation::Unsupported(_)
+        ));
 
         let mut bad_div = sharded(bytes_codec(), json!({}));
         bad_div["codecs"][0]["configuration"]["chunk_shape"] = json!([3, 2]);
-        assert!(matches!(array(&bad_div).presentation, Presentation::Unsupported(_)));
+        assert!(matches!(
+            array(&bad_div).presentation,
+            Presentation::Unsupported(_)
+        ));
 
         let mut gz_index = sharded(bytes_codec(), json!({}));
         gz_index["codecs"][0]["configuration"]["index_codecs"] = json!([{"name": "gzip"}]);
-        assert!(matches!(array(&gz_index).presentation, Presentation::Unsupported(_)));
+        assert!(matches!(
+            array(&gz_index).presentation,
+            Presentation::Unsupported(_)
+        ));
 
         let mut rect = sharded(bytes_codec(), json!({}));
         rect["chunk_grid"]["name"] = json!("rectilinear");
-        assert!(matches!(array(&rect).presentation, Presentation::Unsupported(_)));
+        assert!(matches!(
+            array(&rect).presentation,
+            Presentation::Unsupported(_)
+        ));
     }
 
     #[test]

@@ -28,7 +28,12 @@ impl LocalStore {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display())))?;
+        .map_err(|e| {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         Ok(LocalStore {
             root,
             path: path.to_path_buf(),
@@ -42,7 +47,11 @@ impl LocalStore {
     /// Open `rel` beneath the root. Symlinks inside the store that stay inside resolve;
     /// anything escaping fails with `EXDEV`; magic links never resolve.
     fn open_beneath(&self, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
-        let rel: &Path = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        let rel: &Path = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
         rustix::fs::openat2(
             self.root.as_fd(),
             rel,
@@ -60,7 +69,11 @@ fn is_absent(e: &io::Error) -> bool {
 
 fn time(sec: i64, nsec: i64) -> SystemTime {
     let d = Duration::new(sec.unsigned_abs(), nsec.clamp(0, 999_999_999) as u32);
-    if sec >= 0 { UNIX_EPOCH + d } else { UNIX_EPOCH - d }
+    if sec >= 0 {
+        UNIX_EPOCH + d
+    } else {
+        UNIX_EPOCH - d
+    }
 }
 
 fn meta_of(st: &Stat) -> EntryMeta {
@@ -199,7 +212,10 @@ mod tests {
             EntryKind::Symlink
         );
         assert!(store.open(Path::new("inside")).is_err());
-        assert_eq!(store.read_link(Path::new("inside")).unwrap(), Path::new("d/f"));
+        assert_eq!(
+            store.read_link(Path::new("inside")).unwrap(),
+            Path::new("d/f")
+        );
         // Ordinary access works.
         let f = store.open(Path::new("d/f")).unwrap().unwrap();
         let mut buf = [0u8; 3];
@@ -207,7 +223,12 @@ mod tests {
         assert_eq!(&buf, b"ell");
         assert!(store.stat(Path::new("nope")).unwrap().is_none());
         assert!(store.open(Path::new("nope/deeper")).unwrap().is_none());
-        let mut names: Vec<_> = store.list(Path::new("")).unwrap().into_iter().map(|e| e.name).collect();
+        let mut names: Vec<_> = store
+            .list(Path::new(""))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         names.sort();
         assert_eq!(names, ["d", "escape", "inside"]);
     }

@@ -59,7 +59,8 @@ impl Shard {
             Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
             Ok(Some(f)) => match f.meta() {
                 Ok(meta) => {
-                    let index = read_index(f.as_ref(), level, 0, meta.len).map_err(ShardError::from);
+                    let index =
+                        read_index(f.as_ref(), level, 0, meta.len).map_err(ShardError::from);
                     (Some(f), Some(meta), index)
                 }
                 Err(e) => (Some(f), None, Err(e.into())),
@@ -97,7 +98,11 @@ impl Shard {
     }
 
     /// Absolute byte range of the inner chunk at `loc`, `None` when it is empty.
-    pub fn chunk(&self, layout: &ShardLayout, loc: &Location) -> Result<Option<ChunkRange>, ShardError> {
+    pub fn chunk(
+        &self,
+        layout: &ShardLayout,
+        loc: &Location,
+    ) -> Result<Option<ChunkRange>, ShardError> {
         let index = self.index.as_ref().map_err(Clone::clone)?;
         let Some(mut range) = index.get(loc.slots[0]) else {
             return Ok(None);
@@ -115,12 +120,20 @@ impl Shard {
         Ok(Some(range))
     }
 
-    fn nested_index(&self, l: usize, level: &ShardLevel, block: ChunkRange) -> Result<Arc<ShardIndex>, ShardError> {
+    fn nested_index(
+        &self,
+        l: usize,
+        level: &ShardLevel,
+        block: ChunkRange,
+    ) -> Result<Arc<ShardIndex>, ShardError> {
         let key = (l, block.offset, block.nbytes);
         if let Some(hit) = self.nested.lock().get(&key) {
             return hit.clone();
         }
-        let file = self.file.as_deref().ok_or(ShardError::Io("shard vanished".into()))?;
+        let file = self
+            .file
+            .as_deref()
+            .ok_or(ShardError::Io("shard vanished".into()))?;
         let loaded = match read_index(file, level, block.offset, block.nbytes) {
             Ok(i) => Ok(Arc::new(i)),
             Err(ReadIndexError::Io(e)) => Err(ShardError::Io(e.to_string())),
@@ -141,7 +154,10 @@ impl Shard {
 
     /// Read `size` bytes at `offset` within the chunk at `range` (clipped to the chunk).
     pub fn read(&self, range: ChunkRange, offset: u64, size: u32) -> Result<Vec<u8>, ShardError> {
-        let file = self.file.as_deref().ok_or(ShardError::Io("shard vanished".into()))?;
+        let file = self
+            .file
+            .as_deref()
+            .ok_or(ShardError::Io("shard vanished".into()))?;
         let start = offset.min(range.nbytes);
         let len = (range.nbytes - start).min(u64::from(size)) as usize;
         let mut buf = vec![0; len];
@@ -178,23 +194,34 @@ impl From<ReadIndexError> for ShardError {
 }
 
 /// Read, decode and validate the index of the block `base..base+len` of `file`.
-fn read_index(file: &dyn StoreFile, level: &ShardLevel, base: u64, len: u64) -> Result<ShardIndex, ReadIndexError> {
+fn read_index(
+    file: &dyn StoreFile,
+    level: &ShardLevel,
+    base: u64,
+    len: u64,
+) -> Result<ShardIndex, ReadIndexError> {
     let n = level.n_chunks();
     let index_len = level
         .index_codecs
         .encoded_len(n)
         .ok_or(ReadIndexError::Index(IndexError::TooLarge { n_chunks: n }))?;
-    let (start, end) = index_region(level.index_location, len, index_len).map_err(ReadIndexError::Index)?;
+    let (start, end) =
+        index_region(level.index_location, len, index_len).map_err(ReadIndexError::Index)?;
     let mut buf = vec![0; index_len as usize];
     file.read_exact_at(&mut buf, base + start).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ReadIndexError::Index(IndexError::Truncated { len, need: index_len })
+            ReadIndexError::Index(IndexError::Truncated {
+                len,
+                need: index_len,
+            })
         } else {
             ReadIndexError::Io(e)
         }
     })?;
     let index = ShardIndex::decode(&buf, level.index_codecs, n).map_err(ReadIndexError::Index)?;
-    index.validate(len, start, end).map_err(ReadIndexError::Index)?;
+    index
+        .validate(len, start, end)
+        .map_err(ReadIndexError::Index)?;
     Ok(index)
 }
 
@@ -239,7 +266,13 @@ impl ShardCache {
 
     /// The shard at `rel`, loading it on a miss. With `revalidate`, a cached shard whose
     /// file changed (or appeared, or vanished) since it was loaded is loaded again.
-    pub fn get(&self, store: &dyn Store, rel: &Path, layout: &ShardLayout, revalidate: bool) -> Arc<Shard> {
+    pub fn get(
+        &self,
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        revalidate: bool,
+    ) -> Arc<Shard> {
         let seg = self.segment(rel);
         if let Some((shard, _)) = seg.lock().lru.get(rel) {
             let fresh = !revalidate || {

@@ -70,7 +70,10 @@ impl InodeTable {
     pub fn intern(&self, path: PathBuf, node: Node) -> u64 {
         let mut inner = self.inner.write();
         if let Some(&ino) = inner.by_path.get(&path) {
-            let e = inner.by_ino.get_mut(&ino).expect("by_path and by_ino agree");
+            let e = inner
+                .by_ino
+                .get_mut(&ino)
+                .expect("by_path and by_ino agree");
             if e.node.kind() == node.kind() {
                 e.node = node;
                 e.lookups += 1;

@@ -18,7 +18,11 @@ impl View {
         let ndim = array.layout.ndim();
         // Pass-through entries: everything outside the key namespace but zarr.json.
         let mut out = self.list_store(&array.rel, |name| {
-            name != "zarr.json" && name.to_str().and_then(|n| enc.child(ndim, None, n)).is_none()
+            name != "zarr.json"
+                && name
+                    .to_str()
+                    .and_then(|n| enc.child(ndim, None, n))
+                    .is_none()
         })?;
         out.push(file("zarr.json".into()));
         if ndim == 0 {
@@ -60,7 +64,14 @@ impl View {
             .store
             .list(&dir)?
             .into_iter()
-            .filter(|e| e.kind == if last { EntryKind::File } else { EntryKind::Dir })
+            .filter(|e| {
+                e.kind
+                    == if last {
+                        EntryKind::File
+                    } else {
+                        EntryKind::Dir
+                    }
+            })
             .filter_map(|e| e.name.to_str().and_then(parse_coord))
             .filter(|&s| s < layout.shard_counts()[k])
             .collect();
@@ -100,7 +111,11 @@ impl View {
             if e.kind != EntryKind::File {
                 continue;
             }
-            let shard = match e.name.to_str().and_then(|n| enc.child(layout.ndim(), None, n)) {
+            let shard = match e
+                .name
+                .to_str()
+                .and_then(|n| enc.child(layout.ndim(), None, n))
+            {
                 Some(crate::format::KeyPath::Chunk(c)) if layout.shard_in_grid(&c) => c,
                 _ => continue,
             };
@@ -118,7 +133,8 @@ impl View {
     /// a reader first meets chunks written by someone else).
     fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) {
         let rel = array.shard_rel(shard);
-        self.shards.get(self.store.as_ref(), &rel, &array.layout, true);
+        self.shards
+            .get(self.store.as_ref(), &rel, &array.layout, true);
     }
 
     /// Whether the chunk at `coords` is listed: stored, or in a shard that cannot be read.

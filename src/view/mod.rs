@@ -87,11 +87,17 @@ impl Default for ViewConfig {
     }
 }
 
+/// What a chunk inode served at its last open: its range and the shard file's version.
+type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
+
 /// An open file.
 enum Handle {
     Store(Box<dyn StoreFile>),
     Bytes(Arc<Vec<u8>>),
-    Chunk { shard: Arc<Shard>, range: ChunkRange },
+    Chunk {
+        shard: Arc<Shard>,
+        range: ChunkRange,
+    },
 }
 
 /// What `open` tells the adapter.
@@ -110,7 +116,7 @@ pub struct View {
     handles: Mutex<std::collections::HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     /// What each chunk inode served at its last open: unchanged means keep the page cache.
-    served: Mutex<std::collections::HashMap<u64, (ChunkRange, Option<(u64, u64, std::time::SystemTime)>)>>,
+    served: Mutex<std::collections::HashMap<u64, Served>>,
     warned: Mutex<HashSet<PathBuf>>,
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
@@ -123,7 +129,9 @@ impl View {
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
         let view = View {
             shards: ShardCache::new(config.max_cached_shards, config.index_cache_bytes),
-            inodes: inode::InodeTable::new(Node::Dir { rel: PathBuf::new() }),
+            inodes: inode::InodeTable::new(Node::Dir {
+                rel: PathBuf::new(),
+            }),
             store,
             handles: Mutex::new(Default::default()),
             next_fh: AtomicU64::new(1),
@@ -220,9 +228,14 @@ impl View {
             Node::Dir { rel } => self.store_child(rel, name),
             Node::ArrayDir { array } => {
                 if name == "zarr.json" {
-                    return Ok(Some(Node::ArrayMeta { array: array.clone() }));
+                    return Ok(Some(Node::ArrayMeta {
+                        array: array.clone(),
+                    }));
                 }
-                match name.to_str().and_then(|n| array.encoding().child(array.layout.ndim(), None, n)) {
+                match name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(array.layout.ndim(), None, n))
+                {
                     Some(kp) => self.key_node(array, kp),
                     None => self.store_child(&array.rel, name),
                 }
@@ -236,9 +249,10 @@ impl View {
                     None => Ok(None),
                 }
             }
-            Node::File { .. } | Node::Symlink { .. } | Node::ArrayMeta { .. } | Node::Chunk { .. } => {
-                Err(ViewError::NotDir)
-            }
+            Node::File { .. }
+            | Node::Symlink { .. }
+            | Node::ArrayMeta { .. }
+            | Node::Chunk { .. } => Err(ViewError::NotDir),
         }
     }
 
@@ -259,9 +273,13 @@ impl View {
     fn key_node(&self, array: &Arc<ShardedArray>, kp: KeyPath) -> Result<Option<Node>> {
         match kp {
             KeyPath::Dir(coords) => {
-                let in_grid = coords.iter().zip(array.layout.chunk_counts()).all(|(c, n)| c < n);
+                let in_grid = coords
+                    .iter()
+                    .zip(array.layout.chunk_counts())
+                    .all(|(c, n)| c < n);
                 let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
-                let exists = in_grid && matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir);
+                let exists = in_grid
+                    && matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir);
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,
@@ -279,10 +297,17 @@ impl View {
     }
 
     /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
-    fn chunk(&self, array: &ShardedArray, coords: &[u64], revalidate: bool) -> Result<(Arc<Shard>, ChunkRange)> {
+    fn chunk(
+        &self,
+        array: &ShardedArray,
+        coords: &[u64],
+        revalidate: bool,
+    ) -> Result<(Arc<Shard>, ChunkRange)> {
         let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
         let rel = array.shard_rel(&loc.shard);
-        let shard = self.shards.get(self.store.as_ref(), &rel, &array.layout, revalidate);
+        let shard = self
+            .shards
+            .get(self.store.as_ref(), &rel, &array.layout, revalidate);
         match shard.chunk(&array.layout, &loc) {
             Ok(Some(range)) => Ok((shard, range)),
             Ok(None) => Err(ViewError::NotFound),
@@ -293,18 +318,27 @@ impl View {
     /// What a store directory is: a presentable sharded array, or a plain directory.
     fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
         match self.load_array(&rel, dir_meta) {
-            Ok(Some(array)) => Node::ArrayDir { array: Arc::new(array) },
+            Ok(Some(array)) => Node::ArrayDir {
+                array: Arc::new(array),
+            },
             Ok(None) => Node::Dir { rel },
             Err(why) => {
                 if self.warned.lock().insert(rel.clone()) {
-                    log::warn!("{}/zarr.json passes through unchanged: {why}", rel.display());
+                    log::warn!(
+                        "{}/zarr.json passes through unchanged: {why}",
+                        rel.display()
+                    );
                 }
                 Node::Dir { rel }
             }
         }
     }
 
-    fn load_array(&self, rel: &Path, dir_meta: EntryMeta) -> std::result::Result<Option<ShardedArray>, String> {
+    fn load_array(
+        &self,
+        rel: &Path,
+        dir_meta: EntryMeta,
+    ) -> std::result::Result<Option<ShardedArray>, String> {
         let json_rel = rel.join("zarr.json");
         let Some(file) = self.store.open(&json_rel).map_err(|e| e.to_string())? else {
             return Ok(None);
@@ -314,7 +348,8 @@ impl View {
             return Err(format!("{} bytes is too large for metadata", json_meta.len));
         }
         let mut bytes = vec![0; json_meta.len as usize];
-        file.read_exact_at(&mut bytes, 0).map_err(|e| e.to_string())?;
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| e.to_string())?;
         let meta = match format::metadata::parse(&bytes).map_err(|e| e.to_string())? {
             MetaNode::Group => return Ok(None),
             MetaNode::Array(a) => a,
@@ -322,12 +357,14 @@ impl View {
         let layout = match &meta.presentation {
             Presentation::Sharded(l) => l.clone(),
             Presentation::Plain => return Ok(None),
-            Presentation::Unsupported(why) => return Err(format!("cannot present this sharded array: {why}")),
+            Presentation::Unsupported(why) => {
+                return Err(format!("cannot present this sharded array: {why}"));
+            }
         };
         let json = Arc::new(meta.unsharded_json(&layout));
         Ok(Some(ShardedArray {
             rel: rel.to_path_buf(),
-            meta,
+            meta: *meta,
             layout,
             json,
             dir_meta,
@@ -344,7 +381,10 @@ impl View {
         }
         let (_, node) = self.node(ino)?;
         let (handle, keep_cache) = match node {
-            Node::File { rel } => (Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?), false),
+            Node::File { rel } => (
+                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
+                false,
+            ),
             Node::ArrayMeta { array } => (Handle::Bytes(array.json.clone()), true),
             Node::Chunk { array, coords } => {
                 let (shard, range) = self.chunk(&array, &coords, true)?;
@@ -352,8 +392,12 @@ impl View {
                 let keep = self.served.lock().insert(ino, now) == Some(now);
                 (Handle::Chunk { shard, range }, keep)
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => return Err(ViewError::IsDir),
-            Node::Symlink { .. } => return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP))),
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
+            }
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, handle);
@@ -383,10 +427,12 @@ impl View {
             Handle::Chunk { shard, range } => {
                 let (shard, range) = (shard.clone(), *range);
                 drop(handles);
-                shard.read(range, offset, size).map_err(|err| ViewError::Shard {
-                    shard: shard.rel().to_path_buf(),
-                    err,
-                })
+                shard
+                    .read(range, offset, size)
+                    .map_err(|err| ViewError::Shard {
+                        shard: shard.rel().to_path_buf(),
+                        err,
+                    })
             }
         }
     }
@@ -400,8 +446,16 @@ impl View {
     /// Open directory `ino`: its listing, with `.` and `..`, is taken now.
     pub fn opendir(&self, ino: u64) -> Result<u64> {
         let mut entries = vec![
-            DirEntry { ino, name: ".".into(), kind: Kind::Dir },
-            DirEntry { ino: ROOT_INO, name: "..".into(), kind: Kind::Dir },
+            DirEntry {
+                ino,
+                name: ".".into(),
+                kind: Kind::Dir,
+            },
+            DirEntry {
+                ino: ROOT_INO,
+                name: "..".into(),
+                kind: Kind::Dir,
+            },
         ];
         entries.extend(self.readdir(ino)?);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -411,7 +465,11 @@ impl View {
 
     /// The listing of an open directory; `readdir` continues it at its offset.
     pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
-        self.dirs.lock().get(&fh).cloned().ok_or(ViewError::StaleHandle(fh))
+        self.dirs
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(ViewError::StaleHandle(fh))
     }
 
     pub fn releasedir(&self, fh: u64) {
@@ -431,7 +489,10 @@ impl View {
         entries.dedup_by(|a, b| a.name == b.name);
         for e in &mut entries {
             let child = path.join(&e.name);
-            e.ino = self.inodes.peek(&child).unwrap_or_else(|| synthetic_ino(&child));
+            e.ino = self
+                .inodes
+                .peek(&child)
+                .unwrap_or_else(|| synthetic_ino(&child));
         }
         Ok(entries)
     }
@@ -450,7 +511,11 @@ impl View {
                     EntryKind::Symlink => Kind::Symlink,
                     EntryKind::Other => return None,
                 };
-                Some(DirEntry { ino: 0, name: e.name, kind })
+                Some(DirEntry {
+                    ino: 0,
+                    name: e.name,
+                    kind,
+                })
             })
             .collect())
     }

@@ -56,14 +56,24 @@ impl ShardedArray {
 #[derive(Clone, Debug)]
 pub enum Node {
     /// A store directory shown as it is (groups, plain arrays, anything).
-    Dir { rel: PathBuf },
+    Dir {
+        rel: PathBuf,
+    },
     /// A store file shown byte for byte.
-    File { rel: PathBuf },
-    Symlink { rel: PathBuf },
+    File {
+        rel: PathBuf,
+    },
+    Symlink {
+        rel: PathBuf,
+    },
     /// A sharded array's directory.
-    ArrayDir { array: Arc<ShardedArray> },
+    ArrayDir {
+        array: Arc<ShardedArray>,
+    },
     /// The rewritten `zarr.json` of a sharded array.
-    ArrayMeta { array: Arc<ShardedArray> },
+    ArrayMeta {
+        array: Arc<ShardedArray>,
+    },
     /// A directory of chunk keys (`c/`, `c/3/`): the keys' leading coordinates.
     KeyDir {
         array: Arc<ShardedArray>,

@@ -1,0 +1,251 @@
+//! The command line: argument definitions, the `mount.fuse3` calling form, and `-o`
+//! option lists. Parsing only; `main.rs` acts on the result.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use fuser::MountOption;
+
+use crate::mount::MountOptions;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "shardfs",
+    version,
+    about = "Mount a sharded Zarr v3 store and see it unsharded: one file per inner chunk.",
+    after_help = "Also callable as mount.fuse3 calls helpers: shardfs STORE MOUNTPOINT -o OPTS\n\
+                  (so `mount -t fuse.shardfs STORE DIR -o ro` and /etc/fstab lines work).\n\
+                  Logging: RUST_LOG=debug|info|warn|error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mount STORE at MOUNTPOINT; returns once the mount is live and serves in the background.
+    Mount(MountArgs),
+    /// Unmount a shardfs mount.
+    Unmount {
+        mountpoint: PathBuf,
+        /// Detach now even if the mount is busy; it goes away when no longer used.
+        #[arg(long, short = 'z')]
+        lazy: bool,
+    },
+    /// Show every array of a store: shapes, codecs, shards, stored chunks, bytes.
+    Info {
+        store: PathBuf,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build a sample sharded store, mount it, read and check every chunk, unmount.
+    Demo,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct MountArgs {
+    /// The store: a directory with a Zarr v3 hierarchy.
+    pub store: PathBuf,
+    /// An existing empty directory.
+    pub mountpoint: PathBuf,
+    /// Mount options, comma-separated: ro, rw, allow_other, dev, nodev, suid, nosuid,
+    /// exec, noexec, atime, noatime, sync, async, dirsync; _netdev, nofail, auto, noauto,
+    /// user(s), defaults and x-* are ignored.
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+    /// Stay attached to the terminal; Ctrl-C unmounts.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Let other users use the mount (root, or user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Mount read-only. (The mount is read-only in this version either way.)
+    #[arg(long)]
+    pub read_only: bool,
+    /// Write the daemon's log here (otherwise a daemonized mount logs nowhere).
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// Seconds the kernel may cache entries and attributes.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub ttl: f64,
+    /// FUSE worker threads (default: the number of CPUs, 2 to 16).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Internal: the daemon reports readiness on this descriptor.
+    #[arg(long, hide = true)]
+    pub notify_fd: Option<i32>,
+}
+
+const SUBCOMMANDS: [&str; 6] = ["mount", "unmount", "info", "demo", "help", "umount"];
+
+/// Rewrite the `mount.fuse3` calling form `shardfs STORE DIR -o OPTS` into
+/// `shardfs mount STORE DIR -o OPTS`, and drop the legacy `shardfs#` source prefix.
+pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
+    let mut args = args;
+    if args.get(1).and_then(|a| a.to_str()) == Some("umount") {
+        args[1] = "unmount".into();
+    }
+    let first = args.get(1).and_then(|a| a.to_str()).unwrap_or("-");
+    if !first.starts_with('-') && !SUBCOMMANDS.contains(&first) && args.len() >= 3 {
+        args.insert(1, "mount".into());
+    }
+    let legacy_source = args
+        .get(2)
+        .and_then(|a| a.to_str())
+        .and_then(|s| s.strip_prefix("shardfs#"))
+        .map(OsString::from);
+    if let (Some(src), Some("mount")) = (legacy_source, args.get(1).and_then(|a| a.to_str())) {
+        args[2] = src;
+    }
+    args
+}
+
+/// Turn the arguments into mount options. Errors name the offending option.
+pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
+    let mut opts = MountOptions {
+        allow_other: args.allow_other,
+        ..MountOptions::default()
+    };
+    if !(args.ttl.is_finite() && args.ttl >= 0.0) {
+        return Err(format!("--ttl {} is not a number of seconds", args.ttl));
+    }
+    opts.ttl = Duration::from_secs_f64(args.ttl);
+    if let Some(t) = args.threads {
+        opts.threads = t.max(1);
+    }
+    for opt in args
+        .options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .map(str::trim)
+    {
+        let flag = match opt {
+            ""
+            | "ro"
+            | "rw"
+            | "defaults"
+            | "_netdev"
+            | "nofail"
+            | "auto"
+            | "noauto"
+            | "user"
+            | "users"
+            | "nouser"
+            | "owner"
+            | "relatime"
+            | "norelatime"
+            | "strictatime"
+            | "lazytime"
+            | "default_permissions" => continue,
+            o if o.starts_with("x-") || o.starts_with("comment=") => continue,
+            "allow_other" | "allow_root" => {
+                opts.allow_other = true;
+                continue;
+            }
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            other => return Err(format!("unknown mount option {other:?}")),
+        };
+        // A later option wins over an earlier conflicting one, as with mount(8).
+        opts.flags.retain(|f| !conflicts(f, &flag));
+        opts.flags.push(flag);
+    }
+    Ok(opts)
+}
+
+fn conflicts(a: &MountOption, b: &MountOption) -> bool {
+    use MountOption::*;
+    let pair = |x: &MountOption| match x {
+        Dev | NoDev => 1,
+        Suid | NoSuid => 2,
+        Exec | NoExec => 3,
+        Atime | NoAtime => 4,
+        Sync | Async => 5,
+        _ => 0,
+    };
+    a == b || (pair(a) != 0 && pair(a) == pair(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(normalize_args(args.iter().map(OsString::from).collect())).unwrap()
+    }
+
+    fn mount_args(cli: Cli) -> MountArgs {
+        match cli.command {
+            Command::Mount(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn mount_fuse3_calling_form_is_a_mount() {
+        let m = mount_args(parse(&[
+            "shardfs",
+            "shardfs#/data/s.zarr",
+            "/mnt/s",
+            "-o",
+            "ro,nofail,_netdev,x-systemd.automount,nodev",
+        ]));
+        assert_eq!(m.store, PathBuf::from("/data/s.zarr"));
+        assert_eq!(m.mountpoint, PathBuf::from("/mnt/s"));
+        let opts = mount_options(&m).unwrap();
+        assert_eq!(opts.flags, vec![MountOption::NoDev]);
+        assert!(!m.foreground);
+    }
+
+    #[test]
+    fn subcommands_and_options() {
+        let m = mount_args(parse(&[
+            "shardfs",
+            "mount",
+            "a",
+            "b",
+            "-o",
+            "allow_other,dev",
+            "-o",
+            "nodev,noexec",
+            "-f",
+        ]));
+        assert!(m.foreground);
+        let opts = mount_options(&m).unwrap();
+        assert!(opts.allow_other);
+        assert_eq!(opts.flags, vec![MountOption::NoDev, MountOption::NoExec]);
+        assert!(matches!(
+            parse(&["shardfs", "umount", "/mnt"]).command,
+            Command::Unmount { .. }
+        ));
+        assert!(matches!(
+            parse(&["shardfs", "info", "s", "--json"]).command,
+            Command::Info { json: true, .. }
+        ));
+        assert!(matches!(parse(&["shardfs", "demo"]).command, Command::Demo));
+    }
+
+    #[test]
+    fn unknown_options_are_refused_by_name() {
+        let m = mount_args(parse(&["shardfs", "mount", "a", "b", "-o", "ro,bogus"]));
+        assert_eq!(
+            mount_options(&m).unwrap_err(),
+            "unknown mount option \"bogus\""
+        );
+        let m = mount_args(parse(&["shardfs", "mount", "a", "b", "--ttl=NaN"]));
+        assert!(mount_options(&m).is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! `shardfs info`: what a store holds — every array with its shapes, codecs, shards,
+//! stored inner chunks and bytes. Reads each shard's index, never its chunks.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::format::key::parse_coord;
+use crate::format::metadata::codec_name;
+use crate::format::{self, ArrayMeta, KeyPath, Node, Presentation, ShardLayout};
+use crate::store::shard::Shard;
+use crate::store::{EntryKind, Store};
+
+/// One array of a store.
+#[derive(Debug, Serialize)]
+pub struct ArrayInfo {
+    pub path: String,
+    /// `sharded`, `plain`, or `passthrough` (a sharded array the view cannot present).
+    pub status: String,
+    /// Why the array passes through, for `passthrough`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub shape: Vec<u64>,
+    pub data_type: String,
+    /// The chunk grid's chunk shape (the shard shape for sharded arrays).
+    pub chunk_shape: Vec<u64>,
+    /// Innermost chunk shape (what the view shows); equals `chunk_shape` when not sharded.
+    pub inner_chunk_shape: Vec<u64>,
+    /// Codec names of the view's chain (innermost for sharded arrays).
+    pub codecs: Vec<String>,
+    pub nesting_levels: usize,
+    pub shards: u64,
+    pub stored_chunks: u64,
+    /// Bytes of all shard files.
+    pub bytes: u64,
+    /// Bytes of live inner chunks.
+    pub live_bytes: u64,
+    /// Shards whose index cannot be read, with the reason.
+    pub corrupt_shards: Vec<(String, String)>,
+}
+
+/// Every array under the store's root, in path order.
+pub fn inspect(store: &dyn Store) -> std::io::Result<Vec<ArrayInfo>> {
+    let mut out = Vec::new();
+    walk(store, PathBuf::new(), &mut out)?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn walk(store: &dyn Store, dir: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::Result<()> {
+    if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
+        match format::metadata::parse(&bytes) {
+            Ok(Node::Array(meta)) => {
+                out.push(array_info(store, &dir, &meta));
+                return Ok(());
+            }
+            Ok(Node::Group) => {}
+            Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
+        }
+    }
+    for e in store.list(&dir)? {
+        if e.kind == EntryKind::Dir {
+            walk(store, dir.join(&e.name), out)?;
+        }
+    }
+    Ok(())
+}
+
+fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
+    let grid_shape: Vec<u64> = meta.doc["chunk_grid"]["configuration"]["chunk_shape"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+        .unwrap_or_default();
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| a.iter().map(|c| codec_name(c).to_string()).collect())
+            .unwrap_or_default()
+    };
+    let mut info = ArrayInfo {
+        path: dir.display().to_string(),
+        status: "plain".into(),
+        reason: None,
+        shape: meta.shape.clone(),
+        data_type: meta
+            .doc
+            .get("data_type")
+            .map(|d| d.to_string().trim_matches('"').to_string())
+            .unwrap_or_default(),
+        chunk_shape: grid_shape.clone(),
+        inner_chunk_shape: grid_shape,
+        codecs: names(&meta.doc["codecs"]),
+        nesting_levels: 0,
+        shards: 0,
+        stored_chunks: 0,
+        bytes: 0,
+        live_bytes: 0,
+        corrupt_shards: Vec::new(),
+    };
+    match &meta.presentation {
+        Presentation::Plain => {}
+        Presentation::Unsupported(why) => {
+            info.status = "passthrough".into();
+            info.reason = Some(why.clone());
+        }
+        Presentation::Sharded(layout) => {
+            info.status = "sharded".into();
+            info.inner_chunk_shape = layout.inner_chunk_shape().to_vec();
+            info.codecs = names(&serde_json::Value::Array(layout.inner_codecs.clone()));
+            info.nesting_levels = layout.levels.len();
+            for shard in shard_coords(store, dir, meta, layout) {
+                let key = meta.key_encoding.encode(&shard);
+                let s = Shard::load(store, &dir.join(&key), layout);
+                info.shards += 1;
+                info.bytes += s.meta().map_or(0, |m| m.len);
+                match s.index() {
+                    Ok(index) => {
+                        info.stored_chunks += layout
+                            .chunks_of_shard(&shard)
+                            .iter()
+                            .filter(|c| {
+                                matches!(
+                                    s.chunk(layout, &layout.locate(c).expect("in grid")),
+                                    Ok(Some(_))
+                                )
+                            })
+                            .count() as u64;
+                        info.live_bytes += index.live_bytes();
+                    }
+                    Err(e) => info.corrupt_shards.push((key, e.to_string())),
+                }
+            }
+        }
+    }
+    info
+}
+
+/// Coordinates of every shard file of an array, found by listing (never guessing).
+pub fn shard_coords(
+    store: &dyn Store,
+    dir: &Path,
+    meta: &ArrayMeta,
+    layout: &ShardLayout,
+) -> Vec<Vec<u64>> {
+    let enc = meta.key_encoding;
+    let ndim = layout.ndim();
+    let mut out = Vec::new();
+    if ndim == 0 || !enc.nested() {
+        for e in store.list(dir).unwrap_or_default() {
+            let parsed = e.name.to_str().and_then(|n| enc.child(ndim, None, n));
+            if let (EntryKind::File, Some(KeyPath::Chunk(c))) = (e.kind, parsed)
+                && layout.shard_in_grid(&c)
+            {
+                out.push(c);
+            }
+        }
+    } else {
+        let mut base = dir.to_path_buf();
+        if let Some(root) = enc.root_component(ndim) {
+            base.push(root);
+        }
+        descend(store, &base, ndim, &mut Vec::new(), layout, &mut out);
+    }
+    out.sort();
+    out
+}
+
+fn descend(
+    store: &dyn Store,
+    dir: &Path,
+    ndim: usize,
+    prefix: &mut Vec<u64>,
+    layout: &ShardLayout,
+    out: &mut Vec<Vec<u64>>,
+) {
+    let last = prefix.len() + 1 == ndim;
+    for e in store.list(dir).unwrap_or_default() {
+        let Some(c) = e.name.to_str().and_then(parse_coord) else {
+            continue;
+        };
+        if c >= layout.shard_counts()[prefix.len()] {
+            continue;
+        }
+        prefix.push(c);
+        match (last, e.kind) {
+            (true, EntryKind::File) => out.push(prefix.clone()),
+            (false, EntryKind::Dir) => {
+                descend(store, &dir.join(&e.name), ndim, prefix, layout, out)
+            }
+            _ => {}
+        }
+        prefix.pop();
+    }
+}
+
+/// The human-readable report of `shardfs info`.
+pub fn render(arrays: &[ArrayInfo]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if arrays.is_empty() {
+        s.push_str("no arrays found\n");
+    }
+    for a in arrays {
+        let path = if a.path.is_empty() { "/" } else { &a.path };
+        let _ = writeln!(s, "{path}  [{}]", a.status);
+        if let Some(r) = &a.reason {
+            let _ = writeln!(s, "  passes through unchanged: {r}");
+        }
+        let _ = writeln!(s, "  shape {:?} {}", a.shape, a.data_type);
+        if a.status == "sharded" {
+            let _ = writeln!(
+                s,
+                "  shards {:?} of inner chunks {:?} ({} level{})",
+                a.chunk_shape,
+                a.inner_chunk_shape,
+                a.nesting_levels,
+                if a.nesting_levels == 1 { "" } else { "s" }
+            );
+            let _ = writeln!(s, "  inner codecs {}", a.codecs.join(", "));
+            let _ = writeln!(
+                s,
+                "  {} shards, {} stored inner chunks, {} bytes ({} live)",
+                a.shards, a.stored_chunks, a.bytes, a.live_bytes
+            );
+            for (k, why) in &a.corrupt_shards {
+                let _ = writeln!(s, "  CORRUPT shard {k}: {why}");
+            }
+        } else {
+            let _ = writeln!(
+                s,
+                "  chunks {:?}, codecs {}",
+                a.chunk_shape,
+                a.codecs.join(", ")
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,79 @@
+//! The `shardfs` command: parse, build a validated configuration, run. Filesystem logic
+//! lives in the library.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use shardfs::cli::{self, Cli, Command, MountArgs};
+use shardfs::{daemon, info, mount, store};
+
+fn main() -> ExitCode {
+    let args = cli::normalize_args(std::env::args_os().collect());
+    let cli = Cli::parse_from(&args);
+    match run(cli, &args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("shardfs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(default: &str) {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default)).init();
+}
+
+fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
+    match cli.command {
+        Command::Mount(m) => run_mount(m, args),
+        Command::Unmount { mountpoint, lazy } => {
+            mount::unmount_path(&mountpoint, lazy)
+                .with_context(|| format!("unmounting {}", mountpoint.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Info { store: path, json } => {
+            init_logging("warn");
+            let s = store::LocalStore::open(&path)?;
+            let arrays = info::inspect(&s)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&arrays)?);
+            } else {
+                print!("{}", info::render(&arrays));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo => {
+            init_logging("warn");
+            shardfs::demo::run(&mut std::io::stdout()).map_err(anyhow::Error::msg)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
+    let opts = cli::mount_options(&m).map_err(anyhow::Error::msg)?;
+    if !m.foreground {
+        // Check what can be checked before detaching, for a clear message here.
+        if !m.store.is_dir() {
+            bail!("store {} is not a directory", m.store.display());
+        }
+        return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(msg) => bail!("{msg}"),
+        };
+    }
+    init_logging("info");
+    daemon::block_signals();
+    match mount::Mount::new(&m.store, &m.mountpoint, &opts) {
+        Ok(mnt) => {
+            daemon::notify(m.notify_fd, "ok");
+            daemon::serve(mnt)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            daemon::notify(m.notify_fd, &e.to_string());
+            Err(e.into())
+        }
+    }
+}

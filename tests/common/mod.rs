@@ -1,0 +1,86 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// The fixture manifest written by `scripts/make_fixtures.py`.
+pub fn manifest() -> Vec<Value> {
+    let bytes =
+        std::fs::read(fixtures().join("MANIFEST.json")).expect("tests/fixtures/MANIFEST.json");
+    serde_json::from_slice::<Vec<Value>>(&bytes).expect("manifest is a JSON list")
+}
+
+/// Whether this machine can mount FUSE file systems. Where it cannot, the test prints
+/// why and returns; under CI (`CI` set) that is a failure instead, so a CI machine that
+/// lost `/dev/fuse` cannot go green by skipping.
+pub fn can_mount(test: &str) -> bool {
+    let why = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => return true,
+        Err(e) => format!("cannot open /dev/fuse: {e}"),
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why} (CI must be able to mount)");
+    }
+    println!("SKIPPED {test}: {why}");
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+/// Every regular file under `dir`, as `/`-separated paths relative to `dir`.
+pub fn files_under(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    walk(dir, "", &mut out);
+    out
+}
+
+fn walk(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap())
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            walk(&e.path(), &rel, out);
+        } else {
+            out.insert(rel);
+        }
+    }
+}
+
+/// Stores of the fixture set that have an unsharded twin.
+pub fn stores_with_twins() -> Vec<String> {
+    let mut stores: Vec<String> = manifest()
+        .iter()
+        .filter(|e| e["twin"].is_string())
+        .map(|e| e["store"].as_str().unwrap().to_string())
+        .collect();
+    stores.sort();
+    stores.dedup();
+    stores
+}
+
+pub fn json_file(path: &Path) -> Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

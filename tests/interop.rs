@@ -1,0 +1,61 @@
+//! Real clients: zarr-python 3 and tensorstore open every fixture store through the
+//! mount (an unsharded array to them) and directly (sharded), and must read the same
+//! values. Runs `scripts/interop.py` in the venv that `scripts/setup-venv` makes.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use shardfs::{Mount, MountOptions};
+
+fn venv_python() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    p.exists().then_some(p)
+}
+
+#[test]
+fn zarr_python_and_tensorstore_read_the_mount_like_the_store() {
+    if !common::can_mount("zarr_python_and_tensorstore_read_the_mount_like_the_store") {
+        return;
+    }
+    let Some(python) = venv_python() else {
+        let why = "no .venv: run scripts/setup-venv (scripts/test does)";
+        if std::env::var_os("CI").is_some() {
+            panic!("{why}");
+        }
+        println!("SKIPPED interop: {why}");
+        eprintln!("SKIPPED interop: {why}");
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop.py");
+    let mut stores = common::stores_with_twins();
+    stores.push("sample".into());
+    let sample_dir = tempfile::tempdir().unwrap();
+    shardfs::sample::write_sample_store(sample_dir.path()).unwrap();
+    for store in stores {
+        let store_dir = if store == "sample" {
+            sample_dir.path().to_path_buf()
+        } else {
+            common::fixtures().join(&store)
+        };
+        let mnt = tempfile::tempdir().unwrap();
+        let _mount = Mount::new(&store_dir, mnt.path(), &MountOptions::default()).unwrap();
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg("--store")
+            .arg(&store_dir)
+            .arg("--mount")
+            .arg(mnt.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{store}:\n{stdout}");
+        assert!(
+            out.status.success(),
+            "{store}: interop failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains(" 0 failed"), "{store}: {stdout}");
+    }
+}

@@ -1,0 +1,360 @@
+//! The whole path through the kernel: mounts in temporary directories, always unmounted
+//! by the `Mount` guard (also when an assertion fails), and the command line.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use shardfs::{Mount, MountOptions};
+
+fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = Mount::new(store, dir.path(), &MountOptions::default()).unwrap();
+    (dir, mount)
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
+}
+
+#[test]
+fn fixture_mounts_equal_their_unsharded_twins() {
+    if !common::can_mount("fixture_mounts_equal_their_unsharded_twins") {
+        return;
+    }
+    for store in common::stores_with_twins() {
+        let (dir, _mount) = mounted(&common::fixtures().join(&store));
+        let twin = common::fixtures().join(format!("{store}.twin"));
+        let listed = common::files_under(dir.path());
+        assert_eq!(listed, common::files_under(&twin), "{store}: listing");
+        for rel in &listed {
+            let got = std::fs::read(dir.path().join(rel)).unwrap();
+            let want = std::fs::read(twin.join(rel)).unwrap();
+            let size = std::fs::metadata(dir.path().join(rel)).unwrap().len();
+            assert_eq!(
+                size,
+                got.len() as u64,
+                "{store}/{rel}: stat size equals bytes read"
+            );
+            if rel.ends_with("zarr.json") {
+                assert_eq!(
+                    serde_json::from_slice::<serde_json::Value>(&got).unwrap(),
+                    serde_json::from_slice::<serde_json::Value>(&want).unwrap(),
+                    "{store}/{rel}"
+                );
+            } else {
+                assert_eq!(got, want, "{store}/{rel}");
+            }
+        }
+    }
+}
+
+#[test]
+fn chunk_reads_at_offsets_return_exactly_the_shard_slice() {
+    use std::io::{Read, Seek, SeekFrom};
+    if !common::can_mount("chunk_reads_at_offsets_return_exactly_the_shard_slice") {
+        return;
+    }
+    let (dir, _mount) = mounted(&common::fixtures().join("zarr_codecs"));
+    let twin = common::fixtures().join("zarr_codecs.twin/inner_gzip/c/0/0");
+    let want = std::fs::read(&twin).unwrap();
+    let mut f = std::fs::File::open(dir.path().join("inner_gzip/c/0/0")).unwrap();
+    let end = f.seek(SeekFrom::End(0)).unwrap();
+    assert_eq!(
+        end,
+        want.len() as u64,
+        "readers seek to the end for the size"
+    );
+    f.seek(SeekFrom::Start(3)).unwrap();
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, want[3..]);
+}
+
+#[test]
+fn corrupt_shard_gives_eio_for_its_chunks_only() {
+    if !common::can_mount("corrupt_shard_gives_eio_for_its_chunks_only") {
+        return;
+    }
+    let entry = common::manifest()
+        .into_iter()
+        .find(|e| e["store"] == "corrupt")
+        .unwrap();
+    let (dir, _mount) = mounted(&common::fixtures().join("corrupt"));
+    let ok: Vec<&str> = entry["ok_chunk_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let mut eio = 0;
+    for key in entry["chunk_keys"].as_array().unwrap() {
+        let key = key.as_str().unwrap();
+        let res = std::fs::read(dir.path().join("u8").join(key));
+        if ok.contains(&key) {
+            assert_eq!(res.unwrap().len(), 4, "{key}");
+        } else if let Err(e) = res {
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{key}: {e}");
+            eio += 1;
+        }
+    }
+    assert!(eio >= 8, "{eio}");
+    assert!(std::fs::read(dir.path().join("u8/zarr.json")).is_ok());
+}
+
+#[test]
+fn v2_probes_are_enoent_and_the_mount_is_read_only() {
+    if !common::can_mount("v2_probes_are_enoent_and_the_mount_is_read_only") {
+        return;
+    }
+    let (dir, _mount) = mounted(&common::fixtures().join("zarr_basic"));
+    for probe in [
+        ".zgroup",
+        ".zattrs",
+        "index_start/.zarray",
+        "index_start/.zattrs",
+    ] {
+        let e = std::fs::metadata(dir.path().join(probe)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{probe}");
+    }
+    let e = std::fs::write(dir.path().join("index_start/c/0/0"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS));
+}
+
+#[test]
+fn symlinks_never_lead_outside_the_store() {
+    if !common::can_mount("symlinks_never_lead_outside_the_store") {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"s").unwrap();
+    let store = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), store.path().join("escape")).unwrap();
+    std::fs::write(store.path().join("file"), b"in").unwrap();
+    std::os::unix::fs::symlink("file", store.path().join("link")).unwrap();
+    let (dir, _mount) = mounted(store.path());
+    // The link is shown as a link; the kernel resolves it within the mount's namespace.
+    assert_eq!(
+        std::fs::read_link(dir.path().join("escape")).unwrap(),
+        outside.path()
+    );
+    assert_eq!(std::fs::read(dir.path().join("link")).unwrap(), b"in");
+    assert!(
+        std::fs::symlink_metadata(dir.path().join("escape"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn guard_unmounts_on_drop_even_after_a_panic() {
+    if !common::can_mount("guard_unmounts_on_drop_even_after_a_panic") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let result = std::panic::catch_unwind(|| {
+        let _m = Mount::new(
+            common::fixtures().join("zarr_basic"),
+            &path,
+            &MountOptions::default(),
+        )
+        .unwrap();
+        assert!(is_mounted(&path));
+        panic!("a failing test");
+    });
+    assert!(result.is_err());
+    assert!(!is_mounted(&path), "the guard unmounted");
+}
+
+fn shardfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardfs"))
+}
+
+/// Unmounts through the command line when dropped, so a failing CLI test leaves nothing.
+struct CliMount(std::path::PathBuf);
+impl Drop for CliMount {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = shardfs().arg("unmount").arg("--lazy").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn cli_mount_daemonizes_and_unmount_ends_it() {
+    if !common::can_mount("cli_mount_daemonizes_and_unmount_ends_it") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = shardfs()
+        .args([
+            "mount",
+            common::fixtures().join("zarr_keys").to_str().unwrap(),
+            mnt.to_str().unwrap(),
+        ])
+        .arg("--log-file")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let _guard = CliMount(mnt.clone());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(is_mounted(&mnt), "live when mount returns");
+    assert!(mnt.join("v2_dot/zarr.json").exists());
+    let st = shardfs().arg("unmount").arg(&mnt).status().unwrap();
+    assert!(st.success());
+    assert!(!is_mounted(&mnt));
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log.contains("mounted"),
+        "the daemon logs to --log-file: {log}"
+    );
+}
+
+#[test]
+fn cli_mount_fuse3_calling_form_with_generic_options() {
+    if !common::can_mount("cli_mount_fuse3_calling_form_with_generic_options") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::fixtures().join("zarr_mixed");
+    let out = shardfs()
+        .arg(&store)
+        .arg(dir.path())
+        .args([
+            "-o",
+            "ro,nodev,nosuid,noexec,_netdev,nofail,x-systemd.automount",
+        ])
+        .output()
+        .unwrap();
+    let _guard = CliMount(dir.path().to_path_buf());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(dir.path().to_str().unwrap()))
+        .map(str::to_string)
+        .expect("mounted");
+    // fsname is the store; the type is fuse.shardfs where fusermount3 mounts, plain
+    // fuse where root mounts with the syscall (the kernel keeps the subtype apart).
+    assert_eq!(
+        line.split(' ').next(),
+        store.canonicalize().unwrap().to_str(),
+        "{line}"
+    );
+    assert!(
+        line.split(' ').nth(2).unwrap().starts_with("fuse"),
+        "{line}"
+    );
+    for flag in ["ro", "nodev", "nosuid", "noexec"] {
+        assert!(
+            line.split(' ')
+                .nth(3)
+                .unwrap()
+                .split(',')
+                .any(|f| f == flag),
+            "{flag} in {line}"
+        );
+    }
+    assert!(dir.path().join("grp/sub/f32_nan/zarr.json").exists());
+    assert!(
+        shardfs()
+            .arg("unmount")
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[test]
+fn cli_mount_failures_are_clear_and_nonzero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shardfs()
+        .args(["mount", "/nonexistent/store"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/store"));
+    let out = shardfs()
+        .args(["mount"])
+        .arg(common::fixtures().join("zarr_basic"))
+        .arg(dir.path().join("missing"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = shardfs()
+        .args(["mount", "-o", "bogus"])
+        .arg(common::fixtures().join("zarr_basic"))
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+}
+
+#[test]
+fn cli_info_reports_arrays_as_json() {
+    let out = shardfs()
+        .arg("info")
+        .arg(common::fixtures().join("zarr_nested"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &v.as_array().unwrap()[0];
+    assert_eq!(a["path"], "nested_3d");
+    assert_eq!(a["status"], "sharded");
+    assert_eq!(a["inner_chunk_shape"], serde_json::json!([2, 2, 2]));
+    assert_eq!(a["nesting_levels"], 2);
+    let entry = common::manifest()
+        .into_iter()
+        .find(|e| e["store"] == "zarr_nested")
+        .unwrap();
+    assert_eq!(
+        a["stored_chunks"].as_u64().unwrap() as usize,
+        entry["chunk_keys"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        a["shards"].as_u64().unwrap() as usize,
+        entry["shard_keys"].as_array().unwrap().len()
+    );
+}
+
+#[test]
+fn cli_demo_passes() {
+    if !common::can_mount("cli_demo_passes") {
+        return;
+    }
+    let out = shardfs().arg("demo").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("demo passed"));
+}
