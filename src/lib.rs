@@ -10,9 +10,11 @@ pub mod demo;
 pub mod format;
 pub mod fuse;
 pub mod info;
+pub mod maint;
 pub mod mount;
 pub mod sample;
 pub mod store;
 pub mod view;
+pub mod write;
 
 pub use mount::{Mount, MountOptions};

@@ -1,0 +1,1 @@
+//! `shardfs verify` and `shardfs compact` (being written).

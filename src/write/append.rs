@@ -1,0 +1,1 @@
+//! Crash-safe shard updates (being written).

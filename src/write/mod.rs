@@ -1,0 +1,5 @@
+//! The write path: open-file buffers, per-shard staging, flush policy, compaction, and
+//! crash-safe shard updates.
+
+pub mod append;
+pub mod recover;

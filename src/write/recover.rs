@@ -1,0 +1,1 @@
+//! Recovery of torn shard updates (being written).
