@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use fuser::MountOption;
 
-use crate::mount::MountOptions;
+use crate::mount::{CompactorChoice, MountOptions};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -63,9 +63,22 @@ pub struct MountArgs {
     /// Let other users use the mount (root, or user_allow_other in /etc/fuse.conf).
     #[arg(long)]
     pub allow_other: bool,
-    /// Mount read-only. (The mount is read-only in this version either way.)
+        /// Mount read-only (as `-o ro`).
     #[arg(long)]
     pub read_only: bool,
+    /// Memory for written chunks before writers wait for a flush, in MiB.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub write_buffer: u64,
+    /// Staged chunks are flushed to their shards after this many idle seconds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    pub flush_interval: f64,
+    /// Inner chunks per shard, per dimension, of arrays created through the mount
+    /// (default: shards of about 64 MiB of uncompressed inner chunks).
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
+    pub chunks_per_shard: Option<Vec<u64>>,
+    /// Which compactor packs staged chunks into shard order.
+    #[arg(long, value_enum, default_value_t = CompactorArg::Auto)]
+    pub compactor: CompactorArg,
     /// Write the daemon's log here (otherwise a daemonized mount logs nowhere).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
@@ -78,6 +91,16 @@ pub struct MountArgs {
     /// Internal: the daemon reports readiness on this descriptor.
     #[arg(long, hide = true)]
     pub notify_fd: Option<i32>,
+}
+
+/// `--compactor`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompactorArg {
+    /// The GPU where usable and faster for the batch at hand, else the CPU.
+    Auto,
+    Cpu,
+    /// The GPU; the mount fails without a usable one.
+    Gpu,
 }
 
 const SUBCOMMANDS: [&str; 6] = ["mount", "unmount", "info", "demo", "help", "umount"];
@@ -106,10 +129,25 @@ pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
 
 /// Turn the arguments into mount options. Errors name the offending option.
 pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
-    let mut opts = MountOptions {
+        let mut opts = MountOptions {
         allow_other: args.allow_other,
+        read_only: args.read_only,
+        write_buffer: args.write_buffer.saturating_mul(1 << 20),
+        chunks_per_shard: args.chunks_per_shard.clone(),
+        compactor: match args.compactor {
+            CompactorArg::Auto => CompactorChoice::Auto,
+            CompactorArg::Cpu => CompactorChoice::Cpu,
+            CompactorArg::Gpu => CompactorChoice::Gpu,
+        },
         ..MountOptions::default()
     };
+    if !(args.flush_interval.is_finite() && args.flush_interval > 0.0) {
+        return Err(format!("--flush-interval {} is not a positive number of seconds", args.flush_interval));
+    }
+    opts.flush_interval = Duration::from_secs_f64(args.flush_interval);
+    if args.chunks_per_shard.as_ref().is_some_and(|c| c.contains(&0)) {
+        return Err("--chunks-per-shard needs positive numbers".into());
+    }
     if !(args.ttl.is_finite() && args.ttl >= 0.0) {
         return Err(format!("--ttl {} is not a number of seconds", args.ttl));
     }
@@ -124,10 +162,15 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         .map(str::trim)
     {
         let flag = match opt {
-            ""
-            | "ro"
-            | "rw"
-            | "defaults"
+                        "ro" => {
+                opts.read_only = true;
+                continue;
+            }
+            "rw" => {
+                opts.read_only = false;
+                continue;
+            }
+            "" | "defaults"
             | "_netdev"
             | "nofail"
             | "auto"

@@ -5,6 +5,7 @@
 //! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard).
 
 pub mod cli;
+pub mod compact;
 pub mod daemon;
 pub mod demo;
 pub mod format;

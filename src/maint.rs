@@ -1,1 +1,476 @@
-//! `shardfs verify` and `shardfs compact` (being written).
+//! `shardfs verify` and `shardfs compact`: store-wide maintenance over every sharded
+//! array (the arrays the view presents), one shard at a time under its directory's lock
+//! (`write::recover`), so both can run beside live mounts.
+//!
+//! * `verify` checks every shard's index at every nesting level: it decodes, its
+//!   checksum matches, live chunks lie inside their block and overlap neither each other
+//!   nor the index; leftovers of interrupted updates are reported. `--repair` recovers
+//!   those, and cuts a torn tail (no record) back to the last complete state of an
+//!   append-only shard, found by a backwards search ([`scan`]).
+//! * `compact` rewrites shards whose dead space (bytes no index entry points at) exceeds
+//!   a fraction of the file, keeping every chunk's bytes, the index codecs and location.
+//!
+//! Not owned here: the index layout (`format`), the update protocol (`write::append`).
+
+mod scan;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rustix::fs::OFlags;
+use serde::Serialize;
+
+use crate::format::{self, Node, Presentation, ShardIndex, ShardLayout};
+use crate::info::shard_coords;
+use crate::store::{EntryKind, LocalStore, Store};
+use crate::write::append::{self, Current, ReadError, Source, WriteError};
+use crate::write::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
+
+/// One finding about one shard (store-relative path).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub shard: PathBuf,
+    pub what: String,
+}
+
+/// What `verify` found (and, with `repair`, fixed).
+#[derive(Debug, Default, Serialize)]
+pub struct VerifyReport {
+    pub store: PathBuf,
+    pub arrays: u64,
+    pub shards_checked: u64,
+    pub problem_count: u64,
+    pub repaired_count: u64,
+    /// Problems left (after repair, when repairing).
+    pub problems: Vec<Problem>,
+    /// What repair did: recoveries of interrupted updates, torn tails cut back.
+    pub repaired: Vec<Problem>,
+    /// Sharded arrays whose shards cannot be checked (the view passes them through).
+    pub unchecked_arrays: Vec<Problem>,
+}
+
+impl VerifyReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Dead space of one array, and what `compact` reclaimed of it.
+#[derive(Debug, Default, Serialize)]
+pub struct ArrayCompaction {
+    pub path: PathBuf,
+    pub shards: u64,
+    /// Bytes of its shard files before compaction.
+    pub bytes: u64,
+    /// Dead bytes before compaction.
+    pub dead_bytes: u64,
+    pub shards_rewritten: u64,
+    pub bytes_reclaimed: u64,
+}
+
+/// What `compact` did.
+#[derive(Debug, Default, Serialize)]
+pub struct CompactReport {
+    pub store: PathBuf,
+    pub min_garbage: f64,
+    pub shards_checked: u64,
+    pub shards_rewritten: u64,
+    pub bytes_reclaimed: u64,
+    pub arrays: Vec<ArrayCompaction>,
+    /// Shards left alone because their index is corrupt (see `verify`).
+    pub skipped: Vec<Problem>,
+    /// Interrupted updates recovered on the way.
+    pub recovered: Vec<Problem>,
+}
+
+/// A sharded array of the store, and its shard files.
+struct Array {
+    rel: PathBuf,
+    layout: ShardLayout,
+    shards: Vec<PathBuf>,
+}
+
+/// Every presentable sharded array under the store root (path order); the others that
+/// hold `sharding_indexed` go to `unchecked`.
+fn sharded_arrays(store: &LocalStore, unchecked: &mut Vec<Problem>) -> io::Result<Vec<Array>> {
+    fn walk(
+        store: &LocalStore,
+        dir: PathBuf,
+        out: &mut Vec<Array>,
+        unchecked: &mut Vec<Problem>,
+    ) -> io::Result<()> {
+        if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
+            match format::metadata::parse(&bytes) {
+                Ok(Node::Array(meta)) => {
+                    match &meta.presentation {
+                        Presentation::Sharded(layout) => {
+                            let shards = shard_coords(store, &dir, &meta, layout)
+                                .iter()
+                                .map(|c| dir.join(meta.key_encoding.encode(c)))
+                                .collect();
+                            out.push(Array {
+                                rel: dir,
+                                layout: layout.clone(),
+                                shards,
+                            });
+                        }
+                        Presentation::Unsupported(why) => unchecked.push(Problem {
+                            shard: dir,
+                            what: why.clone(),
+                        }),
+                        Presentation::Plain => {}
+                    }
+                    return Ok(());
+                }
+                Ok(Node::Group) => {}
+                Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
+            }
+        }
+        let mut entries = store.list(&dir)?;
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        for e in entries {
+            if e.kind == EntryKind::Dir {
+                walk(store, dir.join(&e.name), out, unchecked)?;
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(store, PathBuf::new(), &mut out, unchecked)?;
+    Ok(out)
+}
+
+fn progress_bar(show: bool, len: usize, what: &'static str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} shards, {eta} left")
+            .expect("valid template"),
+    );
+    bar.set_message(what);
+    bar
+}
+
+/// The findings of checking one shard as it is (or as if it ended at `len`).
+struct Checked {
+    /// The outermost index itself does not read (the case a torn tail shows).
+    outer_unreadable: bool,
+    problems: Vec<String>,
+    /// Stored chunks at the outermost level.
+    stored: usize,
+}
+
+/// Check the shard in `file` as if it were `len` bytes long, at every nesting level.
+fn check(file: &File, len: u64, layout: &ShardLayout) -> Checked {
+    let mut c = Checked {
+        outer_unreadable: false,
+        problems: Vec::new(),
+        stored: 0,
+    };
+    match check_block(file, layout, 0, 0, len, "", &mut c.problems) {
+        Ok(Some(index)) => c.stored = index.stored(),
+        Ok(None) => c.outer_unreadable = true,
+        Err(e) => c.problems.push(format!("I/O error: {e}")),
+    }
+    c
+}
+
+/// Check the block `base..base+len` as a shard of level `l` (and below); `None` when its
+/// index does not read.
+fn check_block(
+    file: &File,
+    layout: &ShardLayout,
+    l: usize,
+    base: u64,
+    len: u64,
+    at: &str,
+    problems: &mut Vec<String>,
+) -> io::Result<Option<ShardIndex>> {
+    let index = match append::read_index(file, &layout.levels[l], base, len) {
+        Ok(index) => index,
+        Err(ReadError::Index(e)) => {
+            problems.push(format!("{at}index: {e}"));
+            return Ok(None);
+        }
+        Err(ReadError::Io(e)) => return Err(e),
+    };
+    if let Some((a, b)) = overlap(&index) {
+        problems.push(format!("{at}inner chunks {a} and {b} overlap"));
+    }
+    if l + 1 < layout.levels.len() {
+        for (slot, r) in index.entries().iter().enumerate() {
+            if let Some(r) = r {
+                let at = format!("{at}nested shard {slot} (level {}): ", l + 1);
+                check_block(file, layout, l + 1, base + r.offset, r.nbytes, &at, problems)?;
+            }
+        }
+    }
+    Ok(Some(index))
+}
+
+/// Two stored chunks whose bytes overlap. Identical ranges (one chunk's bytes shared by
+/// two slots) read correctly and are allowed; zero-length chunks overlap nothing.
+fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
+    let mut live: Vec<(u64, u64, usize)> = (index.entries().iter().enumerate())
+        .filter_map(|(slot, r)| r.filter(|r| r.nbytes > 0).map(|r| (r.offset, r.end(), slot)))
+        .collect();
+    live.sort_unstable();
+    let mut reach: Option<(u64, u64, usize)> = None;
+    for cur in live {
+        if let Some(prev) = reach {
+            if cur.0 < prev.1 && (cur.0, cur.1) != (prev.0, prev.1) {
+                return Some((prev.2.min(cur.2), prev.2.max(cur.2)));
+            }
+            if cur.1 <= prev.1 {
+                continue;
+            }
+        }
+        reach = Some(cur);
+    }
+    None
+}
+
+/// Check every shard of every sharded array under `root`. With `repair`, first recover
+/// interrupted updates, then cut torn tails back to the last complete state.
+pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport, WriteError> {
+    let mut report = VerifyReport {
+        store: root.to_path_buf(),
+        ..Default::default()
+    };
+    if repair {
+        for (shard, r) in recover::recover_store(root)? {
+            report.repaired.push(Problem {
+                shard,
+                what: r.to_string(),
+            });
+        }
+    } else {
+        for file in recover::pending(root)? {
+            let name = file.to_string_lossy();
+            let (shard, kind) = match name.strip_suffix(APPEND_SUFFIX) {
+                Some(s) => (s.to_string(), "append record of an interrupted append"),
+                None => (
+                    name.strip_suffix(TEMP_SUFFIX).unwrap_or(&name).to_string(),
+                    "temp file of an interrupted rewrite",
+                ),
+            };
+            report.problems.push(Problem {
+                shard: shard.into(),
+                what: format!("leftover {kind}; mount or `verify --repair` recovers it"),
+            });
+        }
+    }
+    let store = LocalStore::open(root).map_err(io_at(root))?;
+    let arrays = sharded_arrays(&store, &mut report.unchecked_arrays).map_err(io_at(root))?;
+    report.arrays = arrays.len() as u64;
+    let bar = progress_bar(progress, arrays.iter().map(|a| a.shards.len()).sum(), "verify");
+    for array in &arrays {
+        for rel in &array.shards {
+            bar.inc(1);
+            report.shards_checked += 1;
+            let mut found = verify_shard(root, rel, &array.layout)?;
+            if repair && found.outer_unreadable {
+                if let Some(what) = repair_tail(root, rel, &array.layout)? {
+                    report.repaired.push(Problem {
+                        shard: rel.clone(),
+                        what,
+                    });
+                    found = verify_shard(root, rel, &array.layout)?;
+                }
+            }
+            for what in found.problems {
+                report.problems.push(Problem {
+                    shard: rel.clone(),
+                    what,
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    report.problem_count = report.problems.len() as u64;
+    report.repaired_count = report.repaired.len() as u64;
+    Ok(report)
+}
+
+/// Check one shard under its directory's shared lock (no update is half-way).
+fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, WriteError> {
+    let (dir_rel, name) = recover::split_rel(rel)?;
+    let file = match ShardDir::open(root, dir_rel, false, Lock::Shared)? {
+        Some(dir) => dir.open_file(name, OFlags::RDONLY, 0)?,
+        None => None,
+    };
+    let Some(file) = file else {
+        // Listed a moment ago, gone now: removed by an update, which is no problem.
+        return Ok(check_nothing());
+    };
+    let len = file.metadata().map_err(io_at(root.join(rel)))?.len();
+    Ok(check(&file, len, layout))
+}
+
+fn check_nothing() -> Checked {
+    Checked {
+        outer_unreadable: false,
+        problems: Vec::new(),
+        stored: 0,
+    }
+}
+
+/// Cut the torn tail of an append-only shard (index at the end, with crc32c) back to the
+/// most recent earlier complete state: the largest `p` such that the shard's first `p`
+/// bytes pass every check and hold a chunk. Never truncates without finding one.
+fn repair_tail(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Option<String>, WriteError> {
+    let level = &layout.levels[0];
+    if level.index_location != format::IndexLocation::End || !level.index_codecs.crc32c {
+        return Ok(None);
+    }
+    let (dir_rel, name) = recover::split_rel(rel)?;
+    let Some(dir) = ShardDir::open(root, dir_rel, false, Lock::Exclusive)? else {
+        return Ok(None);
+    };
+    recover::recover_locked(&dir, name)?;
+    let Some(file) = dir.open_file(name, OFlags::RDWR, 0)? else {
+        return Ok(None);
+    };
+    let path = dir.path_of(name);
+    let len = file.metadata().map_err(io_at(&path))?.len();
+    if !check(&file, len, layout).outer_unreadable {
+        return Ok(None); // changed since it was checked
+    }
+    let candidates = scan::crc_candidates(&file, len, level.index_len()).map_err(io_at(&path))?;
+    for &p in candidates.iter().rev() {
+        let c = check(&file, p, layout);
+        if c.problems.is_empty() && c.stored > 0 {
+            file.set_len(p).map_err(io_at(&path))?;
+            file.sync_all().map_err(io_at(&path))?;
+            log::warn!("{}: torn tail cut from {len} to {p} bytes", path.display());
+            return Ok(Some(format!(
+                "torn tail: truncated from {len} to {p} bytes, its last complete state"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Rewrite every shard whose dead space exceeds `min_garbage` of its file (0 rewrites any
+/// shard with dead bytes), without dead space: the same bytes per slot, chunks in slot
+/// order, the same index codecs and location. Corrupt shards are skipped and reported.
+pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactReport, WriteError> {
+    if !(0.0..1.0).contains(&min_garbage) {
+        return Err(WriteError::BadUpdate(format!(
+            "min_garbage {min_garbage} is not a fraction in [0, 1)"
+        )));
+    }
+    let mut report = CompactReport {
+        store: root.to_path_buf(),
+        min_garbage,
+        ..Default::default()
+    };
+    let store = LocalStore::open(root).map_err(io_at(root))?;
+    let arrays = sharded_arrays(&store, &mut Vec::new()).map_err(io_at(root))?;
+    let bar = progress_bar(progress, arrays.iter().map(|a| a.shards.len()).sum(), "compact");
+    for array in &arrays {
+        let mut stats = ArrayCompaction {
+            path: array.rel.clone(),
+            ..Default::default()
+        };
+        let level = &array.layout.levels[0];
+        for rel in &array.shards {
+            bar.inc(1);
+            report.shards_checked += 1;
+            let (dir_rel, name) = recover::split_rel(rel)?;
+            let Some(dir) = ShardDir::open(root, dir_rel, false, Lock::Exclusive)? else {
+                continue;
+            };
+            for r in recover::recover_locked(&dir, name)? {
+                report.recovered.push(Problem {
+                    shard: rel.clone(),
+                    what: r.to_string(),
+                });
+            }
+            let cur = match Current::read(&dir, name, level) {
+                Ok(cur) => cur,
+                Err(WriteError::Corrupt { err, .. }) => {
+                    report.skipped.push(Problem {
+                        shard: rel.clone(),
+                        what: format!("corrupt index, not compacted: {err}"),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(file) = &cur.file else { continue };
+            let used = cur.index.live_bytes().saturating_add(level.index_len());
+            let dead = cur.len.saturating_sub(used);
+            stats.shards += 1;
+            stats.bytes += cur.len;
+            stats.dead_bytes += dead;
+            if dead == 0 || dead as f64 / cur.len as f64 <= min_garbage {
+                continue;
+            }
+            let sources: Vec<_> = cur.index.entries().iter().map(|e| e.map(Source::Old)).collect();
+            let (_, new_len) = append::rewrite(&dir, name, level, Some(file), &[], &sources)?;
+            stats.shards_rewritten += 1;
+            stats.bytes_reclaimed += cur.len.saturating_sub(new_len);
+        }
+        report.shards_rewritten += stats.shards_rewritten;
+        report.bytes_reclaimed += stats.bytes_reclaimed;
+        report.arrays.push(stats);
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.repaired {
+            writeln!(f, "REPAIRED {}: {}", p.shard.display(), p.what)?;
+        }
+        for p in &self.problems {
+            writeln!(f, "PROBLEM  {}: {}", p.shard.display(), p.what)?;
+        }
+        for p in &self.unchecked_arrays {
+            writeln!(f, "skipped array {}: {}", p.shard.display(), p.what)?;
+        }
+        writeln!(
+            f,
+            "{} arrays, {} shards checked: {} problem{}, {} repaired",
+            self.arrays,
+            self.shards_checked,
+            self.problem_count,
+            if self.problem_count == 1 { "" } else { "s" },
+            self.repaired_count
+        )
+    }
+}
+
+impl fmt::Display for CompactReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in self.recovered.iter().chain(&self.skipped) {
+            writeln!(f, "{}: {}", p.shard.display(), p.what)?;
+        }
+        for a in &self.arrays {
+            writeln!(
+                f,
+                "{}: {} shards, {} bytes, {} dead before; {} shards rewritten, {} bytes reclaimed",
+                a.path.display(),
+                a.shards,
+                a.bytes,
+                a.dead_bytes,
+                a.shards_rewritten,
+                a.bytes_reclaimed
+            )?;
+        }
+        writeln!(
+            f,
+            "{} shards checked, {} rewritten, {} bytes reclaimed (threshold {} dead)",
+            self.shards_checked, self.shards_rewritten, self.bytes_reclaimed, self.min_garbage
+        )
+    }
+}

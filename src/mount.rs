@@ -18,7 +18,10 @@ use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
 use crate::fuse::ShardFs;
 use crate::store::{LocalStore, Store};
+use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
+use crate::view::write_api::{Invalidation, WriteConfig, Writer};
 use crate::view::{View, ViewConfig};
+use fuser::INodeNo;
 
 /// Everything a mount can be told.
 #[derive(Clone, Debug)]
@@ -30,9 +33,29 @@ pub struct MountOptions {
     pub flags: Vec<MountOption>,
     /// How long the kernel caches entries and attributes.
     pub ttl: Duration,
-    /// FUSE worker threads.
+        /// FUSE worker threads.
     pub threads: usize,
     pub view: ViewConfig,
+    /// Refuse writes (`-o ro`).
+    pub read_only: bool,
+    /// Bytes of written chunks held in memory before writers wait for a flush.
+    pub write_buffer: u64,
+    /// Staged chunks older than this are flushed by a timer.
+    pub flush_interval: Duration,
+    /// Inner chunks per shard of arrays created through the mount.
+    pub chunks_per_shard: Option<Vec<u64>>,
+    pub compactor: CompactorChoice,
+}
+
+/// Which compactor packs staged chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CompactorChoice {
+    /// The GPU where one is usable and the batch is large enough to gain, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    /// The GPU; mounting fails without a usable one.
+    Gpu,
 }
 
 impl Default for MountOptions {
@@ -44,7 +67,12 @@ impl Default for MountOptions {
             threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .clamp(2, 16),
-            view: ViewConfig::default(),
+                        view: ViewConfig::default(),
+            read_only: false,
+            write_buffer: 256 << 20,
+            flush_interval: Duration::from_secs(5),
+            chunks_per_shard: None,
+            compactor: CompactorChoice::Auto,
         }
     }
 }
@@ -56,8 +84,12 @@ pub enum MountError {
     Store { path: PathBuf, source: io::Error },
     #[error("mount point {path}: {why}")]
     MountPoint { path: PathBuf, why: String },
-    #[error("cannot mount at {path}: {source}")]
+        #[error("cannot mount at {path}: {source}")]
     Fuse { path: PathBuf, source: io::Error },
+    #[error("--compactor gpu: {0}")]
+    NoGpu(String),
+    #[error("recovering torn shard updates in {path}: {why}")]
+    Recovery { path: PathBuf, why: String },
 }
 
 /// A live mount; unmounts when dropped.
@@ -65,6 +97,8 @@ pub struct Mount {
     session: Option<BackgroundSession>,
     mountpoint: PathBuf,
     view: Arc<View>,
+    /// Stops the flush timer when dropped.
+    timer: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
 }
 
 impl Mount {
@@ -90,22 +124,41 @@ impl Mount {
             });
         }
         let fsname = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
-        let store: Arc<dyn Store> = Arc::new(local);
-        let view =
-            Arc::new(
-                View::new(store, opts.view.clone()).map_err(|source| MountError::Store {
-                    path: fsname.clone(),
-                    source,
-                })?,
-            );
+                let store: Arc<dyn Store> = Arc::new(local);
+        let writer = if opts.read_only {
+            None
+        } else {
+            // A crash may have left a shard update half done: finish or undo it first.
+            let done = crate::write::recover::recover_store(&fsname).map_err(|e| MountError::Recovery {
+                path: fsname.clone(),
+                why: e.to_string(),
+            })?;
+            for (shard, what) in done {
+                log::warn!("recovered {}: {what:?}", shard.display());
+            }
+            let compactor = make_compactor(opts.compactor)?;
+            log::info!("compactor: {}", compactor.name());
+            Some(Writer::new(WriteConfig {
+                root: fsname.clone(),
+                write_buffer: opts.write_buffer,
+                chunks_per_shard: opts.chunks_per_shard.clone(),
+                shard_target_bytes: 64 << 20,
+                compactor,
+            }))
+        };
+        let view = Arc::new(View::with_writer(store, opts.view.clone(), writer).map_err(|source| MountError::Store {
+            path: fsname.clone(),
+            source,
+        })?);
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname.display().to_string()),
             MountOption::Subtype("shardfs".into()),
             MountOption::DefaultPermissions,
-            // Writes arrive with the write path; until then the mount is read-only.
-            MountOption::RO,
-        ];
+                    ];
+        if opts.read_only {
+            config.mount_options.push(MountOption::RO);
+        }
         config.mount_options.extend(opts.flags.iter().cloned());
         config.acl = if opts.allow_other {
             SessionACL::All
@@ -120,11 +173,39 @@ impl Mount {
                 path: mountpoint.to_path_buf(),
                 source,
             })?;
-        log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
+                log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
+        let timer = view.write_side().map(|w| {
+            let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
+            w.set_invalidations(tx);
+            let notifier = session.notifier();
+            std::thread::spawn(move || {
+                for i in rx {
+                    // The kernel may not know the entry any more; that is fine.
+                    let _ = match i {
+                        Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
+                        Invalidation::Entry { parent, name } => notifier.inval_entry(INodeNo(parent), &name),
+                    };
+                }
+            });
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            let weak = Arc::downgrade(&view);
+            let interval = opts.flush_interval;
+            let tick = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            let handle = std::thread::spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(tick) {
+                    match weak.upgrade() {
+                        Some(v) => v.flush_idle(interval),
+                        None => return,
+                    }
+                }
+            });
+            (stop_tx, handle)
+        });
         Ok(Mount {
             session: Some(session),
             mountpoint: mountpoint.to_path_buf(),
             view,
+            timer,
         })
     }
 
@@ -146,14 +227,24 @@ impl Mount {
         self.finish()
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+        fn finish(&mut self) -> io::Result<()> {
+        if let Some((stop, handle)) = self.timer.take() {
+            drop(stop);
+            let _ = handle.join();
+        }
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        if session.guard.is_finished() {
-            return session.join();
-        }
-        session.umount_and_join()
+        // Everything staged is made durable before the mount goes away (the session's
+        // `destroy` flushes again whatever arrives meanwhile).
+        let flushed = self.view.flush_all();
+                let ended = if session.guard.is_finished() {
+            session.join()
+        } else {
+            session.umount_and_join()
+        };
+        flushed.map_err(|e| io::Error::other(e.to_string()))?;
+        ended
     }
 }
 
@@ -196,4 +287,12 @@ pub fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
             path.display()
         )))
     }
+}
+
+fn make_compactor(choice: CompactorChoice) -> Result<Arc<dyn Compactor>, MountError> {
+    Ok(match choice {
+        CompactorChoice::Cpu => Arc::new(CpuCompactor::new()),
+        CompactorChoice::Gpu => Arc::new(GpuCompactor::new().map_err(|e| MountError::NoGpu(e.to_string()))?),
+        CompactorChoice::Auto => Arc::new(AutoCompactor::new()),
+    })
 }

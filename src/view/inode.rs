@@ -101,6 +101,46 @@ impl InodeTable {
         }
     }
 
+    /// Replace the node of whatever inode `path` has now.
+    pub fn update_path(&self, path: &Path, node: Node) {
+        let mut inner = self.inner.write();
+        if let Some(&ino) = inner.by_path.get(path)
+            && let Some(e) = inner.by_ino.get_mut(&ino)
+        {
+            e.node = node;
+        }
+    }
+
+    /// `path` no longer names its inode (unlinked); the inode lives until forgotten.
+    pub fn detach(&self, path: &Path) {
+        self.inner.write().by_path.remove(path);
+    }
+
+    /// The inode at `from` now lives at `to` as `node` (a rename); whatever was at `to`
+    /// is detached.
+    pub fn rename(&self, from: &Path, to: PathBuf, node: Node) {
+        let mut inner = self.inner.write();
+        let Some(ino) = inner.by_path.remove(from) else {
+            return;
+        };
+        inner.by_path.insert(to.clone(), ino);
+        if let Some(e) = inner.by_ino.get_mut(&ino) {
+            e.path = to;
+            e.node = node;
+        }
+    }
+
+    /// Inodes whose path is `prefix` or below it.
+    pub fn under(&self, prefix: &Path) -> Vec<(u64, PathBuf)> {
+        self.inner
+            .read()
+            .by_ino
+            .iter()
+            .filter(|(_, e)| e.path.starts_with(prefix))
+            .map(|(&ino, e)| (ino, e.path.clone()))
+            .collect()
+    }
+
     /// The kernel dropped `n` lookups of `ino`.
     pub fn forget(&self, ino: u64, n: u64) {
         if ino == ROOT_INO {

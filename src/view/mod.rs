@@ -13,6 +13,7 @@
 mod inode;
 mod listing;
 pub mod node;
+mod write;
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -28,6 +29,11 @@ use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
 pub use inode::ROOT_INO;
 pub use node::{Attr, DirEntry, Kind, Node, ShardedArray};
+pub use write::{WriteConfig, Writer};
+/// The write side's types, for the mount.
+pub mod write_api {
+    pub use super::write::{Invalidation, WriteConfig, Writer};
+}
 
 /// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
 const MAX_METADATA_BYTES: u64 = 16 << 20;
@@ -51,6 +57,18 @@ pub enum ViewError {
     Shard { shard: PathBuf, err: ShardError },
     #[error("{0}")]
     Io(#[from] io::Error),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("already exists")]
+    Exists,
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("write buffer full")]
+    NoSpace,
+    #[error("flush failed: {0}")]
+    Flush(String),
 }
 
 impl ViewError {
@@ -63,6 +81,12 @@ impl ViewError {
             ViewError::StaleInode(_) | ViewError::StaleHandle(_) => libc::ESTALE,
             ViewError::Shard { .. } => libc::EIO,
             ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            ViewError::Invalid(_) => libc::EINVAL,
+            ViewError::NotEmpty => libc::ENOTEMPTY,
+            ViewError::Exists => libc::EEXIST,
+            ViewError::Unsupported(_) => libc::EXDEV,
+            ViewError::NoSpace => libc::ENOSPC,
+            ViewError::Flush(_) => libc::EIO,
         }
     }
 }
@@ -93,11 +117,27 @@ type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
 /// An open file.
 enum Handle {
     Store(Box<dyn StoreFile>),
+    /// A store file open for writing (outside arrays' key namespaces).
+        StoreRw(std::fs::File, PathBuf),
     Bytes(Arc<Vec<u8>>),
-    Chunk {
-        shard: Arc<Shard>,
-        range: ChunkRange,
-    },
+    Chunk { shard: Arc<Shard>, range: ChunkRange },
+    /// An in-memory file.
+    Scratch { ino: u64, node: Node, file: Arc<Mutex<write::Scratch>> },
+}
+
+/// Where a chunk's bytes are now.
+enum ChunkData {
+    Shard(Arc<Shard>, ChunkRange),
+    Staged(Arc<Vec<u8>>),
+}
+
+impl ChunkData {
+    fn len(&self) -> u64 {
+        match self {
+            ChunkData::Shard(_, r) => r.nbytes,
+            ChunkData::Staged(b) => b.len() as u64,
+        }
+    }
 }
 
 /// What `open` tells the adapter.
@@ -119,11 +159,21 @@ pub struct View {
     served: Mutex<std::collections::HashMap<u64, Served>>,
     warned: Mutex<HashSet<PathBuf>>,
     /// Listings of open directories, so that `readdir` offsets stay consistent.
-    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
+        dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
+    /// The current metadata of every sharded array met so far, by store path: nodes
+    /// carry the array as it was when looked up and refresh it from here.
+    arrays: parking_lot::RwLock<std::collections::HashMap<PathBuf, Arc<ShardedArray>>>,
+    /// The write side; `None` for a read-only view.
+    writer: Option<Writer>,
 }
 
 impl View {
-    pub fn new(store: Arc<dyn Store>, config: ViewConfig) -> io::Result<View> {
+        pub fn new(store: Arc<dyn Store>, config: ViewConfig) -> io::Result<View> {
+        Self::with_writer(store, config, None)
+    }
+
+    /// A view that accepts writes through `writer`.
+    pub fn with_writer(store: Arc<dyn Store>, config: ViewConfig, writer: Option<Writer>) -> io::Result<View> {
         let root_meta = store
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
@@ -137,7 +187,9 @@ impl View {
             next_fh: AtomicU64::new(1),
             served: Mutex::new(Default::default()),
             warned: Mutex::new(HashSet::new()),
-            dirs: Mutex::new(Default::default()),
+                        dirs: Mutex::new(Default::default()),
+            arrays: Default::default(),
+            writer,
         };
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
@@ -162,7 +214,7 @@ impl View {
     /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
         let (path, node) = self.node(parent)?;
-        let child = self.child(&node, name)?.ok_or(ViewError::NotFound)?;
+                let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
         let attr_node = child.clone();
         let ino = self.inodes.intern(path.join(name), child);
         match self.attr(ino, &attr_node) {
@@ -210,23 +262,45 @@ impl View {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
-            Node::ArrayMeta { array } => {
+                        Node::ArrayMeta { array } => {
+                let array = self.current(array);
                 Attr::from_meta(ino, Kind::File, array.json.len() as u64, &array.json_meta)
             }
             Node::Chunk { array, coords } => {
-                let (shard, range) = self.chunk(array, coords, false)?;
-                let mut m = *shard.meta().unwrap_or(&array.dir_meta);
+                let array = self.current(array);
+                let data = self.chunk(&array, coords, false)?;
+                let mut m = match &data {
+                    ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
+                    ChunkData::Staged(_) => array.dir_meta,
+                };
                 m.perm = array.json_meta.perm;
-                Attr::from_meta(ino, Kind::File, range.nbytes, &m)
+                Attr::from_meta(ino, Kind::File, data.len(), &m)
+            }
+            Node::Scratch { path, array, .. } => {
+                let len = self.writer()?.scratch_len(path).ok_or(ViewError::NotFound)?;
+                let mut m = array.dir_meta;
+                m.perm = array.json_meta.perm;
+                Attr::from_meta(ino, Kind::File, len, &m)
             }
         })
     }
 
     /// The child node `name` of `node`, `None` if there is none.
-    fn child(&self, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) = (&self.writer, node) {
+            let child = path.join(name);
+            if w.scratch_len(&child).is_some() {
+                let parent = match node {
+                    Node::KeyDir { coords, .. } => Some(coords.clone()),
+                    _ => None,
+                };
+                return Ok(Some(Node::Scratch { path: child, array: self.current(array), parent }));
+            }
+        }
         match node {
             Node::Dir { rel } => self.store_child(rel, name),
             Node::ArrayDir { array } => {
+                let array = &self.current(array);
                 if name == "zarr.json" {
                     return Ok(Some(Node::ArrayMeta {
                         array: array.clone(),
@@ -240,7 +314,8 @@ impl View {
                     None => self.store_child(&array.rel, name),
                 }
             }
-            Node::KeyDir { array, coords } => {
+                        Node::KeyDir { array, coords } => {
+                let array = &self.current(array);
                 let kp = name
                     .to_str()
                     .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
@@ -252,7 +327,8 @@ impl View {
             Node::File { .. }
             | Node::Symlink { .. }
             | Node::ArrayMeta { .. }
-            | Node::Chunk { .. } => Err(ViewError::NotDir),
+                        | Node::Chunk { .. }
+            | Node::Scratch { .. } => Err(ViewError::NotDir),
         }
     }
 
@@ -279,7 +355,8 @@ impl View {
                     .all(|(c, n)| c < n);
                 let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
                 let exists = in_grid
-                    && matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir);
+                    && (matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir)
+                        || self.writer.as_ref().is_some_and(|w| w.has_keys_under(array, &coords)));
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,
@@ -297,19 +374,17 @@ impl View {
     }
 
     /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
-    fn chunk(
-        &self,
-        array: &ShardedArray,
-        coords: &[u64],
-        revalidate: bool,
-    ) -> Result<(Arc<Shard>, ChunkRange)> {
+        fn chunk(&self, array: &ShardedArray, coords: &[u64], revalidate: bool) -> Result<ChunkData> {
+        if let Some(staged) = self.writer.as_ref().and_then(|w| w.staging.get(&array.rel, coords)) {
+            return staged.map(ChunkData::Staged).ok_or(ViewError::NotFound);
+        }
         let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
         let rel = array.shard_rel(&loc.shard);
         let shard = self
             .shards
             .get(self.store.as_ref(), &rel, &array.layout, revalidate);
         match shard.chunk(&array.layout, &loc) {
-            Ok(Some(range)) => Ok((shard, range)),
+                        Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
             Ok(None) => Err(ViewError::NotFound),
             Err(err) => Err(ViewError::Shard { shard: rel, err }),
         }
@@ -318,8 +393,10 @@ impl View {
     /// What a store directory is: a presentable sharded array, or a plain directory.
     fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
         match self.load_array(&rel, dir_meta) {
-            Ok(Some(array)) => Node::ArrayDir {
-                array: Arc::new(array),
+                        Ok(Some(array)) => {
+                let array = Arc::new(array);
+                self.arrays.write().insert(rel, array.clone());
+                Node::ArrayDir { array }
             },
             Ok(None) => Node::Dir { rel },
             Err(why) => {
@@ -375,22 +452,33 @@ impl View {
     // ----- files -----------------------------------------------------------------------
 
     /// Open a file for reading. `write` asks for write access.
-    pub fn open(&self, ino: u64, write: bool) -> Result<Opened> {
+        pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
+        let (path, node) = self.node(ino)?;
         if write {
-            return Err(ViewError::ReadOnly);
+            let handle = self.open_for_write(ino, &path, &node, truncate)?;
+            return Ok(self.add_handle(handle, false));
         }
-        let (_, node) = self.node(ino)?;
         let (handle, keep_cache) = match node {
             Node::File { rel } => (
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
                 false,
             ),
-            Node::ArrayMeta { array } => (Handle::Bytes(array.json.clone()), true),
-            Node::Chunk { array, coords } => {
-                let (shard, range) = self.chunk(&array, &coords, true)?;
-                let now = (range, shard.meta().map(EntryMeta::version));
-                let keep = self.served.lock().insert(ino, now) == Some(now);
-                (Handle::Chunk { shard, range }, keep)
+                        Node::ArrayMeta { array } => (Handle::Bytes(self.current(&array).json.clone()), false),
+            Node::Chunk { array, coords } => match self.chunk(&self.current(&array), &coords, true)? {
+                ChunkData::Shard(shard, range) => {
+                    let now = (range, shard.meta().map(EntryMeta::version));
+                    let keep = self.served.lock().insert(ino, now) == Some(now);
+                    (Handle::Chunk { shard, range }, keep)
+                }
+                ChunkData::Staged(bytes) => {
+                    self.served.lock().remove(&ino);
+                    (Handle::Bytes(bytes), false)
+                }
+            },
+            Node::Scratch { ref path, .. } => {
+                let file = self.writer()?.scratch(path).ok_or(ViewError::NotFound)?;
+                file.lock().opens += 1;
+                (Handle::Scratch { ino, node: node.clone(), file }, false)
             }
             Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
                 return Err(ViewError::IsDir);
@@ -399,9 +487,13 @@ impl View {
                 return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
         };
+                Ok(self.add_handle(handle, keep_cache))
+    }
+
+    fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, handle);
-        Ok(Opened { fh, keep_cache })
+        Opened { fh, keep_cache }
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
@@ -424,21 +516,45 @@ impl View {
                 buf.truncate(n);
                 Ok(buf)
             }
-            Handle::Chunk { shard, range } => {
+                        Handle::Chunk { shard, range } => {
                 let (shard, range) = (shard.clone(), *range);
                 drop(handles);
-                shard
-                    .read(range, offset, size)
-                    .map_err(|err| ViewError::Shard {
-                        shard: shard.rel().to_path_buf(),
-                        err,
-                    })
+                shard.read(range, offset, size).map_err(|err| ViewError::Shard {
+                    shard: shard.rel().to_path_buf(),
+                    err,
+                })
+            }
+                        Handle::StoreRw(f, _) => {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0; size as usize];
+                let n = f.read_at(&mut buf, offset)?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Handle::Scratch { file, .. } => {
+                let f = file.lock();
+                let start = (offset.min(f.data.len() as u64)) as usize;
+                let end = (start + size as usize).min(f.data.len());
+                Ok(f.data[start..end].to_vec())
             }
         }
     }
 
-    pub fn release(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+    /// Close a file; a written chunk is committed (staged) when its last handle closes.
+    pub fn release(&self, fh: u64) -> Result<()> {
+        let handle = self.handles.lock().remove(&fh);
+        match handle {
+            Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
+                        Some(Handle::StoreRw(f, rel)) => {
+                drop(f);
+                // `cp -r` of an unsharded array writes its zarr.json in place.
+                if rel.file_name() == Some(OsStr::new("zarr.json")) {
+                    self.adopt_new_array(rel.parent().unwrap_or(Path::new("")))?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     // ----- directories -----------------------------------------------------------------
@@ -485,6 +601,9 @@ impl View {
             Node::KeyDir { array, coords } => self.list_keys(array, coords)?,
             _ => return Err(ViewError::NotDir),
         };
+                if self.writer.is_some() {
+            entries.extend(self.written_entries(&path, &node));
+        }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         entries.dedup_by(|a, b| a.name == b.name);
         for e in &mut entries {

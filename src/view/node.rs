@@ -79,10 +79,17 @@ pub enum Node {
         array: Arc<ShardedArray>,
         coords: Vec<u64>,
     },
-    /// One stored inner chunk.
+    /// One stored (or staged) inner chunk.
     Chunk {
         array: Arc<ShardedArray>,
         coords: Vec<u64>,
+    },
+    /// An in-memory file in an array's namespace (a writer's temporary file, or a chunk
+    /// open for writing): `parent` is the key directory it is in (`None`: the array dir).
+    Scratch {
+        path: PathBuf,
+        array: Arc<ShardedArray>,
+        parent: Option<Vec<u64>>,
     },
 }
 
@@ -98,7 +105,7 @@ impl Node {
     pub fn kind(&self) -> Kind {
         match self {
             Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => Kind::Dir,
-            Node::File { .. } | Node::ArrayMeta { .. } | Node::Chunk { .. } => Kind::File,
+            Node::File { .. } | Node::ArrayMeta { .. } | Node::Chunk { .. } | Node::Scratch { .. } => Kind::File,
             Node::Symlink { .. } => Kind::Symlink,
         }
     }

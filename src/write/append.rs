@@ -1,1 +1,533 @@
-//! Crash-safe shard updates (being written).
+//! Crash-safe updates of one shard: a batch of inner-chunk changes becomes durable as a
+//! whole or not at all (protocol in `docs/FORMAT.md`, "Writes: the append protocol").
+//!
+//! * Index at the end and the shard exists: **append** (ZEP 2, "Append-only"). The new
+//!   chunk bytes and a fresh index go after the last byte; the old bytes stay as dead
+//!   space, the prefix of the file never changes. A recovery record
+//!   (`<shard>.shardfs-append`, see [`super::recover`]) is made durable first, so that
+//!   a torn tail can be told apart from a finished append and cut off.
+//! * New shard, or index at the start: **rewrite** the whole shard into
+//!   `<shard>.shardfs-tmp` and rename it over the shard.
+//! * No chunk left: the shard file is removed.
+//!
+//! Everything happens under the exclusive lock of the shard's directory, after recovery
+//! of a crashed earlier update, on the shard as it is on disk (never a cached index).
+//! This module does not own staging or when to flush (the rest of `write`), nor the
+//! index byte layout (`format::index`).
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::OFlags;
+
+use super::recover::{
+    self, APPEND_SUFFIX, AppendRecord, Lock, Recovery, ShardDir, TEMP_SUFFIX, io_at, sibling,
+};
+use crate::format::index::{IndexLocation, index_region};
+use crate::format::{ChunkRange, IndexError, ShardIndex, ShardLevel};
+
+/// One inner-chunk slot change of a shard: new bytes (a range of the `packed` buffer
+/// given to [`apply`]) or deletion (`None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkUpdate {
+    /// Row-major slot in the outermost level's index.
+    pub slot: usize,
+    pub data: Option<Range<usize>>,
+}
+
+/// What [`apply`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// The index now on disk (all empty when the shard was removed).
+    pub index: ShardIndex,
+    pub old_len: u64,
+    pub new_len: u64,
+    /// Bytes written to the shard (appended, or the whole rewritten shard).
+    pub bytes_written: u64,
+    /// No shard file exists any more: it holds no chunk.
+    pub removed: bool,
+    /// The shard was written whole and renamed into place (new shard, index at start).
+    pub rewritten: bool,
+    /// What recovery of an earlier, interrupted update of this shard did first.
+    pub recovered: Vec<Recovery>,
+}
+
+/// Why a shard update (or a maintenance command) failed. A failed update leaves the
+/// shard as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    /// The shard's current index does not read; shardfs does not build on it.
+    #[error("{}: refusing to change a shard whose index is corrupt: {err}", path.display())]
+    Corrupt { path: PathBuf, err: IndexError },
+    #[error("invalid chunk update: {0}")]
+    BadUpdate(String),
+    #[error("{}: not a relative path of plain components", .0.display())]
+    BadPath(PathBuf),
+}
+
+impl WriteError {
+    /// The errno a file system call failing with this error reports.
+    pub fn errno(&self) -> i32 {
+        match self {
+            WriteError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            WriteError::Corrupt { .. } => libc::EIO,
+            WriteError::BadUpdate(_) | WriteError::BadPath(_) => libc::EINVAL,
+        }
+    }
+}
+
+/// Where the bytes of one slot of a shard being written come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A chunk of the current shard file.
+    Old(ChunkRange),
+    /// A range of the caller's buffer.
+    New(Range<usize>),
+}
+
+/// Apply `updates` to the shard file `root/rel` (outermost sharding level `level`),
+/// creating it (and its directories) if absent. Later updates of a slot win. On `Ok`
+/// the new state is durable; on `Err` the shard is unchanged.
+pub fn apply(
+    root: &Path,
+    rel: &Path,
+    level: &ShardLevel,
+    packed: &[u8],
+    updates: &[ChunkUpdate],
+) -> Result<AppendOutcome, WriteError> {
+    let (dir_rel, name) = recover::split_rel(rel)?;
+    let n = usize::try_from(level.n_chunks())
+        .map_err(|_| WriteError::BadUpdate("index too large".into()))?;
+    for u in updates {
+        if u.slot >= n {
+            return Err(WriteError::BadUpdate(format!(
+                "slot {} of a shard with {n} chunks",
+                u.slot
+            )));
+        }
+        if let Some(r) = &u.data
+            && (r.start > r.end || r.end > packed.len())
+        {
+            return Err(WriteError::BadUpdate(format!(
+                "bytes {r:?} of a {}-byte buffer",
+                packed.len()
+            )));
+        }
+    }
+    // Only new bytes create directories; deletions in a missing directory are no-ops.
+    let create = updates.iter().any(|u| u.data.is_some());
+    let Some(dir) = ShardDir::open(root, dir_rel, create, Lock::Exclusive)? else {
+        return Ok(AppendOutcome {
+            index: ShardIndex::empty(n),
+            old_len: 0,
+            new_len: 0,
+            bytes_written: 0,
+            removed: true,
+            rewritten: false,
+            recovered: Vec::new(),
+        });
+    };
+    let recovered = recover::recover_locked(&dir, name)?;
+    let cur = Current::read(&dir, name, level)?;
+    let mut outcome = AppendOutcome {
+        index: cur.index.clone(),
+        old_len: cur.len,
+        new_len: cur.len,
+        bytes_written: 0,
+        removed: cur.file.is_none(),
+        rewritten: false,
+        recovered,
+    };
+    let mut sources: Vec<Option<Source>> = cur
+        .index
+        .entries()
+        .iter()
+        .map(|e| e.map(Source::Old))
+        .collect();
+    let mut changed = false;
+    for u in updates {
+        changed |= u.data.is_some() || sources[u.slot].is_some();
+        sources[u.slot] = u.data.clone().map(Source::New);
+    }
+    if !changed {
+        return Ok(outcome);
+    }
+    if sources.iter().all(Option::is_none) {
+        dir.remove(name)?;
+        dir.sync()?;
+        outcome.index = ShardIndex::empty(n);
+        outcome.new_len = 0;
+        outcome.removed = true;
+        return Ok(outcome);
+    }
+    outcome.removed = false;
+    match (&cur.file, level.index_location) {
+        (Some(file), IndexLocation::End) => {
+            let (index, new_len) = append(&dir, name, file, cur.len, level, packed, &sources)?;
+            outcome.bytes_written = new_len - cur.len;
+            outcome.index = index;
+            outcome.new_len = new_len;
+        }
+        (old, _) => {
+            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), packed, &sources)?;
+            outcome.bytes_written = new_len;
+            outcome.index = index;
+            outcome.new_len = new_len;
+            outcome.rewritten = true;
+        }
+    }
+    Ok(outcome)
+}
+
+/// A shard as it is on disk, read under its directory's lock.
+pub(crate) struct Current {
+    pub file: Option<File>,
+    pub len: u64,
+    pub index: ShardIndex,
+}
+
+impl Current {
+    /// Absent file: an all-empty index. A corrupt index is [`WriteError::Corrupt`].
+    pub(crate) fn read(
+        dir: &ShardDir,
+        name: &OsStr,
+        level: &ShardLevel,
+    ) -> Result<Current, WriteError> {
+        let path = dir.path_of(name);
+        let Some(file) = dir.open_file(name, OFlags::RDWR, 0)? else {
+            return Ok(Current {
+                file: None,
+                len: 0,
+                index: ShardIndex::empty(level.n_chunks() as usize),
+            });
+        };
+        let len = file.metadata().map_err(io_at(&path))?.len();
+        match read_index(&file, level, 0, len) {
+            Ok(index) => Ok(Current {
+                file: Some(file),
+                len,
+                index,
+            }),
+            Err(ReadError::Io(e)) => Err(io_at(path)(e)),
+            Err(ReadError::Index(err)) => Err(WriteError::Corrupt { path, err }),
+        }
+    }
+}
+
+pub(crate) enum ReadError {
+    Io(io::Error),
+    Index(IndexError),
+}
+
+/// Read, decode and validate the `level` index of the block `base..base+len` of `file`.
+pub(crate) fn read_index(
+    file: &File,
+    level: &ShardLevel,
+    base: u64,
+    len: u64,
+) -> Result<ShardIndex, ReadError> {
+    let n = level.n_chunks();
+    let index_len = level
+        .index_codecs
+        .encoded_len(n)
+        .ok_or(ReadError::Index(IndexError::TooLarge { n_chunks: n }))?;
+    let (start, end) =
+        index_region(level.index_location, len, index_len).map_err(ReadError::Index)?;
+    let mut buf = vec![0; index_len as usize];
+    file.read_exact_at(&mut buf, base + start)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => ReadError::Index(IndexError::Truncated {
+                len,
+                need: index_len,
+            }),
+            _ => ReadError::Io(e),
+        })?;
+    let index = ShardIndex::decode(&buf, level.index_codecs, n).map_err(ReadError::Index)?;
+    index.validate(len, start, end).map_err(ReadError::Index)?;
+    Ok(index)
+}
+
+/// Append the new chunk bytes and index to `file`: record, write, fsync, drop record.
+fn append(
+    dir: &ShardDir,
+    name: &OsStr,
+    file: &File,
+    old_len: u64,
+    level: &ShardLevel,
+    packed: &[u8],
+    sources: &[Option<Source>],
+) -> Result<(ShardIndex, u64), WriteError> {
+    // Only the span of `packed` this shard's updates use is written (a caller may pass one
+    // buffer for many shards); a gap inside it becomes dead space.
+    let news = sources.iter().flatten().filter_map(|s| match s {
+        Source::New(r) => Some(r),
+        Source::Old(_) => None,
+    });
+    let lo = news.clone().map(|r| r.start).min().unwrap_or(0);
+    let hi = news.map(|r| r.end).max().unwrap_or(lo);
+    let data = &packed[lo..hi];
+    let entries = sources
+        .iter()
+        .map(|s| match s {
+            None => None,
+            Some(Source::Old(r)) => Some(*r),
+            Some(Source::New(r)) => Some(ChunkRange {
+                offset: old_len + (r.start - lo) as u64,
+                nbytes: r.len() as u64,
+            }),
+        })
+        .collect();
+    let index = ShardIndex::from_entries(entries);
+    let encoded = index.encode(level.index_codecs);
+    let new_len = old_len + data.len() as u64 + encoded.len() as u64;
+    let record = AppendRecord {
+        old_len,
+        new_len,
+        tail_crc: crc32c::crc32c_append(crc32c::crc32c(data), &encoded),
+    };
+    let rec_name = sibling(name, APPEND_SUFFIX);
+    let path = dir.path_of(name);
+    let rec_path = dir.path_of(&rec_name);
+
+    // 1. The record is durable before the shard is touched.
+    let rec_file = dir
+        .open_file(
+            &rec_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+            0o644,
+        )?
+        .expect("created");
+    let wrote = rec_file
+        .write_all_at(&record.encode(), 0)
+        .and_then(|()| rec_file.sync_all())
+        .map_err(io_at(&rec_path))
+        .and_then(|()| dir.sync());
+    drop(rec_file);
+    if let Err(e) = wrote {
+        let _ = dir.remove(&rec_name);
+        return Err(e);
+    }
+
+    // 2. Chunk bytes, then the index, after the last byte; fsync. This is the commit.
+    let wrote = file
+        .write_all_at(data, old_len)
+        .and_then(|()| file.write_all_at(&encoded, old_len + data.len() as u64))
+        .and_then(|()| file.sync_all());
+    if let Err(e) = wrote {
+        // Undo now rather than at the next recovery; if that fails too, the record stays
+        // and recovery rolls back later.
+        let undone = file
+            .set_len(old_len)
+            .and_then(|()| file.sync_all())
+            .map_err(io_at(&path))
+            .and_then(|()| dir.remove(&rec_name))
+            .and_then(|_| dir.sync());
+        if let Err(u) = undone {
+            log::error!(
+                "{}: append failed and was not undone yet: {u}",
+                path.display()
+            );
+        }
+        return Err(io_at(path)(e));
+    }
+
+    // 3. The record goes. Failing here loses nothing: the append is durable, and recovery
+    //    finds a record whose append completed.
+    if let Err(e) = dir.remove(&rec_name).and_then(|_| dir.sync()) {
+        log::warn!("{}: append done, record not removed: {e}", path.display());
+    }
+    Ok((index, new_len))
+}
+
+/// The index of a shard holding the chunks of `sizes` (per slot) packed in slot order,
+/// the index at `level.index_location`. The same layout as
+/// [`crate::format::index::assemble_shard`] (a test pins that), without holding the
+/// chunk bytes in memory.
+pub(crate) fn packed_index(
+    level: &ShardLevel,
+    sizes: impl Iterator<Item = Option<u64>>,
+) -> ShardIndex {
+    let mut at = match level.index_location {
+        IndexLocation::Start => level.index_len(),
+        IndexLocation::End => 0,
+    };
+    ShardIndex::from_entries(
+        sizes
+            .map(|s| {
+                s.map(|nbytes| {
+                    let r = ChunkRange { offset: at, nbytes };
+                    at += nbytes;
+                    r
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Write the shard of `sources` (chunks in slot order, no dead space) to
+/// `<name>.shardfs-tmp`, fsync it and rename it over `name`. The old shard stays intact
+/// until the rename. Returns the new index and length.
+pub(crate) fn rewrite(
+    dir: &ShardDir,
+    name: &OsStr,
+    level: &ShardLevel,
+    old: Option<&File>,
+    packed: &[u8],
+    sources: &[Option<Source>],
+) -> Result<(ShardIndex, u64), WriteError> {
+    let size = |s: &Source| match s {
+        Source::Old(r) => r.nbytes,
+        Source::New(r) => r.len() as u64,
+    };
+    let index = packed_index(level, sources.iter().map(|s| s.as_ref().map(size)));
+    let encoded = index.encode(level.index_codecs);
+    let new_len = encoded.len() as u64 + sources.iter().flatten().map(size).sum::<u64>();
+    let tmp_name = sibling(name, TEMP_SUFFIX);
+    let tmp_path = dir.path_of(&tmp_name);
+    let tmp = dir
+        .open_file(
+            &tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+            0o666,
+        )?
+        .expect("created");
+    let written = (|| -> io::Result<()> {
+        if let Some(old) = old {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = old.metadata()?.permissions().mode() & 0o7777;
+            tmp.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        let mut out = BufWriter::with_capacity(1 << 20, &tmp);
+        if level.index_location == IndexLocation::Start {
+            out.write_all(&encoded)?;
+        }
+        let mut buf = Vec::new();
+        for s in sources.iter().flatten() {
+            match s {
+                Source::New(r) => out.write_all(&packed[r.clone()])?,
+                Source::Old(r) => {
+                    let old = old.ok_or(io::ErrorKind::NotFound)?;
+                    let mut at = r.offset;
+                    while at < r.end() {
+                        buf.resize((r.end() - at).min(1 << 20) as usize, 0);
+                        old.read_exact_at(&mut buf, at)?;
+                        out.write_all(&buf)?;
+                        at += buf.len() as u64;
+                    }
+                }
+            }
+        }
+        if level.index_location == IndexLocation::End {
+            out.write_all(&encoded)?;
+        }
+        out.flush()?;
+        drop(out);
+        tmp.sync_all()
+    })()
+    .map_err(io_at(&tmp_path))
+    .and_then(|()| dir.rename(&tmp_name, name))
+    .and_then(|()| dir.sync());
+    if let Err(e) = written {
+        let _ = dir.remove(&tmp_name);
+        return Err(e);
+    }
+    Ok((index, new_len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::index::assemble_shard;
+    use crate::format::{Endian, IndexCodecs};
+
+    fn level(location: IndexLocation, crc32c: bool) -> ShardLevel {
+        ShardLevel {
+            chunk_shape: vec![2],
+            chunks_per_shard: vec![4],
+            index_codecs: IndexCodecs {
+                endian: Endian::Little,
+                crc32c,
+            },
+            index_location: location,
+        }
+    }
+
+    fn upd(slot: usize, data: Option<Range<usize>>) -> ChunkUpdate {
+        ChunkUpdate { slot, data }
+    }
+
+    #[test]
+    fn packed_index_matches_assemble_shard() {
+        for location in [IndexLocation::Start, IndexLocation::End] {
+            let l = level(location, true);
+            let chunks: [(usize, &[u8]); 3] = [(0, b"ab"), (2, b""), (3, b"cdef")];
+            let whole = assemble_shard(4, &chunks, l.index_codecs, location);
+            let idx = packed_index(&l, [Some(2), None, Some(0), Some(4)].into_iter());
+            let (s, e) = index_region(location, whole.len() as u64, l.index_len()).unwrap();
+            assert_eq!(
+                whole[s as usize..e as usize],
+                idx.encode(l.index_codecs)[..]
+            );
+        }
+    }
+
+    #[test]
+    #[allow(clippy::reversed_empty_ranges)]
+    fn bad_updates_change_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let l = level(IndexLocation::End, true);
+        let rel = Path::new("c/0");
+        for bad in [
+            [upd(4, Some(0..1))],
+            [upd(0, Some(2..9))],
+            [upd(0, Some(3..2))],
+        ] {
+            let err = apply(root.path(), rel, &l, b"abc", &bad).unwrap_err();
+            assert!(matches!(err, WriteError::BadUpdate(_)), "{err}");
+            assert_eq!(err.errno(), libc::EINVAL);
+        }
+        assert!(matches!(
+            apply(root.path(), Path::new("../x"), &l, b"", &[]),
+            Err(WriteError::BadPath(_))
+        ));
+        assert!(!root.path().join("c").exists());
+    }
+
+    #[test]
+    fn append_leaves_no_record_and_reports_lengths() {
+        let root = tempfile::tempdir().unwrap();
+        let l = level(IndexLocation::End, true);
+        let rel = Path::new("a/c/0");
+        let first = apply(root.path(), rel, &l, b"xyz", &[upd(1, Some(0..3))]).unwrap();
+        assert!(first.rewritten && !first.removed);
+        assert_eq!(first.new_len, 3 + 68);
+        let second = apply(root.path(), rel, &l, b"__hello__", &[upd(2, Some(2..7))]).unwrap();
+        assert!(!second.rewritten);
+        assert_eq!((second.old_len, second.new_len), (71, 71 + 5 + 68));
+        assert_eq!(second.bytes_written, 5 + 68);
+        assert_eq!(
+            second.index.get(2),
+            Some(ChunkRange {
+                offset: 71,
+                nbytes: 5
+            })
+        );
+        assert_eq!(second.index.get(1), first.index.get(1));
+        let names: Vec<_> = std::fs::read_dir(root.path().join("a/c"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["0"]);
+        // Deleting an empty slot changes nothing at all.
+        let before = std::fs::read(root.path().join(rel)).unwrap();
+        let noop = apply(root.path(), rel, &l, b"", &[upd(0, None)]).unwrap();
+        assert_eq!(noop.bytes_written, 0);
+        assert_eq!(std::fs::read(root.path().join(rel)).unwrap(), before);
+    }
+}

@@ -3,3 +3,5 @@
 
 pub mod append;
 pub mod recover;
+pub mod flush;
+pub mod staging;

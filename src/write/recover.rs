@@ -1,1 +1,582 @@
-//! Recovery of torn shard updates (being written).
+//! Recovery of torn shard updates, and the two files an interrupted update can leave
+//! beside a shard (byte layout mirrored in `docs/FORMAT.md`, "Writes: the append protocol"):
+//!
+//! ```text
+//! <shard>.shardfs-append   recovery record of an append in progress, 40 bytes:
+//!   0..16   magic  b"SHARDFS-APPEND\x00\x01"   (the last byte is the record version)
+//!  16..24   old_len   u64 LE   shard length before the append
+//!  24..32   new_len   u64 LE   shard length after it (chunk bytes + new index appended)
+//!  32..36   tail_crc  u32 LE   CRC-32C of the appended bytes old_len..new_len
+//!  36..40   crc       u32 LE   CRC-32C of bytes 0..36
+//! <shard>.shardfs-tmp      a whole new shard being written; renamed over <shard> when done
+//! ```
+//!
+//! Both live in the shard's directory and are only created, read and removed under that
+//! directory's exclusive `flock` ([`ShardDir`]), the lock every shard update holds. This
+//! module also owns that lock. It does not own what an update writes (`append`), nor the
+//! checks of a shard's index (`maint::verify`).
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
+use serde::Serialize;
+
+use super::append::WriteError;
+
+/// Suffix of the recovery record of an append in progress.
+pub const APPEND_SUFFIX: &str = ".shardfs-append";
+/// Suffix of a whole-shard rewrite in progress.
+pub const TEMP_SUFFIX: &str = ".shardfs-tmp";
+/// First bytes of a recovery record; the last byte is the record version.
+pub const RECORD_MAGIC: [u8; 16] = *b"SHARDFS-APPEND\x00\x01";
+/// Size of a recovery record.
+pub const RECORD_LEN: usize = RECORD_MAGIC.len() + 8 + 8 + 4 + 4;
+const CRC_AT: usize = RECORD_LEN - 4;
+
+/// What an append is about to do to a shard, written (and fsynced) before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendRecord {
+    pub old_len: u64,
+    pub new_len: u64,
+    /// CRC-32C of the bytes `old_len..new_len` the append writes.
+    pub tail_crc: u32,
+}
+
+impl AppendRecord {
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let mut out = [0u8; RECORD_LEN];
+        out[..16].copy_from_slice(&RECORD_MAGIC);
+        out[16..24].copy_from_slice(&self.old_len.to_le_bytes());
+        out[24..32].copy_from_slice(&self.new_len.to_le_bytes());
+        out[32..CRC_AT].copy_from_slice(&self.tail_crc.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..CRC_AT]);
+        out[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// `None` for anything but a whole, intact record: a torn or foreign file.
+    pub fn decode(bytes: &[u8]) -> Option<AppendRecord> {
+        let bytes: &[u8; RECORD_LEN] = bytes.try_into().ok()?;
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let stored = u32::from_le_bytes(bytes[CRC_AT..].try_into().expect("4"));
+        if bytes[..16] != RECORD_MAGIC || stored != crc32c::crc32c(&bytes[..CRC_AT]) {
+            return None;
+        }
+        let rec = AppendRecord {
+            old_len: word(16),
+            new_len: word(24),
+            tail_crc: u32::from_le_bytes(bytes[32..CRC_AT].try_into().expect("4")),
+        };
+        (rec.new_len > rec.old_len).then_some(rec)
+    }
+}
+
+/// What recovery did for one shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Recovery {
+    /// The record was torn, so the append had not touched the shard: record removed.
+    TornRecord,
+    /// The append had finished (length and CRC match): only the record was left; removed.
+    Completed { new_len: u64 },
+    /// The append was cut short: the shard was truncated back to `old_len`.
+    RolledBack { old_len: u64, found_len: u64 },
+    /// The shard is missing or shorter than the record's `old_len`: something other than
+    /// shardfs changed it. The shard is left alone; the record is removed.
+    Stale {
+        old_len: u64,
+        found_len: Option<u64>,
+    },
+    /// A rewrite never reached its rename; the old shard is intact. Temp file removed.
+    RemovedTemp,
+}
+
+impl fmt::Display for Recovery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Recovery::TornRecord => write!(f, "removed a torn append record (shard untouched)"),
+            Recovery::Completed { new_len } => {
+                write!(
+                    f,
+                    "append had completed ({new_len} bytes); removed its record"
+                )
+            }
+            Recovery::RolledBack { old_len, found_len } => write!(
+                f,
+                "rolled back an interrupted append: truncated {found_len} to {old_len} bytes"
+            ),
+            Recovery::Stale { old_len, found_len } => write!(
+                f,
+                "removed a stale append record (shard is {}, record expected at least {old_len} \
+                 bytes); shard left alone",
+                found_len.map_or("missing".into(), |l| format!("{l} bytes"))
+            ),
+            Recovery::RemovedTemp => {
+                write!(f, "removed the temporary file of an unfinished rewrite")
+            }
+        }
+    }
+}
+
+pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> WriteError {
+    let path = path.into();
+    move |source| WriteError::Io { path, source }
+}
+
+/// `name` + `suffix`.
+pub(crate) fn sibling(name: &OsStr, suffix: &str) -> OsString {
+    let mut s = name.to_os_string();
+    s.push(suffix);
+    s
+}
+
+/// Split a shard's store-relative path into its directory and file name; only plain
+/// components are accepted (no `..`, no root), so nothing is written outside the store.
+pub(crate) fn split_rel(rel: &Path) -> Result<(&Path, &OsStr), WriteError> {
+    let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
+    match (plain, rel.parent(), rel.file_name()) {
+        (true, Some(dir), Some(name)) => Ok((dir, name)),
+        _ => Err(WriteError::BadPath(rel.to_path_buf())),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lock {
+    Exclusive,
+    Shared,
+}
+
+/// A directory of the store, opened beneath the store root (no symlink leads outside)
+/// and `flock`ed for as long as this value lives. Every shard update holds the exclusive
+/// lock of its shard's directory: that serializes updates across threads (each open has
+/// its own lock) and processes, and survives the rename of a shard, which a lock on the
+/// shard file itself would not. Closing the descriptor releases the lock.
+pub(crate) struct ShardDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl ShardDir {
+    /// Open and lock `root/rel_dir`; `Ok(None)` when it does not exist and `!create`.
+    pub(crate) fn open(
+        root: &Path,
+        rel_dir: &Path,
+        create: bool,
+        lock: Lock,
+    ) -> Result<Option<ShardDir>, WriteError> {
+        let path = root.join(rel_dir);
+        let io = |e: rustix::io::Errno| io_at(&path)(e.into());
+        let root_fd = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_at(root)(e.into()))?;
+        let beneath = |base: &OwnedFd, p: &Path| {
+            let p = if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            };
+            rustix::fs::openat2(
+                base,
+                p,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            )
+        };
+        let fd = match beneath(&root_fd, rel_dir) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) if create => {
+                let mut cur = beneath(&root_fd, Path::new("")).map_err(io)?;
+                for c in rel_dir.components() {
+                    match rustix::fs::mkdirat(&cur, c.as_os_str(), Mode::from_raw_mode(0o777)) {
+                        // The new entry must survive a crash before a shard lands inside.
+                        Ok(()) => rustix::fs::fsync(&cur).map_err(io)?,
+                        Err(rustix::io::Errno::EXIST) => {}
+                        Err(e) => return Err(io(e)),
+                    }
+                    cur = beneath(&cur, Path::new(c.as_os_str())).map_err(io)?;
+                }
+                cur
+            }
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Ok(None),
+            Err(e) => return Err(io(e)),
+        };
+        let op = match lock {
+            Lock::Exclusive => FlockOperation::LockExclusive,
+            Lock::Shared => FlockOperation::LockShared,
+        };
+        loop {
+            match rustix::fs::flock(&fd, op) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(io(e)),
+            }
+        }
+        Ok(Some(ShardDir { fd, path }))
+    }
+
+    /// Path of `name` in this directory, for messages.
+    pub(crate) fn path_of(&self, name: &OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Open `name` (never through a symlink); `Ok(None)` when absent and not created.
+    pub(crate) fn open_file(
+        &self,
+        name: &OsStr,
+        flags: OFlags,
+        mode: u32,
+    ) -> Result<Option<File>, WriteError> {
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            Err(rustix::io::Errno::NOENT) if !flags.contains(OFlags::CREATE) => Ok(None),
+            Err(e) => Err(io_at(self.path_of(name))(e.into())),
+        }
+    }
+
+    /// Unlink `name`; `Ok(false)` when it was not there. Not durable until [`Self::sync`].
+    pub(crate) fn remove(&self, name: &OsStr) -> Result<bool, WriteError> {
+        match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(io_at(self.path_of(name))(e.into())),
+        }
+    }
+
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> Result<(), WriteError> {
+        rustix::fs::renameat(&self.fd, from, &self.fd, to)
+            .map_err(|e| io_at(self.path_of(to))(e.into()))
+    }
+
+    /// Make the directory's entries (created, renamed, removed files) durable.
+    pub(crate) fn sync(&self) -> Result<(), WriteError> {
+        rustix::fs::fsync(&self.fd).map_err(|e| io_at(&self.path)(e.into()))
+    }
+}
+
+/// Recover the shard at `root/rel`: resolve a leftover append record and remove a
+/// leftover temp file. Takes the directory's exclusive lock, so it waits for an update
+/// in progress (whose record is then gone). Idempotent; an empty list when nothing was
+/// left over.
+pub fn recover_shard(root: &Path, rel: &Path) -> Result<Vec<Recovery>, WriteError> {
+    let (dir_rel, name) = split_rel(rel)?;
+    match ShardDir::open(root, dir_rel, false, Lock::Exclusive)? {
+        Some(dir) => recover_locked(&dir, name),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// [`recover_shard`] with the lock of `dir` already held (by `apply`, `compact`, repair).
+pub(crate) fn recover_locked(dir: &ShardDir, name: &OsStr) -> Result<Vec<Recovery>, WriteError> {
+    let mut out = Vec::new();
+    let rec_name = sibling(name, APPEND_SUFFIX);
+    if let Some(rec_file) = dir.open_file(&rec_name, OFlags::RDONLY, 0)? {
+        let mut bytes = Vec::with_capacity(RECORD_LEN + 1);
+        rec_file
+            .take(RECORD_LEN as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io_at(dir.path_of(&rec_name)))?;
+        let done = match AppendRecord::decode(&bytes) {
+            None => Recovery::TornRecord,
+            Some(rec) => settle(dir, name, rec)?,
+        };
+        // The shard is settled (and fsynced) before its record goes: a crash in between
+        // repeats the same decision.
+        dir.remove(&rec_name)?;
+        dir.sync()?;
+        out.push(done);
+    }
+    if dir.remove(&sibling(name, TEMP_SUFFIX))? {
+        dir.sync()?;
+        out.push(Recovery::RemovedTemp);
+    }
+    for r in &out {
+        log::warn!("recovered shard {}: {r}", dir.path_of(name).display());
+    }
+    Ok(out)
+}
+
+/// Decide an append's fate from its intact record: completed, or rolled back.
+fn settle(dir: &ShardDir, name: &OsStr, rec: AppendRecord) -> Result<Recovery, WriteError> {
+    let path = dir.path_of(name);
+    let Some(shard) = dir.open_file(name, OFlags::RDWR, 0)? else {
+        return Ok(Recovery::Stale {
+            old_len: rec.old_len,
+            found_len: None,
+        });
+    };
+    let len = shard.metadata().map_err(io_at(&path))?.len();
+    if len < rec.old_len {
+        return Ok(Recovery::Stale {
+            old_len: rec.old_len,
+            found_len: Some(len),
+        });
+    }
+    if len == rec.new_len
+        && crc_of(&shard, rec.old_len, rec.new_len).map_err(io_at(&path))? == rec.tail_crc
+    {
+        return Ok(Recovery::Completed { new_len: len });
+    }
+    shard.set_len(rec.old_len).map_err(io_at(&path))?;
+    shard.sync_all().map_err(io_at(&path))?;
+    Ok(Recovery::RolledBack {
+        old_len: rec.old_len,
+        found_len: len,
+    })
+}
+
+/// CRC-32C of the bytes `start..end` of `file`.
+pub(crate) fn crc_of(file: &File, start: u64, end: u64) -> io::Result<u32> {
+    let mut buf = vec![0u8; (end - start).min(1 << 20) as usize];
+    let (mut crc, mut at) = (0u32, start);
+    while at < end {
+        let n = (end - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        at += n as u64;
+    }
+    Ok(crc)
+}
+
+/// Recover every shard of the store that has a leftover record or temp file. One walk
+/// of the directory tree reading no file: cheap enough for every mount. Each directory
+/// with leftovers is locked and re-checked, so a concurrent update of another process
+/// is waited for, not undone.
+pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, WriteError> {
+    let mut out = Vec::new();
+    for (rel_dir, names) in leftovers(root)? {
+        let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Exclusive)? else {
+            continue;
+        };
+        for name in names.keys() {
+            for r in recover_locked(&dir, name)? {
+                out.push((rel_dir.join(name), r));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Leftover records and temp files (store-relative paths) that are not part of an update
+/// in progress (checked under each directory's shared lock). Changes nothing.
+pub fn pending(root: &Path) -> Result<Vec<PathBuf>, WriteError> {
+    let mut out = Vec::new();
+    for (rel_dir, names) in leftovers(root)? {
+        let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Shared)? else {
+            continue;
+        };
+        for files in names.values() {
+            for f in files {
+                if dir.open_file(f, OFlags::PATH, 0)?.is_some() {
+                    out.push(rel_dir.join(f));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Shard names of one directory → the leftover files seen for them.
+type Leftovers = BTreeMap<OsString, Vec<OsString>>;
+
+/// Every directory under `root` (not following symlinks) holding leftovers.
+fn leftovers(root: &Path) -> Result<Vec<(PathBuf, Leftovers)>, WriteError> {
+    let fd = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_at(root)(e.into()))?;
+    let mut out = Vec::new();
+    walk(fd, PathBuf::new(), root, &mut out).map_err(io_at(root))?;
+    Ok(out)
+}
+
+fn walk(
+    fd: OwnedFd,
+    rel: PathBuf,
+    root: &Path,
+    out: &mut Vec<(PathBuf, Leftovers)>,
+) -> io::Result<()> {
+    let mut dir = rustix::fs::Dir::new(fd)?;
+    let mut found = Leftovers::new();
+    let mut subdirs = Vec::new();
+    while let Some(entry) = dir.next() {
+        let entry = entry?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let mut kind = entry.file_type();
+        if kind == FileType::Unknown {
+            kind = match rustix::fs::statat(dir.fd()?, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(_) => continue, // vanished meanwhile
+            };
+        }
+        if kind == FileType::Directory {
+            subdirs.push(name.to_os_string());
+        } else if let Some(stem) = [APPEND_SUFFIX, TEMP_SUFFIX]
+            .iter()
+            .find_map(|s| name.as_bytes().strip_suffix(s.as_bytes()))
+            .filter(|stem| !stem.is_empty())
+        {
+            found
+                .entry(OsString::from_vec(stem.to_vec()))
+                .or_default()
+                .push(name.to_os_string());
+        }
+    }
+    if !found.is_empty() {
+        out.push((rel.clone(), found));
+    }
+    for sub in subdirs {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir.fd()?, sub.as_os_str(), flags, Mode::empty()) {
+            Ok(fd) => walk(fd, rel.join(&sub), root, out)?,
+            Err(e) => log::warn!(
+                "recovery skips {}: {e}",
+                root.join(&rel).join(&sub).display()
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_is_pinned() {
+        let rec = AppendRecord {
+            old_len: 0x0102,
+            new_len: 0x0304_0506,
+            tail_crc: 0xdead_beef,
+        };
+        let bytes = rec.encode();
+        assert_eq!(bytes.len(), 40);
+        assert_eq!(&bytes[..16], b"SHARDFS-APPEND\x00\x01");
+        assert_eq!(&bytes[16..24], &[2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[24..32], &[6, 5, 4, 3, 0, 0, 0, 0]);
+        assert_eq!(&bytes[32..36], &[0xef, 0xbe, 0xad, 0xde]);
+        let crc = u32::from_le_bytes(bytes[36..].try_into().unwrap());
+        assert_eq!(crc, crc32c::crc32c(&bytes[..36]));
+        assert_eq!(AppendRecord::decode(&bytes), Some(rec));
+    }
+
+    #[test]
+    fn torn_or_flipped_records_do_not_decode() {
+        let bytes = AppendRecord {
+            old_len: 10,
+            new_len: 99,
+            tail_crc: 7,
+        }
+        .encode();
+        for cut in 0..bytes.len() {
+            assert_eq!(AppendRecord::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes;
+            b[i] ^= 0x10;
+            assert_eq!(AppendRecord::decode(&b), None, "flip at {i}");
+        }
+        let mut long = bytes.to_vec();
+        long.push(0);
+        assert_eq!(AppendRecord::decode(&long), None);
+        // A record that does not grow the shard is no record shardfs writes.
+        let odd = AppendRecord {
+            old_len: 99,
+            new_len: 99,
+            tail_crc: 0,
+        }
+        .encode();
+        assert_eq!(AppendRecord::decode(&odd), None);
+    }
+
+    #[test]
+    fn paths_must_stay_inside_the_store() {
+        assert!(split_rel(Path::new("a/c/0/1")).is_ok());
+        assert_eq!(split_rel(Path::new("c")).unwrap().0, Path::new(""));
+        for bad in ["", "/abs/c", "a/../c", "./c", ".."] {
+            assert!(
+                matches!(split_rel(Path::new(bad)), Err(WriteError::BadPath(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn shard_dir_never_resolves_outside_the_root() {
+        let outside = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("escape")).unwrap();
+        assert!(ShardDir::open(root.path(), Path::new("escape"), true, Lock::Exclusive).is_err());
+        assert!(
+            ShardDir::open(
+                root.path(),
+                Path::new("escape/deeper"),
+                true,
+                Lock::Exclusive
+            )
+            .is_err()
+        );
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+        let d = ShardDir::open(root.path(), Path::new("a/b"), true, Lock::Exclusive).unwrap();
+        assert!(d.is_some() && root.path().join("a/b").is_dir());
+        assert!(
+            ShardDir::open(root.path(), Path::new("x"), false, Lock::Shared)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn walk_finds_leftovers_only() {
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path();
+        std::fs::create_dir_all(p.join("a/c/0")).unwrap();
+        std::fs::write(p.join("a/c/0/1"), b"shard").unwrap();
+        std::fs::write(p.join("a/c/0/1.shardfs-append"), b"x").unwrap();
+        std::fs::write(p.join("a/c/0/2.shardfs-tmp"), b"x").unwrap();
+        std::fs::write(p.join("a/.shardfs-tmp"), b"no stem, not ours").unwrap();
+        std::fs::write(p.join("c.shardfs-append"), b"x").unwrap();
+        let found = leftovers(p).unwrap();
+        let flat: Vec<(PathBuf, Vec<OsString>)> = found
+            .into_iter()
+            .map(|(d, m)| (d, m.into_keys().collect()))
+            .collect();
+        assert_eq!(
+            flat,
+            vec![
+                (PathBuf::new(), vec!["c".into()]),
+                (PathBuf::from("a/c/0"), vec!["1".into(), "2".into()]),
+            ]
+        );
+        let mut pend = pending(p).unwrap();
+        pend.sort();
+        assert_eq!(pend.len(), 3);
+        // The torn record and the temp file go; the shard itself is left alone.
+        let done = recover_store(p).unwrap();
+        assert_eq!(done.len(), 3);
+        assert!(
+            done.iter()
+                .any(|(r, x)| r == Path::new("a/c/0/2") && *x == Recovery::RemovedTemp)
+        );
+        assert_eq!(std::fs::read(p.join("a/c/0/1")).unwrap(), b"shard");
+        assert!(pending(p).unwrap().is_empty());
+        assert!(recover_store(p).unwrap().is_empty());
+    }
+}

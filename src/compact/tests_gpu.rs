@@ -1,0 +1,222 @@
+//! GPU tests. Without a usable GPU they check that bring-up fails cleanly and print
+//! `SKIPPED: no usable GPU: <reason>`; with one they demand byte identity with the CPU.
+
+use std::panic::catch_unwind;
+
+use super::gpu_nvrtc::{compile_cubin, compile_ptx};
+use super::gpu_probe::{probe_libraries, probe_library};
+use super::testkit::{
+    OwnedBatch, Rng, Scenario, alignment_matrix_batch, assert_same, random_batch,
+};
+use super::{Compactor, CpuCompactor, GpuCompactor, GpuUnavailable, Packed, ShardGrid};
+
+fn gpu_or_skip(test: &str) -> Option<GpuCompactor> {
+    match GpuCompactor::new() {
+        Ok(gpu) => Some(gpu),
+        Err(GpuUnavailable(reason)) => {
+            eprintln!("{test}: SKIPPED: no usable GPU: {reason}");
+            None
+        }
+    }
+}
+
+#[test]
+fn gpu_new_is_err_not_panic_without_driver() {
+    let made = catch_unwind(GpuCompactor::new).expect("GpuCompactor::new must never panic");
+    match probe_libraries() {
+        Err(missing) => {
+            let Err(GpuUnavailable(reason)) = made else {
+                panic!("libraries are missing ({missing}) yet GpuCompactor::new succeeded");
+            };
+            assert_eq!(reason, missing);
+            assert!(GpuCompactor::available().is_err());
+            println!("GpuCompactor::new() -> Err: {reason}");
+        }
+        Ok(()) => match made {
+            Ok(gpu) => println!("GPU present: {}", gpu.device_name()),
+            Err(why) => println!("driver libraries load but: {why}"),
+        },
+    }
+}
+
+#[test]
+fn gpu_available_agrees_with_new() {
+    let available = catch_unwind(GpuCompactor::available).expect("available() must not panic");
+    if let Err(why) = available {
+        assert!(
+            GpuCompactor::new().is_err(),
+            "available() said no ({why}) but new() worked"
+        );
+    }
+}
+
+/// Compiles the kernel source with the real NVRTC where libnvrtc loads (a toolkit, or
+/// `pip install nvidia-cuda-nvrtc` plus LD_LIBRARY_PATH), even with no driver or GPU.
+#[test]
+fn kernel_source_compiles_with_nvrtc_or_reports_skip() {
+    if let Err(why) = probe_library("nvrtc") {
+        eprintln!("SKIPPED: no NVRTC to compile the kernels: {why}");
+        return;
+    }
+    for arch in [None, Some("compute_80"), Some("compute_90")] {
+        let ptx = catch_unwind(|| compile_ptx(arch))
+            .expect("NVRTC must not panic")
+            .unwrap_or_else(|e| panic!("arch {arch:?}: {e}"))
+            .to_src();
+        for entry in ["permute_sizes", "exclusive_scan", "gather_chunks"] {
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{entry} missing for {arch:?}"
+            );
+        }
+    }
+    for sm in ["sm_80", "sm_90"] {
+        let cubin = compile_cubin(sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+        assert!(
+            cubin.starts_with(b"\x7fELF"),
+            "{sm}: a cubin is an ELF image"
+        );
+    }
+}
+
+fn assert_gpu_matches_cpu(gpu: &GpuCompactor, b: &OwnedBatch, out: &mut Packed, what: &str) {
+    let mut want = Packed::default();
+    CpuCompactor::new().compact(&b.view(), &mut want).unwrap();
+    gpu.compact(&b.view(), out)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_same(out, &want, what);
+}
+
+#[test]
+fn gpu_matches_cpu_or_reports_skip() {
+    let Some(gpu) = gpu_or_skip("gpu_matches_cpu_or_reports_skip") else {
+        return;
+    };
+    let mut rng = Rng::new(0x5eed);
+    let mut out = Packed::default(); // reused on purpose: growth and shrinkage
+    for round in 0..4 {
+        for rank in 0..=4 {
+            for scenario in Scenario::ALL {
+                let b = random_batch(&mut rng, rank, scenario);
+                let what = format!("round {round} rank {rank} {scenario:?}");
+                assert_gpu_matches_cpu(&gpu, &b, &mut out, &what);
+            }
+        }
+    }
+    let matrix = alignment_matrix_batch(&mut rng, &[1, 15, 16, 17, 31, 100, 4099]);
+    assert_gpu_matches_cpu(&gpu, &matrix, &mut out, "alignment matrix");
+}
+
+#[test]
+fn gpu_edge_cases_or_reports_skip() {
+    let Some(gpu) = gpu_or_skip("gpu_edge_cases_or_reports_skip") else {
+        return;
+    };
+    let mut rng = Rng::new(42);
+    let mut out = Packed::default();
+    let grid = ShardGrid::new(vec![5, 3], vec![2, 2]);
+    let empty = OwnedBatch {
+        grid: grid.clone(),
+        coords: vec![],
+        data: vec![],
+        src_offsets: vec![],
+        sizes: vec![],
+    };
+    assert_gpu_matches_cpu(&gpu, &empty, &mut out, "empty batch");
+    let zeros = OwnedBatch {
+        coords: vec![4, 2, 0, 0, 2, 1],
+        src_offsets: vec![0; 3],
+        sizes: vec![0; 3],
+        ..empty.clone()
+    };
+    assert_gpu_matches_cpu(&gpu, &zeros, &mut out, "only empty chunks");
+    // One chunk far larger than the gather's split size, odd length and offset.
+    let mut data = vec![0u8; (9 << 20) + 7];
+    rng.fill(&mut data);
+    let big = OwnedBatch {
+        coords: vec![3, 1],
+        src_offsets: vec![3],
+        sizes: vec![(9 << 20) + 3],
+        data,
+        ..empty.clone()
+    };
+    assert_gpu_matches_cpu(&gpu, &big, &mut out, "one 9 MiB chunk");
+    // Many chunks: a dense 128×128 grid of 0–300 byte chunks.
+    let mut b = random_batch(&mut rng, 2, Scenario::ManyTiny);
+    b.grid = ShardGrid::new(vec![128, 128], vec![16, 8]);
+    let mut cells: Vec<u64> = (0..128 * 128).collect();
+    rng.shuffle(&mut cells);
+    b.coords = cells.iter().flat_map(|&c| [c / 128, c % 128]).collect();
+    b.sizes = (0..cells.len()).map(|_| rng.range(0, 300)).collect();
+    b.src_offsets = b.sizes.iter().map(|&s| rng.range(0, 4096 - s)).collect();
+    b.data = vec![0; 4096];
+    rng.fill(&mut b.data);
+    assert_gpu_matches_cpu(&gpu, &b, &mut out, "16384 chunks");
+    let times = gpu.compact_profiled(&b.view(), &mut out).unwrap();
+    assert!(times.kernels > std::time::Duration::ZERO);
+}
+
+/// Stub libcuda builds: one whose `cuInit` fails, one without `cuInit` at all (so
+/// `cudarc` panics while resolving it). An empty libnvrtc lets the probe pass.
+const STUB_DRIVERS: [(&str, &str); 2] = [
+    (
+        "init-fails",
+        "int cuInit(unsigned f) { (void)f; return 100; }\n",
+    ),
+    ("no-symbols", "int shardfs_stub(void) { return 0; }\n"),
+];
+
+/// Re-runs `gpu_new_is_err_not_panic_without_driver` in a child process whose loader
+/// path holds a stub driver: `GpuCompactor::new` must return `Err`, not panic.
+#[test]
+fn broken_drivers_give_err_not_panic() {
+    if std::env::var_os("SHARDFS_STUB_DRIVER_CHILD").is_some() {
+        return; // we are the child; the parent does the checking
+    }
+    let root = std::env::temp_dir().join(format!("shardfs-stub-cuda-{}", std::process::id()));
+    for (name, source) in STUB_DRIVERS {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let c = dir.join("stub.c");
+        std::fs::write(&c, source).expect("write stub source");
+        let empty = dir.join("empty.c");
+        std::fs::write(&empty, "int shardfs_empty;\n").expect("write stub source");
+        let built = [("libcuda.so.1", &c), ("libnvrtc.so", &empty)]
+            .iter()
+            .all(|(lib, src)| {
+                std::process::Command::new("cc")
+                    .args(["-shared", "-fPIC", "-o"])
+                    .arg(dir.join(lib))
+                    .arg(src)
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
+        if !built {
+            eprintln!("SKIPPED: no C compiler (cc) to build stub drivers");
+            return;
+        }
+        let exe = std::env::current_exe().expect("test binary path");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "compact::tests_gpu::gpu_new_is_err_not_panic_without_driver",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("SHARDFS_STUB_DRIVER_CHILD", "1")
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run child test");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "stub {name}: child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("driver libraries load but"),
+            "stub {name}: {stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&root).ok();
+}

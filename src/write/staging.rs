@@ -1,0 +1,236 @@
+//! Staged chunks: committed by a writer, visible to every reader of the mount, not yet in
+//! a shard. Grouped by array; a flush takes an array's staged chunks into `flushing`
+//! (still visible) and drops them once their shards are durable.
+//!
+//! Memory is bounded: [`Staging::wait_for_room`] blocks a writer while the staged bytes
+//! exceed the limit, until a flush frees them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// Bytes of a staged chunk; `None` stages a deletion.
+pub type Staged = Option<Arc<Vec<u8>>>;
+
+#[derive(Default)]
+struct ArrayStage {
+    staged: BTreeMap<Vec<u64>, Staged>,
+    flushing: BTreeMap<Vec<u64>, Staged>,
+    /// When the oldest chunk now staged was staged.
+    since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    arrays: HashMap<PathBuf, ArrayStage>,
+    bytes: u64,
+}
+
+/// All staged chunks of a mount.
+pub struct Staging {
+    inner: Mutex<Inner>,
+    limit: u64,
+    room: Condvar,
+}
+
+fn weight(s: &Staged) -> u64 {
+    s.as_ref().map_or(0, |b| b.len() as u64) + 64
+}
+
+impl Staging {
+    /// Staging that holds about `limit` bytes before writers wait.
+    pub fn new(limit: u64) -> Self {
+        Staging {
+            inner: Mutex::new(Inner::default()),
+            limit,
+            room: Condvar::new(),
+        }
+    }
+
+    /// The staged state of a chunk: `Some(Some(bytes))` written, `Some(None)` deleted,
+    /// `None` not staged (read the shard).
+    pub fn get(&self, array: &Path, coords: &[u64]) -> Option<Staged> {
+        let inner = self.inner.lock();
+        let a = inner.arrays.get(array)?;
+        a.staged.get(coords).or_else(|| a.flushing.get(coords)).cloned()
+    }
+
+    /// Stage a chunk (or its deletion).
+    pub fn put(&self, array: &Path, coords: Vec<u64>, data: Staged) {
+        let mut inner = self.inner.lock();
+        inner.bytes += weight(&data);
+        let a = inner.arrays.entry(array.to_path_buf()).or_default();
+        a.since.get_or_insert_with(Instant::now);
+        let old = a.staged.insert(coords, data);
+        if let Some(old) = old {
+            inner.bytes -= weight(&old);
+        }
+    }
+
+    /// Bytes staged or being flushed.
+    pub fn bytes(&self) -> u64 {
+        self.inner.lock().bytes
+    }
+
+    pub fn over_limit(&self) -> bool {
+        self.bytes() > self.limit
+    }
+
+    /// Block while staging is over its limit (a flush in another thread frees room), for
+    /// at most `max`. Returns whether there is room.
+    pub fn wait_for_room(&self, max: Duration) -> bool {
+        let deadline = Instant::now() + max;
+        let mut inner = self.inner.lock();
+        while inner.bytes > self.limit {
+            if self.room.wait_until(&mut inner, deadline).timed_out() {
+                return inner.bytes <= self.limit;
+            }
+        }
+        true
+    }
+
+    /// Staged entries under the coordinate prefix `prefix` (for listings).
+    pub fn under(&self, array: &Path, prefix: &[u64]) -> Vec<(Vec<u64>, bool)> {
+        let inner = self.inner.lock();
+        let Some(a) = inner.arrays.get(array) else {
+            return Vec::new();
+        };
+        let mut out: BTreeMap<Vec<u64>, bool> = BTreeMap::new();
+        for (c, s) in a.flushing.iter().chain(a.staged.iter()) {
+            if c.starts_with(prefix) {
+                out.insert(c.clone(), s.is_some());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Arrays with staged chunks; with `idle`, only those staged at least that long ago.
+    pub fn arrays(&self, idle: Option<Duration>) -> Vec<PathBuf> {
+        let inner = self.inner.lock();
+        inner
+            .arrays
+            .iter()
+            .filter(|(_, a)| !a.staged.is_empty())
+            .filter(|(_, a)| idle.is_none_or(|d| a.since.is_some_and(|t| t.elapsed() >= d)))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    /// Move an array's staged chunks to `flushing` and return them for a flush.
+    pub fn take(&self, array: &Path) -> Vec<(Vec<u64>, Staged)> {
+        let mut inner = self.inner.lock();
+        let Some(a) = inner.arrays.get_mut(array) else {
+            return Vec::new();
+        };
+        let staged = std::mem::take(&mut a.staged);
+        a.since = None;
+        let out: Vec<_> = staged.iter().map(|(c, s)| (c.clone(), s.clone())).collect();
+        a.flushing.extend(staged);
+        out
+    }
+
+    /// The chunks `taken` are durable in their shards: forget them (unless staged again).
+    pub fn done(&self, array: &Path, taken: &[(Vec<u64>, Staged)]) {
+        let mut inner = self.inner.lock();
+        let mut freed = 0;
+        if let Some(a) = inner.arrays.get_mut(array) {
+            for (c, s) in taken {
+                if a.flushing.get(c).is_some_and(|f| same(f, s)) {
+                    a.flushing.remove(c);
+                    freed += weight(s);
+                }
+            }
+            if a.staged.is_empty() && a.flushing.is_empty() {
+                inner.arrays.remove(array);
+            }
+        }
+        inner.bytes -= freed;
+        self.room.notify_all();
+    }
+
+    /// A flush failed: put `taken` back so that a later flush retries them.
+    pub fn restore(&self, array: &Path, taken: Vec<(Vec<u64>, Staged)>) {
+        let mut inner = self.inner.lock();
+        let a = inner.arrays.entry(array.to_path_buf()).or_default();
+        for (c, s) in taken {
+            if a.flushing.get(&c).is_some_and(|f| same(f, &s)) {
+                a.flushing.remove(&c);
+                a.staged.entry(c).or_insert(s);
+            }
+        }
+        a.since.get_or_insert_with(Instant::now);
+    }
+
+    /// Drop everything staged for `array` (the array was removed).
+    pub fn discard(&self, array: &Path) {
+        let mut inner = self.inner.lock();
+        if let Some(a) = inner.arrays.remove(array) {
+            let freed: u64 = a.staged.values().chain(a.flushing.values()).map(weight).sum();
+            inner.bytes -= freed;
+        }
+        self.room.notify_all();
+    }
+}
+
+fn same(a: &Staged, b: &Staged) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_chunks_stay_visible_while_flushing() {
+        let s = Staging::new(1 << 20);
+        let a = Path::new("arr");
+        s.put(a, vec![0, 1], Some(Arc::new(vec![1, 2, 3])));
+        s.put(a, vec![0, 2], None);
+        let taken = s.take(a);
+        assert_eq!(taken.len(), 2);
+        assert_eq!(s.get(a, &[0, 1]).unwrap().unwrap().as_slice(), [1, 2, 3]);
+        assert_eq!(s.get(a, &[0, 2]), Some(None));
+        // A write while flushing wins over the flushed one, and survives `done`.
+        s.put(a, vec![0, 1], Some(Arc::new(vec![9])));
+        s.done(a, &taken);
+        assert_eq!(s.get(a, &[0, 1]).unwrap().unwrap().as_slice(), [9]);
+        assert_eq!(s.get(a, &[0, 2]), None);
+        assert_eq!(s.arrays(None), vec![PathBuf::from("arr")]);
+        let again = s.take(a);
+        s.done(a, &again);
+        assert_eq!(s.bytes(), 0);
+        assert!(s.arrays(None).is_empty());
+    }
+
+    #[test]
+    fn a_failed_flush_restores_its_chunks() {
+        let s = Staging::new(1 << 20);
+        let a = Path::new("arr");
+        s.put(a, vec![3], Some(Arc::new(vec![7; 10])));
+        let taken = s.take(a);
+        s.restore(a, taken);
+        assert_eq!(s.take(a).len(), 1);
+    }
+
+    #[test]
+    fn writers_wait_for_room_until_a_flush_frees_it() {
+        let s = Arc::new(Staging::new(100));
+        let a = Path::new("arr");
+        s.put(a, vec![0], Some(Arc::new(vec![0; 200])));
+        assert!(!s.wait_for_room(Duration::from_millis(10)));
+        let s2 = s.clone();
+        let flusher = std::thread::spawn(move || {
+            let taken = s2.take(Path::new("arr"));
+            s2.done(Path::new("arr"), &taken);
+        });
+        assert!(s.wait_for_room(Duration::from_secs(10)));
+        flusher.join().unwrap();
+    }
+}
