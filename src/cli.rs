@@ -63,7 +63,7 @@ pub struct MountArgs {
     /// Let other users use the mount (root, or user_allow_other in /etc/fuse.conf).
     #[arg(long)]
     pub allow_other: bool,
-        /// Mount read-only (as `-o ro`).
+    /// Mount read-only (as `-o ro`).
     #[arg(long)]
     pub read_only: bool,
     /// Memory for written chunks before writers wait for a flush, in MiB.
@@ -129,7 +129,7 @@ pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
 
 /// Turn the arguments into mount options. Errors name the offending option.
 pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
-        let mut opts = MountOptions {
+    let mut opts = MountOptions {
         allow_other: args.allow_other,
         read_only: args.read_only,
         write_buffer: args.write_buffer.saturating_mul(1 << 20),
@@ -142,10 +142,17 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         ..MountOptions::default()
     };
     if !(args.flush_interval.is_finite() && args.flush_interval > 0.0) {
-        return Err(format!("--flush-interval {} is not a positive number of seconds", args.flush_interval));
+        return Err(format!(
+            "--flush-interval {} is not a positive number of seconds",
+            args.flush_interval
+        ));
     }
     opts.flush_interval = Duration::from_secs_f64(args.flush_interval);
-    if args.chunks_per_shard.as_ref().is_some_and(|c| c.contains(&0)) {
+    if args
+        .chunks_per_shard
+        .as_ref()
+        .is_some_and(|c| c.contains(&0))
+    {
         return Err("--chunks-per-shard needs positive numbers".into());
     }
     if !(args.ttl.is_finite() && args.ttl >= 0.0) {
@@ -162,7 +169,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         .map(str::trim)
     {
         let flag = match opt {
-                        "ro" => {
+            "ro" => {
                 opts.read_only = true;
                 continue;
             }
@@ -170,7 +177,8 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
                 opts.read_only = false;
                 continue;
             }
-            "" | "defaults"
+            ""
+            | "defaults"
             | "_netdev"
             | "nofail"
             | "auto"

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    IoctlFlags, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, IoctlFlags, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::time::SystemTime;
 
@@ -107,7 +107,7 @@ impl Filesystem for ShardFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-                let truncate = flags.0 & libc::O_TRUNC != 0;
+        let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.view.open(ino.0, write, truncate) {
             Ok(o) => {
                 let f = if o.keep_cache {
@@ -142,11 +142,14 @@ impl Filesystem for ShardFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        match self.view.flush_handle(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn release(
@@ -159,7 +162,7 @@ impl Filesystem for ShardFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-                match self.view.release(fh.0) {
+        match self.view.release(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -233,7 +236,13 @@ impl Filesystem for ShardFs {
     ) {
         let (excl, trunc) = (flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         match self.view.create(parent.0, name, excl, trunc) {
-            Ok((a, o)) => reply.created(&self.ttl, &file_attr(&a), Generation(0), FileHandle(o.fh), FopenFlags::empty()),
+            Ok((a, o)) => reply.created(
+                &self.ttl,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(o.fh),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -286,7 +295,15 @@ impl Filesystem for ShardFs {
         }
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
         match self.view.mkdir(parent.0, name) {
             Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -321,27 +338,51 @@ impl Filesystem for ShardFs {
             return reply.error(Errno::EINVAL);
         }
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self.view.rename(parent.0, name, newparent.0, newname, noreplace) {
+        match self
+            .view
+            .rename(parent.0, name, newparent.0, newname, noreplace)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.view.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.view.fsyncdir(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -360,6 +401,22 @@ impl Filesystem for ShardFs {
         reply: ReplyIoctl,
     ) {
         reply.error(Errno::ENOTTY);
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // No extended attributes; ENOSYS tells the kernel to stop asking.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::ENOSYS);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {

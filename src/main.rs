@@ -28,6 +28,17 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
         Command::Mount(m) => run_mount(m, args),
         Command::Unmount { mountpoint, lazy } => {
+            // fsync of the mount's root makes everything staged durable first, so that
+            // nothing depends on the daemon finishing after the unmount.
+            let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
+            if let Err(e) = synced
+                && !lazy
+            {
+                bail!(
+                    "flushing {} before unmounting failed ({e}); not unmounted",
+                    mountpoint.display()
+                );
+            }
             mount::unmount_path(&mountpoint, lazy)
                 .with_context(|| format!("unmounting {}", mountpoint.display()))?;
             Ok(ExitCode::SUCCESS)

@@ -208,7 +208,15 @@ fn check_block(
         for (slot, r) in index.entries().iter().enumerate() {
             if let Some(r) = r {
                 let at = format!("{at}nested shard {slot} (level {}): ", l + 1);
-                check_block(file, layout, l + 1, base + r.offset, r.nbytes, &at, problems)?;
+                check_block(
+                    file,
+                    layout,
+                    l + 1,
+                    base + r.offset,
+                    r.nbytes,
+                    &at,
+                    problems,
+                )?;
             }
         }
     }
@@ -219,7 +227,10 @@ fn check_block(
 /// two slots) read correctly and are allowed; zero-length chunks overlap nothing.
 fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
     let mut live: Vec<(u64, u64, usize)> = (index.entries().iter().enumerate())
-        .filter_map(|(slot, r)| r.filter(|r| r.nbytes > 0).map(|r| (r.offset, r.end(), slot)))
+        .filter_map(|(slot, r)| {
+            r.filter(|r| r.nbytes > 0)
+                .map(|r| (r.offset, r.end(), slot))
+        })
         .collect();
     live.sort_unstable();
     let mut reach: Option<(u64, u64, usize)> = None;
@@ -270,20 +281,25 @@ pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport,
     let store = LocalStore::open(root).map_err(io_at(root))?;
     let arrays = sharded_arrays(&store, &mut report.unchecked_arrays).map_err(io_at(root))?;
     report.arrays = arrays.len() as u64;
-    let bar = progress_bar(progress, arrays.iter().map(|a| a.shards.len()).sum(), "verify");
+    let bar = progress_bar(
+        progress,
+        arrays.iter().map(|a| a.shards.len()).sum(),
+        "verify",
+    );
     for array in &arrays {
         for rel in &array.shards {
             bar.inc(1);
             report.shards_checked += 1;
             let mut found = verify_shard(root, rel, &array.layout)?;
-            if repair && found.outer_unreadable {
-                if let Some(what) = repair_tail(root, rel, &array.layout)? {
-                    report.repaired.push(Problem {
-                        shard: rel.clone(),
-                        what,
-                    });
-                    found = verify_shard(root, rel, &array.layout)?;
-                }
+            if repair
+                && found.outer_unreadable
+                && let Some(what) = repair_tail(root, rel, &array.layout)?
+            {
+                report.repaired.push(Problem {
+                    shard: rel.clone(),
+                    what,
+                });
+                found = verify_shard(root, rel, &array.layout)?;
             }
             for what in found.problems {
                 report.problems.push(Problem {
@@ -325,7 +341,11 @@ fn check_nothing() -> Checked {
 /// Cut the torn tail of an append-only shard (index at the end, with crc32c) back to the
 /// most recent earlier complete state: the largest `p` such that the shard's first `p`
 /// bytes pass every check and hold a chunk. Never truncates without finding one.
-fn repair_tail(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Option<String>, WriteError> {
+fn repair_tail(
+    root: &Path,
+    rel: &Path,
+    layout: &ShardLayout,
+) -> Result<Option<String>, WriteError> {
     let level = &layout.levels[0];
     if level.index_location != format::IndexLocation::End || !level.index_codecs.crc32c {
         return Ok(None);
@@ -374,7 +394,11 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
     };
     let store = LocalStore::open(root).map_err(io_at(root))?;
     let arrays = sharded_arrays(&store, &mut Vec::new()).map_err(io_at(root))?;
-    let bar = progress_bar(progress, arrays.iter().map(|a| a.shards.len()).sum(), "compact");
+    let bar = progress_bar(
+        progress,
+        arrays.iter().map(|a| a.shards.len()).sum(),
+        "compact",
+    );
     for array in &arrays {
         let mut stats = ArrayCompaction {
             path: array.rel.clone(),
@@ -414,7 +438,12 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
             if dead == 0 || dead as f64 / cur.len as f64 <= min_garbage {
                 continue;
             }
-            let sources: Vec<_> = cur.index.entries().iter().map(|e| e.map(Source::Old)).collect();
+            let sources: Vec<_> = cur
+                .index
+                .entries()
+                .iter()
+                .map(|e| e.map(Source::Old))
+                .collect();
             let (_, new_len) = append::rewrite(&dir, name, level, Some(file), &[], &sources)?;
             stats.shards_rewritten += 1;
             stats.bytes_reclaimed += cur.len.saturating_sub(new_len);

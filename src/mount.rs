@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
+use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::fuse::ShardFs;
 use crate::store::{LocalStore, Store};
-use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
 use crate::view::{View, ViewConfig};
 use fuser::INodeNo;
@@ -33,7 +33,7 @@ pub struct MountOptions {
     pub flags: Vec<MountOption>,
     /// How long the kernel caches entries and attributes.
     pub ttl: Duration,
-        /// FUSE worker threads.
+    /// FUSE worker threads.
     pub threads: usize,
     pub view: ViewConfig,
     /// Refuse writes (`-o ro`).
@@ -67,7 +67,7 @@ impl Default for MountOptions {
             threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .clamp(2, 16),
-                        view: ViewConfig::default(),
+            view: ViewConfig::default(),
             read_only: false,
             write_buffer: 256 << 20,
             flush_interval: Duration::from_secs(5),
@@ -84,7 +84,7 @@ pub enum MountError {
     Store { path: PathBuf, source: io::Error },
     #[error("mount point {path}: {why}")]
     MountPoint { path: PathBuf, why: String },
-        #[error("cannot mount at {path}: {source}")]
+    #[error("cannot mount at {path}: {source}")]
     Fuse { path: PathBuf, source: io::Error },
     #[error("--compactor gpu: {0}")]
     NoGpu(String),
@@ -124,14 +124,16 @@ impl Mount {
             });
         }
         let fsname = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
-                let store: Arc<dyn Store> = Arc::new(local);
+        let store: Arc<dyn Store> = Arc::new(local);
         let writer = if opts.read_only {
             None
         } else {
             // A crash may have left a shard update half done: finish or undo it first.
-            let done = crate::write::recover::recover_store(&fsname).map_err(|e| MountError::Recovery {
-                path: fsname.clone(),
-                why: e.to_string(),
+            let done = crate::write::recover::recover_store(&fsname).map_err(|e| {
+                MountError::Recovery {
+                    path: fsname.clone(),
+                    why: e.to_string(),
+                }
             })?;
             for (shard, what) in done {
                 log::warn!("recovered {}: {what:?}", shard.display());
@@ -146,16 +148,18 @@ impl Mount {
                 compactor,
             }))
         };
-        let view = Arc::new(View::with_writer(store, opts.view.clone(), writer).map_err(|source| MountError::Store {
-            path: fsname.clone(),
-            source,
-        })?);
+        let view = Arc::new(View::with_writer(store, opts.view.clone(), writer).map_err(
+            |source| MountError::Store {
+                path: fsname.clone(),
+                source,
+            },
+        )?);
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname.display().to_string()),
             MountOption::Subtype("shardfs".into()),
             MountOption::DefaultPermissions,
-                    ];
+        ];
         if opts.read_only {
             config.mount_options.push(MountOption::RO);
         }
@@ -173,7 +177,7 @@ impl Mount {
                 path: mountpoint.to_path_buf(),
                 source,
             })?;
-                log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
+        log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
             w.set_invalidations(tx);
@@ -183,7 +187,9 @@ impl Mount {
                     // The kernel may not know the entry any more; that is fine.
                     let _ = match i {
                         Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
-                        Invalidation::Entry { parent, name } => notifier.inval_entry(INodeNo(parent), &name),
+                        Invalidation::Entry { parent, name } => {
+                            notifier.inval_entry(INodeNo(parent), &name)
+                        }
                     };
                 }
             });
@@ -192,7 +198,9 @@ impl Mount {
             let interval = opts.flush_interval;
             let tick = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
             let handle = std::thread::spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(tick) {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stop_rx.recv_timeout(tick)
+                {
                     match weak.upgrade() {
                         Some(v) => v.flush_idle(interval),
                         None => return,
@@ -227,7 +235,7 @@ impl Mount {
         self.finish()
     }
 
-        fn finish(&mut self) -> io::Result<()> {
+    fn finish(&mut self) -> io::Result<()> {
         if let Some((stop, handle)) = self.timer.take() {
             drop(stop);
             let _ = handle.join();
@@ -238,7 +246,7 @@ impl Mount {
         // Everything staged is made durable before the mount goes away (the session's
         // `destroy` flushes again whatever arrives meanwhile).
         let flushed = self.view.flush_all();
-                let ended = if session.guard.is_finished() {
+        let ended = if session.guard.is_finished() {
             session.join()
         } else {
             session.umount_and_join()
@@ -292,7 +300,9 @@ pub fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
 fn make_compactor(choice: CompactorChoice) -> Result<Arc<dyn Compactor>, MountError> {
     Ok(match choice {
         CompactorChoice::Cpu => Arc::new(CpuCompactor::new()),
-        CompactorChoice::Gpu => Arc::new(GpuCompactor::new().map_err(|e| MountError::NoGpu(e.to_string()))?),
+        CompactorChoice::Gpu => {
+            Arc::new(GpuCompactor::new().map_err(|e| MountError::NoGpu(e.to_string()))?)
+        }
         CompactorChoice::Auto => Arc::new(AutoCompactor::new()),
     })
 }

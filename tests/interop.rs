@@ -40,7 +40,11 @@ fn zarr_python_and_tensorstore_read_the_mount_like_the_store() {
             common::fixtures().join(&store)
         };
         let mnt = tempfile::tempdir().unwrap();
-        let _mount = Mount::new(&store_dir, mnt.path(), &MountOptions::default()).unwrap();
+        let opts = MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        };
+        let _mount = Mount::new(&store_dir, mnt.path(), &opts).unwrap();
         let out = Command::new(&python)
             .arg(&script)
             .arg("--store")

@@ -8,9 +8,17 @@ use std::process::Command;
 
 use shardfs::{Mount, MountOptions};
 
+/// Fixtures are mounted read-only: no test may change them.
+fn read_only() -> MountOptions {
+    MountOptions {
+        read_only: true,
+        ..MountOptions::default()
+    }
+}
+
 fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
     let dir = tempfile::tempdir().unwrap();
-    let mount = Mount::new(store, dir.path(), &MountOptions::default()).unwrap();
+    let mount = Mount::new(store, dir.path(), &read_only()).unwrap();
     (dir, mount)
 }
 

@@ -28,7 +28,7 @@ fn lookup(view: &View, path: &str) -> Result<Attr, ViewError> {
 
 fn read(view: &View, path: &str) -> Result<Vec<u8>, ViewError> {
     let attr = lookup(view, path)?;
-    let opened = view.open(attr.ino, false)?;
+    let opened = view.open(attr.ino, false, false)?;
     let mut out = Vec::new();
     loop {
         let chunk = view.read(opened.fh, out.len() as u64, 7)?; // odd size: many reads
@@ -37,7 +37,7 @@ fn read(view: &View, path: &str) -> Result<Vec<u8>, ViewError> {
         }
         out.extend(chunk);
     }
-    view.release(opened.fh);
+    view.release(opened.fh)?;
     assert_eq!(
         out.len() as u64,
         attr.size,
@@ -253,5 +253,8 @@ fn forgotten_inodes_are_released() {
 fn writes_are_refused_read_only() {
     let view = view_of(&common::fixtures().join("zarr_basic"));
     let attr = lookup(&view, "u16_default_sparse/zarr.json").unwrap();
-    assert_eq!(view.open(attr.ino, true).unwrap_err().errno(), libc::EROFS);
+    assert_eq!(
+        view.open(attr.ino, true, false).unwrap_err().errno(),
+        libc::EROFS
+    );
 }

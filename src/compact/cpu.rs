@@ -82,7 +82,7 @@ impl Compactor for CpuCompactor {
 
 /// Permute sizes into packed order and exclusive-scan them: `offsets` gets `n + 1`
 /// entries. Cannot overflow: `plan` bounded the sum.
-pub(crate) fn scan_sizes(sizes: &[u64], order: &[u32], offsets: &mut Vec<u64>) {
+fn scan_sizes(sizes: &[u64], order: &[u32], offsets: &mut Vec<u64>) {
     offsets.clear();
     offsets.reserve(order.len() + 1);
     let mut acc = 0u64;

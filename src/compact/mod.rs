@@ -27,10 +27,22 @@
 //! 2. permute sizes into packed order, exclusive scan into `offsets`;
 //! 3. gather each chunk's bytes to `data[offsets[P[i]]..]`.
 //!
-//! [`CpuCompactor`] does 2–3 with `copy_from_slice`; [`GpuCompactor`] does them with
-//! three NVRTC-compiled kernels via `cudarc` (driver loaded at run time; absent driver
-//! ⇒ [`GpuUnavailable`], never a panic). [`AutoCompactor`] picks per batch with
-//! [`auto_prefers_gpu`].
+//! [`CpuCompactor`] does 2–3 on the host: memcpy-class copies, two threads from 4 MiB,
+//! non-temporal stores from 32 MiB. [`GpuCompactor`] does them with three
+//! NVRTC-compiled kernels via `cudarc` (driver loaded at run time; no or broken
+//! driver ⇒ [`GpuUnavailable`], never a panic), staging through reused pinned buffers.
+//! Host to host, the GPU path costs two host copies (into pinned staging, out of the
+//! pinned result) against the CPU's one, so it pays off only where the host copies
+//! are cheap relative to the gather, or the data is already on the device.
+//! [`AutoCompactor`] picks per batch with [`auto_prefers_gpu`].
+//!
+//! # Output layout
+//!
+//! [`Packed`] holds parallel arrays indexed by packed position `j` (`order`, `slots`,
+//! `offsets[..n]`) plus one [`ShardRun`] per shard touched, a range of positions.
+//! Chunk `j` of shard `run` goes at byte `offsets[j] - offsets[run.first]` of the
+//! run's bytes, and its shard index entry is `slots[j]`; empty chunks (size 0) keep
+//! their position and slot, so the caller decides how to record them.
 //!
 //! # Calling it from a flush path
 //!

@@ -79,10 +79,10 @@ fn kernel_source_compiles_with_nvrtc_or_reports_skip() {
     }
 }
 
-fn assert_gpu_matches_cpu(gpu: &GpuCompactor, b: &OwnedBatch, out: &mut Packed, what: &str) {
+fn assert_matches_cpu(c: &dyn Compactor, b: &OwnedBatch, out: &mut Packed, what: &str) {
     let mut want = Packed::default();
     CpuCompactor::new().compact(&b.view(), &mut want).unwrap();
-    gpu.compact(&b.view(), out)
+    c.compact(&b.view(), out)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_same(out, &want, what);
 }
@@ -99,12 +99,12 @@ fn gpu_matches_cpu_or_reports_skip() {
             for scenario in Scenario::ALL {
                 let b = random_batch(&mut rng, rank, scenario);
                 let what = format!("round {round} rank {rank} {scenario:?}");
-                assert_gpu_matches_cpu(&gpu, &b, &mut out, &what);
+                assert_matches_cpu(&gpu, &b, &mut out, &what);
             }
         }
     }
     let matrix = alignment_matrix_batch(&mut rng, &[1, 15, 16, 17, 31, 100, 4099]);
-    assert_gpu_matches_cpu(&gpu, &matrix, &mut out, "alignment matrix");
+    assert_matches_cpu(&gpu, &matrix, &mut out, "alignment matrix");
 }
 
 #[test]
@@ -122,14 +122,14 @@ fn gpu_edge_cases_or_reports_skip() {
         src_offsets: vec![],
         sizes: vec![],
     };
-    assert_gpu_matches_cpu(&gpu, &empty, &mut out, "empty batch");
+    assert_matches_cpu(&gpu, &empty, &mut out, "empty batch");
     let zeros = OwnedBatch {
         coords: vec![4, 2, 0, 0, 2, 1],
         src_offsets: vec![0; 3],
         sizes: vec![0; 3],
         ..empty.clone()
     };
-    assert_gpu_matches_cpu(&gpu, &zeros, &mut out, "only empty chunks");
+    assert_matches_cpu(&gpu, &zeros, &mut out, "only empty chunks");
     // One chunk far larger than the gather's split size, odd length and offset.
     let mut data = vec![0u8; (9 << 20) + 7];
     rng.fill(&mut data);
@@ -140,7 +140,7 @@ fn gpu_edge_cases_or_reports_skip() {
         data,
         ..empty.clone()
     };
-    assert_gpu_matches_cpu(&gpu, &big, &mut out, "one 9 MiB chunk");
+    assert_matches_cpu(&gpu, &big, &mut out, "one 9 MiB chunk");
     // Many chunks: a dense 128×128 grid of 0–300 byte chunks.
     let mut b = random_batch(&mut rng, 2, Scenario::ManyTiny);
     b.grid = ShardGrid::new(vec![128, 128], vec![16, 8]);
@@ -151,7 +151,7 @@ fn gpu_edge_cases_or_reports_skip() {
     b.src_offsets = b.sizes.iter().map(|&s| rng.range(0, 4096 - s)).collect();
     b.data = vec![0; 4096];
     rng.fill(&mut b.data);
-    assert_gpu_matches_cpu(&gpu, &b, &mut out, "16384 chunks");
+    assert_matches_cpu(&gpu, &b, &mut out, "16384 chunks");
     let times = gpu.compact_profiled(&b.view(), &mut out).unwrap();
     assert!(times.kernels > std::time::Duration::ZERO);
 }
@@ -219,4 +219,19 @@ fn broken_drivers_give_err_not_panic() {
         );
     }
     std::fs::remove_dir_all(&root).ok();
+}
+
+#[test]
+fn auto_compactor_matches_cpu_with_or_without_gpu() {
+    use super::{AutoCompactor, auto_prefers_gpu};
+    let auto = AutoCompactor::new();
+    assert_eq!(auto.name(), "auto");
+    assert_eq!(auto.has_gpu(), GpuCompactor::available().is_ok());
+    assert!(!auto_prefers_gpu(1 << 20) && auto_prefers_gpu(1 << 30));
+    let mut rng = Rng::new(77);
+    for scenario in Scenario::ALL {
+        let b = random_batch(&mut rng, 3, scenario);
+        let mut out = Packed::default();
+        assert_matches_cpu(&auto, &b, &mut out, &format!("auto {scenario:?}"));
+    }
 }

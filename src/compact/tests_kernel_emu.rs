@@ -142,4 +142,5 @@ fn emulated_kernels_match_cpu_or_report_skip() {
     b.data = vec![0; 512];
     rng.fill(&mut b.data);
     check(exe, &b, "10000 chunks");
+    std::fs::remove_file(exe).ok();
 }

@@ -60,9 +60,13 @@ impl View {
         let shard_prefix = array.shard_prefix(prefix);
         let dir = array.shard_dir_rel(&shard_prefix);
         let last = k + 1 == ndim;
-        let mut shard_coords: Vec<u64> = self
-            .store
-            .list(&dir)?
+        // A key directory may exist only in memory (made by mkdir, or holding staged
+        // chunks): no store directory is then no shard.
+        let listed = match self.store.list(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            other => other?,
+        };
+        let mut shard_coords: Vec<u64> = listed
             .into_iter()
             .filter(|e| {
                 e.kind

@@ -118,11 +118,18 @@ type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
 enum Handle {
     Store(Box<dyn StoreFile>),
     /// A store file open for writing (outside arrays' key namespaces).
-        StoreRw(std::fs::File, PathBuf),
+    StoreRw(std::fs::File, PathBuf),
     Bytes(Arc<Vec<u8>>),
-    Chunk { shard: Arc<Shard>, range: ChunkRange },
+    Chunk {
+        shard: Arc<Shard>,
+        range: ChunkRange,
+    },
     /// An in-memory file.
-    Scratch { ino: u64, node: Node, file: Arc<Mutex<write::Scratch>> },
+    Scratch {
+        ino: u64,
+        node: Node,
+        file: Arc<Mutex<write::Scratch>>,
+    },
 }
 
 /// Where a chunk's bytes are now.
@@ -159,7 +166,7 @@ pub struct View {
     served: Mutex<std::collections::HashMap<u64, Served>>,
     warned: Mutex<HashSet<PathBuf>>,
     /// Listings of open directories, so that `readdir` offsets stay consistent.
-        dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
+    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
     /// The current metadata of every sharded array met so far, by store path: nodes
     /// carry the array as it was when looked up and refresh it from here.
     arrays: parking_lot::RwLock<std::collections::HashMap<PathBuf, Arc<ShardedArray>>>,
@@ -168,12 +175,16 @@ pub struct View {
 }
 
 impl View {
-        pub fn new(store: Arc<dyn Store>, config: ViewConfig) -> io::Result<View> {
+    pub fn new(store: Arc<dyn Store>, config: ViewConfig) -> io::Result<View> {
         Self::with_writer(store, config, None)
     }
 
     /// A view that accepts writes through `writer`.
-    pub fn with_writer(store: Arc<dyn Store>, config: ViewConfig, writer: Option<Writer>) -> io::Result<View> {
+    pub fn with_writer(
+        store: Arc<dyn Store>,
+        config: ViewConfig,
+        writer: Option<Writer>,
+    ) -> io::Result<View> {
         let root_meta = store
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
@@ -187,7 +198,7 @@ impl View {
             next_fh: AtomicU64::new(1),
             served: Mutex::new(Default::default()),
             warned: Mutex::new(HashSet::new()),
-                        dirs: Mutex::new(Default::default()),
+            dirs: Mutex::new(Default::default()),
             arrays: Default::default(),
             writer,
         };
@@ -214,7 +225,7 @@ impl View {
     /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
         let (path, node) = self.node(parent)?;
-                let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
+        let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
         let attr_node = child.clone();
         let ino = self.inodes.intern(path.join(name), child);
         match self.attr(ino, &attr_node) {
@@ -262,7 +273,7 @@ impl View {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
-                        Node::ArrayMeta { array } => {
+            Node::ArrayMeta { array } => {
                 let array = self.current(array);
                 Attr::from_meta(ino, Kind::File, array.json.len() as u64, &array.json_meta)
             }
@@ -277,7 +288,10 @@ impl View {
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }
             Node::Scratch { path, array, .. } => {
-                let len = self.writer()?.scratch_len(path).ok_or(ViewError::NotFound)?;
+                let len = self
+                    .writer()?
+                    .scratch_len(path)
+                    .ok_or(ViewError::NotFound)?;
                 let mut m = array.dir_meta;
                 m.perm = array.json_meta.perm;
                 Attr::from_meta(ino, Kind::File, len, &m)
@@ -286,15 +300,21 @@ impl View {
     }
 
     /// The child node `name` of `node`, `None` if there is none.
-        fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
-        if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) = (&self.writer, node) {
+    fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) =
+            (&self.writer, node)
+        {
             let child = path.join(name);
             if w.scratch_len(&child).is_some() {
                 let parent = match node {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
-                return Ok(Some(Node::Scratch { path: child, array: self.current(array), parent }));
+                return Ok(Some(Node::Scratch {
+                    path: child,
+                    array: self.current(array),
+                    parent,
+                }));
             }
         }
         match node {
@@ -314,7 +334,7 @@ impl View {
                     None => self.store_child(&array.rel, name),
                 }
             }
-                        Node::KeyDir { array, coords } => {
+            Node::KeyDir { array, coords } => {
                 let array = &self.current(array);
                 let kp = name
                     .to_str()
@@ -327,7 +347,7 @@ impl View {
             Node::File { .. }
             | Node::Symlink { .. }
             | Node::ArrayMeta { .. }
-                        | Node::Chunk { .. }
+            | Node::Chunk { .. }
             | Node::Scratch { .. } => Err(ViewError::NotDir),
         }
     }
@@ -356,7 +376,10 @@ impl View {
                 let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
                 let exists = in_grid
                     && (matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir)
-                        || self.writer.as_ref().is_some_and(|w| w.has_keys_under(array, &coords)));
+                        || self
+                            .writer
+                            .as_ref()
+                            .is_some_and(|w| w.has_keys_under(array, &coords)));
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,
@@ -374,8 +397,12 @@ impl View {
     }
 
     /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
-        fn chunk(&self, array: &ShardedArray, coords: &[u64], revalidate: bool) -> Result<ChunkData> {
-        if let Some(staged) = self.writer.as_ref().and_then(|w| w.staging.get(&array.rel, coords)) {
+    fn chunk(&self, array: &ShardedArray, coords: &[u64], revalidate: bool) -> Result<ChunkData> {
+        if let Some(staged) = self
+            .writer
+            .as_ref()
+            .and_then(|w| w.staging.get(&array.rel, coords))
+        {
             return staged.map(ChunkData::Staged).ok_or(ViewError::NotFound);
         }
         let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
@@ -384,7 +411,7 @@ impl View {
             .shards
             .get(self.store.as_ref(), &rel, &array.layout, revalidate);
         match shard.chunk(&array.layout, &loc) {
-                        Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
+            Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
             Ok(None) => Err(ViewError::NotFound),
             Err(err) => Err(ViewError::Shard { shard: rel, err }),
         }
@@ -393,11 +420,11 @@ impl View {
     /// What a store directory is: a presentable sharded array, or a plain directory.
     fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
         match self.load_array(&rel, dir_meta) {
-                        Ok(Some(array)) => {
+            Ok(Some(array)) => {
                 let array = Arc::new(array);
                 self.arrays.write().insert(rel, array.clone());
                 Node::ArrayDir { array }
-            },
+            }
             Ok(None) => Node::Dir { rel },
             Err(why) => {
                 if self.warned.lock().insert(rel.clone()) {
@@ -452,7 +479,7 @@ impl View {
     // ----- files -----------------------------------------------------------------------
 
     /// Open a file for reading. `write` asks for write access.
-        pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
+    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
         let (path, node) = self.node(ino)?;
         if write {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
@@ -463,22 +490,31 @@ impl View {
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
                 false,
             ),
-                        Node::ArrayMeta { array } => (Handle::Bytes(self.current(&array).json.clone()), false),
-            Node::Chunk { array, coords } => match self.chunk(&self.current(&array), &coords, true)? {
-                ChunkData::Shard(shard, range) => {
-                    let now = (range, shard.meta().map(EntryMeta::version));
-                    let keep = self.served.lock().insert(ino, now) == Some(now);
-                    (Handle::Chunk { shard, range }, keep)
+            Node::ArrayMeta { array } => (Handle::Bytes(self.current(&array).json.clone()), false),
+            Node::Chunk { array, coords } => {
+                match self.chunk(&self.current(&array), &coords, true)? {
+                    ChunkData::Shard(shard, range) => {
+                        let now = (range, shard.meta().map(EntryMeta::version));
+                        let keep = self.served.lock().insert(ino, now) == Some(now);
+                        (Handle::Chunk { shard, range }, keep)
+                    }
+                    ChunkData::Staged(bytes) => {
+                        self.served.lock().remove(&ino);
+                        (Handle::Bytes(bytes), false)
+                    }
                 }
-                ChunkData::Staged(bytes) => {
-                    self.served.lock().remove(&ino);
-                    (Handle::Bytes(bytes), false)
-                }
-            },
+            }
             Node::Scratch { ref path, .. } => {
                 let file = self.writer()?.scratch(path).ok_or(ViewError::NotFound)?;
                 file.lock().opens += 1;
-                (Handle::Scratch { ino, node: node.clone(), file }, false)
+                (
+                    Handle::Scratch {
+                        ino,
+                        node: node.clone(),
+                        file,
+                    },
+                    false,
+                )
             }
             Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
                 return Err(ViewError::IsDir);
@@ -487,7 +523,7 @@ impl View {
                 return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
         };
-                Ok(self.add_handle(handle, keep_cache))
+        Ok(self.add_handle(handle, keep_cache))
     }
 
     fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
@@ -516,15 +552,17 @@ impl View {
                 buf.truncate(n);
                 Ok(buf)
             }
-                        Handle::Chunk { shard, range } => {
+            Handle::Chunk { shard, range } => {
                 let (shard, range) = (shard.clone(), *range);
                 drop(handles);
-                shard.read(range, offset, size).map_err(|err| ViewError::Shard {
-                    shard: shard.rel().to_path_buf(),
-                    err,
-                })
+                shard
+                    .read(range, offset, size)
+                    .map_err(|err| ViewError::Shard {
+                        shard: shard.rel().to_path_buf(),
+                        err,
+                    })
             }
-                        Handle::StoreRw(f, _) => {
+            Handle::StoreRw(f, _) => {
                 use std::os::unix::fs::FileExt;
                 let mut buf = vec![0; size as usize];
                 let n = f.read_at(&mut buf, offset)?;
@@ -545,12 +583,8 @@ impl View {
         let handle = self.handles.lock().remove(&fh);
         match handle {
             Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
-                        Some(Handle::StoreRw(f, rel)) => {
+            Some(Handle::StoreRw(f, _)) => {
                 drop(f);
-                // `cp -r` of an unsharded array writes its zarr.json in place.
-                if rel.file_name() == Some(OsStr::new("zarr.json")) {
-                    self.adopt_new_array(rel.parent().unwrap_or(Path::new("")))?;
-                }
                 Ok(())
             }
             _ => Ok(()),
@@ -601,7 +635,7 @@ impl View {
             Node::KeyDir { array, coords } => self.list_keys(array, coords)?,
             _ => return Err(ViewError::NotDir),
         };
-                if self.writer.is_some() {
+        if self.writer.is_some() {
             entries.extend(self.written_entries(&path, &node));
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));

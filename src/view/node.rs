@@ -105,7 +105,10 @@ impl Node {
     pub fn kind(&self) -> Kind {
         match self {
             Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => Kind::Dir,
-            Node::File { .. } | Node::ArrayMeta { .. } | Node::Chunk { .. } | Node::Scratch { .. } => Kind::File,
+            Node::File { .. }
+            | Node::ArrayMeta { .. }
+            | Node::Chunk { .. }
+            | Node::Scratch { .. } => Kind::File,
             Node::Symlink { .. } => Kind::Symlink,
         }
     }

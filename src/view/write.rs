@@ -82,7 +82,10 @@ pub struct Writer {
 #[derive(Debug, Clone)]
 pub enum Invalidation {
     Inode(u64),
-    Entry { parent: u64, name: std::ffi::OsString },
+    Entry {
+        parent: u64,
+        name: std::ffi::OsString,
+    },
 }
 
 impl Writer {
@@ -134,7 +137,11 @@ impl Writer {
 
     fn new_scratch(&self, path: &Path, data: Vec<u8>, dirty: bool) -> Result<Arc<Mutex<Scratch>>> {
         self.reserve(data.len() as u64)?;
-        let file = Arc::new(Mutex::new(Scratch { data, opens: 0, dirty }));
+        let file = Arc::new(Mutex::new(Scratch {
+            data,
+            opens: 0,
+            dirty,
+        }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
             self.unreserve(old.lock().data.len() as u64);
         }
@@ -164,8 +171,15 @@ impl Writer {
     /// Whether a key directory of `array` with leading coordinates `prefix` exists only
     /// in memory (made by mkdir, or holding staged chunks).
     pub(super) fn has_keys_under(&self, array: &ShardedArray, prefix: &[u64]) -> bool {
-        self.vdirs.lock().iter().any(|(a, c)| a == &array.rel && c.starts_with(prefix))
-            || self.staging.under(&array.rel, prefix).iter().any(|(_, exists)| *exists)
+        self.vdirs
+            .lock()
+            .iter()
+            .any(|(a, c)| a == &array.rel && c.starts_with(prefix))
+            || self
+                .staging
+                .under(&array.rel, prefix)
+                .iter()
+                .any(|(_, exists)| *exists)
     }
 }
 
@@ -180,7 +194,11 @@ impl View {
 
     /// The newest metadata of `array` (it may have been rewritten since the node was made).
     pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
-        self.arrays.read().get(&array.rel).cloned().unwrap_or_else(|| array.clone())
+        self.arrays
+            .read()
+            .get(&array.rel)
+            .cloned()
+            .unwrap_or_else(|| array.clone())
     }
 
     fn root_path(&self, rel: &Path) -> Result<PathBuf> {
@@ -189,7 +207,10 @@ impl View {
 
     fn writable(&self, array: &ShardedArray) -> Result<()> {
         if array.layout.levels.len() > 1 {
-            log::warn!("{}: writes to nested sharded arrays are not supported", array.rel.display());
+            log::warn!(
+                "{}: writes to nested sharded arrays are not supported",
+                array.rel.display()
+            );
             return Err(ViewError::ReadOnly);
         }
         Ok(())
@@ -204,7 +225,13 @@ impl View {
         }
     }
 
-    pub(super) fn open_for_write(&self, ino: u64, path: &Path, node: &Node, truncate: bool) -> Result<Handle> {
+    pub(super) fn open_for_write(
+        &self,
+        ino: u64,
+        path: &Path,
+        node: &Node,
+        truncate: bool,
+    ) -> Result<Handle> {
         let w = self.writer()?;
         let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
             path: path.to_path_buf(),
@@ -213,17 +240,29 @@ impl View {
         };
         let (file, node) = match node {
             Node::File { rel } => {
-                let f = std::fs::OpenOptions::new().read(true).write(true).truncate(truncate).open(w.root.join(rel))?;
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .truncate(truncate)
+                    .open(w.root.join(rel))?;
                 return Ok(Handle::StoreRw(f, rel.clone()));
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
                 self.writable(&array)?;
-                let data = if truncate { Vec::new() } else { self.chunk_bytes(&array, coords)? };
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.chunk_bytes(&array, coords)?
+                };
                 (w.new_scratch(path, data, truncate)?, scratch_node(&array))
             }
             Node::ArrayMeta { array } => {
-                let data = if truncate { Vec::new() } else { self.current(array).json.to_vec() };
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.current(array).json.to_vec()
+                };
                 (w.new_scratch(path, data, truncate)?, scratch_node(array))
             }
             Node::Scratch { path: p, .. } => {
@@ -236,8 +275,14 @@ impl View {
                 }
                 (file, node.clone())
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => return Err(ViewError::IsDir),
-            Node::Symlink { .. } => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::ELOOP))),
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::ELOOP,
+                )));
+            }
         };
         file.lock().opens += 1;
         self.inodes.update(ino, node.clone());
@@ -249,49 +294,125 @@ impl View {
             ChunkData::Staged(b) => Ok(b.to_vec()),
             ChunkData::Shard(shard, range) => {
                 let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
-                shard.read(range, 0, len).map_err(|err| ViewError::Shard { shard: shard.rel().to_path_buf(), err })
+                shard.read(range, 0, len).map_err(|err| ViewError::Shard {
+                    shard: shard.rel().to_path_buf(),
+                    err,
+                })
             }
         }
     }
 
-    /// The last handle of a scratch file closed: commit it if it is a written chunk or
-    /// `zarr.json`; otherwise it stays, waiting for a rename.
-    pub(super) fn release_scratch(&self, ino: u64, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
-        let Node::Scratch { path, array, parent } = node else {
+    /// Commit a written scratch file that sits at a chunk key or at `zarr.json` (on
+    /// `close` — `flush` — so that a refusal reaches the writer — and on `fsync`).
+    fn commit_scratch(&self, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
+        let Node::Scratch {
+            path,
+            array,
+            parent,
+        } = node
+        else {
             return Ok(());
         };
-        {
+        let name = path.file_name().unwrap_or_default();
+        if !matches!(
+            self.target(array, parent.as_deref(), name)?,
+            Target::Meta | Target::Chunk(_)
+        ) {
+            return Ok(());
+        }
+        let data = {
             let mut f = file.lock();
-            f.opens = f.opens.saturating_sub(1);
-            if f.opens > 0 || !f.dirty {
-                drop(f);
-                return self.settle_scratch(ino, path, array, parent.as_deref());
+            if !f.dirty {
+                return Ok(());
             }
             f.dirty = false;
+            f.data.clone()
+        };
+        self.put(array, parent.as_deref(), name, path, data)
+            .map(|_| ())
+    }
+
+    /// `close` of a file handle (FUSE `flush`): commits a written chunk or metadata, and
+    /// adopts a new array whose `zarr.json` was written in place. This runs before
+    /// `close` returns — `release` comes later, asynchronously, and a writer like
+    /// `cp -r` would already be creating the chunk files.
+    pub fn flush_handle(&self, fh: u64) -> Result<()> {
+        enum Pending {
+            Scratch(Node, Arc<Mutex<Scratch>>),
+            Metadata(PathBuf),
         }
-        let name = path.file_name().unwrap_or_default();
-        match self.target(array, parent.as_deref(), name)? {
-            Target::Meta | Target::Chunk(_) => {
-                let data = self.writer()?.remove_scratch(path).unwrap_or_default();
-                let node = self.put(array, parent.as_deref(), name, path, data)?;
-                self.inodes.update(ino, node);
-                Ok(())
+        let pending = match self.handles.lock().get(&fh) {
+            Some(Handle::Scratch { node, file, .. }) => {
+                Some(Pending::Scratch(node.clone(), file.clone()))
             }
-            Target::Scratch | Target::Invalid(_) => Ok(()),
+            Some(Handle::StoreRw(_, rel)) if rel.file_name() == Some(OsStr::new("zarr.json")) => {
+                Some(Pending::Metadata(
+                    rel.parent().unwrap_or(Path::new("")).to_path_buf(),
+                ))
+            }
+            _ => None,
+        };
+        match pending {
+            Some(Pending::Scratch(node, file)) => self.commit_scratch(&node, &file),
+            Some(Pending::Metadata(dir)) => self.adopt_new_array(&dir),
+            None => Ok(()),
         }
     }
 
-    /// A scratch file opened from a chunk (or zarr.json) and closed unchanged goes back.
-    fn settle_scratch(&self, ino: u64, path: &Path, array: &Arc<ShardedArray>, parent: Option<&[u64]>) -> Result<()> {
+    /// The last handle of a scratch file closed: anything still uncommitted is
+    /// committed, and a scratch file at a chunk key or `zarr.json` goes back to being
+    /// that chunk or metadata; other scratch files stay, waiting for a rename.
+    pub(super) fn release_scratch(
+        &self,
+        ino: u64,
+        node: &Node,
+        file: &Arc<Mutex<Scratch>>,
+    ) -> Result<()> {
+        let Node::Scratch {
+            path,
+            array,
+            parent,
+        } = node
+        else {
+            return Ok(());
+        };
+        let last = {
+            let mut f = file.lock();
+            f.opens = f.opens.saturating_sub(1);
+            f.opens == 0
+        };
+        if !last {
+            return Ok(());
+        }
+        let committed = self.commit_scratch(node, file);
+        self.settle_scratch(ino, path, array, parent.as_deref())?;
+        committed
+    }
+
+    /// A scratch file at a chunk key or `zarr.json` whose last handle closed goes back.
+    fn settle_scratch(
+        &self,
+        ino: u64,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+    ) -> Result<()> {
         let w = self.writer()?;
-        let Some(file) = w.scratch(path) else { return Ok(()) };
+        let Some(file) = w.scratch(path) else {
+            return Ok(());
+        };
         if file.lock().opens > 0 {
             return Ok(());
         }
         let name = path.file_name().unwrap_or_default();
         let back = match self.target(array, parent, name)? {
-            Target::Meta => Node::ArrayMeta { array: self.current(array) },
-            Target::Chunk(coords) => Node::Chunk { array: self.current(array), coords },
+            Target::Meta => Node::ArrayMeta {
+                array: self.current(array),
+            },
+            Target::Chunk(coords) => Node::Chunk {
+                array: self.current(array),
+                coords,
+            },
             Target::Scratch | Target::Invalid(_) => return Ok(()),
         };
         w.remove_scratch(path);
@@ -300,24 +421,42 @@ impl View {
     }
 
     /// What a name in an array's namespace is, for a write.
-    fn target(&self, array: &Arc<ShardedArray>, parent: Option<&[u64]>, name: &OsStr) -> Result<Target> {
+    fn target(
+        &self,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+        name: &OsStr,
+    ) -> Result<Target> {
         let array = self.current(array);
         if parent.is_none() && name == "zarr.json" {
             return Ok(Target::Meta);
         }
-        let Some(kp) = name.to_str().and_then(|n| array.encoding().child(array.layout.ndim(), parent, n)) else {
+        let Some(kp) = name
+            .to_str()
+            .and_then(|n| array.encoding().child(array.layout.ndim(), parent, n))
+        else {
             return Ok(Target::Scratch);
         };
         Ok(match kp {
             KeyPath::Chunk(c) if array.layout.chunk_in_grid(&c) => Target::Chunk(c),
-            KeyPath::Chunk(c) => Target::Invalid(format!("chunk {c:?} lies outside the grid {:?}", array.layout.chunk_counts())),
+            KeyPath::Chunk(c) => Target::Invalid(format!(
+                "chunk {c:?} lies outside the grid {:?}",
+                array.layout.chunk_counts()
+            )),
             KeyPath::Dir(_) => Target::Invalid("a chunk key directory, not a chunk".into()),
         })
     }
 
     /// Write `data` at `name` in an array's namespace (commit a chunk, update the
     /// metadata, or keep a scratch file). Returns the node now at that path.
-    fn put(&self, array: &Arc<ShardedArray>, parent: Option<&[u64]>, name: &OsStr, path: &Path, data: Vec<u8>) -> Result<Node> {
+    fn put(
+        &self,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+        name: &OsStr,
+        path: &Path,
+        data: Vec<u8>,
+    ) -> Result<Node> {
         match self.target(array, parent, name)? {
             Target::Meta => {
                 let array = self.update_metadata(array, &data)?;
@@ -336,12 +475,21 @@ impl View {
             Target::Scratch => {
                 let file = self.writer()?.new_scratch(path, data, false)?;
                 drop(file);
-                Ok(Node::Scratch { path: path.to_path_buf(), array: self.current(array), parent: parent.map(<[u64]>::to_vec) })
+                Ok(Node::Scratch {
+                    path: path.to_path_buf(),
+                    array: self.current(array),
+                    parent: parent.map(<[u64]>::to_vec),
+                })
             }
         }
     }
 
-    fn commit_chunk(&self, array: &ShardedArray, coords: Vec<u64>, data: Option<Vec<u8>>) -> Result<()> {
+    fn commit_chunk(
+        &self,
+        array: &ShardedArray,
+        coords: Vec<u64>,
+        data: Option<Vec<u8>>,
+    ) -> Result<()> {
         let w = self.writer()?;
         w.staging.put(&array.rel, coords, data.map(Arc::new));
         if w.staging.over_limit() {
@@ -352,20 +500,28 @@ impl View {
     }
 
     /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
-    fn update_metadata(&self, array: &Arc<ShardedArray>, bytes: &[u8]) -> Result<Arc<ShardedArray>> {
+    fn update_metadata(
+        &self,
+        array: &Arc<ShardedArray>,
+        bytes: &[u8],
+    ) -> Result<Arc<ShardedArray>> {
         let array = self.current(array);
         let invalid = |why: String| {
             log::warn!("{}/zarr.json: refused: {why}", array.rel.display());
             ViewError::Invalid(why)
         };
-        let new: Value = serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        let new: Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
         let Value::Object(new) = new else {
             return Err(invalid("not a JSON object".into()));
         };
-        let shown: Value = serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?;
+        let shown: Value =
+            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?;
         for key in PROTECTED {
             if new.get(key) != shown.get(key) {
-                return Err(invalid(format!("changing {key} of a sharded array is not supported (only attributes, shape, dimension names)")));
+                return Err(invalid(format!(
+                    "changing {key} of a sharded array is not supported (only attributes, shape, dimension names)"
+                )));
             }
         }
         let mut doc = array.meta.doc.clone();
@@ -375,7 +531,8 @@ impl View {
                 doc.insert(k, v);
             }
         }
-        let mut out = serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        let mut out =
+            serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
         out.push(b'\n');
         self.flush_array(&array)?;
         write_atomically(&self.root_path(&array.rel.join("zarr.json"))?, &out)?;
@@ -386,7 +543,10 @@ impl View {
         let dir_meta = self.stat_rel(rel)?;
         let node = self.classify_dir(rel.to_path_buf(), dir_meta);
         let Node::ArrayDir { array } = node else {
-            return Err(ViewError::Invalid(format!("{} is no longer a sharded array", rel.display())));
+            return Err(ViewError::Invalid(format!(
+                "{} is no longer a sharded array",
+                rel.display()
+            )));
         };
         self.refresh_subtree(rel);
         Ok(array)
@@ -402,10 +562,16 @@ impl View {
             }
             if let Some(w) = w {
                 w.invalidate(Invalidation::Inode(ino));
-                if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+                // The directory itself keeps its inode and dentry (dropping that dentry
+                // would fail operations already under way in it); its children change.
+                if path.as_path() != rel
+                    && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
                     && let Some(pino) = self.inodes.peek(parent)
                 {
-                    w.invalidate(Invalidation::Entry { parent: pino, name: name.to_os_string() });
+                    w.invalidate(Invalidation::Entry {
+                        parent: pino,
+                        name: name.to_os_string(),
+                    });
                 }
             }
         }
@@ -428,31 +594,54 @@ impl View {
     /// Entries that exist only in memory: scratch files, key directories made by mkdir,
     /// staged chunks in shards that do not exist yet.
     pub(super) fn written_entries(&self, path: &Path, node: &Node) -> Vec<super::DirEntry> {
-        let Some(w) = &self.writer else { return Vec::new() };
+        let Some(w) = &self.writer else {
+            return Vec::new();
+        };
         let (array, prefix) = match node {
             Node::ArrayDir { array } => (self.current(array), None),
             Node::KeyDir { array, coords } => (self.current(array), Some(coords.clone())),
             _ => return Vec::new(),
         };
-        let entry = |name: String, kind| super::DirEntry { ino: 0, name: name.into(), kind };
+        let entry = |name: String, kind| super::DirEntry {
+            ino: 0,
+            name: name.into(),
+            kind,
+        };
         let mut out: Vec<_> = w
             .scratch
             .lock()
             .keys()
             .filter(|p| p.parent() == Some(path))
-            .filter_map(|p| p.file_name().map(|n| entry(n.to_string_lossy().into_owned(), Kind::File)))
+            .filter_map(|p| {
+                p.file_name()
+                    .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
+            })
             .collect();
         let enc = array.encoding();
         let ndim = array.layout.ndim();
         let k = prefix.as_ref().map_or(0, Vec::len);
         let p = prefix.clone().unwrap_or_default();
-        let mut keys: Vec<(Vec<u64>, bool)> = w.vdirs.lock().iter().filter(|(a, _)| a == &array.rel).map(|(_, c)| (c.clone(), false)).collect();
-        keys.extend(w.staging.under(&array.rel, &p).into_iter().filter(|(_, exists)| *exists).map(|(c, _)| (c, true)));
+        let mut keys: Vec<(Vec<u64>, bool)> = w
+            .vdirs
+            .lock()
+            .iter()
+            .filter(|(a, _)| a == &array.rel)
+            .map(|(_, c)| (c.clone(), false))
+            .collect();
+        keys.extend(
+            w.staging
+                .under(&array.rel, &p)
+                .into_iter()
+                .filter(|(_, exists)| *exists)
+                .map(|(c, _)| (c, true)),
+        );
         for (c, is_chunk) in keys {
             if !c.starts_with(&p) {
                 continue;
             }
-            if prefix.is_none() && let Some(root) = enc.root_component(ndim) {
+            if prefix.is_none()
+                && let Some(root) = enc.root_component(ndim)
+            {
                 out.push(entry(root.to_string(), Kind::Dir));
             } else if !enc.nested() || ndim == 0 {
                 if is_chunk {
@@ -461,7 +650,10 @@ impl View {
             } else if c.len() > k {
                 let last = k + 1 == ndim;
                 if !last || is_chunk {
-                    out.push(entry(c[k].to_string(), if last { Kind::File } else { Kind::Dir }));
+                    out.push(entry(
+                        c[k].to_string(),
+                        if last { Kind::File } else { Kind::Dir },
+                    ));
                 }
             }
         }
@@ -471,7 +663,13 @@ impl View {
     // ----- operations ------------------------------------------------------------------
 
     /// Create and open `name` in `parent`.
-    pub fn create(&self, parent: u64, name: &OsStr, exclusive: bool, truncate: bool) -> Result<(Attr, Opened)> {
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<(Attr, Opened)> {
         let (ppath, pnode) = self.node(parent)?;
         let path = ppath.join(name);
         if let Some(existing) = self.child(&ppath, &pnode, name)? {
@@ -485,7 +683,11 @@ impl View {
         let (node, handle) = match &pnode {
             Node::Dir { rel } => {
                 let rel = rel.join(name);
-                let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(self.root_path(&rel)?)?;
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(self.root_path(&rel)?)?;
                 (Node::File { rel: rel.clone() }, Handle::StoreRw(f, rel))
             }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
@@ -497,7 +699,11 @@ impl View {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
-                let node = Node::Scratch { path: path.clone(), array, parent };
+                let node = Node::Scratch {
+                    path: path.clone(),
+                    array,
+                    parent,
+                };
                 (node.clone(), Handle::Scratch { ino: 0, node, file })
             }
             _ => return Err(ViewError::NotDir),
@@ -529,7 +735,11 @@ impl View {
                 f.data[offset as usize..end].copy_from_slice(data);
                 f.dirty = true;
             }
-            _ => return Err(ViewError::Io(std::io::Error::from_raw_os_error(libc::EBADF))),
+            _ => {
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::EBADF,
+                )));
+            }
         }
         Ok(data.len() as u32)
     }
@@ -539,7 +749,10 @@ impl View {
         let (path, node) = self.node(ino)?;
         let w = self.writer()?;
         match &node {
-            Node::File { rel } => std::fs::OpenOptions::new().write(true).open(w.root.join(rel))?.set_len(size)?,
+            Node::File { rel } => std::fs::OpenOptions::new()
+                .write(true)
+                .open(w.root.join(rel))?
+                .set_len(size)?,
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let mut f = file.lock();
@@ -567,7 +780,9 @@ impl View {
                     self.release_scratch(ino, &node, &file)?;
                 }
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => return Err(ViewError::IsDir),
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
             Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
         }
         self.getattr(ino)
@@ -591,14 +806,27 @@ impl View {
                     Node::KeyDir { coords, .. } => Some(coords.as_slice()),
                     _ => None,
                 };
-                let kp = name.to_str().and_then(|n| array.encoding().child(array.layout.ndim(), prefix, n));
+                let kp = name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(array.layout.ndim(), prefix, n));
                 match kp {
-                    Some(KeyPath::Dir(coords)) if coords.iter().zip(array.layout.chunk_counts()).all(|(c, n)| c < n) => {
-                        self.writer()?.vdirs.lock().insert((array.rel.clone(), coords.clone()));
+                    Some(KeyPath::Dir(coords))
+                        if coords
+                            .iter()
+                            .zip(array.layout.chunk_counts())
+                            .all(|(c, n)| c < n) =>
+                    {
+                        self.writer()?
+                            .vdirs
+                            .lock()
+                            .insert((array.rel.clone(), coords.clone()));
                         Node::KeyDir { array, coords }
                     }
                     _ => {
-                        let why = format!("{}: not a chunk key directory of this array", ppath.join(name).display());
+                        let why = format!(
+                            "{}: not a chunk key directory of this array",
+                            ppath.join(name).display()
+                        );
                         log::warn!("mkdir refused: {why}");
                         return Err(ViewError::Invalid(why));
                     }
@@ -613,7 +841,9 @@ impl View {
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
         let (ppath, pnode) = self.node(parent)?;
         let path = ppath.join(name);
-        let node = self.child(&ppath, &pnode, name)?.ok_or(ViewError::NotFound)?;
+        let node = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
         let w = self.writer()?;
         match &node {
             Node::Scratch { path, .. } => {
@@ -633,13 +863,20 @@ impl View {
                 self.arrays.write().remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.lock().retain(|(a, _)| a != &array.rel);
-                self.inodes.update_path(&ppath, Node::Dir { rel: array.rel.clone() });
+                self.inodes.update_path(
+                    &ppath,
+                    Node::Dir {
+                        rel: array.rel.clone(),
+                    },
+                );
                 self.inodes.detach(&path);
                 self.refresh_subtree(&array.rel);
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => std::fs::remove_file(w.root.join(rel))?,
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => return Err(ViewError::IsDir),
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
         }
         self.inodes.detach(&path);
         Ok(())
@@ -648,7 +885,9 @@ impl View {
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         let (ppath, pnode) = self.node(parent)?;
         let path = ppath.join(name);
-        let node = self.child(&ppath, &pnode, name)?.ok_or(ViewError::NotFound)?;
+        let node = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => std::fs::remove_dir(w.root.join(rel))?,
@@ -665,8 +904,12 @@ impl View {
                 if !empty? {
                     return Err(ViewError::NotEmpty);
                 }
-                w.vdirs.lock().retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
-                let store_dir = w.root.join(array.shard_dir_rel(&array.shard_prefix(coords)));
+                w.vdirs
+                    .lock()
+                    .retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
+                let store_dir = w
+                    .root
+                    .join(array.shard_dir_rel(&array.shard_prefix(coords)));
                 // The store directory goes only when no shard is left in it.
                 if std::fs::read_dir(&store_dir).is_ok_and(|mut d| d.next().is_none()) {
                     std::fs::remove_dir(&store_dir)?;
@@ -679,10 +922,19 @@ impl View {
     }
 
     /// Rename; `noreplace` fails if the target exists.
-    pub fn rename(&self, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, noreplace: bool) -> Result<()> {
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+    ) -> Result<()> {
         let (ppath, pnode) = self.node(parent)?;
         let (npath, nnode) = self.node(newparent)?;
-        let src = self.child(&ppath, &pnode, name)?.ok_or(ViewError::NotFound)?;
+        let src = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
         let (from, to) = (ppath.join(name), npath.join(newname));
         if self.child(&npath, &nnode, newname)?.is_some() && noreplace {
             return Err(ViewError::Exists);
@@ -698,7 +950,9 @@ impl View {
                 self.resolve(&to)?.ok_or(ViewError::NotFound)?
             }
             (Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. }, _) => {
-                return Err(ViewError::Unsupported("renaming directories is not supported; copy instead".into()));
+                return Err(ViewError::Unsupported(
+                    "renaming directories is not supported; copy instead".into(),
+                ));
             }
             _ => {
                 let data = self.content(&src)?;
@@ -721,8 +975,13 @@ impl View {
         }
         let node = match (&src, &nnode) {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
-                std::fs::hard_link(self.root_path(rel)?, self.root_path(&dst_dir.join(newname))?)?;
-                Node::File { rel: dst_dir.join(newname) }
+                std::fs::hard_link(
+                    self.root_path(rel)?,
+                    self.root_path(&dst_dir.join(newname))?,
+                )?;
+                Node::File {
+                    rel: dst_dir.join(newname),
+                }
             }
             _ => {
                 let data = self.content(&src)?;
@@ -736,7 +995,13 @@ impl View {
     fn content(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
             Node::File { rel } => Ok(std::fs::read(self.root_path(rel)?)?),
-            Node::Scratch { path, .. } => Ok(self.writer()?.scratch(path).ok_or(ViewError::NotFound)?.lock().data.clone()),
+            Node::Scratch { path, .. } => Ok(self
+                .writer()?
+                .scratch(path)
+                .ok_or(ViewError::NotFound)?
+                .lock()
+                .data
+                .clone()),
             Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
             Node::ArrayMeta { array } => Ok(self.current(array).json.to_vec()),
             _ => Err(ViewError::Unsupported("not a regular file".into())),
@@ -773,7 +1038,11 @@ impl View {
                 }
             }
             Node::File { rel } => std::fs::remove_file(w.root.join(rel))?,
-            Node::ArrayMeta { .. } => return Err(ViewError::Unsupported("moving an array's zarr.json away".into())),
+            Node::ArrayMeta { .. } => {
+                return Err(ViewError::Unsupported(
+                    "moving an array's zarr.json away".into(),
+                ));
+            }
             _ => {}
         }
         Ok(())
@@ -791,8 +1060,12 @@ impl View {
         if !matches!(meta.presentation, format::Presentation::Plain) {
             return Ok(());
         }
-        let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target) else {
-            log::warn!("{}: cannot shard this array (irregular grid or odd codecs); kept as written", dir.display());
+        let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target)
+        else {
+            log::warn!(
+                "{}: cannot shard this array (irregular grid or odd codecs); kept as written",
+                dir.display()
+            );
             return Ok(());
         };
         // Chunk files copied in before the metadata (`cp -r` order) would collide with
@@ -811,10 +1084,18 @@ impl View {
         }
         write_atomically(&json_path, &sharded)?;
         let array = self.reload_array(dir)?;
-        log::info!("{}: new array stored sharded, shards {:?}", dir.display(), array.layout.shard_shape);
+        log::info!(
+            "{}: new array stored sharded, shards {:?}",
+            dir.display(),
+            array.layout.shard_shape
+        );
         if !moved.is_empty() {
             for (coords, file) in &moved {
-                w.staging.put(&array.rel, coords.clone(), Some(Arc::new(std::fs::read(file)?)));
+                w.staging.put(
+                    &array.rel,
+                    coords.clone(),
+                    Some(Arc::new(std::fs::read(file)?)),
+                );
             }
             self.flush_array(&array)?;
             std::fs::remove_dir_all(&aside)?;
@@ -829,7 +1110,10 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let array = self.arrays.read().get(&array.rel).cloned();
         let Some(array) = array else { return Ok(()) };
-        let shards = w.flusher.flush_array(&w.staging, &array).map_err(|e| ViewError::Flush(e.to_string()))?;
+        let shards = w
+            .flusher
+            .flush_array(&w.staging, &array)
+            .map_err(|e| ViewError::Flush(e.to_string()))?;
         for rel in shards {
             self.shards.invalidate(&rel);
         }
@@ -862,10 +1146,19 @@ impl View {
         }
     }
 
-    /// `fsync` of a file: durable when it returns.
+    /// `fsync` of a file: durable when it returns. A chunk still open for writing is
+    /// committed with what it holds now (later writes commit again on close).
     pub fn fsync(&self, ino: u64) -> Result<()> {
-        match self.node(ino)?.1 {
-            Node::Chunk { array, .. } | Node::Scratch { array, .. } | Node::ArrayMeta { array } => self.flush_array(&array),
+        let (_, node) = self.node(ino)?;
+        if let Node::Scratch { path, .. } = &node
+            && let Some(file) = self.writer()?.scratch(path)
+        {
+            self.commit_scratch(&node, &file)?;
+        }
+        match node {
+            Node::Chunk { array, .. } | Node::Scratch { array, .. } | Node::ArrayMeta { array } => {
+                self.flush_array(&array)
+            }
             Node::File { rel } => Ok(std::fs::File::open(self.root_path(&rel)?)?.sync_all()?),
             _ => Ok(()),
         }
@@ -890,7 +1183,10 @@ enum Target {
 
 /// Write a file so that readers see the old or the new content, never a mix.
 fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_file_name(format!(".{}.shardfs-tmp", path.file_name().unwrap_or_default().to_string_lossy()));
+    let tmp = path.with_file_name(format!(
+        ".{}.shardfs-tmp",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
     {
         let f = std::fs::File::create(&tmp)?;
         f.write_all_at(data, 0)?;
@@ -909,7 +1205,11 @@ fn shard_document(meta: &format::ArrayMeta, cps: Option<&[u64]>, target: u64) ->
     if format::metadata::codec_name(doc.get("chunk_grid")?) != "regular" {
         return None;
     }
-    let inner: Vec<u64> = doc["chunk_grid"]["configuration"]["chunk_shape"].as_array()?.iter().map(Value::as_u64).collect::<Option<_>>()?;
+    let inner: Vec<u64> = doc["chunk_grid"]["configuration"]["chunk_shape"]
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect::<Option<_>>()?;
     if inner.len() != meta.shape.len() || inner.contains(&0) {
         return None;
     }
@@ -950,10 +1250,17 @@ fn collect_chunk_files(dir: &Path, meta: &format::ArrayMeta) -> Vec<(Vec<u64>, P
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
     while let Some((d, prefix)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let name = e.file_name();
-            let Some(kp) = name.to_str().and_then(|n| enc.child(ndim, prefix.as_deref(), n)) else { continue };
+            let Some(kp) = name
+                .to_str()
+                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
+            else {
+                continue;
+            };
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
             match kp {
                 KeyPath::Dir(c) if is_dir => stack.push((e.path(), Some(c))),
@@ -967,7 +1274,9 @@ fn collect_chunk_files(dir: &Path, meta: &format::ArrayMeta) -> Vec<(Vec<u64>, P
 
 /// Remove now-empty directories under `dir` (but not `dir` or `keep`).
 fn remove_empty_dirs(dir: &Path, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p != keep && e.file_type().is_ok_and(|t| t.is_dir()) {

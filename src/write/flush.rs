@@ -61,8 +61,17 @@ impl Flusher {
 
     /// Make `array`'s staged chunks durable. Returns the store paths of the shards
     /// written, for cache invalidation.
-    pub fn flush_array(&self, staging: &Staging, array: &ShardedArray) -> Result<Vec<PathBuf>, FlushError> {
-        let lock = self.locks.lock().entry(array.rel.clone()).or_default().clone();
+    pub fn flush_array(
+        &self,
+        staging: &Staging,
+        array: &ShardedArray,
+    ) -> Result<Vec<PathBuf>, FlushError> {
+        let lock = self
+            .locks
+            .lock()
+            .entry(array.rel.clone())
+            .or_default()
+            .clone();
         let _serial = lock.lock();
         let taken = staging.take(&array.rel);
         if taken.is_empty() {
@@ -76,7 +85,8 @@ impl Flusher {
                 c.flushes.fetch_add(1, Ordering::Relaxed);
                 c.chunks.fetch_add(taken.len() as u64, Ordering::Relaxed);
                 c.shards.fetch_add(shards.len() as u64, Ordering::Relaxed);
-                c.flush_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                c.flush_ns
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 Ok(shards)
             }
             Err(e) => {
@@ -87,15 +97,25 @@ impl Flusher {
         }
     }
 
-    fn write(&self, array: &ShardedArray, taken: &[(Vec<u64>, Staged)]) -> Result<Vec<PathBuf>, FlushError> {
+    fn write(
+        &self,
+        array: &ShardedArray,
+        taken: &[(Vec<u64>, Staged)],
+    ) -> Result<Vec<PathBuf>, FlushError> {
         let layout = &array.layout;
         // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
-        let (placed, outside): (Vec<_>, Vec<_>) = taken.iter().partition(|(c, _)| layout.chunk_in_grid(c));
+        let (placed, outside): (Vec<_>, Vec<_>) =
+            taken.iter().partition(|(c, _)| layout.chunk_in_grid(c));
         for (c, _) in outside {
-            log::warn!("{}: chunk {c:?} lies outside the array's grid; not written", array.rel.display());
+            log::warn!(
+                "{}: chunk {c:?} lies outside the array's grid; not written",
+                array.rel.display()
+            );
         }
-        let writes: Vec<(&Vec<u64>, &Arc<Vec<u8>>)> =
-            placed.iter().filter_map(|(c, s)| s.as_ref().map(|b| (c, b))).collect();
+        let writes: Vec<(&Vec<u64>, &Arc<Vec<u8>>)> = placed
+            .iter()
+            .filter_map(|(c, s)| s.as_ref().map(|b| (c, b)))
+            .collect();
         let mut data = Vec::with_capacity(writes.iter().map(|(_, b)| b.len()).sum());
         let mut coords = Vec::with_capacity(writes.len() * layout.ndim());
         let (mut src_offsets, mut sizes) = (Vec::new(), Vec::new());
@@ -105,7 +125,10 @@ impl Flusher {
             sizes.push(b.len() as u64);
             data.extend_from_slice(b);
         }
-        let grid = ShardGrid::new(layout.chunk_counts().to_vec(), layout.inner_per_shard().to_vec());
+        let grid = ShardGrid::new(
+            layout.chunk_counts().to_vec(),
+            layout.inner_per_shard().to_vec(),
+        );
         let batch = StagedBatch {
             grid: &grid,
             coords: &coords,
@@ -115,12 +138,18 @@ impl Flusher {
         };
         let mut packed = self.packed.lock();
         let t = Instant::now();
-        self.compactor.compact(&batch, &mut packed).map_err(|e| FlushError::Compact {
-            array: array.rel.clone(),
-            err: e.to_string(),
-        })?;
-        self.counters.compact_ns.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.compactor
+            .compact(&batch, &mut packed)
+            .map_err(|e| FlushError::Compact {
+                array: array.rel.clone(),
+                err: e.to_string(),
+            })?;
+        self.counters
+            .compact_ns
+            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.counters
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
 
         // Per shard: the packed run (if any) and the deletions.
         let mut per_shard: BTreeMap<Vec<u64>, (Option<usize>, Vec<usize>)> = BTreeMap::new();
@@ -130,13 +159,20 @@ impl Flusher {
         for (c, s) in &placed {
             if s.is_none() {
                 let loc = layout.locate(c).expect("in grid");
-                per_shard.entry(loc.shard).or_default().1.push(loc.slots[0] as usize);
+                per_shard
+                    .entry(loc.shard)
+                    .or_default()
+                    .1
+                    .push(loc.slots[0] as usize);
             }
         }
         let level = &layout.levels[0];
         let mut written = Vec::with_capacity(per_shard.len());
         for (shard, (run, deletes)) in per_shard {
-            let mut updates: Vec<ChunkUpdate> = deletes.into_iter().map(|slot| ChunkUpdate { slot, data: None }).collect();
+            let mut updates: Vec<ChunkUpdate> = deletes
+                .into_iter()
+                .map(|slot| ChunkUpdate { slot, data: None })
+                .collect();
             let bytes: &[u8] = match run {
                 Some(r) => {
                     let run = &packed.shards[r];
@@ -163,7 +199,12 @@ impl Flusher {
 /// The default chunks per shard for a new array: shards of about `target` bytes of
 /// uncompressed inner chunks, filled from the fastest dimension, never more chunks along
 /// a dimension than the array has.
-pub fn default_chunks_per_shard(shape: &[u64], inner: &[u64], itemsize: u64, target: u64) -> Vec<u64> {
+pub fn default_chunks_per_shard(
+    shape: &[u64],
+    inner: &[u64],
+    itemsize: u64,
+    target: u64,
+) -> Vec<u64> {
     let chunk_bytes = inner.iter().product::<u64>().max(1) * itemsize.max(1);
     let mut budget = (target / chunk_bytes).max(1);
     let mut cps = vec![1; shape.len()];
@@ -190,9 +231,18 @@ mod tests {
     #[test]
     fn default_shards_hold_about_the_target() {
         // 1 MiB chunks, 64 MiB target: 64 chunks, from the last dimension first.
-        assert_eq!(default_chunks_per_shard(&[1000, 1000, 1000], &[64, 64, 128], 2, 64 << 20), [1, 8, 8]);
+        assert_eq!(
+            default_chunks_per_shard(&[1000, 1000, 1000], &[64, 64, 128], 2, 64 << 20),
+            [1, 8, 8]
+        );
         // Small arrays: never more than the array has.
-        assert_eq!(default_chunks_per_shard(&[10, 10], &[5, 5], 1, 64 << 20), [2, 2]);
-        assert_eq!(default_chunks_per_shard(&[], &[], 8, 64 << 20), Vec::<u64>::new());
+        assert_eq!(
+            default_chunks_per_shard(&[10, 10], &[5, 5], 1, 64 << 20),
+            [2, 2]
+        );
+        assert_eq!(
+            default_chunks_per_shard(&[], &[], 8, 64 << 20),
+            Vec::<u64>::new()
+        );
     }
 }

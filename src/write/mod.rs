@@ -2,6 +2,6 @@
 //! crash-safe shard updates.
 
 pub mod append;
-pub mod recover;
 pub mod flush;
+pub mod recover;
 pub mod staging;

@@ -55,7 +55,10 @@ impl Staging {
     pub fn get(&self, array: &Path, coords: &[u64]) -> Option<Staged> {
         let inner = self.inner.lock();
         let a = inner.arrays.get(array)?;
-        a.staged.get(coords).or_else(|| a.flushing.get(coords)).cloned()
+        a.staged
+            .get(coords)
+            .or_else(|| a.flushing.get(coords))
+            .cloned()
     }
 
     /// Stage a chunk (or its deletion).
@@ -168,7 +171,12 @@ impl Staging {
     pub fn discard(&self, array: &Path) {
         let mut inner = self.inner.lock();
         if let Some(a) = inner.arrays.remove(array) {
-            let freed: u64 = a.staged.values().chain(a.flushing.values()).map(weight).sum();
+            let freed: u64 = a
+                .staged
+                .values()
+                .chain(a.flushing.values())
+                .map(weight)
+                .sum();
             inner.bytes -= freed;
         }
         self.room.notify_all();

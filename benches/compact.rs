@@ -1,0 +1,263 @@
+//! Compaction benchmark: CPU vs GPU on the same batches, printed as a markdown table.
+//!
+//! For batch payloads of 1, 4, 16, 64, 256 MiB and 1 GiB (capped by `--max-mib N` or
+//! `SHARDFS_BENCH_MAX_MIB`; 256 MiB by default on machines with < 32 GiB RAM), builds
+//! one batch of 64 KiB–1 MiB chunks (odd sizes, so nothing is 16-byte aligned) staged
+//! contiguously in random order on a 3-D grid with edge shards, then compacts it
+//! repeatedly. Reports per size: median host-to-host throughput, host CPU seconds per
+//! GiB (getrusage user+sys over all threads), for the GPU additionally kernel-only
+//! throughput (stream drained around the three kernels) and the GPU/CPU ratio.
+//!
+//! Run: `cargo bench --bench compact -- [--max-mib N] [--reps N]`
+
+use std::time::{Duration, Instant};
+
+use shardfs::compact::{
+    Compactor, CpuCompactor, GPU_CROSSOVER_BYTES, GpuCompactor, Packed, ShardGrid, StagedBatch,
+};
+
+const MIB: u64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+const SIZES_MIB: [u64; 6] = [1, 4, 16, 64, 256, 1024];
+
+/// SplitMix64, so every run benchmarks the same batches.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+struct Batch {
+    grid: ShardGrid,
+    coords: Vec<u64>,
+    data: Vec<u8>,
+    src_offsets: Vec<u64>,
+    sizes: Vec<u64>,
+}
+
+impl Batch {
+    /// `payload` bytes in 64 KiB–1 MiB chunks of a 30×30×30 grid (4×4×4 per shard, so
+    /// the last shard along each dim is an edge shard), staged in random order.
+    fn new(payload: u64, seed: u64) -> Self {
+        let mut rng = Rng(seed);
+        let grid = ShardGrid::new(vec![30, 30, 30], vec![4, 4, 4]);
+        let mut sizes = Vec::new();
+        let mut left = payload;
+        while left > 0 {
+            let s = rng.range(64 << 10, MIB).min(left);
+            sizes.push(s);
+            left -= s;
+        }
+        let mut cells: Vec<u64> = (0..27_000).collect();
+        for i in (1..cells.len()).rev() {
+            cells.swap(i, rng.range(0, i as u64) as usize);
+        }
+        let coords = cells[..sizes.len()]
+            .iter()
+            .flat_map(|&c| [c / 900, c / 30 % 30, c % 30])
+            .collect();
+        let mut src_offsets = Vec::with_capacity(sizes.len());
+        let mut at = 0;
+        for s in &sizes {
+            src_offsets.push(at);
+            at += s;
+        }
+        let mut data = vec![0u8; at as usize];
+        for (i, word) in data.chunks_mut(8).enumerate() {
+            let v = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+            word.copy_from_slice(&v[..word.len()]);
+        }
+        Self {
+            grid,
+            coords,
+            data,
+            src_offsets,
+            sizes,
+        }
+    }
+
+    fn view(&self) -> StagedBatch<'_> {
+        StagedBatch {
+            grid: &self.grid,
+            coords: &self.coords,
+            data: &self.data,
+            src_offsets: &self.src_offsets,
+            sizes: &self.sizes,
+        }
+    }
+}
+
+/// User + system CPU time of this process (all threads).
+fn cpu_time() -> Duration {
+    // SAFETY: `rusage` is plain old data, so all-zero is a valid value to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF is a valid `who`, and `ru` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Median wall time per call and host CPU seconds per call over `reps` calls.
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn measure(reps: usize, mut call: impl FnMut()) -> Measured {
+    call(); // warm-up: grows the reused buffers
+    let cpu0 = cpu_time();
+    let walls = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            call();
+            t.elapsed()
+        })
+        .collect();
+    Measured {
+        wall: median(walls),
+        cpu: (cpu_time() - cpu0) / reps as u32,
+    }
+}
+
+fn gib_per_s(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 / GIB / t.as_secs_f64()
+}
+
+fn cpu_s_per_gib(bytes: u64, cpu: Duration) -> f64 {
+    cpu.as_secs_f64() / (bytes as f64 / GIB)
+}
+
+fn mem_total_gib() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: f64 = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / (1 << 20) as f64)
+}
+
+struct Args {
+    max_mib: u64,
+    reps: Option<usize>,
+}
+
+fn parse_args() -> Args {
+    let mut max_mib = std::env::var("SHARDFS_BENCH_MAX_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let mut reps = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--max-mib" => max_mib = args.next().and_then(|v| v.parse().ok()),
+            "--reps" => reps = args.next().and_then(|v| v.parse().ok()),
+            _ => {} // cargo bench passes `--bench`
+        }
+    }
+    let ram = mem_total_gib();
+    let max_mib = max_mib.unwrap_or_else(|| match ram {
+        Some(gib) if gib < 32.0 => {
+            println!(
+                "note: {gib:.0} GiB RAM < 32 GiB, capping batches at 256 MiB \
+                 (override: --max-mib N or SHARDFS_BENCH_MAX_MIB)"
+            );
+            256
+        }
+        _ => 1024,
+    });
+    Args { max_mib, reps }
+}
+
+fn main() {
+    let args = parse_args();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = CpuCompactor::new();
+    let cpu1 = CpuCompactor::with_threads(1);
+    let gpu = match GpuCompactor::new() {
+        Ok(gpu) => {
+            println!("GPU: {}", gpu.device_name());
+            Some(gpu)
+        }
+        Err(why) => {
+            println!("GPU columns absent: {why}");
+            None
+        }
+    };
+    println!(
+        "host: {cores} cores, {:.1} GiB RAM; CpuCompactor::new() gathers with up to 2 threads; \
+         auto crossover constant {} MiB (to be measured)\n",
+        mem_total_gib().unwrap_or(0.0),
+        GPU_CROSSOVER_BYTES / MIB
+    );
+    println!(
+        "| batch | chunks | CPU GiB/s | CPU 1-thread GiB/s | CPU host s/GiB | GPU e2e GiB/s \
+         | GPU kernel GiB/s | GPU host s/GiB | GPU/CPU |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut want = Packed::default();
+    let mut got = Packed::default();
+    for mib in SIZES_MIB.into_iter().filter(|&m| m <= args.max_mib) {
+        let bytes = mib * MIB;
+        let batch = Batch::new(bytes, mib);
+        let view = batch.view();
+        let reps = args.reps.unwrap_or((4096 / mib).clamp(5, 30) as usize);
+        let run = |c: &dyn Compactor, out: &mut Packed| {
+            c.compact(&view, out).expect("benchmark batch is valid")
+        };
+        let m_cpu = measure(reps, || run(&cpu, &mut want));
+        let m_cpu1 = measure(reps, || run(&cpu1, &mut got));
+        let cpu_rate = gib_per_s(bytes, m_cpu.wall);
+        let mut row = format!(
+            "| {mib} MiB | {} | {cpu_rate:.2} | {:.2} | {:.3} |",
+            batch.sizes.len(),
+            gib_per_s(bytes, m_cpu1.wall),
+            cpu_s_per_gib(bytes, m_cpu.cpu),
+        );
+        match &gpu {
+            Some(gpu) => {
+                let m_gpu = measure(reps, || run(gpu, &mut got));
+                if got != want {
+                    println!("!! GPU output differs from CPU output at {mib} MiB");
+                }
+                let kernels = median(
+                    (0..reps)
+                        .map(|_| {
+                            gpu.compact_profiled(&view, &mut got)
+                                .expect("valid")
+                                .kernels
+                        })
+                        .collect(),
+                );
+                let gpu_rate = gib_per_s(bytes, m_gpu.wall);
+                row += &format!(
+                    " {gpu_rate:.2} | {:.2} | {:.3} | {:.2} |",
+                    gib_per_s(bytes, kernels),
+                    cpu_s_per_gib(bytes, m_gpu.cpu),
+                    gpu_rate / cpu_rate,
+                );
+            }
+            None => row += " – | – | – | – |",
+        }
+        println!("{row}");
+    }
+}
