@@ -42,6 +42,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every shard: index decodes, checksums match, chunks lie inside the file and
+    /// overlap neither each other nor the index. Exits non-zero listing each problem.
+    Verify {
+        store: PathBuf,
+        /// Recover interrupted updates and cut torn tails back to the last complete state.
+        #[arg(long)]
+        repair: bool,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio.
+    Compact {
+        store: PathBuf,
+        /// Rewrite shards with more than this fraction of dead bytes.
+        #[arg(long, default_value_t = 0.25, value_name = "RATIO")]
+        min_garbage: f64,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Build a sample sharded store, mount it, read and check every chunk, unmount.
     Demo,
 }
@@ -103,7 +124,9 @@ pub enum CompactorArg {
     Gpu,
 }
 
-const SUBCOMMANDS: [&str; 6] = ["mount", "unmount", "info", "demo", "help", "umount"];
+const SUBCOMMANDS: [&str; 8] = [
+    "mount", "unmount", "info", "demo", "help", "umount", "verify", "compact",
+];
 
 /// Rewrite the `mount.fuse3` calling form `shardfs STORE DIR -o OPTS` into
 /// `shardfs mount STORE DIR -o OPTS`, and drop the legacy `shardfs#` source prefix.

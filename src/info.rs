@@ -35,6 +35,9 @@ pub struct ArrayInfo {
     pub bytes: u64,
     /// Bytes of live inner chunks.
     pub live_bytes: u64,
+    /// Bytes no index points at (overwritten chunks, old indices): `shardfs compact`
+    /// reclaims them.
+    pub dead_bytes: u64,
     /// Shards whose index cannot be read, with the reason.
     pub corrupt_shards: Vec<(String, String)>,
 }
@@ -94,6 +97,7 @@ fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
         stored_chunks: 0,
         bytes: 0,
         live_bytes: 0,
+        dead_bytes: 0,
         corrupt_shards: Vec::new(),
     };
     match &meta.presentation {
@@ -125,6 +129,9 @@ fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
                             })
                             .count() as u64;
                         info.live_bytes += index.live_bytes();
+                        let len = s.meta().map_or(0, |m| m.len);
+                        info.dead_bytes +=
+                            len.saturating_sub(index.live_bytes() + layout.levels[0].index_len());
                     }
                     Err(e) => info.corrupt_shards.push((key, e.to_string())),
                 }
@@ -218,8 +225,8 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
             let _ = writeln!(s, "  inner codecs {}", a.codecs.join(", "));
             let _ = writeln!(
                 s,
-                "  {} shards, {} stored inner chunks, {} bytes ({} live)",
-                a.shards, a.stored_chunks, a.bytes, a.live_bytes
+                "  {} shards, {} stored inner chunks, {} bytes ({} live, {} dead)",
+                a.shards, a.stored_chunks, a.bytes, a.live_bytes, a.dead_bytes
             );
             for (k, why) in &a.corrupt_shards {
                 let _ = writeln!(s, "  CORRUPT shard {k}: {why}");

@@ -54,6 +54,40 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Verify {
+            store,
+            repair,
+            json,
+        } => {
+            init_logging("warn");
+            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let report = shardfs::maint::verify(&store, repair, progress)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(if report.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::Compact {
+            store,
+            min_garbage,
+            json,
+        } => {
+            init_logging("warn");
+            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let report = shardfs::maint::compact(&store, min_garbage, progress)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo => {
             init_logging("warn");
             shardfs::demo::run(&mut std::io::stdout()).map_err(anyhow::Error::msg)?;

@@ -28,7 +28,10 @@ fn is_mounted(path: &Path) -> bool {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -50,17 +53,32 @@ impl Drop for Daemon {
 
 fn start(store: &Path, mnt: &Path) -> Daemon {
     let child = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-        .args(["mount", "--foreground", "--flush-interval", "0.05", "--write-buffer", "1", "--chunks-per-shard", "16,16"])
+        .args([
+            "mount",
+            "--foreground",
+            "--flush-interval",
+            "0.05",
+            "--write-buffer",
+            "1",
+            "--chunks-per-shard",
+            "16,16",
+        ])
         .arg(store)
         .arg(mnt)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let d = Daemon { child, mnt: mnt.to_path_buf() };
+    let d = Daemon {
+        child,
+        mnt: mnt.to_path_buf(),
+    };
     let t = Instant::now();
     while !is_mounted(mnt) {
-        assert!(t.elapsed() < Duration::from_secs(20), "mount did not come up");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "mount did not come up"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     d
@@ -68,7 +86,9 @@ fn start(store: &Path, mnt: &Path) -> Daemon {
 
 fn chunk_bytes(n: u64, cycle: u64) -> Vec<u8> {
     // 16 uint8 values; varied sizes are not needed, varied content is.
-    (0..16).map(|i| (n.wrapping_mul(31) ^ (cycle << 4) ^ i) as u8).collect()
+    (0..16)
+        .map(|i| (n.wrapping_mul(31) ^ (cycle << 4) ^ i) as u8)
+        .collect()
 }
 
 #[test]
@@ -76,13 +96,20 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
     if !common::can_mount("kill_9_at_random_moments_loses_nothing_acknowledged") {
         return;
     }
-    let cycles: u64 = std::env::var("SHARDFS_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let cycles: u64 = std::env::var("SHARDFS_CRASH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let mnt = tmp.path().join("mnt");
     fs::create_dir_all(&store).unwrap();
     fs::create_dir_all(&mnt).unwrap();
-    fs::write(store.join("zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    fs::write(
+        store.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
     {
         // The array is created through the mount (stored sharded, 16x16 chunks per shard).
         let _d = start(&store, &mnt);
@@ -97,7 +124,11 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
         std::io::Write::write_all(&mut &f, meta.as_bytes()).unwrap();
         f.sync_all().unwrap();
         drop(f);
-        Command::new(env!("CARGO_BIN_EXE_shardfs")).arg("unmount").arg(&mnt).status().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .arg("unmount")
+            .arg(&mnt)
+            .status()
+            .unwrap();
     }
     let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
     let mut rng = Lcg(0x5eed ^ std::process::id() as u64);
@@ -117,7 +148,9 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
                     let data = chunk_bytes(n, cycle);
                     let ok = fs::create_dir_all(&dir)
                         .and_then(|_| fs::write(dir.join(format!("{x}.partial")), &data))
-                        .and_then(|_| fs::rename(dir.join(format!("{x}.partial")), dir.join(x.to_string())))
+                        .and_then(|_| {
+                            fs::rename(dir.join(format!("{x}.partial")), dir.join(x.to_string()))
+                        })
                         .and_then(|_| fs::File::open(dir.join(x.to_string()))?.sync_all());
                     n += 1;
                     if ok.is_err() {
@@ -141,17 +174,32 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
 
         // Remount (recovery runs at mount) and check every acknowledged chunk.
         let check = tempfile::tempdir().unwrap();
-        let m = shardfs::Mount::new(&store, check.path(), &shardfs::MountOptions::default()).unwrap();
+        let m =
+            shardfs::Mount::new(&store, check.path(), &shardfs::MountOptions::default()).unwrap();
         for (n, want) in acked.lock().unwrap().iter() {
             let (y, x) = (n / SIDE, n % SIDE);
             let got = fs::read(check.path().join(format!("a/c/{y}/{x}")));
-            assert_eq!(got.as_ref().ok(), Some(want), "cycle {cycle}: acknowledged chunk {y}/{x} lost: {got:?}");
+            assert_eq!(
+                got.as_ref().ok(),
+                Some(want),
+                "cycle {cycle}: acknowledged chunk {y}/{x} lost: {got:?}"
+            );
         }
         m.unmount().unwrap();
         let report = shardfs::maint::verify(&store, false, false).unwrap();
-        assert!(report.problems.is_empty(), "cycle {cycle}: verify found {:?}", report.problems);
-        println!("cycle {cycle}: {} chunks acknowledged so far, verify clean", acked.lock().unwrap().len());
+        assert!(
+            report.problems.is_empty(),
+            "cycle {cycle}: verify found {:?}",
+            report.problems
+        );
+        println!(
+            "cycle {cycle}: {} chunks acknowledged so far, verify clean",
+            acked.lock().unwrap().len()
+        );
     }
-    assert!(kills_mid_write > 0, "no kill landed while writing: the test tested nothing");
+    assert!(
+        kills_mid_write > 0,
+        "no kill landed while writing: the test tested nothing"
+    );
     assert!(!acked.lock().unwrap().is_empty());
 }

@@ -15,7 +15,10 @@ use shardfs::view::{Kind, ROOT_INO, View, ViewConfig, WriteConfig, Writer};
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     fn below(&mut self, n: u64) -> u64 {
@@ -63,7 +66,9 @@ fn read(view: &View, key: &str) -> Option<Vec<u8>> {
 
 fn write_direct(view: &View, key: &str, data: &[u8]) {
     let (dir, name) = split(key);
-    let (_, o) = view.create(dir_ino(view, dir), OsStr::new(name), false, true).unwrap();
+    let (_, o) = view
+        .create(dir_ino(view, dir), OsStr::new(name), false, true)
+        .unwrap();
     view.write(o.fh, 0, data).unwrap();
     view.flush_handle(o.fh).unwrap();
     view.release(o.fh).unwrap();
@@ -85,7 +90,8 @@ fn write_via_rename(view: &View, key: &str, data: &[u8], link: bool) {
         }
         view.unlink(d, OsStr::new(&tmp)).unwrap();
     } else {
-        view.rename(d, OsStr::new(&tmp), d, OsStr::new(name), false).unwrap();
+        view.rename(d, OsStr::new(&tmp), d, OsStr::new(name), false)
+            .unwrap();
     }
 }
 
@@ -95,8 +101,14 @@ fn listed(view: &View, ino: u64, prefix: &str, out: &mut BTreeMap<String, ()>) {
     view.releasedir(fh);
     for e in entries.iter().filter(|e| e.name != "." && e.name != "..") {
         let name = e.name.to_str().unwrap();
-        let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
-        let Ok(attr) = view.lookup(ino, &e.name) else { continue };
+        let path = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let Ok(attr) = view.lookup(ino, &e.name) else {
+            continue;
+        };
         match e.kind {
             Kind::Dir => listed(view, attr.ino, &path, out),
             _ => {
@@ -108,7 +120,11 @@ fn listed(view: &View, ino: u64, prefix: &str, out: &mut BTreeMap<String, ()>) {
 
 fn check(view: &View, model: &BTreeMap<String, Vec<u8>>, keys: &[String], step: usize) {
     for key in keys {
-        assert_eq!(read(view, key).as_ref(), model.get(key), "step {step}: {key}");
+        assert_eq!(
+            read(view, key).as_ref(),
+            model.get(key),
+            "step {step}: {key}"
+        );
     }
     let mut all = BTreeMap::new();
     listed(view, ROOT_INO, "", &mut all);
@@ -156,7 +172,11 @@ fn random_operation_sequences_match_the_reference() {
                 6 => {
                     let (d, name) = split(&key);
                     let res = view.unlink(dir_ino(&view, d), OsStr::new(name));
-                    assert_eq!(res.is_ok(), model.remove(&key).is_some(), "step {step}: unlink {key}");
+                    assert_eq!(
+                        res.is_ok(),
+                        model.remove(&key).is_some(),
+                        "step {step}: unlink {key}"
+                    );
                     continue;
                 }
                 7 => {
@@ -179,7 +199,11 @@ fn random_operation_sequences_match_the_reference() {
                     view.flush_all().unwrap();
                     drop(view);
                     let report = shardfs::maint::verify(dir.path(), false, false).unwrap();
-                    assert!(report.problems.is_empty(), "step {step}: {:?}", report.problems);
+                    assert!(
+                        report.problems.is_empty(),
+                        "step {step}: {:?}",
+                        report.problems
+                    );
                     view = open_view(dir.path());
                     check(&view, &model, &keys, step);
                     continue;

@@ -309,10 +309,12 @@ fn concurrent_writers_to_one_shard_lose_nothing() {
         br#"{"zarr_format": 3, "node_type": "group"}"#,
     )
     .unwrap();
-    let mut opts = MountOptions::default();
-    opts.chunks_per_shard = Some(vec![16, 16]);
-    opts.flush_interval = std::time::Duration::from_millis(50);
-    opts.write_buffer = 64 << 10; // small: flushes run while others write
+    let opts = MountOptions {
+        chunks_per_shard: Some(vec![16, 16]),
+        flush_interval: std::time::Duration::from_millis(50),
+        write_buffer: 64 << 10, // small: flushes run while others write
+        ..MountOptions::default()
+    };
     let mnt = tempfile::tempdir().unwrap();
     let m = Mount::new(&store, mnt.path(), &opts).unwrap();
     let arr = mnt.path().join("a");
@@ -422,5 +424,43 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn two_mounts_of_one_store_keep_each_others_updates() {
+    if !common::can_mount("two_mounts_of_one_store_keep_each_others_updates") {
+        return;
+    }
+    let tmp = store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let (m1, g1) = mount_rw(&store);
+    let (m2, g2) = mount_rw(&store);
+    // Both write chunks of the same shard (c/0/0 covers chunk rows 0-1, columns 0-1)
+    // and of others, interleaved, each flushing (fsync) after every write.
+    let keys = ["c/0/0", "c/0/1", "c/1/0", "c/1/1", "c/2/2", "c/3/3"];
+    for (i, key) in keys.iter().enumerate() {
+        let mnt = if i % 2 == 0 { &m1 } else { &m2 };
+        let path = mnt.path().join("u16_default_sparse").join(key);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let f = fs::File::create(&path).unwrap();
+        std::io::Write::write_all(&mut &f, &[i as u8 + 10; 24]).unwrap();
+        f.sync_all().unwrap();
+    }
+    g1.unmount().unwrap();
+    g2.unmount().unwrap();
+    let (mnt, _g) = mount_rw(&store);
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            fs::read(mnt.path().join("u16_default_sparse").join(key)).unwrap(),
+            vec![i as u8 + 10; 24],
+            "{key}"
+        );
+    }
+    assert!(
+        shardfs::maint::verify(&store, false, false)
+            .unwrap()
+            .problems
+            .is_empty()
     );
 }
