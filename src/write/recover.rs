@@ -338,7 +338,7 @@ fn settle(dir: &ShardDir, name: &OsStr, rec: AppendRecord) -> Result<Recovery, W
 }
 
 /// CRC-32C of the bytes `start..end` of `file`.
-pub(crate) fn crc_of(file: &File, start: u64, end: u64) -> io::Result<u32> {
+fn crc_of(file: &File, start: u64, end: u64) -> io::Result<u32> {
     let mut buf = vec![0u8; (end - start).min(1 << 20) as usize];
     let (mut crc, mut at) = (0u32, start);
     while at < end {
