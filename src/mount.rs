@@ -125,6 +125,9 @@ impl Mount {
         }
         let fsname = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
         let store: Arc<dyn Store> = Arc::new(local);
+        // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
+        // a wrong choice is reported where it was made.
+        let compactor = make_compactor(opts.compactor)?;
         let writer = if opts.read_only {
             None
         } else {
@@ -138,7 +141,6 @@ impl Mount {
             for (shard, what) in done {
                 log::warn!("recovered {}: {what:?}", shard.display());
             }
-            let compactor = make_compactor(opts.compactor)?;
             log::info!("compactor: {}", compactor.name());
             Some(Writer::new(WriteConfig {
                 root: fsname.clone(),

@@ -366,3 +366,40 @@ fn cli_demo_passes() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("demo passed"));
 }
+
+#[test]
+fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shardfs()
+        .args(["mount", "--compactor", "gpu"])
+        .arg(common::fixtures().join("zarr_basic"))
+        .arg(dir.path())
+        .args(["-o", "ro"])
+        .output()
+        .unwrap();
+    let _guard = CliMount(dir.path().to_path_buf());
+    match shardfs::compact::GpuCompactor::available() {
+        Err(why) => {
+            println!("no GPU here ({why}): checking the refusal");
+            assert!(!out.status.success());
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("GPU") || err.contains("gpu"), "{err}");
+        }
+        Ok(()) => {
+            println!("a GPU is present: --compactor gpu must mount");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                shardfs()
+                    .arg("unmount")
+                    .arg(dir.path())
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+    }
+}

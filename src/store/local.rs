@@ -184,6 +184,14 @@ impl Store for LocalStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
     }
+
+    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+        let fd = self
+            .open_beneath(dir, OFlags::RDONLY | OFlags::DIRECTORY)
+            .ok()?;
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).ok()?;
+        Some(Box::new(fd))
+    }
 }
 
 #[cfg(test)]

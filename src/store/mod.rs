@@ -109,6 +109,14 @@ pub trait Store: Send + Sync {
     /// A name for log lines and `fsname`.
     fn describe(&self) -> String;
 
+    /// Hold the shared side of the lock shard updates take on directory `dir` (see
+    /// `write::append`) until the returned guard drops, so that a shard is read between
+    /// updates, never during one. `None` where the backend has no such lock.
+    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+        let _ = dir;
+        None
+    }
+
     /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
         let Some(f) = self.open(rel)? else {

@@ -52,8 +52,25 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// Open and decode the shard at `rel`; never fails: errors are kept in the shard.
+    /// Open and decode the shard at `rel`; never fails: errors are kept in the shard and
+    /// logged once. A shard that reads as corrupt is read again under the shared lock of
+    /// its directory: it may have been caught in the middle of an append.
     pub fn load(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
+        let shard = Self::load_quiet(store, rel, layout);
+        let shard = match (&shard.index, shard.exists()) {
+            (Err(_), true) => {
+                let _guard = store.read_lock(rel.parent().unwrap_or(Path::new("")));
+                Self::load_quiet(store, rel, layout)
+            }
+            _ => shard,
+        };
+        if let Err(e) = &shard.index {
+            log::error!("shard {} of {}: {e}", rel.display(), store.describe());
+        }
+        shard
+    }
+
+    fn load_quiet(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
         let level = &layout.levels[0];
         let (file, meta, index) = match store.open(rel) {
             Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
@@ -67,9 +84,6 @@ impl Shard {
             },
             Err(e) => (None, None, Err(e.into())),
         };
-        if let Err(e) = &index {
-            log::error!("shard {} of {}: {e}", rel.display(), store.describe());
-        }
         Shard {
             rel: rel.to_path_buf(),
             file,
