@@ -403,3 +403,54 @@ fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
         }
     }
 }
+
+#[test]
+fn mount_fuse3_helper_mounts_shardfs() {
+    if !common::can_mount("mount_fuse3_helper_mounts_shardfs") {
+        return;
+    }
+    let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists());
+    let Some(helper) = helper else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs fuse3 (scripts/setup-system)"
+        );
+        println!(
+            "SKIPPED mount_fuse3_helper_mounts_shardfs: no mount.fuse3 (apt-get install fuse3)"
+        );
+        return;
+    };
+    // What `mount -t fuse.shardfs STORE DIR -o ...` and an fstab line run, with the
+    // program named by path instead of looked up on PATH.
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!(
+        "{}#{}",
+        env!("CARGO_BIN_EXE_shardfs"),
+        common::fixtures().join("zarr_basic").display()
+    );
+    let out = Command::new(helper)
+        .arg(&source)
+        .arg(dir.path())
+        .args(["-o", "ro,nofail,_netdev,x-systemd.automount"])
+        .output()
+        .unwrap();
+    let _guard = CliMount(dir.path().to_path_buf());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(is_mounted(dir.path()));
+    assert!(dir.path().join("u16_default_sparse/c/0/0").exists());
+    assert!(
+        shardfs()
+            .arg("unmount")
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(!is_mounted(dir.path()));
+}
