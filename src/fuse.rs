@@ -34,6 +34,14 @@ fn errno(e: &ViewError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// Reply to a request that returns nothing but success or an errno.
+fn done(reply: ReplyEmpty, res: Result<(), ViewError>) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 fn file_type(k: Kind) -> FileType {
     match k {
         Kind::Dir => FileType::Directory,
@@ -146,10 +154,7 @@ impl Filesystem for ShardFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.view.flush_handle(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.flush_handle(fh.0))
     }
 
     fn release(
@@ -162,10 +167,7 @@ impl Filesystem for ShardFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.view.release(fh.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.release(fh.0))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -311,17 +313,11 @@ impl Filesystem for ShardFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.view.unlink(parent.0, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.unlink(parent.0, name))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.view.rmdir(parent.0, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.rmdir(parent.0, name))
     }
 
     fn rename(
@@ -369,10 +365,7 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.view.fsync(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.fsync(ino.0))
     }
 
     fn fsyncdir(
@@ -383,10 +376,7 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.view.fsyncdir(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        done(reply, self.view.fsyncdir(ino.0))
     }
 
     fn ioctl(

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::Lcg;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,18 +23,6 @@ fn is_mounted(path: &Path) -> bool {
         .unwrap()
         .lines()
         .any(|l| l.split(' ').nth(1) == path.to_str())
-}
-
-/// A tiny deterministic generator (no dependency for one test).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
 }
 
 /// Kills the daemon and detaches its mount even when an assertion fails.

@@ -3,6 +3,9 @@
 //! map of what every chunk key should hold, on the sample store's two arrays (index at
 //! the end with `/` keys; index at the start with `v2` `.` keys).
 
+mod common;
+
+use common::Lcg;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::Path;
@@ -11,20 +14,6 @@ use std::sync::Arc;
 use shardfs::compact::CpuCompactor;
 use shardfs::store::{LocalStore, Store};
 use shardfs::view::{Kind, ROOT_INO, View, ViewConfig, WriteConfig, Writer};
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn open_view(dir: &Path) -> View {
     let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());

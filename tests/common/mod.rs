@@ -84,3 +84,20 @@ pub fn json_file(path: &Path) -> Value {
     )
     .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// A small deterministic generator, so a failing sequence can be replayed by its seed.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
