@@ -30,9 +30,11 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         Command::Unmount { mountpoint, lazy } => {
             // fsync of the mount's root makes everything staged durable first, so that
             // nothing depends on the daemon finishing after the unmount.
-            let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
+                        let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
+            // ENOTCONN: the daemon is gone (killed); there is nothing left to flush.
             if let Err(e) = synced
                 && !lazy
+                && e.raw_os_error() != Some(libc::ENOTCONN)
             {
                 bail!(
                     "flushing {} before unmounting failed ({e}); not unmounted",
