@@ -63,6 +63,14 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Counters of a live mount: chunks and bytes read, index cache hits, chunks staged
+    /// and flushed, compaction and flush time.
+    Stats {
+        mountpoint: PathBuf,
+        /// Print JSON for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Build a sample sharded store, mount it, read and check every chunk, unmount.
     Demo,
 }
@@ -124,8 +132,8 @@ pub enum CompactorArg {
     Gpu,
 }
 
-const SUBCOMMANDS: [&str; 8] = [
-    "mount", "unmount", "info", "demo", "help", "umount", "verify", "compact",
+const SUBCOMMANDS: [&str; 9] = [
+    "mount", "unmount", "info", "demo", "help", "umount", "verify", "compact", "stats",
 ];
 
 /// Rewrite the `mount.fuse3` calling form `shardfs STORE DIR -o OPTS` into

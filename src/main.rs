@@ -30,7 +30,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         Command::Unmount { mountpoint, lazy } => {
             // fsync of the mount's root makes everything staged durable first, so that
             // nothing depends on the daemon finishing after the unmount.
-                        let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
+            let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
             // ENOTCONN: the daemon is gone (killed); there is nothing left to flush.
             if let Err(e) = synced
                 && !lazy
@@ -87,6 +87,25 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { mountpoint, json } => {
+            let path = mountpoint.join(shardfs::view::STATS_FILE);
+            let bytes = std::fs::read(&path).with_context(|| {
+                format!(
+                    "{} is not a shardfs mount (no {})",
+                    mountpoint.display(),
+                    path.display()
+                )
+            })?;
+            if json {
+                print!("{}", String::from_utf8_lossy(&bytes));
+            } else {
+                let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+                for (k, val) in v.as_object().into_iter().flatten() {
+                    println!("{k:<24} {}", val.to_string().trim_matches('"'));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -464,3 +464,42 @@ fn two_mounts_of_one_store_keep_each_others_updates() {
             .is_empty()
     );
 }
+
+#[test]
+fn stats_count_what_the_mount_did() {
+    if !common::can_mount("stats_count_what_the_mount_did") {
+        return;
+    }
+    let tmp = store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let (mnt, _m) = mount_rw(&store);
+    for key in ["c/0/0", "c/0/1", "c/1/0"] {
+        fs::read(mnt.path().join("u16_default_sparse").join(key)).unwrap();
+    }
+    fs::write(mnt.path().join("u16_default_sparse/c/2/2"), [7u8; 24]).unwrap();
+    fs::File::open(mnt.path()).unwrap().sync_all().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+        .arg("stats")
+        .arg(mnt.path())
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(s["chunk_opens"].as_u64().unwrap() >= 3, "{s}");
+    assert!(s["chunk_bytes_read"].as_u64().unwrap() >= 3 * 24, "{s}");
+    assert_eq!(s["chunks_committed"], 1, "{s}");
+    assert!(s["flushes"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["chunks_flushed"], 1, "{s}");
+    assert_eq!(s["staged_bytes"], 0, "{s}");
+    // Hidden: not in the listing.
+    assert!(
+        fs::read_dir(mnt.path())
+            .unwrap()
+            .all(|e| e.unwrap().file_name() != ".shardfs-stats")
+    );
+}

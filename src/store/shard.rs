@@ -247,6 +247,9 @@ pub struct ShardCache {
     segments: Vec<Mutex<Segment>>,
     max_bytes_per_segment: usize,
     hasher: std::collections::hash_map::RandomState,
+    /// Lookups answered from the cache / that loaded the shard's index.
+    pub hits: std::sync::atomic::AtomicU64,
+    pub misses: std::sync::atomic::AtomicU64,
 }
 
 struct Segment {
@@ -269,6 +272,8 @@ impl ShardCache {
                 .collect(),
             max_bytes_per_segment: (max_bytes / SEGMENTS).max(1),
             hasher: Default::default(),
+            hits: Default::default(),
+            misses: Default::default(),
         }
     }
 
@@ -288,15 +293,21 @@ impl ShardCache {
         revalidate: bool,
     ) -> Arc<Shard> {
         let seg = self.segment(rel);
-        if let Some((shard, _)) = seg.lock().lru.get(rel) {
+        // Clone out and unlock before any I/O: the stat of a revalidation must not hold
+        // the segment against other readers.
+        let cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+        if let Some(shard) = cached {
             let fresh = !revalidate || {
                 let now = store.stat(rel).ok().flatten().map(|m| m.version());
                 now == shard.meta.map(|m| m.version())
             };
             if fresh {
-                return shard.clone();
+                self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return shard;
             }
         }
+        self.misses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let shard = Arc::new(Shard::load(store, rel, layout));
         let weight = shard.weight();
         let mut seg = seg.lock();

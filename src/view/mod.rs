@@ -35,6 +35,9 @@ pub mod write_api {
     pub use super::write::{Invalidation, WriteConfig, Writer};
 }
 
+/// The hidden file at the mount's root that `shardfs stats` reads.
+pub const STATS_FILE: &str = ".shardfs-stats";
+
 /// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
 const MAX_METADATA_BYTES: u64 = 16 << 20;
 
@@ -172,6 +175,17 @@ pub struct View {
     arrays: parking_lot::RwLock<std::collections::HashMap<PathBuf, Arc<ShardedArray>>>,
     /// The write side; `None` for a read-only view.
     writer: Option<Writer>,
+    counters: ReadCounters,
+}
+
+/// What the read side did, for `shardfs stats`.
+#[derive(Default)]
+struct ReadCounters {
+    chunk_opens: AtomicU64,
+    chunk_reads: AtomicU64,
+    chunk_bytes_read: AtomicU64,
+    chunks_committed: AtomicU64,
+    chunks_deleted: AtomicU64,
 }
 
 impl View {
@@ -201,6 +215,7 @@ impl View {
             dirs: Mutex::new(Default::default()),
             arrays: Default::default(),
             writer,
+            counters: ReadCounters::default(),
         };
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
@@ -213,6 +228,46 @@ impl View {
 
     fn node(&self, ino: u64) -> Result<(PathBuf, Node)> {
         self.inodes.get(ino).ok_or(ViewError::StaleInode(ino))
+    }
+
+    /// The counters `shardfs stats` shows, as JSON.
+    pub fn stats_json(&self) -> Vec<u8> {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut v = serde_json::json!({
+            "store": self.store.describe(),
+            "inodes": self.inodes.len(),
+            "chunk_opens": get(&c.chunk_opens),
+            "chunk_reads": get(&c.chunk_reads),
+            "chunk_bytes_read": get(&c.chunk_bytes_read),
+            "index_cache_hits": get(&self.shards.hits),
+            "index_cache_misses": get(&self.shards.misses),
+            "chunks_committed": get(&c.chunks_committed),
+            "chunks_deleted": get(&c.chunks_deleted),
+        });
+        if let Some(w) = &self.writer {
+            let f = &w.flusher().counters;
+            let flushes = get(&f.flushes);
+            v["writable"] = true.into();
+            v["compactor"] = w.compactor_name().into();
+            v["staged_bytes"] = w.staged_bytes().into();
+            v["flushes"] = flushes.into();
+            v["chunks_flushed"] = get(&f.chunks).into();
+            v["bytes_flushed"] = get(&f.bytes).into();
+            v["shard_updates"] = get(&f.shards).into();
+            v["compaction_seconds"] = (get(&f.compact_ns) as f64 / 1e9).into();
+            v["flush_seconds"] = (get(&f.flush_ns) as f64 / 1e9).into();
+            v["mean_flush_latency_ms"] = if flushes > 0 {
+                (get(&f.flush_ns) as f64 / 1e6 / flushes as f64).into()
+            } else {
+                0.0.into()
+            };
+        } else {
+            v["writable"] = false.into();
+        }
+        let mut out = serde_json::to_vec_pretty(&v).expect("JSON of a JSON value");
+        out.push(b'\n');
+        out
     }
 
     /// Number of inodes the kernel currently holds.
@@ -266,6 +321,12 @@ impl View {
 
     fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
         Ok(match node {
+            Node::Stats => {
+                let mut m = self.stat_rel(Path::new(""))?;
+                m.perm = 0o444;
+                m.mtime = std::time::SystemTime::now();
+                Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
+            }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
                 let m = self.stat_rel(rel)?;
                 Attr::from_meta(ino, node.kind(), m.len, &m)
@@ -301,6 +362,9 @@ impl View {
 
     /// The child node `name` of `node`, `None` if there is none.
     fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        if path.as_os_str().is_empty() && name == STATS_FILE {
+            return Ok(Some(Node::Stats));
+        }
         if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) =
             (&self.writer, node)
         {
@@ -318,6 +382,7 @@ impl View {
             }
         }
         match node {
+            Node::Stats => Err(ViewError::NotDir),
             Node::Dir { rel } => self.store_child(rel, name),
             Node::ArrayDir { array } => {
                 let array = &self.current(array);
@@ -486,12 +551,14 @@ impl View {
             return Ok(self.add_handle(handle, false));
         }
         let (handle, keep_cache) = match node {
+            Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::File { rel } => (
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
                 false,
             ),
             Node::ArrayMeta { array } => (Handle::Bytes(self.current(&array).json.clone()), false),
             Node::Chunk { array, coords } => {
+                self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
                 match self.chunk(&self.current(&array), &coords, true)? {
                     ChunkData::Shard(shard, range) => {
                         let now = (range, shard.meta().map(EntryMeta::version));
@@ -555,6 +622,10 @@ impl View {
             Handle::Chunk { shard, range } => {
                 let (shard, range) = (shard.clone(), *range);
                 drop(handles);
+                let c = &self.counters;
+                c.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                let n = u64::from(size).min(range.nbytes.saturating_sub(offset));
+                c.chunk_bytes_read.fetch_add(n, Ordering::Relaxed);
                 shard
                     .read(range, offset, size)
                     .map_err(|err| ViewError::Shard {

@@ -84,6 +84,8 @@ pub enum Node {
         array: Arc<ShardedArray>,
         coords: Vec<u64>,
     },
+    /// `/.shardfs-stats`: the daemon's counters as JSON (not listed).
+    Stats,
     /// An in-memory file in an array's namespace (a writer's temporary file, or a chunk
     /// open for writing): `parent` is the key directory it is in (`None`: the array dir).
     Scratch {
@@ -108,7 +110,8 @@ impl Node {
             Node::File { .. }
             | Node::ArrayMeta { .. }
             | Node::Chunk { .. }
-            | Node::Scratch { .. } => Kind::File,
+            | Node::Scratch { .. }
+            | Node::Stats => Kind::File,
             Node::Symlink { .. } => Kind::Symlink,
         }
     }

@@ -239,6 +239,7 @@ impl View {
             parent: self.parent_key(path),
         };
         let (file, node) = match node {
+            Node::Stats => return Err(ViewError::ReadOnly),
             Node::File { rel } => {
                 let f = std::fs::OpenOptions::new()
                     .read(true)
@@ -491,6 +492,12 @@ impl View {
         data: Option<Vec<u8>>,
     ) -> Result<()> {
         let w = self.writer()?;
+        let counter = if data.is_some() {
+            &self.counters.chunks_committed
+        } else {
+            &self.counters.chunks_deleted
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         w.staging.put(&array.rel, coords, data.map(Arc::new));
         if w.staging.over_limit() {
             // Back-pressure: the writer that filled the buffer flushes it.
@@ -749,6 +756,7 @@ impl View {
         let (path, node) = self.node(ino)?;
         let w = self.writer()?;
         match &node {
+            Node::Stats => return Err(ViewError::ReadOnly),
             Node::File { rel } => std::fs::OpenOptions::new()
                 .write(true)
                 .open(w.root.join(rel))?
@@ -846,6 +854,7 @@ impl View {
             .ok_or(ViewError::NotFound)?;
         let w = self.writer()?;
         match &node {
+            Node::Stats => return Err(ViewError::ReadOnly),
             Node::Scratch { path, .. } => {
                 w.remove_scratch(path);
             }
