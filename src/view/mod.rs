@@ -10,9 +10,12 @@
 //!   `list_dir` rule): a prefix may be listed whose chunks turn out empty. The last level
 //!   (files) reads the indices of the shards of that one directory only.
 
+mod adopt;
+mod durable;
 mod inode;
 mod listing;
 pub mod node;
+mod ops;
 mod write;
 
 use std::collections::HashSet;

@@ -1,0 +1,158 @@
+//! New arrays: a `zarr.json` of an unsharded array that lands in a store directory makes
+//! a sharded array there, with the writer's chunks as inner chunks; chunk files copied
+//! in before the metadata are taken into the shards.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{Result, View};
+use crate::format::{self, KeyPath};
+use crate::write::flush::default_chunks_per_shard;
+
+use super::write::*;
+
+impl View {
+    /// A `zarr.json` just landed in the store directory `dir`: if it describes an
+    /// unsharded array, make it a sharded one and take in chunk files already there.
+    pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
+        let w = self.writer()?;
+        let json_path = w.root.join(dir).join("zarr.json");
+        let bytes = std::fs::read(&json_path)?;
+        let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
+            return Ok(());
+        };
+        if !matches!(meta.presentation, format::Presentation::Plain) {
+            return Ok(());
+        }
+        let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target)
+        else {
+            log::warn!(
+                "{}: cannot shard this array (irregular grid or odd codecs); kept as written",
+                dir.display()
+            );
+            return Ok(());
+        };
+        // Chunk files copied in before the metadata (`cp -r` order) would collide with
+        // the shard files; move them aside, stage them, flush, then drop them.
+        let ingest = collect_chunk_files(&w.root.join(dir), &meta);
+        let aside = w.root.join(dir).join(".shardfs-ingest");
+        let mut moved = Vec::new();
+        if !ingest.is_empty() {
+            std::fs::create_dir_all(&aside)?;
+            for (i, (coords, file)) in ingest.into_iter().enumerate() {
+                let to = aside.join(i.to_string());
+                std::fs::rename(&file, &to)?;
+                moved.push((coords, to));
+            }
+            remove_empty_dirs(&w.root.join(dir), &aside);
+        }
+        write_atomically(&json_path, &sharded)?;
+        let array = self.reload_array(dir)?;
+        log::info!(
+            "{}: new array stored sharded, shards {:?}",
+            dir.display(),
+            array.layout.shard_shape
+        );
+        if !moved.is_empty() {
+            for (coords, file) in &moved {
+                w.staging.put(
+                    &array.rel,
+                    coords.clone(),
+                    Some(Arc::new(std::fs::read(file)?)),
+                );
+            }
+            self.flush_array(&array)?;
+            std::fs::remove_dir_all(&aside)?;
+        }
+        Ok(())
+    }
+}
+
+/// The sharded `zarr.json` for an unsharded array a writer created.
+fn shard_document(meta: &format::ArrayMeta, cps: Option<&[u64]>, target: u64) -> Option<Vec<u8>> {
+    let mut doc = meta.doc.clone();
+    if format::metadata::codec_name(doc.get("chunk_grid")?) != "regular" {
+        return None;
+    }
+    let inner: Vec<u64> = doc["chunk_grid"]["configuration"]["chunk_shape"]
+        .as_array()?
+        .iter()
+        .map(Value::as_u64)
+        .collect::<Option<_>>()?;
+    if inner.len() != meta.shape.len() || inner.contains(&0) {
+        return None;
+    }
+    let codecs = doc.get("codecs")?.as_array()?.clone();
+    let itemsize = itemsize(doc.get("data_type").and_then(Value::as_str).unwrap_or(""));
+    let cps = match cps {
+        Some(c) if c.len() == inner.len() && !c.contains(&0) => c.to_vec(),
+        _ => default_chunks_per_shard(&meta.shape, &inner, itemsize, target),
+    };
+    let shard: Vec<u64> = inner.iter().zip(&cps).map(|(i, c)| i * c).collect();
+    doc["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!(shard);
+    doc.insert(
+        "codecs".into(),
+        serde_json::json!([{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": inner, "codecs": codecs,
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+            "index_location": "end"}}]),
+    );
+    let mut out = serde_json::to_vec_pretty(&Value::Object(doc)).ok()?;
+    out.push(b'\n');
+    Some(out)
+}
+
+fn itemsize(data_type: &str) -> u64 {
+    match data_type {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        "complex128" => 16,
+        _ => 8,
+    }
+}
+
+/// Files under an array directory that are chunk keys of its grid (an unsharded copy).
+fn collect_chunk_files(dir: &Path, meta: &format::ArrayMeta) -> Vec<(Vec<u64>, PathBuf)> {
+    let enc = meta.key_encoding;
+    let ndim = meta.shape.len();
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
+    while let Some((d, prefix)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(kp) = name
+                .to_str()
+                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
+            else {
+                continue;
+            };
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            match kp {
+                KeyPath::Dir(c) if is_dir => stack.push((e.path(), Some(c))),
+                KeyPath::Chunk(c) if !is_dir => out.push((c, e.path())),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Remove now-empty directories under `dir` (but not `dir` or `keep`).
+fn remove_empty_dirs(dir: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p != keep && e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_empty_dirs(&p, keep);
+            let _ = std::fs::remove_dir(&p);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Durability: flushing staged chunks to their shards (one array, all, the idle timer)
+//! and what `fsync` of a file or a directory makes durable.
+
+use super::{Node, Result, ShardedArray, View, ViewError};
+
+impl View {
+    /// Make the staged chunks of `array` durable.
+    pub fn flush_array(&self, array: &ShardedArray) -> Result<()> {
+        let Some(w) = &self.writer else { return Ok(()) };
+        let array = self.arrays.read().get(&array.rel).cloned();
+        let Some(array) = array else { return Ok(()) };
+        let shards = w
+            .flusher
+            .flush_array(&w.staging, &array)
+            .map_err(|e| ViewError::Flush(e.to_string()))?;
+        for rel in shards {
+            self.shards.invalidate(&rel);
+        }
+        Ok(())
+    }
+
+    /// Make everything staged durable (fsync of the mount's root, unmount, full buffer).
+    pub fn flush_all(&self) -> Result<()> {
+        let Some(w) = &self.writer else { return Ok(()) };
+        let mut first_err = None;
+        for rel in w.staging.arrays(None) {
+            let array = self.arrays.read().get(&rel).cloned();
+            if let Some(array) = array
+                && let Err(e) = self.flush_array(&array)
+            {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Flush arrays whose oldest staged chunk is at least `idle` old (the timer).
+    pub fn flush_idle(&self, idle: std::time::Duration) {
+        let Some(w) = &self.writer else { return };
+        for rel in w.staging.arrays(Some(idle)) {
+            let array = self.arrays.read().get(&rel).cloned();
+            if let Some(array) = array {
+                let _ = self.flush_array(&array);
+            }
+        }
+    }
+
+    /// `fsync` of a file: durable when it returns. A chunk still open for writing is
+    /// committed with what it holds now (later writes commit again on close).
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        let (_, node) = self.node(ino)?;
+        if let Node::Scratch { path, .. } = &node
+            && let Some(file) = self.writer()?.scratch(path)
+        {
+            self.commit_scratch(&node, &file)?;
+        }
+        match node {
+            Node::Chunk { array, .. } | Node::Scratch { array, .. } | Node::ArrayMeta { array } => {
+                self.flush_array(&array)
+            }
+            Node::File { rel } => Ok(std::fs::File::open(self.root_path(&rel)?)?.sync_all()?),
+            _ => Ok(()),
+        }
+    }
+
+    /// `fsync` of a directory: an array's directory flushes the array; any other
+    /// directory (the mount's root, a group) flushes everything.
+    pub fn fsyncdir(&self, ino: u64) -> Result<()> {
+        match self.node(ino)?.1 {
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => self.flush_array(&array),
+            _ => self.flush_all(),
+        }
+    }
+}

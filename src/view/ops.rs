@@ -1,0 +1,408 @@
+//! The operations that change the tree through the view: create, write, truncate,
+//! mkdir, unlink, rmdir, rename and link. Inside arrays they work on scratch files and
+//! staged chunks (`write`); elsewhere they pass through to the store.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::{Attr, Handle, Node, Opened, Result, View, ViewError};
+use crate::format::KeyPath;
+
+use super::write::*;
+
+impl View {
+    /// Create and open `name` in `parent`.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        exclusive: bool,
+        truncate: bool,
+    ) -> Result<(Attr, Opened)> {
+        let (ppath, pnode) = self.node(parent)?;
+        let path = ppath.join(name);
+        if let Some(existing) = self.child(&ppath, &pnode, name)? {
+            if exclusive {
+                return Err(ViewError::Exists);
+            }
+            let ino = self.inodes.intern(path.clone(), existing.clone());
+            let handle = self.open_for_write(ino, &path, &existing, truncate)?;
+            return Ok((self.getattr(ino)?, self.add_handle(handle, false)));
+        }
+        let (node, handle) = match &pnode {
+            Node::Dir { rel } => {
+                let rel = rel.join(name);
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(self.root_path(&rel)?)?;
+                (Node::File { rel: rel.clone() }, Handle::StoreRw(f, rel))
+            }
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                let file = self.writer()?.new_scratch(&path, Vec::new(), true)?;
+                file.lock().opens += 1;
+                let parent = match &pnode {
+                    Node::KeyDir { coords, .. } => Some(coords.clone()),
+                    _ => None,
+                };
+                let node = Node::Scratch {
+                    path: path.clone(),
+                    array,
+                    parent,
+                };
+                (node.clone(), Handle::Scratch { ino: 0, node, file })
+            }
+            _ => return Err(ViewError::NotDir),
+        };
+        let ino = self.inodes.intern(path, node);
+        let handle = match handle {
+            Handle::Scratch { node, file, .. } => Handle::Scratch { ino, node, file },
+            h => h,
+        };
+        Ok((self.getattr(ino)?, self.add_handle(handle, false)))
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
+        let handles = self.handles.lock();
+        match handles.get(&fh).ok_or(ViewError::StaleHandle(fh))? {
+            Handle::StoreRw(f, _) => {
+                f.write_all_at(data, offset)?;
+            }
+            Handle::Scratch { file, .. } => {
+                let file = file.clone();
+                drop(handles);
+                let w = self.writer()?;
+                let mut f = file.lock();
+                let end = usize::try_from(offset).map_err(|_| ViewError::NoSpace)? + data.len();
+                if end > f.data.len() {
+                    w.reserve((end - f.data.len()) as u64)?;
+                    f.data.resize(end, 0);
+                }
+                f.data[offset as usize..end].copy_from_slice(data);
+                f.dirty = true;
+            }
+            _ => {
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::EBADF,
+                )));
+            }
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// Truncate (or extend) a file.
+    pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
+        let (path, node) = self.node(ino)?;
+        let w = self.writer()?;
+        match &node {
+            Node::Stats => return Err(ViewError::ReadOnly),
+            Node::File { rel } => std::fs::OpenOptions::new()
+                .write(true)
+                .open(w.root.join(rel))?
+                .set_len(size)?,
+            Node::Scratch { path, .. } => {
+                let file = w.scratch(path).ok_or(ViewError::NotFound)?;
+                let mut f = file.lock();
+                let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
+                if size > f.data.len() {
+                    w.reserve((size - f.data.len()) as u64)?;
+                } else {
+                    w.unreserve((f.data.len() - size) as u64);
+                }
+                f.data.resize(size, 0);
+                f.dirty = true;
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                let mut data = self.chunk_bytes(&array, coords)?;
+                data.resize(usize::try_from(size).map_err(|_| ViewError::NoSpace)?, 0);
+                self.commit_chunk(&array, coords.clone(), Some(data))?;
+            }
+            Node::ArrayMeta { .. } => {
+                let h = self.open_for_write(ino, &path, &node, false)?;
+                if let Handle::Scratch { file, node, .. } = h {
+                    file.lock().data.resize(size as usize, 0);
+                    file.lock().dirty = true;
+                    self.release_scratch(ino, &node, &file)?;
+                }
+            }
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
+        }
+        self.getattr(ino)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        let (ppath, pnode) = self.node(parent)?;
+        if self.child(&ppath, &pnode, name)?.is_some() {
+            return Err(ViewError::Exists);
+        }
+        let node = match &pnode {
+            Node::Dir { rel } => {
+                let rel = rel.join(name);
+                std::fs::create_dir(self.root_path(&rel)?)?;
+                let meta = self.stat_rel(&rel)?;
+                self.classify_dir(rel, meta)
+            }
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                let array = self.current(array);
+                let prefix = match &pnode {
+                    Node::KeyDir { coords, .. } => Some(coords.as_slice()),
+                    _ => None,
+                };
+                let kp = name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(array.layout.ndim(), prefix, n));
+                match kp {
+                    Some(KeyPath::Dir(coords))
+                        if coords
+                            .iter()
+                            .zip(array.layout.chunk_counts())
+                            .all(|(c, n)| c < n) =>
+                    {
+                        self.writer()?
+                            .vdirs
+                            .lock()
+                            .insert((array.rel.clone(), coords.clone()));
+                        Node::KeyDir { array, coords }
+                    }
+                    _ => {
+                        let why = format!(
+                            "{}: not a chunk key directory of this array",
+                            ppath.join(name).display()
+                        );
+                        log::warn!("mkdir refused: {why}");
+                        return Err(ViewError::Invalid(why));
+                    }
+                }
+            }
+            _ => return Err(ViewError::NotDir),
+        };
+        let ino = self.inodes.intern(ppath.join(name), node);
+        self.getattr(ino)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let (ppath, pnode) = self.node(parent)?;
+        let path = ppath.join(name);
+        let node = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let w = self.writer()?;
+        match &node {
+            Node::Stats => return Err(ViewError::ReadOnly),
+            Node::Scratch { path, .. } => {
+                w.remove_scratch(path);
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                self.commit_chunk(&array, coords.clone(), None)?;
+            }
+            Node::ArrayMeta { array } => {
+                // The array stops being one: make its chunks durable, then remove the
+                // metadata; the directory then shows the store as it is.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                std::fs::remove_file(w.root.join(&array.rel).join("zarr.json"))?;
+                self.arrays.write().remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+                self.inodes.update_path(
+                    &ppath,
+                    Node::Dir {
+                        rel: array.rel.clone(),
+                    },
+                );
+                self.inodes.detach(&path);
+                self.refresh_subtree(&array.rel);
+                return Ok(());
+            }
+            Node::File { rel } | Node::Symlink { rel } => std::fs::remove_file(w.root.join(rel))?,
+            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+        }
+        self.inodes.detach(&path);
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let (ppath, pnode) = self.node(parent)?;
+        let path = ppath.join(name);
+        let node = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let w = self.writer()?;
+        match &node {
+            Node::Dir { rel } => std::fs::remove_dir(w.root.join(rel))?,
+            Node::ArrayDir { array } => {
+                self.flush_array(array)?;
+                std::fs::remove_dir(w.root.join(&array.rel))?;
+            }
+            Node::KeyDir { array, coords } => {
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                let ino = self.inodes.intern(path.clone(), node.clone());
+                let empty = self.readdir(ino).map(|e| e.is_empty());
+                self.inodes.forget(ino, 1);
+                if !empty? {
+                    return Err(ViewError::NotEmpty);
+                }
+                w.vdirs
+                    .lock()
+                    .retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
+                let store_dir = w
+                    .root
+                    .join(array.shard_dir_rel(&array.shard_prefix(coords)));
+                // The store directory goes only when no shard is left in it.
+                if std::fs::read_dir(&store_dir).is_ok_and(|mut d| d.next().is_none()) {
+                    std::fs::remove_dir(&store_dir)?;
+                }
+            }
+            _ => return Err(ViewError::NotDir),
+        }
+        self.inodes.detach(&path);
+        Ok(())
+    }
+
+    /// Rename; `noreplace` fails if the target exists.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+    ) -> Result<()> {
+        let (ppath, pnode) = self.node(parent)?;
+        let (npath, nnode) = self.node(newparent)?;
+        let src = self
+            .child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let (from, to) = (ppath.join(name), npath.join(newname));
+        if self.child(&npath, &nnode, newname)?.is_some() && noreplace {
+            return Err(ViewError::Exists);
+        }
+        let w = self.writer()?;
+        let node = match (&src, &nnode) {
+            (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
+                let dst = dst_dir.join(newname);
+                std::fs::rename(w.root.join(rel), w.root.join(&dst))?;
+                if newname == "zarr.json" {
+                    self.adopt_new_array(dst_dir)?;
+                }
+                self.resolve(&to)?.ok_or(ViewError::NotFound)?
+            }
+            (Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. }, _) => {
+                return Err(ViewError::Unsupported(
+                    "renaming directories is not supported; copy instead".into(),
+                ));
+            }
+            _ => {
+                let data = self.content(&src)?;
+                let node = self.put_at(&nnode, newname, &to, data)?;
+                self.remove_source(&src, &node)?;
+                node
+            }
+        };
+        self.inodes.rename(&from, to, node);
+        Ok(())
+    }
+
+    /// Hard link: a copy at the new name (chunks have no inode of their own to share).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
+        let (_, src) = self.node(ino)?;
+        let (npath, nnode) = self.node(newparent)?;
+        let to = npath.join(newname);
+        if self.child(&npath, &nnode, newname)?.is_some() {
+            return Err(ViewError::Exists);
+        }
+        let node = match (&src, &nnode) {
+            (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
+                std::fs::hard_link(
+                    self.root_path(rel)?,
+                    self.root_path(&dst_dir.join(newname))?,
+                )?;
+                Node::File {
+                    rel: dst_dir.join(newname),
+                }
+            }
+            _ => {
+                let data = self.content(&src)?;
+                self.put_at(&nnode, newname, &to, data)?
+            }
+        };
+        let ino = self.inodes.intern(to, node);
+        self.getattr(ino)
+    }
+
+    pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
+        match node {
+            Node::File { rel } => Ok(std::fs::read(self.root_path(rel)?)?),
+            Node::Scratch { path, .. } => Ok(self
+                .writer()?
+                .scratch(path)
+                .ok_or(ViewError::NotFound)?
+                .lock()
+                .data
+                .clone()),
+            Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
+            Node::ArrayMeta { array } => Ok(self.current(array).json.to_vec()),
+            _ => Err(ViewError::Unsupported("not a regular file".into())),
+        }
+    }
+
+    pub(super) fn put_at(
+        &self,
+        dir: &Node,
+        name: &OsStr,
+        path: &Path,
+        data: Vec<u8>,
+    ) -> Result<Node> {
+        match dir {
+            Node::Dir { rel } => {
+                let rel = rel.join(name);
+                write_atomically(&self.root_path(&rel)?, &data)?;
+                if name == "zarr.json" {
+                    self.adopt_new_array(rel.parent().unwrap_or(Path::new("")))?;
+                    return self.resolve(path)?.ok_or(ViewError::NotFound);
+                }
+                Ok(Node::File { rel })
+            }
+            Node::ArrayDir { array } => self.put(array, None, name, path, data),
+            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data),
+            _ => Err(ViewError::NotDir),
+        }
+    }
+
+    pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
+        let w = self.writer()?;
+        match src {
+            Node::Scratch { path, .. } => {
+                w.remove_scratch(path);
+            }
+            Node::Chunk { array, coords } => {
+                let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
+                if !same {
+                    self.commit_chunk(&self.current(array), coords.clone(), None)?;
+                }
+            }
+            Node::File { rel } => std::fs::remove_file(w.root.join(rel))?,
+            Node::ArrayMeta { .. } => {
+                return Err(ViewError::Unsupported(
+                    "moving an array's zarr.json away".into(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
