@@ -166,6 +166,15 @@ fn parse_args() -> Args {
         .ok()
         .and_then(|v| v.parse().ok());
     let mut reps = None;
+    // `cargo test --all-targets` runs this program without `--bench`: a smoke run (1 MiB,
+    // 2 repetitions) that checks it still works, not a measurement.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "smoke run (no --bench): 1 MiB batches only; use `cargo bench --bench compact` to measure"
+        );
+        max_mib = max_mib.or(Some(1));
+        reps = Some(2);
+    }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
