@@ -130,10 +130,23 @@ fn plain_tool_patterns_land_in_the_shards() {
         // fsync makes it durable: the shard on disk has it before unmount.
         let f = fs::File::open(p("c/3/2")).unwrap();
         f.sync_all().unwrap();
+        // Read the store directly, as a second, read-only reader would, while still mounted.
         let stored = shardfs::store::LocalStore::open(&store).unwrap();
         let view =
             shardfs::view::View::new(std::sync::Arc::new(stored), Default::default()).unwrap();
-        drop(view);
+        let mut ino = shardfs::view::ROOT_INO;
+        for part in ["u16_default_sparse", "c", "3", "2"] {
+            ino = view
+                .lookup(ino, std::ffi::OsStr::new(part))
+                .unwrap_or_else(|e| panic!("c/3/2 not in the store after fsync: {e}"))
+                .ino;
+        }
+        let o = view.open(ino, false, false).unwrap();
+        assert_eq!(
+            view.read(o.fh, 0, 1024).unwrap(),
+            vec![3u8; 24],
+            "fsync made c/3/2 durable"
+        );
     }
     // Append-only: the old bytes of the shard are an unchanged prefix.
     let after = fs::read(&shard).unwrap();
@@ -375,6 +388,23 @@ fn venv_python() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// Run `scripts/write_interop.py` with `args`; fail the test with its output if it fails.
+fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/write_interop.py");
+    let out = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn zarr_python_and_tensorstore_write_through_the_mount() {
     if !common::can_mount("zarr_python_and_tensorstore_write_through_the_mount") {
@@ -385,45 +415,32 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
         println!("SKIPPED write interop: no .venv (run scripts/setup-venv)");
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/write_interop.py");
     let tmp = store_copy("zarr_basic");
     let store = tmp.path().join("s");
     let expect = tmp.path().join("expect.npz");
     {
         let (mnt, m) = mount_rw(&store);
-        let out = Command::new(&python)
-            .arg(&script)
-            .arg("write")
-            .arg("--mount")
-            .arg(mnt.path())
-            .arg("--expect")
-            .arg(&expect)
-            .output()
-            .unwrap();
-        println!("{}", String::from_utf8_lossy(&out.stdout));
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        run_write_interop(
+            &python,
+            &[
+                "write".as_ref(),
+                "--mount".as_ref(),
+                mnt.path().as_os_str(),
+                "--expect".as_ref(),
+                expect.as_os_str(),
+            ],
         );
         m.unmount().unwrap();
     }
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg("check")
-        .arg("--store")
-        .arg(&store)
-        .arg("--expect")
-        .arg(&expect)
-        .output()
-        .unwrap();
-    println!("{}", String::from_utf8_lossy(&out.stdout));
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    run_write_interop(
+        &python,
+        &[
+            "check".as_ref(),
+            "--store".as_ref(),
+            store.as_os_str(),
+            "--expect".as_ref(),
+            expect.as_os_str(),
+        ],
     );
 }
 

@@ -11,7 +11,7 @@ use super::{Result, View};
 use crate::format::{self, KeyPath};
 use crate::write::flush::default_chunks_per_shard;
 
-use super::write::*;
+use super::write::write_atomically;
 
 impl View {
     /// A `zarr.json` just landed in the store directory `dir`: if it describes an

@@ -575,8 +575,10 @@ impl View {
                 }
             }
             Node::Scratch { ref path, .. } => {
-                let file = self.writer()?.scratch(path).ok_or(ViewError::NotFound)?;
-                file.lock().opens += 1;
+                let file = self
+                    .writer()?
+                    .open_scratch(path)
+                    .ok_or(ViewError::NotFound)?;
                 (
                     Handle::Scratch {
                         ino,

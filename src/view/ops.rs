@@ -4,12 +4,12 @@
 
 use std::ffi::OsStr;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Attr, Handle, Node, Opened, Result, View, ViewError};
 use crate::format::KeyPath;
 
-use super::write::*;
+use super::write::write_atomically;
 
 impl View {
     /// Create and open `name` in `parent`.
@@ -43,8 +43,7 @@ impl View {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let array = self.current(array);
                 self.writable(&array)?;
-                let file = self.writer()?.new_scratch(&path, Vec::new(), true)?;
-                file.lock().opens += 1;
+                let file = self.writer()?.new_scratch(&path, Vec::new(), true, 1)?;
                 let parent = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
@@ -189,12 +188,18 @@ impl View {
         self.getattr(ino)
     }
 
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
+    fn existing_child(&self, parent: u64, name: &OsStr) -> Result<(PathBuf, PathBuf, Node)> {
         let (ppath, pnode) = self.node(parent)?;
-        let path = ppath.join(name);
         let node = self
             .child(&ppath, &pnode, name)?
             .ok_or(ViewError::NotFound)?;
+        let path = ppath.join(name);
+        Ok((ppath, path, node))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        let (ppath, path, node) = self.existing_child(parent, name)?;
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
@@ -235,11 +240,7 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
-        let (ppath, pnode) = self.node(parent)?;
-        let path = ppath.join(name);
-        let node = self
-            .child(&ppath, &pnode, name)?
-            .ok_or(ViewError::NotFound)?;
+        let (_, path, node) = self.existing_child(parent, name)?;
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => std::fs::remove_dir(w.root.join(rel))?,

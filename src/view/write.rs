@@ -135,29 +135,54 @@ impl Writer {
         self.scratch(path).map(|s| s.lock().data.len() as u64)
     }
 
+    /// A new scratch file at `path` (replacing any), already counted as open `opens`
+    /// times. Open counts change only under the map's lock ([`Writer::open_scratch`],
+    /// [`Writer::remove_scratch_if_closed`]), so a file being opened is never taken away.
     pub(super) fn new_scratch(
         &self,
         path: &Path,
         data: Vec<u8>,
         dirty: bool,
+        opens: u32,
     ) -> Result<Arc<Mutex<Scratch>>> {
         self.reserve(data.len() as u64)?;
-        let file = Arc::new(Mutex::new(Scratch {
-            data,
-            opens: 0,
-            dirty,
-        }));
+        let file = Arc::new(Mutex::new(Scratch { data, opens, dirty }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
             self.unreserve(old.lock().data.len() as u64);
         }
         Ok(file)
     }
 
-    pub(super) fn remove_scratch(&self, path: &Path) -> Option<Vec<u8>> {
-        let file = self.scratch.lock().remove(path)?;
-        let data = std::mem::take(&mut file.lock().data);
-        self.unreserve(data.len() as u64);
-        Some(data)
+    /// The scratch file at `path`, counted as opened once more.
+    pub(super) fn open_scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
+        let map = self.scratch.lock();
+        let file = map.get(path)?.clone();
+        file.lock().opens += 1;
+        Some(file)
+    }
+
+    /// Drop the name `path` (unlink, rename away). Handles still open keep reading the
+    /// data they have.
+    pub(super) fn remove_scratch(&self, path: &Path) {
+        if let Some(file) = self.scratch.lock().remove(path) {
+            self.unreserve(file.lock().data.len() as u64);
+        }
+    }
+
+    /// Drop the name `path` if no handle has the file open; whether it was dropped.
+    pub(super) fn remove_scratch_if_closed(&self, path: &Path) -> bool {
+        let mut map = self.scratch.lock();
+        let Some(file) = map.get(path) else {
+            return false;
+        };
+        let f = file.lock();
+        if f.opens > 0 {
+            return false;
+        }
+        self.unreserve(f.data.len() as u64);
+        drop(f);
+        map.remove(path);
+        true
     }
 
     pub(super) fn reserve(&self, n: u64) -> Result<()> {
@@ -261,7 +286,10 @@ impl View {
                 } else {
                     self.chunk_bytes(&array, coords)?
                 };
-                (w.new_scratch(path, data, truncate)?, scratch_node(&array))
+                (
+                    w.new_scratch(path, data, truncate, 1)?,
+                    scratch_node(&array),
+                )
             }
             Node::ArrayMeta { array } => {
                 let data = if truncate {
@@ -269,10 +297,10 @@ impl View {
                 } else {
                     self.current(array).json.to_vec()
                 };
-                (w.new_scratch(path, data, truncate)?, scratch_node(array))
+                (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
             }
             Node::Scratch { path: p, .. } => {
-                let file = w.scratch(p).ok_or(ViewError::NotFound)?;
+                let file = w.open_scratch(p).ok_or(ViewError::NotFound)?;
                 if truncate {
                     let mut f = file.lock();
                     w.unreserve(f.data.len() as u64);
@@ -290,7 +318,6 @@ impl View {
                 )));
             }
         };
-        file.lock().opens += 1;
         self.inodes.update(ino, node.clone());
         Ok(Handle::Scratch { ino, node, file })
     }
@@ -404,12 +431,6 @@ impl View {
         parent: Option<&[u64]>,
     ) -> Result<()> {
         let w = self.writer()?;
-        let Some(file) = w.scratch(path) else {
-            return Ok(());
-        };
-        if file.lock().opens > 0 {
-            return Ok(());
-        }
         let name = path.file_name().unwrap_or_default();
         let back = match self.target(array, parent, name)? {
             Target::Meta => Node::ArrayMeta {
@@ -421,8 +442,9 @@ impl View {
             },
             Target::Scratch | Target::Invalid(_) => return Ok(()),
         };
-        w.remove_scratch(path);
-        self.inodes.update(ino, back);
+        if w.remove_scratch_if_closed(path) {
+            self.inodes.update(ino, back);
+        }
         Ok(())
     }
 
@@ -479,7 +501,7 @@ impl View {
                 Err(ViewError::Invalid(why))
             }
             Target::Scratch => {
-                let file = self.writer()?.new_scratch(path, data, false)?;
+                let file = self.writer()?.new_scratch(path, data, false, 0)?;
                 drop(file);
                 Ok(Node::Scratch {
                     path: path.to_path_buf(),

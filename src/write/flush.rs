@@ -3,7 +3,7 @@
 //! (`append::apply`): the packed bytes plus a fresh index.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -217,11 +217,6 @@ pub fn default_chunks_per_shard(
         }
     }
     cps
-}
-
-/// Store path of `rel` under `root` (for log lines).
-pub fn describe(root: &Path, rel: &Path) -> String {
-    root.join(rel).display().to_string()
 }
 
 #[cfg(test)]
