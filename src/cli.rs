@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use fuser::MountOption;
 
 use crate::mount::{CompactorChoice, MountOptions};
+use crate::view::ViewFormat;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -108,6 +109,10 @@ pub struct MountArgs {
     /// Which compactor packs staged chunks into shard order.
     #[arg(long, value_enum, default_value_t = CompactorArg::Auto)]
     pub compactor: CompactorArg,
+    /// Which Zarr version the mount shows: v3 (`zarr.json`) or v2 (`.zarray`, `.zattrs`,
+    /// `.zgroup`, v2 chunk keys) for tools that speak only Zarr v2 (also `-o format=v2`).
+    #[arg(long, value_enum, default_value_t = FormatArg::V3)]
+    pub format: FormatArg,
     /// Write the daemon's log here (otherwise a daemonized mount logs nowhere).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
@@ -120,6 +125,22 @@ pub struct MountArgs {
     /// Internal: the daemon reports readiness on this descriptor.
     #[arg(long, hide = true)]
     pub notify_fd: Option<i32>,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    V3,
+    V2,
+}
+
+impl From<FormatArg> for ViewFormat {
+    fn from(f: FormatArg) -> ViewFormat {
+        match f {
+            FormatArg::V3 => ViewFormat::V3,
+            FormatArg::V2 => ViewFormat::V2,
+        }
+    }
 }
 
 /// `--compactor`.
@@ -172,6 +193,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         },
         ..MountOptions::default()
     };
+    opts.view.format = args.format.into();
     if !(args.flush_interval.is_finite() && args.flush_interval > 0.0) {
         return Err(format!(
             "--flush-interval {} is not a positive number of seconds",
@@ -206,6 +228,14 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             }
             "rw" => {
                 opts.read_only = false;
+                continue;
+            }
+            "format=v2" => {
+                opts.view.format = ViewFormat::V2;
+                continue;
+            }
+            "format=v3" => {
+                opts.view.format = ViewFormat::V3;
                 continue;
             }
             ""

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::format::key::parse_coord;
 use crate::format::metadata::codec_name;
 use crate::format::{self, ArrayMeta, KeyPath, Node, Presentation, ShardLayout};
 use crate::store::shard::Shard;
@@ -40,11 +39,21 @@ pub struct ArrayInfo {
     pub dead_bytes: u64,
     /// Shards whose index cannot be read, with the reason.
     pub corrupt_shards: Vec<(String, String)>,
+    /// `shown` when `--format v2` shows the array, else why it is left out.
+    pub v2_view: String,
+    /// The store's layout: `v3`, or `draft` (the 2022 sharding storage transformer).
+    pub layout: String,
 }
 
 /// Every array under the store's root, in path order.
 pub fn inspect(store: &dyn Store) -> std::io::Result<Vec<ArrayInfo>> {
     let mut out = Vec::new();
+    let entry = store.read_all(Path::new("zarr.json"))?;
+    if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
+        walk_draft(store, PathBuf::new(), &mut out)?;
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        return Ok(out);
+    }
     walk(store, PathBuf::new(), &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
@@ -54,7 +63,7 @@ fn walk(store: &dyn Store, dir: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::R
     if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
         match format::metadata::parse(&bytes) {
             Ok(Node::Array(meta)) => {
-                out.push(array_info(store, &dir, &meta));
+                out.push(array_info(store, &dir, &dir, &meta, meta.key_encoding));
                 return Ok(());
             }
             Ok(Node::Group) => {}
@@ -69,7 +78,70 @@ fn walk(store: &dyn Store, dir: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::R
     Ok(())
 }
 
-fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
+/// The arrays of a store of the 2022 draft layout, below `meta/root/<path>`.
+fn walk_draft(store: &dyn Store, path: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::Result<()> {
+    use format::draft;
+    let meta_dir = Path::new(draft::META_ROOT).join(&path);
+    for e in store.list(&meta_dir).unwrap_or_default() {
+        let Some(name) = e.name.to_str() else {
+            continue;
+        };
+        if e.kind == EntryKind::Dir {
+            walk_draft(store, path.join(name), out)?;
+            continue;
+        }
+        let Some(stem) = name.strip_suffix(draft::ARRAY_SUFFIX) else {
+            continue;
+        };
+        let Some(bytes) = store.read_all(&meta_dir.join(name))? else {
+            continue;
+        };
+        let parsed = draft::array(&bytes).and_then(|(doc, keys)| {
+            let b =
+                serde_json::to_vec(&serde_json::Value::Object(doc)).map_err(|e| e.to_string())?;
+            match format::metadata::parse(&b).map_err(|e| e.to_string())? {
+                Node::Array(meta) => Ok((meta, keys)),
+                Node::Group => Err("not an array".into()),
+            }
+        });
+        match parsed {
+            Ok((meta, keys)) => {
+                let data = Path::new(draft::DATA_ROOT).join(path.join(stem));
+                let mut info = array_info(store, &path.join(stem), &data, &meta, keys);
+                info.layout = "draft".into();
+                out.push(info);
+            }
+            Err(why) => log::warn!("{}: {why}", meta_dir.join(name).display()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the v2 view shows an array, or why not.
+fn v2_status(meta: &ArrayMeta, keys: format::ChunkKeyEncoding) -> String {
+    match &meta.presentation {
+        Presentation::Sharded(l) => match format::v2::zarray(
+            &meta.doc,
+            &l.shape,
+            l.inner_chunk_shape(),
+            &l.inner_codecs,
+            format::v2::shown_keys(keys),
+        ) {
+            Ok(_) => "shown".into(),
+            Err(why) => format!("left out: {why}"),
+        },
+        Presentation::Plain => "left out: not sharded".into(),
+        Presentation::Unsupported(why) => format!("left out: {why}"),
+    }
+}
+
+fn array_info(
+    store: &dyn Store,
+    dir: &Path,
+    data_dir: &Path,
+    meta: &ArrayMeta,
+    keys: format::ChunkKeyEncoding,
+) -> ArrayInfo {
     let grid_shape: Vec<u64> = meta.doc["chunk_grid"]["configuration"]["chunk_shape"]
         .as_array()
         .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
@@ -99,6 +171,8 @@ fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
         live_bytes: 0,
         dead_bytes: 0,
         corrupt_shards: Vec::new(),
+        v2_view: v2_status(meta, keys),
+        layout: "v3".into(),
     };
     match &meta.presentation {
         Presentation::Plain => {}
@@ -111,9 +185,9 @@ fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
             info.inner_chunk_shape = layout.inner_chunk_shape().to_vec();
             info.codecs = names(&serde_json::Value::Array(layout.inner_codecs.clone()));
             info.nesting_levels = layout.levels.len();
-            for shard in shard_coords(store, dir, meta, layout) {
-                let key = meta.key_encoding.encode(&shard);
-                let s = Shard::load(store, &dir.join(&key), layout);
+            for shard in shard_coords(store, data_dir, keys, layout) {
+                let key = keys.encode(&shard);
+                let s = Shard::load(store, &data_dir.join(&key), layout);
                 info.shards += 1;
                 info.bytes += s.meta().map_or(0, |m| m.len);
                 match s.index() {
@@ -145,10 +219,9 @@ fn array_info(store: &dyn Store, dir: &Path, meta: &ArrayMeta) -> ArrayInfo {
 pub fn shard_coords(
     store: &dyn Store,
     dir: &Path,
-    meta: &ArrayMeta,
+    enc: format::ChunkKeyEncoding,
     layout: &ShardLayout,
 ) -> Vec<Vec<u64>> {
-    let enc = meta.key_encoding;
     let ndim = layout.ndim();
     let mut out = Vec::new();
     if ndim == 0 || !enc.nested() {
@@ -165,7 +238,7 @@ pub fn shard_coords(
         if let Some(root) = enc.root_component(ndim) {
             base.push(root);
         }
-        descend(store, &base, ndim, &mut Vec::new(), layout, &mut out);
+        descend(store, &base, enc, ndim, &mut Vec::new(), layout, &mut out);
     }
     out.sort();
     out
@@ -174,6 +247,7 @@ pub fn shard_coords(
 fn descend(
     store: &dyn Store,
     dir: &Path,
+    enc: format::ChunkKeyEncoding,
     ndim: usize,
     prefix: &mut Vec<u64>,
     layout: &ShardLayout,
@@ -181,7 +255,11 @@ fn descend(
 ) {
     let last = prefix.len() + 1 == ndim;
     for e in store.list(dir).unwrap_or_default() {
-        let Some(c) = e.name.to_str().and_then(parse_coord) else {
+        let Some(c) = e
+            .name
+            .to_str()
+            .and_then(|n| enc.parse_component(prefix.len(), n))
+        else {
             continue;
         };
         if c >= layout.shard_counts()[prefix.len()] {
@@ -191,7 +269,7 @@ fn descend(
         match (last, e.kind) {
             (true, EntryKind::File) => out.push(prefix.clone()),
             (false, EntryKind::Dir) => {
-                descend(store, &dir.join(&e.name), ndim, prefix, layout, out)
+                descend(store, &dir.join(&e.name), enc, ndim, prefix, layout, out)
             }
             _ => {}
         }
@@ -208,7 +286,12 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
     }
     for a in arrays {
         let path = if a.path.is_empty() { "/" } else { &a.path };
-        let _ = writeln!(s, "{path}  [{}]", a.status);
+        let layout = if a.layout == "draft" {
+            ", 2022 draft layout"
+        } else {
+            ""
+        };
+        let _ = writeln!(s, "{path}  [{}{layout}]", a.status);
         if let Some(r) = &a.reason {
             let _ = writeln!(s, "  passes through unchanged: {r}");
         }
@@ -239,6 +322,7 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
                 a.codecs.join(", ")
             );
         }
+        let _ = writeln!(s, "  v2 view: {}", a.v2_view);
     }
     s
 }

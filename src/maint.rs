@@ -109,7 +109,7 @@ fn sharded_arrays(store: &LocalStore, unchecked: &mut Vec<Problem>) -> io::Resul
                 Ok(Node::Array(meta)) => {
                     match &meta.presentation {
                         Presentation::Sharded(layout) => {
-                            let shards = shard_coords(store, &dir, &meta, layout)
+                            let shards = shard_coords(store, &dir, meta.key_encoding, layout)
                                 .iter()
                                 .map(|c| dir.join(meta.key_encoding.encode(c)))
                                 .collect();

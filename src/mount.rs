@@ -162,7 +162,7 @@ impl Mount {
             MountOption::Subtype("shardfs".into()),
             MountOption::DefaultPermissions,
         ];
-        if opts.read_only {
+        if opts.read_only || view.is_draft() {
             config.mount_options.push(MountOption::RO);
         }
         config.mount_options.extend(opts.flags.iter().cloned());

@@ -8,6 +8,11 @@
 //! | `default` | `.`       | `c.1.23`        | `c`                |
 //! | `v2`      | `.`       | `1.23`          | `0`                |
 //! | `v2`      | `/`       | `1/23`          | `0`                |
+//! | draft     | `/`       | `c1/23`         | `c0`               |
+//! | draft     | `.`       | `c1.23`         | `c0`               |
+//!
+//! The draft encoding is the one of the 2022 sharding storage-transformer layout
+//! (zarr-python 2.13–2.18, `data/root/<path>/c1/23`); it names shards only.
 //!
 //! The same encoding names shards in the store (coordinates in the shard grid) and inner
 //! chunks in the view (coordinates in the inner chunk grid). With separator `/` a key is a
@@ -26,6 +31,8 @@ pub struct ChunkKeyEncoding {
 pub enum KeyKind {
     Default,
     V2,
+    /// The 2022 draft layout: `c` glued to the first coordinate.
+    Draft,
 }
 
 /// What a path under an array directory is, in the key namespace.
@@ -65,7 +72,7 @@ impl ChunkKeyEncoding {
         };
         let separator = match config.and_then(|c| c.get("separator")) {
             None => match kind {
-                KeyKind::Default => '/',
+                KeyKind::Default | KeyKind::Draft => '/',
                 KeyKind::V2 => '.',
             },
             Some(Value::String(s)) if s == "/" => '/',
@@ -84,6 +91,8 @@ impl ChunkKeyEncoding {
             (KeyKind::Default, false) => format!("c{sep}{}", parts.join(&sep)),
             (KeyKind::V2, true) => "0".to_string(),
             (KeyKind::V2, false) => parts.join(&sep),
+            (KeyKind::Draft, true) => "c0".to_string(),
+            (KeyKind::Draft, false) => format!("c{}", parts.join(&sep)),
         }
     }
 
@@ -109,7 +118,7 @@ impl ChunkKeyEncoding {
                 if !self.nested() || prefix.len() >= ndim {
                     return None;
                 }
-                let c = parse_coord(name)?;
+                let c = self.parse_component(prefix.len(), name)?;
                 let mut coords = prefix.to_vec();
                 coords.push(c);
                 Some(if coords.len() == ndim {
@@ -134,6 +143,18 @@ impl ChunkKeyEncoding {
                 parse_flat(rest, ndim).map(KeyPath::Chunk)
             }
             (KeyKind::V2, false) => parse_flat(name, ndim).map(KeyPath::Chunk),
+            (KeyKind::Draft, true) => self.child(ndim, Some(&[]), name),
+            (KeyKind::Draft, false) => {
+                parse_flat(name.strip_prefix('c')?, ndim).map(KeyPath::Chunk)
+            }
+        }
+    }
+
+    /// The coordinate a path component at depth `level` of a nested key names.
+    pub fn parse_component(&self, level: usize, name: &str) -> Option<u64> {
+        match (self.kind, level) {
+            (KeyKind::Draft, 0) => parse_coord(name.strip_prefix('c')?),
+            _ => parse_coord(name),
         }
     }
 
@@ -147,7 +168,13 @@ impl ChunkKeyEncoding {
         if let Some(root) = self.root_component(ndim) {
             out.push(root.to_string());
         }
-        out.extend(prefix.iter().map(u64::to_string));
+        out.extend(prefix.iter().enumerate().map(|(i, c)| {
+            if self.kind == KeyKind::Draft && i == 0 {
+                format!("c{c}")
+            } else {
+                c.to_string()
+            }
+        }));
         out
     }
 }
@@ -248,5 +275,36 @@ mod tests {
         assert_eq!(vs.dir_components(3, &[1]), ["1"]);
         let v = enc(json!({"name": "v2"}));
         assert!(v.dir_components(3, &[1]).is_empty());
+    }
+
+    #[test]
+    fn draft_keys_glue_c_to_the_first_coordinate() {
+        let nested = ChunkKeyEncoding {
+            kind: KeyKind::Draft,
+            separator: '/',
+        };
+        assert_eq!(nested.encode(&[3, 1]), "c3/1");
+        assert_eq!(nested.encode(&[]), "c0");
+        assert_eq!(nested.child(2, None, "c3"), Some(KeyPath::Dir(vec![3])));
+        assert_eq!(
+            nested.child(2, Some(&[3]), "1"),
+            Some(KeyPath::Chunk(vec![3, 1]))
+        );
+        assert_eq!(nested.child(2, None, "3"), None);
+        assert_eq!(nested.child(2, None, "c03"), None);
+        assert_eq!(nested.dir_components(3, &[3, 1]), ["c3", "1"]);
+        assert!(nested.dir_components(3, &[]).is_empty());
+        assert_eq!(nested.parse_component(0, "c7"), Some(7));
+        assert_eq!(nested.parse_component(1, "c7"), None);
+        let flat = ChunkKeyEncoding {
+            kind: KeyKind::Draft,
+            separator: '.',
+        };
+        assert_eq!(flat.encode(&[3, 1]), "c3.1");
+        assert_eq!(
+            flat.child(2, None, "c3.1"),
+            Some(KeyPath::Chunk(vec![3, 1]))
+        );
+        assert_eq!(flat.child(2, None, "c3"), None);
     }
 }

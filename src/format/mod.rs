@@ -4,10 +4,12 @@
 //! Pure functions only: nothing here opens a file. The byte layout is mirrored in
 //! `docs/FORMAT.md`.
 
+pub mod draft;
 pub mod index;
 pub mod key;
 pub mod layout;
 pub mod metadata;
+pub mod v2;
 
 pub use index::{ChunkRange, Endian, IndexCodecs, IndexError, IndexLocation, ShardIndex};
 pub use key::{ChunkKeyEncoding, KeyKind, KeyPath};

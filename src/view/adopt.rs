@@ -7,13 +7,109 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Result, View};
+use super::{MetaFile, Result, View, ViewError, ViewFormat};
 use crate::format::{self, KeyPath};
 use crate::write::flush::default_chunks_per_shard;
 
 use super::write::write_atomically;
 
 impl View {
+    /// A metadata file just landed (closed, renamed or copied) in the store directory
+    /// `dir`. A `zarr.json` may make a new array; in the v2 view `.zarray`, `.zgroup` and
+    /// `.zattrs` are taken into the directory's `zarr.json` and removed.
+    pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
+        match (file, self.format) {
+            (MetaFile::ZarrJson, _) => self.adopt_new_array(dir),
+            (_, ViewFormat::V3) => Ok(()),
+            (_, ViewFormat::V2) => {
+                let w = self.writer()?;
+                let path = w.root.join(dir).join(file.name());
+                let data = std::fs::read(&path)?;
+                let taken = self.take_in_v2(dir, file, &data);
+                std::fs::remove_file(&path)?;
+                if let Err(e) = &taken {
+                    log::warn!("{}: refused: {e}", dir.join(file.name()).display());
+                }
+                self.refresh_subtree(dir);
+                taken
+            }
+        }
+    }
+
+    /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
+    fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
+        use crate::format::v2;
+        let w = self.writer()?;
+        let json_path = w.root.join(dir).join("zarr.json");
+        let invalid = |why: String| ViewError::Invalid(why);
+        let current: Option<serde_json::Map<String, Value>> = match std::fs::read(&json_path) {
+            Ok(b) => {
+                Some(serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        let is_group =
+            |d: &serde_json::Map<String, Value>| d.get("node_type") == Some(&"group".into());
+        if current.as_ref().is_some_and(|d| !is_group(d)) {
+            return Err(invalid(format!("{} is already an array", dir.display())));
+        }
+        let mut group = current.unwrap_or_else(|| {
+            let Value::Object(m) = serde_json::json!({"zarr_format": 3, "node_type": "group"})
+            else {
+                unreachable!()
+            };
+            m
+        });
+        let out = match file {
+            MetaFile::Zgroup => {
+                let v: Value =
+                    serde_json::from_slice(data).map_err(|e| invalid(format!("not JSON: {e}")))?;
+                if v.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+                    return Err(invalid(".zgroup: zarr_format is not 2".into()));
+                }
+                group
+            }
+            MetaFile::Zattrs => {
+                v2::apply_zattrs(&mut group, data, None).map_err(invalid)?;
+                group
+            }
+            MetaFile::Zarray => {
+                let mut doc = v2::v3_from_zarray(data).map_err(invalid)?;
+                if let Some(attrs) = group.remove("attributes") {
+                    doc.insert("attributes".into(), attrs);
+                }
+                doc
+            }
+            MetaFile::ZarrJson => return Err(invalid("zarr.json is adopted, not taken in".into())),
+        };
+        let mut bytes =
+            serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
+        bytes.push(b'\n');
+        write_atomically(&json_path, &bytes)?;
+        if file == MetaFile::Zarray {
+            self.adopt_new_array(dir)?;
+        }
+        Ok(())
+    }
+
+    /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
+    pub(super) fn unlink_group_meta(&self, dir: &Path, file: MetaFile) -> Result<()> {
+        let w = self.writer()?;
+        let json_path = w.root.join(dir).join("zarr.json");
+        match file {
+            MetaFile::Zattrs => {
+                let tmp = w.root.join(dir).join(file.name());
+                std::fs::write(&tmp, b"{}")?;
+                return self.metadata_landed(dir, file);
+            }
+            MetaFile::Zgroup => std::fs::remove_file(&json_path)?,
+            _ => return Err(ViewError::NotFound),
+        }
+        self.refresh_subtree(dir);
+        Ok(())
+    }
+
     /// A `zarr.json` just landed in the store directory `dir`: if it describes an
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {

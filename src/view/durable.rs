@@ -55,9 +55,9 @@ impl View {
             self.commit_scratch(&node, &file)?;
         }
         match node {
-            Node::Chunk { array, .. } | Node::Scratch { array, .. } | Node::ArrayMeta { array } => {
-                self.flush_array(&array)
-            }
+            Node::Chunk { array, .. }
+            | Node::Scratch { array, .. }
+            | Node::ArrayMeta { array, .. } => self.flush_array(&array),
             Node::File { rel } => Ok(std::fs::File::open(self.root_path(&rel)?)?.sync_all()?),
             _ => Ok(()),
         }

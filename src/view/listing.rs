@@ -7,24 +7,33 @@
 //! with `EIO`, so a copy of the tree fails loudly instead of silently filling them in.
 
 use std::ffi::OsString;
+use std::path::Path;
 
 use super::{DirEntry, Kind, Result, ShardedArray, View, ViewError};
-use crate::format::key::parse_coord;
 use crate::store::EntryKind;
 
 impl View {
     pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
         let enc = array.encoding();
         let ndim = array.layout.ndim();
-        // Pass-through entries: everything outside the key namespace but zarr.json.
-        let mut out = self.list_store(&array.rel, |name| {
-            name != "zarr.json"
-                && name
-                    .to_str()
-                    .and_then(|n| enc.child(ndim, None, n))
-                    .is_none()
-        })?;
-        out.push(file("zarr.json".into()));
+        // Pass-through entries: everything outside the key namespaces but metadata.
+        let mut out = if array.draft {
+            Vec::new()
+        } else {
+            self.list_store(&array.rel, |name| {
+                !self.hidden_in_array(array, name)
+                    && name
+                        .to_str()
+                        .and_then(|n| enc.child(ndim, None, n))
+                        .is_none()
+            })?
+        };
+        out.extend(
+            self.format
+                .array_files()
+                .iter()
+                .map(|f| file(f.name().into())),
+        );
         if ndim == 0 {
             if self.stored(array, &[])? {
                 out.push(file(enc.encode(&[]).into()));
@@ -32,7 +41,7 @@ impl View {
         } else if let Some(root) = enc.root_component(ndim) {
             let has_shards = self
                 .store
-                .stat(&array.rel.join(root))?
+                .stat(&array.shard_dir_rel(&[]))?
                 .is_some_and(|m| m.kind == EntryKind::Dir);
             if has_shards {
                 out.push(DirEntry {
@@ -76,7 +85,11 @@ impl View {
                         EntryKind::Dir
                     }
             })
-            .filter_map(|e| e.name.to_str().and_then(parse_coord))
+            .filter_map(|e| {
+                e.name
+                    .to_str()
+                    .and_then(|n| array.store_keys.parse_component(k, n))
+            })
             .filter(|&s| s < layout.shard_counts()[k])
             .collect();
         shard_coords.sort_unstable();
@@ -111,14 +124,18 @@ impl View {
         let enc = array.encoding();
         let layout = &array.layout;
         let mut out = Vec::new();
-        for e in self.store.list(&array.rel)? {
+        let listed = match self.store.list(&array.data_rel) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && array.draft => Vec::new(),
+            other => other?,
+        };
+        for e in listed {
             if e.kind != EntryKind::File {
                 continue;
             }
             let shard = match e
                 .name
                 .to_str()
-                .and_then(|n| enc.child(layout.ndim(), None, n))
+                .and_then(|n| array.store_keys.child(layout.ndim(), None, n))
             {
                 Some(crate::format::KeyPath::Chunk(c)) if layout.shard_in_grid(&c) => c,
                 _ => continue,
@@ -149,6 +166,55 @@ impl View {
             Err(ViewError::Shard { .. }) => Ok(true),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl View {
+    /// A store directory in the v2 view: `zarr.json` hidden, `.zgroup` and `.zattrs` for
+    /// a group, arrays without a v2 form left out.
+    pub(super) fn list_v2_dir(&self, rel: &Path) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for e in self.list_store(rel, |n| n != "zarr.json")? {
+            if e.kind == Kind::Dir {
+                let child = rel.join(&e.name);
+                let shown = match self.store.stat(&child)? {
+                    Some(m) => self.classify(child, m).is_some(),
+                    None => false,
+                };
+                if !shown {
+                    continue;
+                }
+            }
+            out.push(e);
+        }
+        if self.store_group(rel)?.is_some() {
+            out.extend(
+                self.format
+                    .group_files()
+                    .iter()
+                    .map(|f| file(f.name().into())),
+            );
+        }
+        Ok(out)
+    }
+
+    /// A group of a draft store: its metadata files, its groups and arrays.
+    pub(super) fn list_draft_group(&self, path: &Path) -> Vec<DirEntry> {
+        let Some(group) = self.draft.as_ref().and_then(|t| t.groups.get(path)) else {
+            return Vec::new();
+        };
+        let mut out: Vec<DirEntry> = self
+            .format
+            .group_files()
+            .iter()
+            .map(|f| file(f.name().into()))
+            .collect();
+        out.extend(group.children.iter().map(|(name, kind)| DirEntry {
+            ino: 0,
+            name: name.clone(),
+            kind: *kind,
+        }));
+        out
     }
 }
 

@@ -11,6 +11,7 @@
 //!   (files) reads the indices of the shards of that one directory only.
 
 mod adopt;
+mod draft;
 mod durable;
 mod inode;
 mod listing;
@@ -31,7 +32,7 @@ use crate::format::{self, ChunkRange, KeyPath, Node as MetaNode, Presentation};
 use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
 pub use inode::ROOT_INO;
-pub use node::{Attr, DirEntry, Kind, Node, ShardedArray};
+pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
 pub use write::{WriteConfig, Writer};
 /// The write side's types, for the mount.
 pub mod write_api {
@@ -106,6 +107,8 @@ pub struct ViewConfig {
     pub max_cached_shards: usize,
     /// About this many bytes of decoded indices are kept.
     pub index_cache_bytes: usize,
+    /// Zarr v3 or Zarr v2.
+    pub format: ViewFormat,
 }
 
 impl Default for ViewConfig {
@@ -113,6 +116,7 @@ impl Default for ViewConfig {
         ViewConfig {
             max_cached_shards: 4096,
             index_cache_bytes: 64 << 20,
+            format: ViewFormat::V3,
         }
     }
 }
@@ -179,6 +183,26 @@ pub struct View {
     /// The write side; `None` for a read-only view.
     writer: Option<Writer>,
     counters: ReadCounters,
+    format: ViewFormat,
+    /// The hierarchy of a store of the 2022 draft layout.
+    draft: Option<draft::DraftTree>,
+}
+
+/// Where an array lives in the store.
+pub(crate) struct ArraySource {
+    rel: PathBuf,
+    data_rel: PathBuf,
+    meta_rel: PathBuf,
+    store_keys: format::ChunkKeyEncoding,
+    draft: bool,
+}
+
+/// Why a store directory is not shown as a sharded array.
+enum NotShown {
+    /// Not an array, or not sharded: a plain directory.
+    Plain,
+    /// An array the view cannot present; the reason is logged once.
+    Unsupported(String),
 }
 
 /// What the read side did, for `shardfs stats`.
@@ -205,7 +229,7 @@ impl View {
         let root_meta = store
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
-        let view = View {
+        let mut view = View {
             shards: ShardCache::new(config.max_cached_shards, config.index_cache_bytes),
             inodes: inode::InodeTable::new(Node::Dir {
                 rel: PathBuf::new(),
@@ -219,10 +243,54 @@ impl View {
             arrays: Default::default(),
             writer,
             counters: ReadCounters::default(),
+            format: config.format,
+            draft: None,
         };
+        let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
+        if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
+            if view.writer.take().is_some() {
+                log::warn!(
+                    "the store has the 2022 draft layout: it is mounted read-only (writes fail with EROFS)"
+                );
+            }
+            view.draft = Some(view.load_draft_tree());
+            view.inodes.update(
+                ROOT_INO,
+                Node::DraftGroup {
+                    path: PathBuf::new(),
+                },
+            );
+            return Ok(view);
+        }
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
         Ok(view)
+    }
+
+    /// Which Zarr version the view shows.
+    pub fn format(&self) -> ViewFormat {
+        self.format
+    }
+
+    /// Whether the store has the 2022 draft layout.
+    pub fn is_draft(&self) -> bool {
+        self.draft.is_some()
+    }
+
+    /// A small store file (metadata), `None` if absent.
+    fn read_small(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
+        let Some(file) = self.store.open(rel)? else {
+            return Ok(None);
+        };
+        let len = file.meta()?.len;
+        if len > MAX_METADATA_BYTES {
+            return Err(io::Error::other(format!(
+                "{len} bytes is too large for metadata"
+            )));
+        }
+        let mut bytes = vec![0; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(Some(bytes))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -337,9 +405,22 @@ impl View {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
-            Node::ArrayMeta { array } => {
+            Node::ArrayMeta { array, file } => {
                 let array = self.current(array);
-                Attr::from_meta(ino, Kind::File, array.json.len() as u64, &array.json_meta)
+                let len = array.meta_bytes(*file).len() as u64;
+                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
+            }
+            Node::GroupMeta { dir, file } => {
+                let len = self.group_meta(dir, *file)?.len() as u64;
+                let m = match &self.draft {
+                    Some(tree) => tree.file_meta,
+                    None => self.store.stat(&dir.join("zarr.json"))?,
+                };
+                Attr::from_meta(ino, Kind::File, len, &m.ok_or(ViewError::NotFound)?)
+            }
+            Node::DraftGroup { .. } => {
+                let m = self.draft.as_ref().and_then(|t| t.dir_meta);
+                Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -386,19 +467,26 @@ impl View {
         }
         match node {
             Node::Stats => Err(ViewError::NotDir),
+            Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
+            Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
             Node::ArrayDir { array } => {
                 let array = &self.current(array);
-                if name == "zarr.json" {
+                if let Some(file) = MetaFile::from_name(name)
+                    && self.format.array_files().contains(&file)
+                {
                     return Ok(Some(Node::ArrayMeta {
                         array: array.clone(),
+                        file,
                     }));
                 }
+                let ndim = array.layout.ndim();
                 match name
                     .to_str()
-                    .and_then(|n| array.encoding().child(array.layout.ndim(), None, n))
+                    .and_then(|n| array.encoding().child(ndim, None, n))
                 {
                     Some(kp) => self.key_node(array, kp),
+                    None if array.draft || self.hidden_in_array(array, name) => Ok(None),
                     None => self.store_child(&array.rel, name),
                 }
             }
@@ -415,9 +503,102 @@ impl View {
             Node::File { .. }
             | Node::Symlink { .. }
             | Node::ArrayMeta { .. }
+            | Node::GroupMeta { .. }
             | Node::Chunk { .. }
             | Node::Scratch { .. } => Err(ViewError::NotDir),
         }
+    }
+
+    /// Store entries of an array directory the view does not pass through: shard keys,
+    /// and the metadata files of the other Zarr version.
+    fn hidden_in_array(&self, array: &ShardedArray, name: &OsStr) -> bool {
+        let ndim = array.layout.ndim();
+        MetaFile::from_name(name).is_some()
+            || name
+                .to_str()
+                .and_then(|n| array.store_keys.child(ndim, None, n))
+                .is_some()
+    }
+
+    /// A child of a store directory in the v2 view: `zarr.json` is hidden; a group has
+    /// `.zgroup` and `.zattrs`; arrays without a v2 form are left out.
+    fn v2_dir_child(&self, rel: &Path, name: &OsStr) -> Result<Option<Node>> {
+        match MetaFile::from_name(name) {
+            Some(MetaFile::ZarrJson) => return Ok(None),
+            Some(file) => {
+                // A v2 writer's own file (taken in when it is closed) wins.
+                if let Some(m) = self.store.stat(&rel.join(name))?
+                    && m.kind == EntryKind::File
+                {
+                    return Ok(Some(Node::File {
+                        rel: rel.join(name),
+                    }));
+                }
+                let is_group = file != MetaFile::Zarray && self.store_group(rel)?.is_some();
+                return Ok(is_group.then(|| Node::GroupMeta {
+                    dir: rel.to_path_buf(),
+                    file,
+                }));
+            }
+            None => {}
+        }
+        self.store_child(rel, name)
+    }
+
+    /// The document of the group whose `zarr.json` is in store directory `rel`.
+    fn store_group(
+        &self,
+        rel: &Path,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let Some(bytes) = self.read_small(&rel.join("zarr.json"))? else {
+            return Ok(None);
+        };
+        if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
+            return Ok(None);
+        }
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
+    /// The bytes of a group's metadata file made by the view.
+    fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
+        use format::v2;
+        if let Some(tree) = &self.draft {
+            let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
+            return Ok(match file {
+                MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
+                MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(group.attrs.clone())),
+                MetaFile::Zarray => return Err(ViewError::NotFound),
+            });
+        }
+        let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
+        Ok(match file {
+            MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+            MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),
+            MetaFile::ZarrJson | MetaFile::Zarray => return Err(ViewError::NotFound),
+        })
+    }
+
+    /// A child of a group of a draft store.
+    fn draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
+        let tree = self.draft.as_ref()?;
+        if let Some(file) = MetaFile::from_name(name)
+            && self.format.group_files().contains(&file)
+        {
+            return Some(Node::GroupMeta {
+                dir: path.to_path_buf(),
+                file,
+            });
+        }
+        let child = path.join(name);
+        if let Some(array) = tree.arrays.get(&child) {
+            return Some(Node::ArrayDir {
+                array: array.clone(),
+            });
+        }
+        tree.groups
+            .contains_key(&child)
+            .then_some(Node::DraftGroup { path: child })
     }
 
     fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
@@ -426,7 +607,7 @@ impl View {
             return Ok(None);
         };
         Ok(match m.kind {
-            EntryKind::Dir => Some(self.classify_dir(rel, m)),
+            EntryKind::Dir => self.classify(rel, m),
             EntryKind::File => Some(Node::File { rel }),
             EntryKind::Symlink => Some(Node::Symlink { rel }),
             EntryKind::Other => None,
@@ -487,21 +668,32 @@ impl View {
 
     /// What a store directory is: a presentable sharded array, or a plain directory.
     fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
+        self.classify(rel.clone(), dir_meta)
+            .unwrap_or(Node::Dir { rel })
+    }
+
+    /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
+    fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Option<Node> {
         match self.load_array(&rel, dir_meta) {
-            Ok(Some(array)) => {
+            Ok(array) => {
                 let array = Arc::new(array);
                 self.arrays.write().insert(rel, array.clone());
-                Node::ArrayDir { array }
+                Some(Node::ArrayDir { array })
             }
-            Ok(None) => Node::Dir { rel },
-            Err(why) => {
+            Err(NotShown::Plain) => Some(Node::Dir { rel }),
+            Err(NotShown::Unsupported(why)) => {
+                let v2 = self.format == ViewFormat::V2;
                 if self.warned.lock().insert(rel.clone()) {
-                    log::warn!(
-                        "{}/zarr.json passes through unchanged: {why}",
-                        rel.display()
-                    );
+                    if v2 {
+                        log::warn!("{}: left out of the v2 view: {why}", rel.display());
+                    } else {
+                        log::warn!(
+                            "{}/zarr.json passes through unchanged: {why}",
+                            rel.display()
+                        );
+                    }
                 }
-                Node::Dir { rel }
+                (!v2).then_some(Node::Dir { rel })
             }
         }
     }
@@ -510,38 +702,108 @@ impl View {
         &self,
         rel: &Path,
         dir_meta: EntryMeta,
-    ) -> std::result::Result<Option<ShardedArray>, String> {
+    ) -> std::result::Result<ShardedArray, NotShown> {
         let json_rel = rel.join("zarr.json");
-        let Some(file) = self.store.open(&json_rel).map_err(|e| e.to_string())? else {
-            return Ok(None);
+        let unsupported = |e: String| NotShown::Unsupported(e);
+        let Some(file) = self
+            .store
+            .open(&json_rel)
+            .map_err(|e| unsupported(e.to_string()))?
+        else {
+            return Err(NotShown::Plain);
         };
-        let json_meta = file.meta().map_err(|e| e.to_string())?;
-        if json_meta.len > MAX_METADATA_BYTES {
-            return Err(format!("{} bytes is too large for metadata", json_meta.len));
-        }
-        let mut bytes = vec![0; json_meta.len as usize];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|e| e.to_string())?;
-        let meta = match format::metadata::parse(&bytes).map_err(|e| e.to_string())? {
-            MetaNode::Group => return Ok(None),
+        let json_meta = file.meta().map_err(|e| unsupported(e.to_string()))?;
+        let bytes = self
+            .read_small(&json_rel)
+            .map_err(|e| unsupported(e.to_string()))?
+            .ok_or(NotShown::Plain)?;
+        let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
+            MetaNode::Group => return Err(NotShown::Plain),
             MetaNode::Array(a) => a,
         };
         let layout = match &meta.presentation {
             Presentation::Sharded(l) => l.clone(),
-            Presentation::Plain => return Ok(None),
+            Presentation::Plain if self.format == ViewFormat::V2 => {
+                return Err(unsupported(
+                    "not sharded (the v2 view shows sharded arrays only)".into(),
+                ));
+            }
+            Presentation::Plain => return Err(NotShown::Plain),
             Presentation::Unsupported(why) => {
-                return Err(format!("cannot present this sharded array: {why}"));
+                return Err(unsupported(format!(
+                    "cannot present this sharded array: {why}"
+                )));
             }
         };
-        let json = Arc::new(meta.unsharded_json(&layout));
-        Ok(Some(ShardedArray {
-            rel: rel.to_path_buf(),
-            meta: *meta,
+        let store_keys = meta.key_encoding;
+        self.build_array(
+            ArraySource {
+                rel: rel.to_path_buf(),
+                data_rel: rel.to_path_buf(),
+                meta_rel: json_rel,
+                store_keys,
+                draft: false,
+            },
+            *meta,
             layout,
-            json,
             dir_meta,
             json_meta,
-        }))
+        )
+        .map_err(unsupported)
+    }
+
+    /// The array as this view shows it.
+    fn build_array(
+        &self,
+        src: ArraySource,
+        meta: format::ArrayMeta,
+        layout: format::ShardLayout,
+        dir_meta: EntryMeta,
+        json_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, String> {
+        let json = Arc::new(meta.unsharded_json(&layout));
+        let (shown_keys, v2) = match self.format {
+            ViewFormat::V3 if src.draft => (
+                format::ChunkKeyEncoding {
+                    kind: format::KeyKind::Default,
+                    separator: src.store_keys.separator,
+                },
+                None,
+            ),
+            ViewFormat::V3 => (src.store_keys, None),
+            ViewFormat::V2 => {
+                let keys = format::v2::shown_keys(src.store_keys);
+                let zarray = format::v2::zarray(
+                    &meta.doc,
+                    &layout.shape,
+                    layout.inner_chunk_shape(),
+                    &layout.inner_codecs,
+                    keys,
+                )?;
+                let zattrs = format::v2::zattrs(&meta.doc);
+                (
+                    keys,
+                    Some((
+                        Arc::new(format::v2::to_bytes(&zarray)),
+                        Arc::new(format::v2::to_bytes(&zattrs)),
+                    )),
+                )
+            }
+        };
+        Ok(ShardedArray {
+            rel: src.rel,
+            data_rel: src.data_rel,
+            meta_rel: src.meta_rel,
+            store_keys: src.store_keys,
+            shown_keys,
+            draft: src.draft,
+            meta,
+            layout,
+            json,
+            v2,
+            dir_meta,
+            json_meta,
+        })
     }
 
     // ----- files -----------------------------------------------------------------------
@@ -559,7 +821,12 @@ impl View {
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
                 false,
             ),
-            Node::ArrayMeta { array } => (Handle::Bytes(self.current(&array).json.clone()), false),
+            Node::ArrayMeta { array, file } => {
+                (Handle::Bytes(self.current(&array).meta_bytes(file)), false)
+            }
+            Node::GroupMeta { ref dir, file } => {
+                (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
+            }
             Node::Chunk { array, coords } => {
                 self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
                 match self.chunk(&self.current(&array), &coords, true)? {
@@ -588,7 +855,10 @@ impl View {
                     false,
                 )
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => {
@@ -706,7 +976,9 @@ impl View {
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let (path, node) = self.node(ino)?;
         let mut entries = match &node {
+            Node::Dir { rel } if self.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
             Node::Dir { rel } => self.list_store(rel, |_| true)?,
+            Node::DraftGroup { path } => self.list_draft_group(path),
             Node::ArrayDir { array } => self.list_array(array)?,
             Node::KeyDir { array, coords } => self.list_keys(array, coords)?,
             _ => return Err(ViewError::NotDir),

@@ -8,15 +8,31 @@ use std::time::SystemTime;
 use crate::format::{ArrayMeta, ChunkKeyEncoding, ShardLayout};
 use crate::store::EntryMeta;
 
+/// The `.zarray` and `.zattrs` the v2 view serves for an array.
+pub type V2Docs = (Arc<Vec<u8>>, Arc<Vec<u8>>);
+
 /// A sharded array the view presents unsharded.
 #[derive(Debug)]
 pub struct ShardedArray {
-    /// The array's directory in the store.
+    /// The array's directory in the view; in a store of the final layout also its
+    /// directory in the store.
     pub rel: PathBuf,
+    /// Where the shards are: `rel`, or `data/root/<path>` in the draft layout.
+    pub data_rel: PathBuf,
+    /// The store file of its metadata: `rel/zarr.json`, or `meta/root/<path>.array.json`.
+    pub meta_rel: PathBuf,
+    /// Keys of the shards in the store.
+    pub store_keys: ChunkKeyEncoding,
+    /// Keys of the inner chunks in the view.
+    pub shown_keys: ChunkKeyEncoding,
+    /// From a store of the 2022 draft layout (read-only).
+    pub draft: bool,
     pub meta: ArrayMeta,
     pub layout: ShardLayout,
     /// The unsharded `zarr.json` the view serves.
     pub json: Arc<Vec<u8>>,
+    /// `.zarray` and `.zattrs` (the v2 view only).
+    pub v2: Option<V2Docs>,
     /// The array directory's store metadata: owner, mode and times of virtual entries.
     pub dir_meta: EntryMeta,
     /// The stored `zarr.json`'s metadata.
@@ -24,19 +40,29 @@ pub struct ShardedArray {
 }
 
 impl ShardedArray {
+    /// The encoding of the chunk keys the view shows.
     pub fn encoding(&self) -> ChunkKeyEncoding {
-        self.meta.key_encoding
+        self.shown_keys
+    }
+
+    /// The bytes of one of its metadata files.
+    pub fn meta_bytes(&self, file: MetaFile) -> Arc<Vec<u8>> {
+        match (file, &self.v2) {
+            (MetaFile::Zarray, Some((z, _))) => z.clone(),
+            (MetaFile::Zattrs, Some((_, a))) => a.clone(),
+            _ => self.json.clone(),
+        }
     }
 
     /// Store path of the shard at shard-grid coordinates `shard`.
     pub fn shard_rel(&self, shard: &[u64]) -> PathBuf {
-        self.rel.join(self.encoding().encode(shard))
+        self.data_rel.join(self.store_keys.encode(shard))
     }
 
     /// Store path of the directory holding shards whose leading coordinates are `prefix`.
     pub fn shard_dir_rel(&self, prefix: &[u64]) -> PathBuf {
-        let mut p = self.rel.clone();
-        for c in self.encoding().dir_components(self.layout.ndim(), prefix) {
+        let mut p = self.data_rel.clone();
+        for c in self.store_keys.dir_components(self.layout.ndim(), prefix) {
             p.push(c);
         }
         p
@@ -70,9 +96,21 @@ pub enum Node {
     ArrayDir {
         array: Arc<ShardedArray>,
     },
-    /// The rewritten `zarr.json` of a sharded array.
+    /// The rewritten `zarr.json` of a sharded array (`.zarray`, `.zattrs` in the v2 view).
     ArrayMeta {
         array: Arc<ShardedArray>,
+        file: MetaFile,
+    },
+    /// A metadata file made for a group: `.zgroup` and `.zattrs` in the v2 view, and
+    /// every group's `zarr.json` in a store of the draft layout. `dir` is its directory
+    /// in the view.
+    GroupMeta {
+        dir: PathBuf,
+        file: MetaFile,
+    },
+    /// A group of a store of the draft layout: a directory of the view only.
+    DraftGroup {
+        path: PathBuf,
     },
     /// A directory of chunk keys (`c/`, `c/3/`): the keys' leading coordinates.
     KeyDir {
@@ -95,6 +133,65 @@ pub enum Node {
     },
 }
 
+/// The metadata files the view makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetaFile {
+    ZarrJson,
+    Zarray,
+    Zattrs,
+    Zgroup,
+}
+
+impl MetaFile {
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaFile::ZarrJson => "zarr.json",
+            MetaFile::Zarray => crate::format::v2::ZARRAY,
+            MetaFile::Zattrs => crate::format::v2::ZATTRS,
+            MetaFile::Zgroup => crate::format::v2::ZGROUP,
+        }
+    }
+
+    pub fn from_name(name: &std::ffi::OsStr) -> Option<MetaFile> {
+        [
+            MetaFile::ZarrJson,
+            MetaFile::Zarray,
+            MetaFile::Zattrs,
+            MetaFile::Zgroup,
+        ]
+        .into_iter()
+        .find(|f| name == f.name())
+    }
+}
+
+/// Which Zarr version the view shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ViewFormat {
+    /// Zarr v3: `zarr.json`, the arrays' own chunk key encodings.
+    #[default]
+    V3,
+    /// Zarr v2: `.zarray`, `.zattrs`, `.zgroup`, v2 chunk keys.
+    V2,
+}
+
+impl ViewFormat {
+    /// The metadata files of an array in this view.
+    pub fn array_files(self) -> &'static [MetaFile] {
+        match self {
+            ViewFormat::V3 => &[MetaFile::ZarrJson],
+            ViewFormat::V2 => &[MetaFile::Zarray, MetaFile::Zattrs],
+        }
+    }
+
+    /// The metadata files of a group in this view.
+    pub fn group_files(self) -> &'static [MetaFile] {
+        match self {
+            ViewFormat::V3 => &[MetaFile::ZarrJson],
+            ViewFormat::V2 => &[MetaFile::Zgroup, MetaFile::Zattrs],
+        }
+    }
+}
+
 /// File type as the mount reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -106,9 +203,13 @@ pub enum Kind {
 impl Node {
     pub fn kind(&self) -> Kind {
         match self {
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => Kind::Dir,
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => Kind::Dir,
             Node::File { .. }
             | Node::ArrayMeta { .. }
+            | Node::GroupMeta { .. }
             | Node::Chunk { .. }
             | Node::Scratch { .. }
             | Node::Stats => Kind::File,

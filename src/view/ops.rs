@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{Attr, Handle, Node, Opened, Result, View, ViewError};
+use super::{Attr, Handle, MetaFile, Node, Opened, Result, View, ViewError};
 use crate::format::KeyPath;
 
 use super::write::write_atomically;
@@ -130,7 +130,16 @@ impl View {
                     self.release_scratch(ino, &node, &file)?;
                 }
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+            Node::GroupMeta { .. } => {
+                // Now a store file, taken in when a handle of it closes.
+                if let Handle::StoreRw(f, _) = self.open_for_write(ino, &path, &node, false)? {
+                    f.set_len(size)?;
+                }
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
@@ -211,12 +220,23 @@ impl View {
                 self.writable(&array)?;
                 self.commit_chunk(&array, coords.clone(), None)?;
             }
-            Node::ArrayMeta { array } => {
+            Node::ArrayMeta {
+                array,
+                file: MetaFile::Zattrs,
+            } => {
+                self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                return Ok(());
+            }
+            Node::GroupMeta { dir, file } => {
+                self.unlink_group_meta(dir, *file)?;
+                return Ok(());
+            }
+            Node::ArrayMeta { array, .. } => {
                 // The array stops being one: make its chunks durable, then remove the
                 // metadata; the directory then shows the store as it is.
                 let array = self.current(array);
                 self.flush_array(&array)?;
-                std::fs::remove_file(w.root.join(&array.rel).join("zarr.json"))?;
+                std::fs::remove_file(w.root.join(&array.meta_rel))?;
                 self.arrays.write().remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.lock().retain(|(a, _)| a != &array.rel);
@@ -231,7 +251,10 @@ impl View {
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => std::fs::remove_file(w.root.join(rel))?,
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => {
                 return Err(ViewError::IsDir);
             }
         }
@@ -297,12 +320,18 @@ impl View {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 let dst = dst_dir.join(newname);
                 std::fs::rename(w.root.join(rel), w.root.join(&dst))?;
-                if newname == "zarr.json" {
-                    self.adopt_new_array(dst_dir)?;
+                if let Some(file) = MetaFile::from_name(newname) {
+                    self.metadata_landed(dst_dir, file)?;
                 }
                 self.resolve(&to)?.ok_or(ViewError::NotFound)?
             }
-            (Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. }, _) => {
+            (
+                Node::Dir { .. }
+                | Node::ArrayDir { .. }
+                | Node::KeyDir { .. }
+                | Node::DraftGroup { .. },
+                _,
+            ) => {
                 return Err(ViewError::Unsupported(
                     "renaming directories is not supported; copy instead".into(),
                 ));
@@ -356,7 +385,8 @@ impl View {
                 .data
                 .clone()),
             Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
-            Node::ArrayMeta { array } => Ok(self.current(array).json.to_vec()),
+            Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
+            Node::GroupMeta { dir, file } => self.group_meta(dir, *file),
             _ => Err(ViewError::Unsupported("not a regular file".into())),
         }
     }
@@ -372,8 +402,8 @@ impl View {
             Node::Dir { rel } => {
                 let rel = rel.join(name);
                 write_atomically(&self.root_path(&rel)?, &data)?;
-                if name == "zarr.json" {
-                    self.adopt_new_array(rel.parent().unwrap_or(Path::new("")))?;
+                if let Some(file) = MetaFile::from_name(name) {
+                    self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
                     return self.resolve(path)?.ok_or(ViewError::NotFound);
                 }
                 Ok(Node::File { rel })
@@ -397,10 +427,8 @@ impl View {
                 }
             }
             Node::File { rel } => std::fs::remove_file(w.root.join(rel))?,
-            Node::ArrayMeta { .. } => {
-                return Err(ViewError::Unsupported(
-                    "moving an array's zarr.json away".into(),
-                ));
+            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
+                return Err(ViewError::Unsupported("moving metadata away".into()));
             }
             _ => {}
         }

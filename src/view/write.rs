@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::{ChunkData, Handle, Kind, Node, Result, ShardedArray, View, ViewError};
+use super::{ChunkData, Handle, Kind, MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::compact::Compactor;
 use crate::format::KeyPath;
 use crate::write::flush::Flusher;
@@ -291,13 +291,31 @@ impl View {
                     scratch_node(&array),
                 )
             }
-            Node::ArrayMeta { array } => {
+            Node::ArrayMeta { array, file } => {
                 let data = if truncate {
                     Vec::new()
                 } else {
-                    self.current(array).json.to_vec()
+                    self.current(array).meta_bytes(*file).to_vec()
                 };
                 (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
+            }
+            Node::GroupMeta { dir, file } => {
+                // Written as a store file, taken in when it is closed.
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.group_meta(dir, *file)?
+                };
+                let rel = dir.join(file.name());
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(w.root.join(&rel))?;
+                f.write_all_at(&data, 0)?;
+                self.inodes.update(ino, Node::File { rel: rel.clone() });
+                return Ok(Handle::StoreRw(f, rel));
             }
             Node::Scratch { path: p, .. } => {
                 let file = w.open_scratch(p).ok_or(ViewError::NotFound)?;
@@ -309,7 +327,10 @@ impl View {
                 }
                 (file, node.clone())
             }
-            Node::Dir { .. } | Node::ArrayDir { .. } | Node::KeyDir { .. } => {
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => {
@@ -349,7 +370,7 @@ impl View {
         let name = path.file_name().unwrap_or_default();
         if !matches!(
             self.target(array, parent.as_deref(), name)?,
-            Target::Meta | Target::Chunk(_)
+            Target::Meta(_) | Target::Chunk(_)
         ) {
             return Ok(());
         }
@@ -372,22 +393,21 @@ impl View {
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
         enum Pending {
             Scratch(Node, Arc<Mutex<Scratch>>),
-            Metadata(PathBuf),
+            Metadata(PathBuf, MetaFile),
         }
         let pending = match self.handles.lock().get(&fh) {
             Some(Handle::Scratch { node, file, .. }) => {
                 Some(Pending::Scratch(node.clone(), file.clone()))
             }
-            Some(Handle::StoreRw(_, rel)) if rel.file_name() == Some(OsStr::new("zarr.json")) => {
-                Some(Pending::Metadata(
-                    rel.parent().unwrap_or(Path::new("")).to_path_buf(),
-                ))
-            }
+            Some(Handle::StoreRw(_, rel)) => rel
+                .file_name()
+                .and_then(MetaFile::from_name)
+                .map(|f| Pending::Metadata(rel.parent().unwrap_or(Path::new("")).to_path_buf(), f)),
             _ => None,
         };
         match pending {
             Some(Pending::Scratch(node, file)) => self.commit_scratch(&node, &file),
-            Some(Pending::Metadata(dir)) => self.adopt_new_array(&dir),
+            Some(Pending::Metadata(dir, file)) => self.metadata_landed(&dir, file),
             None => Ok(()),
         }
     }
@@ -433,8 +453,9 @@ impl View {
         let w = self.writer()?;
         let name = path.file_name().unwrap_or_default();
         let back = match self.target(array, parent, name)? {
-            Target::Meta => Node::ArrayMeta {
+            Target::Meta(file) => Node::ArrayMeta {
                 array: self.current(array),
+                file,
             },
             Target::Chunk(coords) => Node::Chunk {
                 array: self.current(array),
@@ -456,8 +477,11 @@ impl View {
         name: &OsStr,
     ) -> Result<Target> {
         let array = self.current(array);
-        if parent.is_none() && name == "zarr.json" {
-            return Ok(Target::Meta);
+        if parent.is_none()
+            && let Some(file) = MetaFile::from_name(name)
+            && self.format.array_files().contains(&file)
+        {
+            return Ok(Target::Meta(file));
         }
         let Some(kp) = name
             .to_str()
@@ -486,9 +510,9 @@ impl View {
         data: Vec<u8>,
     ) -> Result<Node> {
         match self.target(array, parent, name)? {
-            Target::Meta => {
-                let array = self.update_metadata(array, &data)?;
-                Ok(Node::ArrayMeta { array })
+            Target::Meta(file) => {
+                let array = self.update_array_meta(array, file, &data)?;
+                Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {
                 let array = self.current(array);
@@ -533,6 +557,46 @@ impl View {
         Ok(())
     }
 
+    /// One of an array's metadata files, as a writer of the view wrote it.
+    pub(super) fn update_array_meta(
+        &self,
+        array: &Arc<ShardedArray>,
+        file: MetaFile,
+        bytes: &[u8],
+    ) -> Result<Arc<ShardedArray>> {
+        use crate::format::v2;
+        let array = self.current(array);
+        let invalid = |why: String| {
+            log::warn!("{}/{}: refused: {why}", array.rel.display(), file.name());
+            ViewError::Invalid(why)
+        };
+        let Value::Object(mut doc) =
+            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?
+        else {
+            return Err(invalid("metadata is not an object".into()));
+        };
+        match file {
+            MetaFile::ZarrJson | MetaFile::Zgroup => return self.update_metadata(&array, bytes),
+            MetaFile::Zarray => {
+                let shown = array.meta_bytes(MetaFile::Zarray);
+                if !v2::same_but_shape(&shown, bytes).map_err(invalid)? {
+                    return Err(invalid(
+                        "only the shape of an array may change through .zarray".into(),
+                    ));
+                }
+                doc.insert(
+                    "shape".into(),
+                    v2::zarray_shape(bytes).map_err(invalid)?.into(),
+                );
+            }
+            MetaFile::Zattrs => {
+                v2::apply_zattrs(&mut doc, bytes, Some(array.layout.ndim())).map_err(invalid)?
+            }
+        }
+        let bytes = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        self.update_metadata(&array, &bytes)
+    }
+
     /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
     pub(super) fn update_metadata(
         &self,
@@ -569,7 +633,7 @@ impl View {
             serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
         out.push(b'\n');
         self.flush_array(&array)?;
-        write_atomically(&self.root_path(&array.rel.join("zarr.json"))?, &out)?;
+        write_atomically(&self.root_path(&array.meta_rel)?, &out)?;
         self.reload_array(&array.rel)
     }
 
@@ -696,7 +760,7 @@ impl View {
 }
 
 pub(super) enum Target {
-    Meta,
+    Meta(MetaFile),
     Chunk(Vec<u64>),
     Scratch,
     Invalid(String),

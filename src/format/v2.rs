@@ -1,0 +1,638 @@
+//! Zarr v2 metadata for the v2 view: `.zarray`, `.zattrs` and `.zgroup` made from a v3
+//! array's innermost chunks, and the way back (a `.zarray` written through the view
+//! becomes a v3 `zarr.json`). No I/O.
+//!
+//! Spec: <https://zarr-specs.readthedocs.io/en/latest/v2/v2.0.html>; codec ids and
+//! configurations as numcodecs names them.
+//!
+//! The chunk bytes are served as stored, so a v3 array has a v2 form only when its inner
+//! codec chain means the same bytes in v2:
+//!
+//! | v3 inner chain                                 | v2                                   |
+//! |------------------------------------------------|--------------------------------------|
+//! | `bytes` (endian)                               | `dtype` byte order (`<`, `>`, `\|`)   |
+//! | `transpose` with order `[n-1, .., 0]` first    | `order: "F"` (no transpose: `"C"`)   |
+//! | bytes→bytes codecs `b1 .. bn`                  | `filters: [b1 .. bn-1]`, `compressor: bn` |
+//! | `gzip`, `zstd`, `blosc`, `crc32c`              | numcodecs `gzip`, `zstd`, `blosc`, `crc32c` |
+//!
+//! Anything else (another transpose, `vlen-*`, `sharding_indexed` inside, string or
+//! extension data types) has no exact v2 equivalent: [`zarray`] says why.
+//!
+//! `dimension_names` appear in `.zattrs` as `_ARRAY_DIMENSIONS` (the xarray convention)
+//! and go back the same way.
+
+use serde_json::{Map, Value, json};
+
+use super::key::{ChunkKeyEncoding, KeyKind};
+use super::metadata::codec_name;
+
+/// The attribute xarray keeps dimension names in.
+pub const ARRAY_DIMENSIONS: &str = "_ARRAY_DIMENSIONS";
+
+/// The v2 names of the metadata files.
+pub const ZARRAY: &str = ".zarray";
+pub const ZATTRS: &str = ".zattrs";
+pub const ZGROUP: &str = ".zgroup";
+
+/// `data_type` → (numpy kind, item size).
+fn v2_kind(data_type: &str) -> Option<(char, u32)> {
+    Some(match data_type {
+        "bool" => ('b', 1),
+        "int8" => ('i', 1),
+        "int16" => ('i', 2),
+        "int32" => ('i', 4),
+        "int64" => ('i', 8),
+        "uint8" => ('u', 1),
+        "uint16" => ('u', 2),
+        "uint32" => ('u', 4),
+        "uint64" => ('u', 8),
+        "float16" => ('f', 2),
+        "float32" => ('f', 4),
+        "float64" => ('f', 8),
+        "complex64" => ('c', 8),
+        "complex128" => ('c', 16),
+        _ => return None,
+    })
+}
+
+/// (numpy kind, item size) → `data_type`.
+fn v3_data_type(kind: char, size: u32) -> Option<&'static str> {
+    Some(match (kind, size) {
+        ('b', 1) => "bool",
+        ('i', 1) => "int8",
+        ('i', 2) => "int16",
+        ('i', 4) => "int32",
+        ('i', 8) => "int64",
+        ('u', 1) => "uint8",
+        ('u', 2) => "uint16",
+        ('u', 4) => "uint32",
+        ('u', 8) => "uint64",
+        ('f', 2) => "float16",
+        ('f', 4) => "float32",
+        ('f', 8) => "float64",
+        ('c', 8) => "complex64",
+        ('c', 16) => "complex128",
+        _ => return None,
+    })
+}
+
+/// The `.zarray` of a v3 array with innermost chunk shape `chunks`, inner codec chain
+/// `codecs`, whose keys the view shows with `keys`; `Err` says why there is none.
+pub fn zarray(
+    doc: &Map<String, Value>,
+    shape: &[u64],
+    chunks: &[u64],
+    codecs: &[Value],
+    keys: ChunkKeyEncoding,
+) -> Result<Value, String> {
+    let data_type = doc
+        .get("data_type")
+        .and_then(Value::as_str)
+        .ok_or("data_type is not a plain string")?;
+    let (kind, size) =
+        v2_kind(data_type).ok_or(format!("data type {data_type:?} has no Zarr v2 equivalent"))?;
+    let ndim = shape.len();
+    let mut rest = codecs;
+    let mut order = "C";
+    if let Some(first) = rest.first()
+        && codec_name(first) == "transpose"
+    {
+        let perm: Option<Vec<u64>> = first
+            .get("configuration")
+            .and_then(|c| c.get("order"))
+            .and_then(Value::as_array)
+            .and_then(|o| o.iter().map(Value::as_u64).collect());
+        let perm = perm.ok_or("transpose has no order")?;
+        let identity: Vec<u64> = (0..ndim as u64).collect();
+        let reversed: Vec<u64> = identity.iter().rev().copied().collect();
+        if perm == identity {
+        } else if perm == reversed {
+            order = "F";
+        } else {
+            return Err(format!("transpose order {perm:?} is neither C nor F order"));
+        }
+        rest = &rest[1..];
+    }
+    let Some((bytes, rest)) = rest.split_first() else {
+        return Err("the codec chain has no bytes codec".into());
+    };
+    if codec_name(bytes) != "bytes" {
+        return Err(format!(
+            "codec {:?} has no Zarr v2 equivalent",
+            codec_name(bytes)
+        ));
+    }
+    let endian = bytes
+        .get("configuration")
+        .and_then(|c| c.get("endian"))
+        .and_then(Value::as_str);
+    let byte_order = match (size, endian) {
+        (1, _) => '|',
+        (_, Some("little")) => '<',
+        (_, Some("big")) => '>',
+        _ => return Err("the bytes codec names no endianness".into()),
+    };
+    let mut v2_codecs = rest
+        .iter()
+        .map(to_numcodecs)
+        .collect::<Result<Vec<_>, _>>()?;
+    let compressor = v2_codecs.pop().unwrap_or(Value::Null);
+    let filters = if v2_codecs.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(v2_codecs)
+    };
+    let fill = v2_fill_value(doc.get("fill_value").unwrap_or(&Value::Null), kind, size)?;
+    // `.zarray` as zarr-python 2 writes it: keys sorted.
+    Ok(json!({
+        "chunks": chunks,
+        "compressor": compressor,
+        "dimension_separator": keys.separator.to_string(),
+        "dtype": format!("{byte_order}{kind}{size}"),
+        "fill_value": fill,
+        "filters": filters,
+        "order": order,
+        "shape": shape,
+        "zarr_format": 2,
+    }))
+}
+
+/// The v2 key encoding the view shows for an array whose shards have `store` keys: the
+/// same separator, so key directories mirror shard directories.
+pub fn shown_keys(store: ChunkKeyEncoding) -> ChunkKeyEncoding {
+    ChunkKeyEncoding {
+        kind: KeyKind::V2,
+        separator: store.separator,
+    }
+}
+
+/// A v3 bytes→bytes codec as numcodecs configures it.
+fn to_numcodecs(codec: &Value) -> Result<Value, String> {
+    let name = codec_name(codec);
+    let empty = Map::new();
+    let config = codec
+        .get("configuration")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let get = |k: &str| config.get(k).cloned().unwrap_or(Value::Null);
+    Ok(match name {
+        "gzip" => json!({"id": "gzip", "level": get("level")}),
+        "zstd" => {
+            let mut c = json!({"id": "zstd", "level": get("level")});
+            if config.get("checksum") == Some(&Value::Bool(true)) {
+                c["checksum"] = true.into();
+            }
+            c
+        }
+        "blosc" => {
+            let shuffle = match config.get("shuffle").and_then(Value::as_str) {
+                Some("noshuffle") | None => 0,
+                Some("shuffle") => 1,
+                Some("bitshuffle") => 2,
+                Some(other) => return Err(format!("blosc shuffle {other:?} is unknown")),
+            };
+            json!({"id": "blosc", "cname": get("cname"), "clevel": get("clevel"),
+                   "shuffle": shuffle, "blocksize": config.get("blocksize").cloned().unwrap_or(0.into())})
+        }
+        "crc32c" => json!({"id": "crc32c"}),
+        other => return Err(format!("codec {other:?} has no Zarr v2 equivalent")),
+    })
+}
+
+/// A numcodecs configuration as a v3 bytes→bytes codec (`itemsize` for blosc's typesize).
+fn from_numcodecs(codec: &Value, itemsize: u32) -> Result<Value, String> {
+    let id = codec.get("id").and_then(Value::as_str).unwrap_or("");
+    let get = |k: &str| codec.get(k).cloned();
+    Ok(match id {
+        "gzip" => {
+            json!({"name": "gzip", "configuration": {"level": get("level").unwrap_or(1.into())}})
+        }
+        "zstd" => json!({"name": "zstd", "configuration": {
+            "level": get("level").unwrap_or(0.into()),
+            "checksum": get("checksum").and_then(|c| c.as_bool()).unwrap_or(false)}}),
+        "blosc" => {
+            let shuffle = match get("shuffle").and_then(|s| s.as_i64()).unwrap_or(1) {
+                0 => "noshuffle",
+                1 => "shuffle",
+                2 => "bitshuffle",
+                // AUTOSHUFFLE: bit-shuffle for 1-byte items, byte-shuffle otherwise.
+                -1 if itemsize == 1 => "bitshuffle",
+                -1 => "shuffle",
+                s => return Err(format!("blosc shuffle {s} is unknown")),
+            };
+            json!({"name": "blosc", "configuration": {
+                "cname": get("cname").unwrap_or("lz4".into()),
+                "clevel": get("clevel").unwrap_or(5.into()),
+                "shuffle": shuffle, "typesize": itemsize,
+                "blocksize": get("blocksize").unwrap_or(0.into())}})
+        }
+        "crc32c" => json!({"name": "crc32c"}),
+        "" => return Err("a codec without an id".into()),
+        other => {
+            return Err(format!(
+                "numcodecs codec {other:?} has no exact Zarr v3 equivalent"
+            ));
+        }
+    })
+}
+
+/// A v3 `fill_value` as v2 writes it (`"NaN"`, `"Infinity"`, `"-Infinity"` strings for
+/// non-finite floats, `[re, im]` for complex numbers).
+fn v2_fill_value(v: &Value, kind: char, size: u32) -> Result<Value, String> {
+    match kind {
+        'f' => float_fill(v, size),
+        'c' => match v {
+            Value::Array(parts) if parts.len() == 2 => Ok(Value::Array(vec![
+                float_fill(&parts[0], size / 2)?,
+                float_fill(&parts[1], size / 2)?,
+            ])),
+            other => Err(format!("complex fill_value {other} is not [re, im]")),
+        },
+        _ => Ok(v.clone()),
+    }
+}
+
+fn float_fill(v: &Value, size: u32) -> Result<Value, String> {
+    let x = match v {
+        Value::Number(_) => return Ok(v.clone()),
+        Value::String(s) if matches!(s.as_str(), "NaN" | "Infinity" | "-Infinity") => {
+            return Ok(v.clone());
+        }
+        Value::String(s) if s.starts_with("0x") => {
+            let bits = u64::from_str_radix(&s[2..], 16)
+                .map_err(|_| format!("fill_value {s:?} is not hexadecimal"))?;
+            match size {
+                2 => half_to_f64(bits as u16),
+                4 => f64::from(f32::from_bits(bits as u32)),
+                8 => f64::from_bits(bits),
+                _ => return Err(format!("fill_value {s:?} for a {size}-byte float")),
+            }
+        }
+        other => return Err(format!("float fill_value {other} is not understood")),
+    };
+    Ok(if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else {
+        json!(x)
+    })
+}
+
+fn half_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let frac = f64::from(h & 0x3ff);
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
+    }
+}
+
+/// `.zattrs` of a v3 node: its attributes, with `dimension_names` as `_ARRAY_DIMENSIONS`.
+pub fn zattrs(doc: &Map<String, Value>) -> Value {
+    let mut attrs = doc
+        .get("attributes")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(Value::Array(names)) = doc.get("dimension_names")
+        && !names.is_empty()
+        && names.iter().all(Value::is_string)
+        && !attrs.contains_key(ARRAY_DIMENSIONS)
+    {
+        attrs.insert(ARRAY_DIMENSIONS.into(), Value::Array(names.clone()));
+    }
+    Value::Object(attrs)
+}
+
+/// `.zgroup`.
+pub fn zgroup() -> Value {
+    json!({"zarr_format": 2})
+}
+
+/// Apply a `.zattrs` written through the view to a v3 document: the attributes are
+/// replaced; `_ARRAY_DIMENSIONS` of the array's rank becomes `dimension_names`.
+pub fn apply_zattrs(
+    doc: &mut Map<String, Value>,
+    zattrs: &[u8],
+    ndim: Option<usize>,
+) -> Result<(), String> {
+    let v: Value = serde_json::from_slice(zattrs).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(mut attrs) = v else {
+        return Err(".zattrs is not a JSON object".into());
+    };
+    if let Some(ndim) = ndim
+        && let Some(Value::Array(names)) = attrs.get(ARRAY_DIMENSIONS)
+        && names.len() == ndim
+        && names.iter().all(Value::is_string)
+    {
+        doc.insert("dimension_names".into(), Value::Array(names.clone()));
+        attrs.remove(ARRAY_DIMENSIONS);
+    }
+    doc.insert("attributes".into(), Value::Object(attrs));
+    Ok(())
+}
+
+/// The v3 `zarr.json` (an unsharded array) for a `.zarray` written through the view.
+pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
+    let v: Value = serde_json::from_slice(zarray).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(z) = v else {
+        return Err(".zarray is not a JSON object".into());
+    };
+    if z.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+        return Err("zarr_format is not 2".into());
+    }
+    let list = |k: &str| -> Result<Vec<u64>, String> {
+        z.get(k)
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(Value::as_u64).collect())
+            .ok_or(format!("{k} is missing or not a list of integers"))
+    };
+    let shape = list("shape")?;
+    let chunks = list("chunks")?;
+    if chunks.len() != shape.len() || chunks.contains(&0) {
+        return Err(format!("chunks {chunks:?} do not fit shape {shape:?}"));
+    }
+    let dtype = z
+        .get("dtype")
+        .and_then(Value::as_str)
+        .ok_or("dtype is not a plain string (structured dtypes have no v3 equivalent)")?;
+    let mut cs = dtype.chars();
+    let (order_char, kind) = (cs.next().unwrap_or(' '), cs.next().unwrap_or(' '));
+    let size: u32 = cs
+        .as_str()
+        .parse()
+        .map_err(|_| format!("dtype {dtype:?}"))?;
+    let data_type = v3_data_type(kind, size).ok_or(format!(
+        "dtype {dtype:?} has no Zarr v3 equivalent the view can write"
+    ))?;
+    let endian = match order_char {
+        '<' | '|' => "little",
+        '>' => "big",
+        _ => return Err(format!("dtype {dtype:?} has no byte order")),
+    };
+    let mut codecs = Vec::new();
+    match z.get("order").and_then(Value::as_str) {
+        Some("C") | None => {}
+        Some("F") => {
+            if shape.len() > 1 {
+                let rev: Vec<u64> = (0..shape.len() as u64).rev().collect();
+                codecs.push(json!({"name": "transpose", "configuration": {"order": rev}}));
+            }
+        }
+        Some(o) => return Err(format!("order {o:?} is neither C nor F")),
+    }
+    codecs.push(json!({"name": "bytes", "configuration": {"endian": endian}}));
+    if let Some(Value::Array(filters)) = z.get("filters") {
+        for f in filters {
+            codecs.push(from_numcodecs(f, size)?);
+        }
+    }
+    match z.get("compressor") {
+        None | Some(Value::Null) => {}
+        Some(c) => codecs.push(from_numcodecs(c, size)?),
+    }
+    let fill = match (z.get("fill_value"), kind) {
+        (None | Some(Value::Null), 'b') => json!(false),
+        (None | Some(Value::Null), 'c') => json!([0.0, 0.0]),
+        (None | Some(Value::Null), 'f') => json!(0.0),
+        (None | Some(Value::Null), _) => json!(0),
+        (Some(v), _) => v.clone(),
+    };
+    let separator = match z.get("dimension_separator").and_then(Value::as_str) {
+        None | Some(".") => ".",
+        Some("/") => "/",
+        Some(s) => return Err(format!("dimension_separator {s:?}")),
+    };
+    let doc = json!({
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "v2", "configuration": {"separator": separator}},
+        "fill_value": fill,
+        "codecs": codecs,
+        "attributes": {},
+    });
+    let Value::Object(doc) = doc else {
+        unreachable!("a JSON object literal")
+    };
+    Ok(doc)
+}
+
+/// Whether two `.zarray` documents describe the same array but for its shape (each is
+/// taken through the v3 form, so that spellings of the same codec compare equal).
+pub fn same_but_shape(a: &[u8], b: &[u8]) -> Result<bool, String> {
+    let norm = |z: &[u8]| -> Result<Map<String, Value>, String> {
+        let mut doc = v3_from_zarray(z)?;
+        doc.remove("shape");
+        Ok(doc)
+    };
+    Ok(norm(a)? == norm(b)?)
+}
+
+/// The shape a `.zarray` asks for.
+pub fn zarray_shape(zarray: &[u8]) -> Result<Vec<u64>, String> {
+    let doc = v3_from_zarray(zarray)?;
+    Ok(doc["shape"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default())
+}
+
+/// JSON as zarr-python 2 writes it (sorted keys, four-space indent, trailing newline).
+pub fn to_bytes(v: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(&sorted(v), &mut ser).expect("JSON of a JSON value");
+    out.push(b'\n');
+    out
+}
+
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<_> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    const SLASH: ChunkKeyEncoding = ChunkKeyEncoding::DEFAULT;
+
+    #[test]
+    fn dtypes_orders_and_codecs_map_to_numcodecs() {
+        let d = doc(json!({"data_type": "uint16", "fill_value": 3}));
+        let codecs = [
+            json!({"name": "transpose", "configuration": {"order": [1, 0]}}),
+            json!({"name": "bytes", "configuration": {"endian": "big"}}),
+            json!({"name": "gzip", "configuration": {"level": 5}}),
+            json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "bitshuffle", "typesize": 2, "blocksize": 0}}),
+        ];
+        let z = zarray(&d, &[10, 7], &[2, 3], &codecs, shown_keys(SLASH)).unwrap();
+        assert_eq!(z["dtype"], ">u2");
+        assert_eq!(z["order"], "F");
+        assert_eq!(z["filters"], json!([{"id": "gzip", "level": 5}]));
+        assert_eq!(
+            z["compressor"],
+            json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2, "blocksize": 0})
+        );
+        assert_eq!(z["dimension_separator"], "/");
+        assert_eq!(z["fill_value"], 3);
+        // And back: the same .zarray again.
+        let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+        let z2 = zarray(
+            &back,
+            &[10, 7],
+            &[2, 3],
+            back["codecs"].as_array().unwrap(),
+            shown_keys(SLASH),
+        )
+        .unwrap();
+        assert_eq!(z, z2);
+    }
+
+    #[test]
+    fn one_byte_types_have_no_byte_order_and_bool_maps() {
+        let bytes = [json!({"name": "bytes"})];
+        for (dt, want) in [("uint8", "|u1"), ("int8", "|i1"), ("bool", "|b1")] {
+            let d = doc(json!({"data_type": dt, "fill_value": 0}));
+            let z = zarray(&d, &[4], &[2], &bytes, shown_keys(SLASH)).unwrap();
+            assert_eq!(z["dtype"], want);
+            assert_eq!(z["compressor"], Value::Null);
+            assert_eq!(z["filters"], Value::Null);
+        }
+        let d = doc(json!({"data_type": "uint16", "fill_value": 0}));
+        assert!(zarray(&d, &[4], &[2], &bytes, shown_keys(SLASH)).is_err());
+    }
+
+    #[test]
+    fn fill_values_follow_v2_conventions() {
+        let le = [json!({"name": "bytes", "configuration": {"endian": "little"}})];
+        for (dt, fill, want) in [
+            ("float32", json!("NaN"), json!("NaN")),
+            ("float64", json!("-Infinity"), json!("-Infinity")),
+            ("float32", json!("0x7fc00000"), json!("NaN")),
+            ("float64", json!("0x3ff0000000000000"), json!(1.0)),
+            ("float16", json!("0x7c00"), json!("Infinity")),
+            ("float16", json!("0x3c00"), json!(1.0)),
+            ("complex64", json!([1.0, "NaN"]), json!([1.0, "NaN"])),
+            ("bool", json!(true), json!(true)),
+        ] {
+            let d = doc(json!({"data_type": dt, "fill_value": fill}));
+            let z = zarray(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+            assert_eq!(z["fill_value"], want, "{dt} {fill}");
+        }
+    }
+
+    #[test]
+    fn arrays_without_a_v2_form_say_why() {
+        let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let cases = [
+            (
+                json!({"data_type": "string"}),
+                vec![le.clone()],
+                "data type",
+            ),
+            (
+                json!({"data_type": "uint16"}),
+                vec![
+                    json!({"name": "transpose", "configuration": {"order": [1, 0, 2]}}),
+                    le.clone(),
+                ],
+                "transpose",
+            ),
+            (
+                json!({"data_type": "uint16"}),
+                vec![le.clone(), json!({"name": "lz4hc"})],
+                "lz4hc",
+            ),
+            (
+                json!({"data_type": "uint16"}),
+                vec![json!({"name": "vlen-bytes"})],
+                "vlen-bytes",
+            ),
+        ];
+        for (d, codecs, why) in cases {
+            let err =
+                zarray(&doc(d), &[4, 4, 4], &[2, 2, 2], &codecs, shown_keys(SLASH)).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    #[test]
+    fn zattrs_carry_dimension_names_both_ways() {
+        let d = doc(json!({"attributes": {"a": 1}, "dimension_names": ["y", "x"]}));
+        let z = zattrs(&d);
+        assert_eq!(z, json!({"a": 1, "_ARRAY_DIMENSIONS": ["y", "x"]}));
+        let mut back = doc(json!({"attributes": {}}));
+        apply_zattrs(
+            &mut back,
+            &to_bytes(&json!({"b": 2, "_ARRAY_DIMENSIONS": ["t", "z"]})),
+            Some(2),
+        )
+        .unwrap();
+        assert_eq!(back["attributes"], json!({"b": 2}));
+        assert_eq!(back["dimension_names"], json!(["t", "z"]));
+        // Wrong rank: kept as an attribute.
+        let mut g = doc(json!({}));
+        apply_zattrs(&mut g, br#"{"_ARRAY_DIMENSIONS": ["t"]}"#, Some(2)).unwrap();
+        assert_eq!(g["attributes"], json!({"_ARRAY_DIMENSIONS": ["t"]}));
+        assert!(apply_zattrs(&mut g, b"[1]", None).is_err());
+    }
+
+    #[test]
+    fn zarray_from_zarr_python_2_becomes_a_v3_array() {
+        let z = br#"{"chunks": [2, 3], "compressor": {"id": "zstd", "level": 3, "checksum": false},
+            "dimension_separator": ".", "dtype": "<f8", "fill_value": "NaN", "filters": null,
+            "order": "C", "shape": [10, 7], "zarr_format": 2}"#;
+        let d = v3_from_zarray(z).unwrap();
+        assert_eq!(d["data_type"], "float64");
+        assert_eq!(d["fill_value"], "NaN");
+        assert_eq!(
+            d["chunk_key_encoding"],
+            json!({"name": "v2", "configuration": {"separator": "."}})
+        );
+        assert_eq!(
+            d["codecs"][1],
+            json!({"name": "zstd", "configuration": {"level": 3, "checksum": false}})
+        );
+        for bad in [
+            &br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|O", "order": "C"}"#[..],
+            br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2", "compressor": {"id": "zlib"}}"#,
+            br#"{"zarr_format": 2, "shape": [4], "chunks": [0], "dtype": "<u2"}"#,
+            br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": [["a", "<u2"]]}"#,
+            b"{]",
+        ] {
+            assert!(v3_from_zarray(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let resized = z.to_vec();
+        let resized = String::from_utf8(resized)
+            .unwrap()
+            .replace("[10, 7]", "[20, 7]");
+        assert!(same_but_shape(z, resized.as_bytes()).unwrap());
+        assert_eq!(zarray_shape(resized.as_bytes()).unwrap(), [20, 7]);
+        let other = String::from_utf8(z.to_vec()).unwrap().replace("<f8", "<f4");
+        assert!(!same_but_shape(z, other.as_bytes()).unwrap());
+    }
+}

@@ -1,0 +1,232 @@
+//! The v2 view (`--format v2`) and stores of the 2022 draft layout, against real
+//! clients: zarr-python 2.18 (`.venv-zarr2`) reads and writes through the mount;
+//! zarr-python 3 and tensorstore (`.venv`) are the ground truth on the shards.
+//! Runs `scripts/v2_interop.py`; both venvs come from `scripts/setup-venv`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use shardfs::view::ViewFormat;
+use shardfs::{Mount, MountOptions};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv python at `.venv*/bin/python`, or why the test cannot run.
+fn python(venv: &str, test: &str) -> Option<PathBuf> {
+    let p = repo().join(venv).join("bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}");
+    }
+    println!("SKIPPED {test}: {why}");
+    eprintln!("SKIPPED {test}: {why}");
+    None
+}
+
+/// Run `scripts/v2_interop.py` with `args` under `python`; it must pass.
+fn interop(python: &Path, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .arg(repo().join("scripts/v2_interop.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{} {}:\n{stdout}", python.display(), args.join(" "));
+    assert!(
+        out.status.success(),
+        "v2_interop {args:?} failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn v2_options(read_only: bool) -> MountOptions {
+    let mut opts = MountOptions {
+        read_only,
+        ..MountOptions::default()
+    };
+    opts.view.format = ViewFormat::V2;
+    opts
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store() {
+    let test = "zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store";
+    if !common::can_mount(test) {
+        return;
+    }
+    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = tmp.path().join("sample");
+    shardfs::sample::write_sample_store(&sample).unwrap();
+    let mut stores: Vec<PathBuf> = common::stores_with_twins()
+        .iter()
+        .map(|s| common::fixtures().join(s))
+        .collect();
+    stores.push(sample);
+    for store in stores {
+        let name = store.file_name().unwrap().to_string_lossy().into_owned();
+        // Which arrays the v2 view must show: `shardfs info` says, per array.
+        let local = shardfs::store::LocalStore::open(&store).unwrap();
+        let arrays = shardfs::info::inspect(&local).unwrap();
+        let shown: Vec<&str> = arrays
+            .iter()
+            .filter(|a| a.v2_view == "shown")
+            .map(|a| a.path.as_str())
+            .collect();
+        assert!(!shown.is_empty(), "{name}: no array has a v2 form");
+        let want = tmp.path().join(format!("{name}-v3.npz"));
+        let got = tmp.path().join(format!("{name}-v2.npz"));
+        interop(&py3, &["read", "--root", s(&store), "--out", s(&want)]);
+        let mnt = tempfile::tempdir().unwrap();
+        let _mount = Mount::new(&store, mnt.path(), &v2_options(true)).unwrap();
+        // Nothing of Zarr v3 shows through.
+        let files = common::files_under(mnt.path());
+        assert!(
+            !files.iter().any(|f| f.ends_with("zarr.json")),
+            "{name}: zarr.json in the v2 view"
+        );
+        interop(&py2, &["read", "--root", s(mnt.path()), "--out", s(&got)]);
+        let expect = shown.join(",");
+        let out = interop(
+            &py3,
+            &[
+                "compare",
+                "--want",
+                s(&want),
+                "--got",
+                s(&got),
+                "--expect",
+                &expect,
+            ],
+        );
+        assert!(out.contains(" 0 failed"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
+    let test = "draft_layout_stores_read_through_both_views_like_zarr2_reads_them";
+    if !common::can_mount(test) {
+        return;
+    }
+    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+        return;
+    };
+    let store = repo().join("tests/fixtures-draft/draft");
+    let tmp = tempfile::tempdir().unwrap();
+    let truth = tmp.path().join("draft.npz");
+    interop(
+        &py2,
+        &["read", "--draft", "--root", s(&store), "--out", s(&truth)],
+    );
+    let expect = "bl,grp/sub/gz,grp/vol,u8,zs";
+
+    // The v3 view: final Zarr v3 that zarr-python 3 opens (it cannot read the draft).
+    let v3 = tempfile::tempdir().unwrap();
+    {
+        // Mounted read-write on purpose: a draft store mounts read-only by itself.
+        let _mount = Mount::new(&store, v3.path(), &MountOptions::default()).unwrap();
+        let meta = common::json_file(&v3.path().join("grp/vol/zarr.json"));
+        assert_eq!(meta["node_type"], "array");
+        assert_eq!(meta["chunk_key_encoding"]["name"], "default");
+        assert!(v3.path().join("grp/vol/c/0/0").is_file());
+        let refused = std::fs::write(v3.path().join("grp/vol/c/0/0"), b"x").unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
+        let got = tmp.path().join("v3.npz");
+        interop(&py3, &["read", "--root", s(v3.path()), "--out", s(&got)]);
+        let out = interop(
+            &py3,
+            &[
+                "compare",
+                "--want",
+                s(&truth),
+                "--got",
+                s(&got),
+                "--expect",
+                expect,
+            ],
+        );
+        assert!(out.contains(" 0 failed"), "{out}");
+    }
+
+    // The v2 view: zarr-python 2 opens it as plain Zarr v2.
+    let v2 = tempfile::tempdir().unwrap();
+    let _mount = Mount::new(&store, v2.path(), &v2_options(true)).unwrap();
+    assert!(v2.path().join("grp/vol/.zarray").is_file());
+    assert!(v2.path().join("grp/sub/gz/0.0").is_file());
+    let got = tmp.path().join("v2.npz");
+    interop(&py2, &["read", "--root", s(v2.path()), "--out", s(&got)]);
+    let out = interop(
+        &py3,
+        &[
+            "compare",
+            "--want",
+            s(&truth),
+            "--got",
+            s(&got),
+            "--expect",
+            expect,
+        ],
+    );
+    assert!(out.contains(" 0 failed"), "{out}");
+}
+
+#[test]
+fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
+    let test = "zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards";
+    if !common::can_mount(test) {
+        return;
+    }
+    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::fixtures().join("zarr_codecs"))
+        .arg(&store)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let want = tmp.path().join("written.npz");
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+        interop(
+            &py2,
+            &["write", "--mount", s(mnt.path()), "--out", s(&want)],
+        );
+        // Read back through the mount before it goes: read-your-writes.
+        let back = tmp.path().join("back.npz");
+        interop(&py2, &["read", "--root", s(mnt.path()), "--out", s(&back)]);
+        mount.unmount().unwrap();
+    }
+    // No v2 metadata file was left in the store.
+    let files = common::files_under(&store);
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.ends_with(".zarray") || f.ends_with(".zgroup") || f.ends_with(".zattrs")),
+        "{files:?}"
+    );
+    let out = interop(&py3, &["check", "--store", s(&store), "--want", s(&want)]);
+    assert!(out.contains(" 0 failed"), "{out}");
+    let group = common::json_file(&store.join("w_grp/zarr.json"));
+    assert_eq!(group["node_type"], "group");
+    assert_eq!(group["attributes"]["made_by"], "zarr 2");
+}
