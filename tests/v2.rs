@@ -230,3 +230,90 @@ fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
     assert_eq!(group["node_type"], "group");
     assert_eq!(group["attributes"]["made_by"], "zarr 2");
 }
+
+/// Write a file and close it, reporting what `close` says (FUSE `flush` errors reach
+/// the writer there; `std::fs::write` drops them).
+fn write_and_close(path: PathBuf, data: impl AsRef<[u8]>) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::IntoRawFd;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data.as_ref())?;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was just taken out of the File, nothing else owns it.
+    if unsafe { libc::close(fd) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bad metadata written through the v2 view is refused with `EINVAL` and leaves nothing
+/// behind: no v2 file in the store, no array half made, the existing array unchanged.
+#[test]
+fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
+    if !common::can_mount("bad_v2_metadata_is_refused_and_leaves_nothing_behind") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(common::fixtures().join("zarr_codecs"))
+        .arg(&store)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let before = std::fs::read(store.join("inner_gzip/zarr.json")).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+    let m = mnt.path();
+    let einval = |r: std::io::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{what}: {e}");
+    };
+    // A new array whose .zarray is not JSON, or asks for a codec v3 lacks.
+    std::fs::create_dir(m.join("bad")).unwrap();
+    einval(
+        write_and_close(m.join("bad/.zarray"), b"{not json"),
+        "not JSON",
+    );
+    let zlib = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2",
+        "compressor": {"id": "zlib", "level": 1}, "fill_value": 0, "order": "C", "filters": null}"#;
+    einval(write_and_close(m.join("bad/.zarray"), zlib), "zlib");
+    let object = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|O",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    einval(
+        write_and_close(m.join("bad/.zarray"), object),
+        "object dtype",
+    );
+    assert!(!m.join("bad/.zarray").exists());
+    // An existing array: only its shape may change.
+    let shown = std::fs::read_to_string(m.join("inner_gzip/.zarray")).unwrap();
+    let other_dtype = shown.replace("<i4", "<i8");
+    assert_ne!(shown, other_dtype);
+    einval(
+        write_and_close(m.join("inner_gzip/.zarray"), other_dtype),
+        "dtype change",
+    );
+    einval(
+        write_and_close(m.join("inner_gzip/.zattrs"), b"[1, 2]"),
+        "attributes not an object",
+    );
+    // A chunk outside the grid.
+    write_and_close(m.join("inner_gzip/tmp.partial"), b"x").unwrap();
+    einval(
+        std::fs::rename(m.join("inner_gzip/tmp.partial"), m.join("inner_gzip/0/99")),
+        "chunk outside the grid",
+    );
+    mount.unmount().unwrap();
+    let files = common::files_under(&store);
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.starts_with("bad/") || f.contains(".z")),
+        "{files:?}"
+    );
+    assert_eq!(
+        std::fs::read(store.join("inner_gzip/zarr.json")).unwrap(),
+        before
+    );
+}

@@ -513,11 +513,15 @@ impl View {
     /// and the metadata files of the other Zarr version.
     fn hidden_in_array(&self, array: &ShardedArray, name: &OsStr) -> bool {
         let ndim = array.layout.ndim();
-        MetaFile::from_name(name).is_some()
-            || name
-                .to_str()
-                .and_then(|n| array.store_keys.child(ndim, None, n))
-                .is_some()
+        let meta = match MetaFile::from_name(name) {
+            Some(MetaFile::ZarrJson) => true,
+            Some(_) => self.format == ViewFormat::V2,
+            None => false,
+        };
+        meta || name
+            .to_str()
+            .and_then(|n| array.store_keys.child(ndim, None, n))
+            .is_some()
     }
 
     /// A child of a store directory in the v2 view: `zarr.json` is hidden; a group has
