@@ -47,6 +47,23 @@ fn interop(python: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// The arrays in `got` equal those in `want`, and `got` holds exactly `expect`.
+fn compare(python: &Path, want: &Path, got: &Path, expect: &str) {
+    let out = interop(
+        python,
+        &[
+            "compare",
+            "--want",
+            s(want),
+            "--got",
+            s(got),
+            "--expect",
+            expect,
+        ],
+    );
+    assert!(out.contains(" 0 failed"), "{out}");
+}
+
 fn v2_options(read_only: bool) -> MountOptions {
     let mut opts = MountOptions {
         read_only,
@@ -101,19 +118,7 @@ fn zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store() {
         );
         interop(&py2, &["read", "--root", s(mnt.path()), "--out", s(&got)]);
         let expect = shown.join(",");
-        let out = interop(
-            &py3,
-            &[
-                "compare",
-                "--want",
-                s(&want),
-                "--got",
-                s(&got),
-                "--expect",
-                &expect,
-            ],
-        );
-        assert!(out.contains(" 0 failed"), "{name}: {out}");
+        compare(&py3, &want, &got, &expect);
     }
 }
 
@@ -148,19 +153,7 @@ fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
         assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
         let got = tmp.path().join("v3.npz");
         interop(&py3, &["read", "--root", s(v3.path()), "--out", s(&got)]);
-        let out = interop(
-            &py3,
-            &[
-                "compare",
-                "--want",
-                s(&truth),
-                "--got",
-                s(&got),
-                "--expect",
-                expect,
-            ],
-        );
-        assert!(out.contains(" 0 failed"), "{out}");
+        compare(&py3, &truth, &got, expect);
     }
 
     // The v2 view: zarr-python 2 opens it as plain Zarr v2.
@@ -170,19 +163,7 @@ fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
     assert!(v2.path().join("grp/sub/gz/0.0").is_file());
     let got = tmp.path().join("v2.npz");
     interop(&py2, &["read", "--root", s(v2.path()), "--out", s(&got)]);
-    let out = interop(
-        &py3,
-        &[
-            "compare",
-            "--want",
-            s(&truth),
-            "--got",
-            s(&got),
-            "--expect",
-            expect,
-        ],
-    );
-    assert!(out.contains(" 0 failed"), "{out}");
+    compare(&py3, &truth, &got, expect);
 }
 
 #[test]

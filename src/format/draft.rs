@@ -19,6 +19,7 @@
 use serde_json::{Map, Value, json};
 
 use super::key::{ChunkKeyEncoding, KeyKind};
+use super::v2;
 
 /// Where metadata documents and chunk data live.
 pub const META_ROOT: &str = "meta/root";
@@ -107,7 +108,7 @@ pub fn array(bytes: &[u8]) -> Result<(Map<String, Value>, ChunkKeyEncoding), Str
         .get("data_type")
         .and_then(Value::as_str)
         .ok_or("data_type is missing")?;
-    let (data_type, endian, itemsize) = data_type(dtype)?;
+    let (data_type, endian, itemsize) = v2::numpy_dtype(dtype)?;
     let mut codecs = Vec::new();
     match d.get("chunk_memory_layout").and_then(Value::as_str) {
         None | Some("C") => {}
@@ -157,81 +158,18 @@ pub fn array(bytes: &[u8]) -> Result<(Map<String, Value>, ChunkKeyEncoding), Str
     ))
 }
 
-/// A draft (numpy-style) data type: the v3 name, the byte order, the item size.
-fn data_type(dtype: &str) -> Result<(&'static str, &'static str, u32), String> {
-    if dtype == "bool" {
-        return Ok(("bool", "little", 1));
-    }
-    // numpy spells one-byte types without a byte order ("u1"), others with one ("<u2").
-    let dtype_full = if dtype.starts_with(['<', '>', '|', '=']) {
-        dtype.to_string()
-    } else {
-        format!("|{dtype}")
-    };
-    let mut cs = dtype_full.chars();
-    let (order, kind) = (cs.next().unwrap_or(' '), cs.next().unwrap_or(' '));
-    let size: u32 = cs
-        .as_str()
-        .parse()
-        .map_err(|_| format!("data type {dtype:?}"))?;
-    let name = match (kind, size) {
-        ('b', 1) => "bool",
-        ('i', 1) => "int8",
-        ('i', 2) => "int16",
-        ('i', 4) => "int32",
-        ('i', 8) => "int64",
-        ('u', 1) => "uint8",
-        ('u', 2) => "uint16",
-        ('u', 4) => "uint32",
-        ('u', 8) => "uint64",
-        ('f', 2) => "float16",
-        ('f', 4) => "float32",
-        ('f', 8) => "float64",
-        ('c', 8) => "complex64",
-        ('c', 16) => "complex128",
-        _ => return Err(format!("data type {dtype:?} is not supported")),
-    };
-    let endian = match order {
-        '<' | '|' | '=' => "little",
-        '>' => "big",
-        _ => return Err(format!("data type {dtype:?} has no byte order")),
-    };
-    Ok((name, endian, size))
-}
-
 /// A draft codec (`{"codec": <URL>, "configuration": ..}`) as a final v3 codec.
 fn codec(c: &Value, itemsize: u32) -> Result<Value, String> {
     let url = c.get("codec").and_then(Value::as_str).unwrap_or("");
+    // https://purl.org/zarr/spec/codec/<name>/<version>
     let name = url
         .trim_end_matches('/')
         .rsplit('/')
         .nth(1)
         .unwrap_or_default();
-    let empty = Map::new();
-    let config = c
-        .get("configuration")
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-    let get = |k: &str, default: Value| config.get(k).cloned().unwrap_or(default);
-    Ok(match name {
-        "gzip" => json!({"name": "gzip", "configuration": {"level": get("level", 1.into())}}),
-        "zstd" => json!({"name": "zstd", "configuration": {
-            "level": get("level", 0.into()), "checksum": get("checksum", false.into())}}),
-        "blosc" => {
-            let shuffle = match config.get("shuffle").and_then(Value::as_i64).unwrap_or(1) {
-                0 => "noshuffle",
-                1 => "shuffle",
-                2 => "bitshuffle",
-                -1 if itemsize == 1 => "bitshuffle",
-                -1 => "shuffle",
-                s => return Err(format!("blosc shuffle {s}")),
-            };
-            json!({"name": "blosc", "configuration": {
-                "cname": get("cname", "lz4".into()), "clevel": get("clevel", 5.into()),
-                "shuffle": shuffle, "typesize": itemsize, "blocksize": get("blocksize", 0.into())}})
-        }
-        _ => return Err(format!("codec {url:?} is not supported")),
-    })
+    let config = c.get("configuration");
+    v2::v3_codec(name, |k| config.and_then(|c| c.get(k)).cloned(), itemsize)
+        .map_err(|e| format!("{e} ({url})"))
 }
 
 #[cfg(test)]

@@ -202,8 +202,17 @@ fn to_numcodecs(codec: &Value) -> Result<Value, String> {
 /// A numcodecs configuration as a v3 bytes→bytes codec (`itemsize` for blosc's typesize).
 fn from_numcodecs(codec: &Value, itemsize: u32) -> Result<Value, String> {
     let id = codec.get("id").and_then(Value::as_str).unwrap_or("");
-    let get = |k: &str| codec.get(k).cloned();
-    Ok(match id {
+    v3_codec(id, |k| codec.get(k).cloned(), itemsize).map_err(|e| format!("numcodecs {e}"))
+}
+
+/// The v3 bytes→bytes codec `name` whose numcodecs-style settings `get` returns (for
+/// `.zarray` compressors and filters, and the codecs of the 2022 draft layout).
+pub(crate) fn v3_codec(
+    name: &str,
+    get: impl Fn(&str) -> Option<Value>,
+    itemsize: u32,
+) -> Result<Value, String> {
+    Ok(match name {
         "gzip" => {
             json!({"name": "gzip", "configuration": {"level": get("level").unwrap_or(1.into())}})
         }
@@ -227,13 +236,37 @@ fn from_numcodecs(codec: &Value, itemsize: u32) -> Result<Value, String> {
                 "blocksize": get("blocksize").unwrap_or(0.into())}})
         }
         "crc32c" => json!({"name": "crc32c"}),
-        "" => return Err("a codec without an id".into()),
-        other => {
-            return Err(format!(
-                "numcodecs codec {other:?} has no exact Zarr v3 equivalent"
-            ));
-        }
+        "" => return Err("codec without a name".into()),
+        other => return Err(format!("codec {other:?} has no exact Zarr v3 equivalent")),
     })
+}
+
+/// A numpy type string (`<u2`, `>f8`, `|u1`, `u1`, `bool`): the v3 `data_type`, the
+/// `bytes` codec's endianness, the item size.
+pub(crate) fn numpy_dtype(dtype: &str) -> Result<(&'static str, &'static str, u32), String> {
+    if dtype == "bool" {
+        return Ok(("bool", "little", 1));
+    }
+    // numpy spells one-byte types without a byte order ("u1"), others with one ("<u2").
+    let full = if dtype.starts_with(['<', '>', '|', '=']) {
+        dtype.to_string()
+    } else {
+        format!("|{dtype}")
+    };
+    let mut cs = full.chars();
+    let (order, kind) = (cs.next().unwrap_or(' '), cs.next().unwrap_or(' '));
+    let size: u32 = cs
+        .as_str()
+        .parse()
+        .map_err(|_| format!("dtype {dtype:?} is not a numeric numpy type"))?;
+    let name = v3_data_type(kind, size).ok_or(format!(
+        "dtype {dtype:?} has no Zarr v3 equivalent the view can use"
+    ))?;
+    let endian = match order {
+        '<' | '|' | '=' => "little",
+        _ => "big",
+    };
+    Ok((name, endian, size))
 }
 
 /// A v3 `fill_value` as v2 writes it (`"NaN"`, `"Infinity"`, `"-Infinity"` strings for
@@ -360,20 +393,12 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
         .get("dtype")
         .and_then(Value::as_str)
         .ok_or("dtype is not a plain string (structured dtypes have no v3 equivalent)")?;
-    let mut cs = dtype.chars();
-    let (order_char, kind) = (cs.next().unwrap_or(' '), cs.next().unwrap_or(' '));
-    let size: u32 = cs
-        .as_str()
-        .parse()
-        .map_err(|_| format!("dtype {dtype:?}"))?;
-    let data_type = v3_data_type(kind, size).ok_or(format!(
-        "dtype {dtype:?} has no Zarr v3 equivalent the view can write"
-    ))?;
-    let endian = match order_char {
-        '<' | '|' => "little",
-        '>' => "big",
-        _ => return Err(format!("dtype {dtype:?} has no byte order")),
-    };
+    let (data_type, endian, size) = numpy_dtype(dtype)?;
+    let kind = dtype
+        .trim_start_matches(['<', '>', '|', '='])
+        .chars()
+        .next()
+        .unwrap_or(' ');
     let mut codecs = Vec::new();
     match z.get("order").and_then(Value::as_str) {
         Some("C") | None => {}
