@@ -31,6 +31,10 @@ impl ShardFs {
 }
 
 fn errno(e: &ViewError) -> Errno {
+    match e {
+        ViewError::NotFound => log::trace!("reply: {e}"),
+        _ => log::debug!("reply: {e} (errno {})", e.errno()),
+    }
     Errno::from_i32(e.errno())
 }
 

@@ -99,10 +99,7 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
-            Node::File { rel } => std::fs::OpenOptions::new()
-                .write(true)
-                .open(w.root.join(rel))?
-                .set_len(size)?,
+            Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let mut f = file.lock();

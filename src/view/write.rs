@@ -271,11 +271,7 @@ impl View {
         let (file, node) = match node {
             Node::Stats => return Err(ViewError::ReadOnly),
             Node::File { rel } => {
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .truncate(truncate)
-                    .open(w.root.join(rel))?;
+                let f = self.open_store_file(rel, truncate)?;
                 return Ok(Handle::StoreRw(f, rel.clone()));
             }
             Node::Chunk { array, coords } => {
@@ -341,6 +337,20 @@ impl View {
         };
         self.inodes.update(ino, node.clone());
         Ok(Handle::Scratch { ino, node, file })
+    }
+
+    /// A store file opened for writing. A v2 metadata file is taken in (and removed
+    /// from the store) when it is closed, while the kernel may still hold its entry for
+    /// the next writer (whose `O_TRUNC` may come as a truncate first): it is made again.
+    pub(super) fn open_store_file(&self, rel: &Path, truncate: bool) -> Result<std::fs::File> {
+        let v2_meta = self.format == super::ViewFormat::V2
+            && rel.file_name().and_then(MetaFile::from_name).is_some();
+        Ok(std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(v2_meta)
+            .truncate(truncate)
+            .open(self.root_path(rel)?)?)
     }
 
     pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
