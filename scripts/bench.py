@@ -333,6 +333,28 @@ class Mount:
         self.close()
 
 
+def wait_daemon_gone(mnt: Path, timeout: float = 30) -> None:
+    """Wait until no `shardfs mount ... MNT` process is left. `shardfs unmount` returns
+    once the kernel mount is gone, before the daemon has exited, and an exiting daemon
+    unmounts its path once more: a new mount at the same path made meanwhile would be
+    taken down with it."""
+    deadline = time.monotonic() + timeout
+    needle = str(mnt).encode()
+    while time.monotonic() < deadline:
+        alive = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if args and args[0].endswith(b"shardfs") and b"mount" in args and needle in args:
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
 def cleanup_mounts() -> None:
     for m in list(LIVE_MOUNTS):
         try:
@@ -672,6 +694,7 @@ class Bench:
                     os.listdir(mnt)
                 finally:
                     subprocess.run([str(BIN), "unmount", str(mnt)], check=True)
+                    wait_daemon_gone(mnt)
             self.rows.append(Row(f"mount ({mode}), cold", f"{shards:,} shards", "s",
                                  statistics.median(times), 0.2, "target 0.2 s", False, 1.0,
                                  None, "`shardfs mount` until it returns"))
