@@ -15,7 +15,7 @@ use fuser::{
 };
 use std::time::SystemTime;
 
-use crate::view::{Attr, Kind, View, ViewError};
+use crate::view::{Attr, Kind, Opened, View, ViewError};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
@@ -74,6 +74,13 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+fn open_flags(o: &Opened) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
+    f.set(FopenFlags::FOPEN_NOFLUSH, o.no_flush);
+    f
+}
+
 /// A negative entry: inode 0 tells the kernel to cache the absence for the entry TTL,
 /// so repeated probes (`.zarray`, `.zattrs`, ...) do not reach the daemon.
 fn negative_attr() -> FileAttr {
@@ -121,14 +128,7 @@ impl Filesystem for ShardFs {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.view.open(ino.0, write, truncate) {
-            Ok(o) => {
-                let f = if o.keep_cache {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(o.fh), f)
-            }
+            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -247,7 +247,7 @@ impl Filesystem for ShardFs {
                 &file_attr(&a),
                 Generation(0),
                 FileHandle(o.fh),
-                FopenFlags::empty(),
+                open_flags(&o),
             ),
             Err(e) => reply.error(errno(&e)),
         }

@@ -150,12 +150,20 @@ impl Mount {
                 compactor,
             }))
         };
-        let view = Arc::new(View::with_writer(store, opts.view.clone(), writer).map_err(
-            |source| MountError::Store {
+        // Every cached shard holds its file open: the cache must fit the fd limit.
+        let mut view_config = opts.view.clone();
+        view_config.max_cached_shards =
+            view_config
+                .max_cached_shards
+                .min(crate::store::limits::cached_shards_within(
+                    crate::store::limits::raise_open_files(),
+                ));
+        let view = Arc::new(
+            View::with_writer(store, view_config, writer).map_err(|source| MountError::Store {
                 path: fsname.clone(),
                 source,
-            },
-        )?);
+            })?,
+        );
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname.display().to_string()),

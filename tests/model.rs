@@ -59,6 +59,8 @@ fn write_direct(view: &View, key: &str, data: &[u8]) {
         .create(dir_ino(view, dir), OsStr::new(name), false, true)
         .unwrap();
     view.write(o.fh, 0, data).unwrap();
+    // As the kernel does: a flush at close only where the open asked for one.
+    assert!(!o.no_flush, "{key}: a file at a chunk key commits at close");
     view.flush_handle(o.fh).unwrap();
     view.release(o.fh).unwrap();
 }
@@ -69,7 +71,8 @@ fn write_via_rename(view: &View, key: &str, data: &[u8], link: bool) {
     let tmp = format!("{name}.tmp.partial");
     let (attr, o) = view.create(d, OsStr::new(&tmp), true, false).unwrap();
     view.write(o.fh, 0, data).unwrap();
-    view.flush_handle(o.fh).unwrap();
+    // The kernel sends no flush for a temporary file (FOPEN_NOFLUSH): the model neither.
+    assert!(o.no_flush, "{tmp}: nothing to commit at close");
     view.release(o.fh).unwrap();
     if link {
         // zarr-python's set-if-not-exists: link, then unlink the temporary.

@@ -29,6 +29,10 @@ fn lookup(view: &View, path: &str) -> Result<Attr, ViewError> {
 fn read(view: &View, path: &str) -> Result<Vec<u8>, ViewError> {
     let attr = lookup(view, path)?;
     let opened = view.open(attr.ino, false, false)?;
+    assert!(
+        opened.no_flush,
+        "{path}: a read-only open needs no flush at close"
+    );
     let mut out = Vec::new();
     loop {
         let chunk = view.read(opened.fh, out.len() as u64, 7)?; // odd size: many reads

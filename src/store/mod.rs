@@ -12,6 +12,7 @@
 //! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
 //! read the view reports as `EIO`.
 
+pub mod limits;
 mod local;
 pub mod shard;
 

@@ -6,11 +6,14 @@
 //! chunks. A shard whose index is corrupt lists all its in-grid chunks: reading them fails
 //! with `EIO`, so a copy of the tree fails loudly instead of silently filling them in.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{DirEntry, Kind, Result, ShardedArray, View, ViewError};
 use crate::store::EntryKind;
+use crate::store::shard::Shard;
 
 impl View {
     pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
@@ -94,22 +97,38 @@ impl View {
             .collect();
         shard_coords.sort_unstable();
         let mut out = Vec::new();
-        for s in shard_coords {
-            if last {
-                let mut shard = shard_prefix.clone();
-                shard.push(s);
-                self.refresh_shard(array, &shard);
+        if !last {
+            for s in shard_coords {
+                out.extend(layout.inner_range(k, s).map(|i| DirEntry {
+                    ino: 0,
+                    name: i.to_string().into(),
+                    kind: Kind::Dir,
+                }));
             }
+            return Ok(out);
+        }
+        // The last level: every chunk's state comes from the staged chunks under this
+        // prefix (read once) or else from its shard's index (looked up once per shard),
+        // not from a lookup per chunk.
+        let staged: HashMap<Vec<u64>, bool> = match &self.writer {
+            Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
+            None => HashMap::new(),
+        };
+        let mut coords = prefix.to_vec();
+        coords.push(0);
+        for s in shard_coords {
+            let mut shard = shard_prefix.clone();
+            shard.push(s);
+            let shard = self.refresh_shard(array, &shard);
             for i in layout.inner_range(k, s) {
-                let mut coords = prefix.to_vec();
-                coords.push(i);
-                if !last {
-                    out.push(DirEntry {
-                        ino: 0,
-                        name: i.to_string().into(),
-                        kind: Kind::Dir,
-                    });
-                } else if self.stored(array, &coords)? {
+                coords[k] = i;
+                let stored = match staged.get(&coords) {
+                    Some(&exists) => exists,
+                    None => layout
+                        .locate(&coords)
+                        .is_some_and(|loc| !matches!(shard.chunk(layout, &loc), Ok(None))),
+                };
+                if stored {
                     out.push(file(i.to_string().into()));
                 }
             }
@@ -152,10 +171,10 @@ impl View {
 
     /// Reload a shard's index if its file changed since it was cached (a listing is where
     /// a reader first meets chunks written by someone else).
-    fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) {
+    fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) -> Arc<Shard> {
         let rel = array.shard_rel(shard);
         self.shards
-            .get(self.store.as_ref(), &rel, &array.layout, true);
+            .get(self.store.as_ref(), &rel, &array.layout, true)
     }
 
     /// Whether the chunk at `coords` is listed: stored, or in a shard that cannot be read.

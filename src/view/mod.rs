@@ -163,6 +163,9 @@ pub struct Opened {
     pub fh: u64,
     /// The kernel may keep cached pages of this file from an earlier open.
     pub keep_cache: bool,
+    /// Closing this handle commits nothing ([`View::flush_handle`] would do nothing), so
+    /// the kernel need not send a flush at every `close` (`FOPEN_NOFLUSH`).
+    pub no_flush: bool,
 }
 
 /// The virtual tree over a store.
@@ -873,9 +876,14 @@ impl View {
     }
 
     fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
+        let no_flush = !self.commits_on_close(&handle);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, handle);
-        Opened { fh, keep_cache }
+        Opened {
+            fh,
+            keep_cache,
+            no_flush,
+        }
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {

@@ -422,6 +422,35 @@ impl View {
         }
     }
 
+    /// Whether [`View::flush_handle`] may do anything for `handle`: a scratch file at a
+    /// chunk key or metadata (a commit), a store metadata file open for writing (a new
+    /// array, or v2 metadata to take in). Every other close needs no flush request — most of all the read-only opens
+    /// of chunks, and the temporary files of tmp+rename writers.
+    pub(super) fn commits_on_close(&self, handle: &Handle) -> bool {
+        match handle {
+            Handle::Scratch {
+                node:
+                    Node::Scratch {
+                        path,
+                        array,
+                        parent,
+                    },
+                ..
+            } => !matches!(
+                self.target(
+                    array,
+                    parent.as_deref(),
+                    path.file_name().unwrap_or_default()
+                ),
+                Ok(Target::Scratch | Target::Invalid(_))
+            ),
+            Handle::Scratch { .. } => true,
+            // zarr.json (a new array), and in the v2 view .zarray, .zattrs, .zgroup.
+            Handle::StoreRw(_, rel) => rel.file_name().and_then(MetaFile::from_name).is_some(),
+            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } => false,
+        }
+    }
+
     /// The last handle of a scratch file closed: anything still uncommitted is
     /// committed, and a scratch file at a chunk key or `zarr.json` goes back to being
     /// that chunk or metadata; other scratch files stay, waiting for a rename.

@@ -1,0 +1,884 @@
+#!/usr/bin/env python3
+"""shardfs against plain files and zarr-python 3, every case in one run (issue #6).
+
+Run through `scripts/bench` (it builds the release binary and the venv first).
+
+For 1 MiB chunks (uint8, no compression, 64 per shard) and 16 KiB chunks (256 per
+shard) it creates, in one temporary directory on one disk, a sharded store and its
+unsharded twin (one plain file per chunk, the same bytes), then measures:
+
+* read all chunks: the mount vs the twin, cold (page cache dropped, fresh daemon) and
+  warm; throughput;
+* random chunk reads: open+read+close latency of distinct random chunks, p50 and p99,
+  page cache dropped before the run (fresh daemon);
+* zarr-python 3 reading the whole array: through the mount vs directly from the shards
+  (warm);
+* write chunk by chunk: every chunk of one shard written one at a time with
+  zarr-python's file pattern (mkdir -p, write `<key>.<hex>.partial`, rename onto the
+  key) through the mount (the final fsync flush included) and into plain files, against
+  zarr-python 3 writing the same chunks one at a time into the sharded store directly
+  (it rewrites the shard each time); also zarr-python 3 itself through the mount and on
+  plain files. Write amplification = bytes the writer (for the mount: the daemon) sent
+  to the disk (/proc/PID/io write_bytes) per payload byte;
+* metadata: `find` and `ls -R` of an array with 100,000 chunks (10,000 shards), mount
+  vs twin; the time `shardfs mount` takes to return for that store of 10,000 shards;
+* memory: the daemon's peak anonymous RSS (RssAnon sampled every 2 ms) in every case.
+
+Prints a table of medians with "speed vs baseline" (>1: shardfs faster; throughput
+ratio, or baseline time / shardfs time) and writes it, with the machine, into a section
+of docs/BENCHMARKS.md (`--section`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import google_crc32c
+import numpy as np
+import zarr
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+BIN = TARGET / "release" / "shardfs"
+MIB = 1 << 20
+
+
+# ----- machine ---------------------------------------------------------------------
+
+
+def machine_info(data_dir: Path) -> dict:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    src = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE,FSTYPE", "-T", str(data_dir)],
+        capture_output=True, text=True,
+    ).stdout.strip()
+    dev = src.split()[0] if src else ""
+    rota = ""
+    if dev.startswith("/dev/"):
+        name = Path(dev).name
+        rot = Path(f"/sys/block/{name}/queue/rotational")
+        if rot.exists():
+            rota = "rotational" if rot.read_text().strip() == "1" else "non-rotational"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kib / (1 << 20), 1),
+        "kernel": platform.release(),
+        "disk": f"{src} {('(' + rota + ' as reported by the VM)') if rota else ''}".strip(),
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "commit": subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True,
+        ).stdout.strip()
+        + (
+            "+dirty"
+            if subprocess.run(
+                ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True,
+            ).stdout.strip()
+            else ""
+        ),
+    }
+
+
+DROP_WARNED = False
+
+
+def drop_caches() -> bool:
+    """Drop the kernel's page, dentry and inode caches (root). Warns once if it cannot."""
+    global DROP_WARNED
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError as e:
+        if not DROP_WARNED:
+            print(f"bench: cannot drop caches ({e}): 'cold' numbers are warm", file=sys.stderr)
+            DROP_WARNED = True
+        return False
+
+
+# ----- data ------------------------------------------------------------------------
+
+
+@dataclass
+class Geometry:
+    """A 2-D uint8 array: inner chunk shape, chunks per shard, shards."""
+
+    name: str
+    chunk: tuple[int, int]
+    per_shard: tuple[int, int]
+    shards: tuple[int, int]
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.chunk[0] * self.chunk[1]
+
+    @property
+    def shard_shape(self) -> tuple[int, int]:
+        return (self.chunk[0] * self.per_shard[0], self.chunk[1] * self.per_shard[1])
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return (self.per_shard[0] * self.shards[0], self.per_shard[1] * self.shards[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.chunk[0] * self.grid[0], self.chunk[1] * self.grid[1])
+
+    @property
+    def n_chunks(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def chunks_per_shard(self) -> int:
+        return self.per_shard[0] * self.per_shard[1]
+
+    def keys(self) -> list[tuple[int, int]]:
+        return [(i, j) for i in range(self.grid[0]) for j in range(self.grid[1])]
+
+
+def create_sharded(path: Path, g: Geometry, shape=None) -> zarr.Array:
+    return zarr.create_array(
+        store=str(path), shape=shape or g.shape, dtype="uint8", chunks=g.chunk,
+        shards=g.shard_shape, compressors=None, filters=None, fill_value=0,
+        zarr_format=3, overwrite=True,
+    )
+
+
+def create_plain(path: Path, g: Geometry, shape=None) -> zarr.Array:
+    return zarr.create_array(
+        store=str(path), shape=shape or g.shape, dtype="uint8", chunks=g.chunk,
+        compressors=None, filters=None, fill_value=0, zarr_format=3, overwrite=True,
+    )
+
+
+def chunk_bytes(seed: int, key: tuple[int, int], n: int) -> bytes:
+    # Distinct, incompressible-looking bytes per chunk, cheap to make.
+    rng = np.random.Generator(np.random.PCG64([seed, key[0], key[1]]))
+    return rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def write_store_and_twin(store: Path, twin: Path, g: Geometry, seed: int) -> None:
+    """The sharded array at `store` and its unsharded twin, the same bytes per chunk,
+    shards written directly (index at the end: offset, nbytes little-endian, crc32c)."""
+    create_sharded(store, g)
+    create_plain(twin, g)
+    pi, pj = g.per_shard
+    for si in range(g.shards[0]):
+        for sj in range(g.shards[1]):
+            parts, index = [], []
+            off = 0
+            for a in range(pi):
+                for b in range(pj):
+                    key = (si * pi + a, sj * pj + b)
+                    data = chunk_bytes(seed, key, g.chunk_bytes)
+                    parts.append(data)
+                    index.append((off, len(data)))
+                    off += len(data)
+                    d = twin / "c" / str(key[0])
+                    d.mkdir(parents=True, exist_ok=True)
+                    (d / str(key[1])).write_bytes(data)
+            idx = np.array(index, dtype="<u8").tobytes()
+            idx += google_crc32c.value(idx).to_bytes(4, "little")
+            d = store / "c" / str(si)
+            d.mkdir(parents=True, exist_ok=True)
+            with open(d / str(sj), "wb") as f:
+                for p in parts:
+                    f.write(p)
+                f.write(idx)
+
+
+# ----- the daemon ------------------------------------------------------------------
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            k, _, v = line.partition(":")
+            if v.strip().endswith("kB"):
+                out[k] = int(v.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def proc_io(pid: int | str) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        k, _, v = line.partition(":")
+        out[k] = int(v)
+    return out
+
+
+class RssSampler:
+    """Peak RssAnon of a process, sampled every 2 ms while running."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, proc_status(self.pid).get("RssAnon", 0))
+            self._stop.wait(0.002)
+
+    def __enter__(self):
+        self.peak = proc_status(self.pid).get("RssAnon", 0)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, proc_status(self.pid).get("RssAnon", 0))
+
+
+LIVE_MOUNTS: list["Mount"] = []
+
+
+def is_mounted(path: Path) -> bool:
+    p = str(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == p for line in f)
+
+
+class Mount:
+    """`shardfs mount --foreground` in a child we control: its pid is the daemon."""
+
+    def __init__(self, store: Path, mnt: Path, log: Path, *args: str, nofile: int | None = None):
+        mnt.mkdir(parents=True, exist_ok=True)
+        self.mnt = mnt
+        self.log = open(log, "ab")
+
+        def limit():  # runs in the child: the daemon's descriptor limit, soft and hard
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        self.proc = subprocess.Popen(
+            [str(BIN), "mount", str(store), str(mnt), "--foreground", *args],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            preexec_fn=limit,
+        )
+        LIVE_MOUNTS.append(self)
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"shardfs mount exited {self.proc.returncode}; see {log}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"shardfs mount did not come up; see {log}")
+            time.sleep(0.002)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stats(self) -> dict:
+        return json.loads((self.mnt / ".shardfs-stats").read_bytes())
+
+    def close(self) -> None:
+        if self in LIVE_MOUNTS:
+            LIVE_MOUNTS.remove(self)
+        if self.proc.poll() is None:
+            r = subprocess.run([str(BIN), "unmount", str(self.mnt)], capture_output=True)
+            if r.returncode != 0:
+                print(f"bench: unmount {self.mnt}: {r.stderr.decode().strip()}", file=sys.stderr)
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if is_mounted(self.mnt):
+            subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def wait_daemon_gone(mnt: Path, timeout: float = 30) -> None:
+    """Wait until no `shardfs mount ... MNT` process is left. `shardfs unmount` returns
+    once the kernel mount is gone, before the daemon has exited, and an exiting daemon
+    unmounts its path once more: a new mount at the same path made meanwhile would be
+    taken down with it."""
+    deadline = time.monotonic() + timeout
+    needle = str(mnt).encode()
+    while time.monotonic() < deadline:
+        alive = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if args and args[0].endswith(b"shardfs") and b"mount" in args and needle in args:
+                alive = True
+                break
+        if not alive:
+            return
+        time.sleep(0.01)
+
+
+def cleanup_mounts() -> None:
+    for m in list(LIVE_MOUNTS):
+        try:
+            m.close()
+        except Exception as e:  # noqa: BLE001 - best effort at exit
+            print(f"bench: cleaning up {m.mnt}: {e}", file=sys.stderr)
+
+
+# ----- measurements ----------------------------------------------------------------
+
+
+def read_file(path: str, mv: memoryview) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        n = 0
+        while True:
+            k = os.readv(fd, [mv[n:]])
+            if k == 0:
+                return n
+            n += k
+    finally:
+        os.close(fd)
+
+
+def read_all(paths: list[str], size: int) -> float:
+    """Read every file whole; returns seconds. Checks the byte count."""
+    mv = memoryview(bytearray(size + 4096))
+    t = time.perf_counter()
+    total = 0
+    for p in paths:
+        total += read_file(p, mv)
+    dt = time.perf_counter() - t
+    if total != size * len(paths):
+        raise RuntimeError(f"read {total} bytes, expected {size * len(paths)}")
+    return dt
+
+
+def random_latencies(paths: list[str], size: int) -> list[float]:
+    mv = memoryview(bytearray(size + 4096))
+    out = []
+    for p in paths:
+        t = time.perf_counter()
+        n = read_file(p, mv)
+        out.append(time.perf_counter() - t)
+        if n != size:
+            raise RuntimeError(f"{p}: read {n} bytes, expected {size}")
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def timed_cmd(cmd: list[str]) -> tuple[float, int]:
+    t = time.perf_counter()
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
+    return time.perf_counter() - t, r.stdout.count(b"\n")
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@dataclass
+class Row:
+    case: str
+    size: str
+    metric: str
+    shardfs: float
+    baseline: float
+    baseline_name: str
+    higher_is_better: bool
+    target: float | None = None
+    rss_mib: float | None = None
+    note: str = ""
+
+    @property
+    def speed(self) -> float:
+        if self.shardfs == 0 or self.baseline == 0:
+            return float("nan")
+        return self.shardfs / self.baseline if self.higher_is_better else self.baseline / self.shardfs
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None:
+            return ""
+        return "met" if self.speed >= self.target else "MISSED"
+
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    root: Path
+    rows: list[Row] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    def mount(self, store: Path, name: str, *args: str, nofile: int | None = None) -> Mount:
+        return Mount(store, self.root / "mnt" / name, self.root / "daemon.log",
+                     *self.args.mount_arg, *args, nofile=nofile)
+
+    # -- reads ---------------------------------------------------------------------
+
+    def reads(self, g: Geometry, store: Path, twin: Path, label: str) -> None:
+        reps = self.args.reps
+        keys = g.keys()
+        rel = [f"arr/c/{i}/{j}" for i, j in keys]
+        plain_paths = [str(twin / r) for r in rel]
+        mnt = self.root / "mnt" / "r"
+        mount_paths = [str(mnt / r) for r in rel]
+        mib = g.n_chunks * g.chunk_bytes / MIB
+
+        # read all, cold: a fresh daemon and an empty page cache for every repetition.
+        cold_m, cold_p, rss, req = [], [], 0, []
+        for _ in range(reps):
+            drop_caches()
+            cold_p.append(read_all(plain_paths, g.chunk_bytes))
+            with self.mount(store, "r") as m:
+                drop_caches()
+                with RssSampler(m.pid) as s:
+                    cold_m.append(read_all(mount_paths, g.chunk_bytes))
+                rss = max(rss, s.peak)
+                st = m.stats()
+                req.append(st["chunk_bytes_read"] / max(1, st["chunk_reads"]))
+        self.rows.append(Row("read all, cold", label, "MiB/s", mib / statistics.median(cold_m),
+                             mib / statistics.median(cold_p), "plain files", True,
+                             0.8 if g.chunk_bytes >= MIB else 0.5, rss / MIB,
+                             f"mean FUSE read {statistics.median(req) / 1024:.0f} KiB"))
+        self.log(f"{label} read all cold: mount {mib / statistics.median(cold_m):.0f} MiB/s, "
+                 f"plain {mib / statistics.median(cold_p):.0f} MiB/s")
+
+        # read all, warm (and zarr-python, warm) on one daemon.
+        with self.mount(store, "r") as m:
+            read_all(mount_paths, g.chunk_bytes)
+            read_all(plain_paths, g.chunk_bytes)
+            warm_m, warm_p = [], []
+            with RssSampler(m.pid) as s:
+                for _ in range(reps):
+                    warm_p.append(read_all(plain_paths, g.chunk_bytes))
+                    warm_m.append(read_all(mount_paths, g.chunk_bytes))
+            self.rows.append(Row("read all, warm", label, "MiB/s", mib / statistics.median(warm_m),
+                                 mib / statistics.median(warm_p), "plain files", True,
+                                 0.8 if g.chunk_bytes >= MIB else 0.5, s.peak / MIB))
+            self.log(f"{label} read all warm: mount {mib / statistics.median(warm_m):.0f} MiB/s, "
+                     f"plain {mib / statistics.median(warm_p):.0f} MiB/s")
+
+            za_m, za_d = [], []
+            direct = zarr.open_array(str(store / "arr"), mode="r")
+            via = zarr.open_array(str(mnt / "arr"), mode="r")
+            if not np.array_equal(direct[:], via[:]):
+                raise RuntimeError("zarr-python reads different data through the mount")
+            with RssSampler(m.pid) as s:
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    zarr.open_array(str(store / "arr"), mode="r")[:]
+                    za_d.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    zarr.open_array(str(mnt / "arr"), mode="r")[:]
+                    za_m.append(time.perf_counter() - t)
+            self.rows.append(Row("zarr-python 3 read array, warm", label, "s",
+                                 statistics.median(za_m), statistics.median(za_d),
+                                 "zarr-python on shards", False, None, s.peak / MIB))
+            self.log(f"{label} zarr read: mount {statistics.median(za_m):.2f} s, "
+                     f"direct {statistics.median(za_d):.2f} s")
+
+        # random chunk reads, cold.
+        n = min(self.args.random_reads, len(keys))
+        pick = random.Random(7).sample(range(len(keys)), n)
+        drop_caches()
+        lat_p = random_latencies([plain_paths[i] for i in pick], g.chunk_bytes)
+        with self.mount(store, "r") as m:
+            drop_caches()
+            with RssSampler(m.pid) as s:
+                lat_m = random_latencies([mount_paths[i] for i in pick], g.chunk_bytes)
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            self.rows.append(Row(f"random chunk read {name}, cold", label, "ms",
+                                 pct(lat_m, q) * 1e3, pct(lat_p, q) * 1e3, "plain files",
+                                 False, None, s.peak / MIB, f"{n} distinct chunks"))
+        self.log(f"{label} random p50: mount {pct(lat_m, .5) * 1e3:.2f} ms, "
+                 f"plain {pct(lat_p, .5) * 1e3:.2f} ms")
+
+    # -- writes --------------------------------------------------------------------
+
+    def writes(self, g: Geometry, label: str) -> None:
+        """Every chunk of one shard written one at a time: with zarr-python's file pattern
+        (mkdir -p, `<key>.<hex>.partial`, write, close, rename onto the key) through the
+        mount and into plain files, against zarr-python 3 writing the sharded store
+        directly; and zarr-python 3 itself through the mount and on plain files."""
+        reps = self.args.write_reps
+        d = self.root / f"w-{label}"
+        store, plain = d / "store", d / "plain"
+        one = Geometry(g.name, g.chunk, g.per_shard, (1, 1))
+        names = ("via", "zvia", "direct")
+        for r in range(reps):
+            for n in names:
+                create_sharded(store / f"{n}{r}", one)
+            create_plain(plain / f"p{r}", one)
+            create_plain(plain / f"ps{r}", one)
+            create_plain(plain / f"zp{r}", one)
+        rng = np.random.default_rng(3)
+        block = rng.integers(0, 256, one.shape, dtype=np.uint8)
+        ci, cj = g.chunk
+        keys = one.keys()
+        slices = [(slice(i * ci, (i + 1) * ci), slice(j * cj, (j + 1) * cj)) for i, j in keys]
+        files = [(f"c/{i}/{j}", np.ascontiguousarray(block[s]).tobytes())
+                 for (i, j), s in zip(keys, slices)]
+        payload = one.n_chunks * one.chunk_bytes
+
+        def put_files(arr: Path) -> None:
+            for key, data in files:
+                path = arr / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
+                with tmp.open("wb") as f:
+                    f.write(data)
+                tmp.replace(path)
+
+        def put_zarr(arr: Path) -> None:
+            a = zarr.open_array(str(arr), mode="r+")
+            for s in slices:
+                a[s] = block[s]
+
+        def via_mount(name: str, put) -> tuple[float, float, int]:
+            """Seconds (the final fsync flush included), amplification, peak RssAnon."""
+            with self.mount(store, "w") as m:
+                arr = m.mnt / name
+                io0 = proc_io(m.pid)["write_bytes"]
+                with RssSampler(m.pid) as s:
+                    t = time.perf_counter()
+                    put(arr)
+                    fd = os.open(arr, os.O_RDONLY | os.O_DIRECTORY)
+                    os.fsync(fd)  # returns once the shard is durable
+                    os.close(fd)
+                    dt = time.perf_counter() - t
+                return dt, (proc_io(m.pid)["write_bytes"] - io0) / payload, s.peak
+
+        def here(arr: Path, put, sync: bool = False) -> tuple[float, float]:
+            io0 = proc_io("self")["write_bytes"]
+            t = time.perf_counter()
+            put(arr)
+            if sync:  # as durable as the mount's final flush: syncfs(2) of the disk
+                fd = os.open(arr, os.O_RDONLY | os.O_DIRECTORY)
+                LIBC.syncfs(fd)
+                os.close(fd)
+            dt = time.perf_counter() - t
+            return dt, (proc_io("self")["write_bytes"] - io0) / payload
+
+        res: dict[str, list[tuple[float, float]]] = {k: [] for k in
+                                                     ("via", "zvia", "plain", "psync", "zplain",
+                                                      "direct")}
+        rss = 0
+        for r in range(reps):
+            for name, put in (("via", put_files), ("zvia", put_zarr)):
+                dt, amp, peak = via_mount(f"{name}{r}", put)
+                res[name].append((dt, amp))
+                rss = max(rss, peak)
+            res["plain"].append(here(plain / f"p{r}", put_files))
+            res["psync"].append(here(plain / f"ps{r}", put_files, sync=True))
+            res["zplain"].append(here(plain / f"zp{r}", put_zarr))
+            res["direct"].append(here(store / f"direct{r}", put_zarr))
+            if r == 0:
+                for n in ("via0", "zvia0", "direct0"):
+                    if not np.array_equal(zarr.open_array(str(store / n), mode="r")[:], block):
+                        raise RuntimeError(f"{n}: the shard reads back wrong")
+
+        def med(k: str, i: int) -> float:
+            return statistics.median(x[i] for x in res[k])
+
+        note = f"{one.n_chunks} chunks/shard"
+        rows = (
+            ("write chunk by chunk, tmp+rename", "via", "direct", "zarr-python on shards", 10.0),
+            ("write chunk by chunk, tmp+rename", "via", "plain", "plain files", 0.5),
+            ("write chunk by chunk, tmp+rename", "via", "psync", "plain files + syncfs", None),
+            ("zarr-python 3 write chunk by chunk", "zvia", "direct", "zarr-python on shards", None),
+            ("zarr-python 3 write chunk by chunk", "zvia", "zplain", "zarr-python on plain files",
+             None),
+        )
+        for case, mine, base, base_name, target in rows:
+            self.rows.append(Row(case, label, "s", med(mine, 0), med(base, 0), base_name, False,
+                                 target, rss / MIB, note))
+        amp = med("via", 1)
+        self.rows.append(Row("write amplification, tmp+rename", label, "bytes/payload", amp,
+                             med("direct", 1), "zarr-python on shards", False, None, None,
+                             f"plain files {med('plain', 1):.2f}, zarr-python through the mount "
+                             f"{med('zvia', 1):.3f}; target ≤ 1.1: "
+                             f"{'met' if amp <= 1.1 else 'MISSED'}"))
+        self.log(f"{label} write: mount {med('via', 0):.2f} s (amp {amp:.3f}), plain "
+                 f"{med('plain', 0):.2f} s, zarr direct {med('direct', 0):.2f} s (amp "
+                 f"{med('direct', 1):.2f}); zarr via mount {med('zvia', 0):.2f} s, zarr plain "
+                 f"{med('zplain', 0):.2f} s")
+
+    # -- metadata ------------------------------------------------------------------
+
+    def metadata(self, g: Geometry, store: Path, twin: Path) -> None:
+        reps = self.args.reps
+        label = f"{g.n_chunks:,} chunks"
+        for tool, cmd in (("find", ["find"]), ("ls -R", ["ls", "-R"])):
+            for state in ("cold", "warm"):
+                tm, tp, rss = [], [], 0
+                for _ in range(reps):
+                    with self.mount(store, "m") as m:
+                        if state == "cold":
+                            drop_caches()
+                        else:
+                            timed_cmd(cmd + [str(m.mnt / "arr")])
+                        with RssSampler(m.pid) as s:
+                            dt, lines_m = timed_cmd(cmd + [str(m.mnt / "arr")])
+                        rss = max(rss, s.peak)
+                        tm.append(dt)
+                    if state == "cold":
+                        drop_caches()
+                    dt, lines_p = timed_cmd(cmd + [str(twin / "arr")])
+                    tp.append(dt)
+                    if lines_m != lines_p:
+                        raise RuntimeError(f"{tool}: mount lists {lines_m} lines, twin {lines_p}")
+                self.rows.append(Row(f"`{tool}` of the array, {state}", label, "s",
+                                     statistics.median(tm), statistics.median(tp), "plain files",
+                                     False, None, rss / MIB))
+                self.log(f"{tool} {state}: mount {statistics.median(tm):.3f} s, "
+                         f"plain {statistics.median(tp):.3f} s")
+
+        shards = g.shards[0] * g.shards[1]
+        for mode, extra in (("rw", []), ("ro", ["--read-only"])):
+            times = []
+            mnt = self.root / "mnt" / "t"
+            mnt.mkdir(parents=True, exist_ok=True)
+            for _ in range(reps):
+                drop_caches()
+                t = time.perf_counter()
+                subprocess.run([str(BIN), "mount", str(store), str(mnt), *self.args.mount_arg,
+                                *extra], check=True)
+                times.append(time.perf_counter() - t)
+                try:
+                    os.listdir(mnt)
+                finally:
+                    subprocess.run([str(BIN), "unmount", str(mnt)], check=True)
+                    wait_daemon_gone(mnt)
+            self.rows.append(Row(f"mount ({mode}), cold", f"{shards:,} shards", "s",
+                                 statistics.median(times), 0.2, "target 0.2 s", False, 1.0,
+                                 None, "`shardfs mount` until it returns"))
+            self.log(f"mount {mode}: {statistics.median(times):.3f} s")
+
+    # -- memory on a store larger than the caches ---------------------------------------
+
+    def many_shards(self, g: Geometry, store: Path) -> None:
+        """Read every chunk of the 10,000-shard store, the daemon limited to 1024 open
+        files (a common default): more shards than the daemon's index cache holds, so the
+        cache evicts as it would on a store larger than RAM."""
+        paths = [str(self.root / "mnt" / "m" / f"arr/c/{i}/{j}") for i, j in g.keys()]
+        with self.mount(store, "m", nofile=1024) as m:
+            drop_caches()
+            with RssSampler(m.pid) as s:
+                t = time.perf_counter()
+                try:
+                    read_all(paths, g.chunk_bytes)
+                    outcome = f"took {time.perf_counter() - t:.1f} s"
+                except OSError as e:
+                    outcome = f"FAILED after {time.perf_counter() - t:.1f} s ({e})"
+            st = m.stats()
+        self.extra.append(
+            f"Reading all {g.n_chunks:,} chunks of the {g.shards[0] * g.shards[1]:,}-shard "
+            f"store once, cold, with the daemon limited to 1024 open files, {outcome}; peak "
+            f"daemon RssAnon {s.peak / MIB:.1f} MiB (index cache: "
+            f"{st['index_cache_misses']:,} loads, {st['index_cache_hits']:,} hits)."
+        )
+        self.log(self.extra[-1])
+
+
+# ----- report ----------------------------------------------------------------------
+
+
+def fmt(x: float) -> str:
+    if x != x:
+        return "–"
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def table(rows: list[Row]) -> str:
+    out = [
+        "| case | chunks | metric | shardfs | baseline | baseline is | speed vs baseline | target | daemon peak RssAnon MiB | notes |",
+        "|---|---|---|---:|---:|---|---:|---|---:|---|",
+    ]
+    for r in rows:
+        target = f"≥ {r.target:g}× {r.verdict}" if r.target is not None else ""
+        rss = fmt(r.rss_mib) if r.rss_mib is not None else ""
+        out.append(
+            f"| {r.case} | {r.size} | {r.metric} | {fmt(r.shardfs)} | {fmt(r.baseline)} | "
+            f"{r.baseline_name} | {fmt(r.speed)}× | {target} | {rss} | {r.note} |"
+        )
+    return "\n".join(out)
+
+
+def write_doc(section: str, title: str, body: str) -> Path:
+    doc = REPO / "docs" / "BENCHMARKS.md"
+    text = doc.read_text()
+    begin, end = f"<!-- scripts/bench:{section}:begin -->", f"<!-- scripts/bench:{section}:end -->"
+    block = f"{begin}\n### {title}\n\n{body}\n{end}"
+    if begin in text and end in text:
+        pre, rest = text.split(begin, 1)
+        _, post = rest.split(end, 1)
+        text = pre + block + post
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    doc.write_text(text)
+    return doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="a 1-2 minute smoke run: smaller arrays, fewer repetitions")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="where to create the data (default: the system temp dir); "
+                         "it must be on the disk you want to measure")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions of each read case")
+    ap.add_argument("--large-shards", type=int, default=None,
+                    help="shards of 64 x 1 MiB chunks in the read array (default 16; quick 2)")
+    ap.add_argument("--small-shards", type=int, default=None,
+                    help="shards of 256 x 16 KiB chunks in the read array (default 64; quick 8)")
+    ap.add_argument("--section", default="latest",
+                    help="name of the section of docs/BENCHMARKS.md to write (default: latest)")
+    ap.add_argument("--title", default=None, help="heading of that section")
+    ap.add_argument("--no-doc", action="store_true", help="do not touch docs/BENCHMARKS.md")
+    ap.add_argument("--keep", action="store_true", help="keep the data directory")
+    ap.add_argument("--only", default="reads,writes,metadata",
+                    help="comma-separated subset of reads,writes,metadata")
+    ap.add_argument("--mount-arg", action="append", default=[],
+                    help="extra argument for every `shardfs mount` (repeatable)")
+    args = ap.parse_args()
+    args.reps = args.reps or (2 if args.quick else 5)
+    args.write_reps = 1 if args.quick else 3
+    args.random_reads = 300 if args.quick else 1000
+    only = set(args.only.split(","))
+    large = Geometry("1MiB", (1024, 1024), (8, 8),
+                     (1, args.large_shards or (2 if args.quick else 16)))
+    small = Geometry("16KiB", (128, 128), (16, 16),
+                     (1, args.small_shards or (8 if args.quick else 64)))
+    meta = Geometry("meta", (4, 4), (1, 10), (1000, 10))
+
+    if os.geteuid() != 0:
+        print("bench: run as root (drop_caches, mounting)", file=sys.stderr)
+        return 2
+    if not BIN.exists():
+        print(f"bench: {BIN} missing; run scripts/bench (it builds it)", file=sys.stderr)
+        return 2
+    base = args.dir or Path(tempfile.gettempdir())
+    need = 2 * (large.n_chunks * large.chunk_bytes + small.n_chunks * small.chunk_bytes) \
+        + 4 * 3 * 64 * MIB + 512 * MIB
+    free = shutil.disk_usage(base).free
+    if free < 3 * need:
+        print(f"bench: {base} has {free / 2**30:.1f} GiB free, want {3 * need / 2**30:.1f}",
+              file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="shardfs-bench-", dir=base))
+
+    def on_signal(sig, _frame):
+        raise KeyboardInterrupt(f"signal {sig}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    atexit.register(cleanup_mounts)
+    if not args.keep:
+        atexit.register(lambda: shutil.rmtree(root, ignore_errors=True))
+    b = Bench(args, root)
+    machine = machine_info(root)
+    t0 = time.monotonic()
+    try:
+        b.log(f"data in {root}")
+        if "reads" in only or "writes" in only:
+            for g in (large, small):
+                label = "1 MiB" if g is large else "16 KiB"
+                if "reads" in only:
+                    b.log(f"creating the {label} store and its twin "
+                          f"({g.n_chunks} chunks, {g.n_chunks * g.chunk_bytes / MIB:.0f} MiB)")
+                    store, twin = root / f"s-{g.name}", root / f"t-{g.name}"
+                    write_store_and_twin(store / "arr", twin / "arr", g, seed=1)
+                    b.reads(g, store, twin, label)
+                    shutil.rmtree(store)
+                    shutil.rmtree(twin)
+                if "writes" in only:
+                    b.writes(g, label)
+                    shutil.rmtree(root / f"w-{label}", ignore_errors=True)
+        if "metadata" in only:
+            b.log("creating the 10,000-shard store with 100,000 chunks and its twin")
+            store, twin = root / "s-meta", root / "t-meta"
+            write_store_and_twin(store / "arr", twin / "arr", meta, seed=2)
+            b.metadata(meta, store, twin)
+            b.many_shards(meta, store)
+    except KeyboardInterrupt:
+        print("bench: interrupted; unmounting", file=sys.stderr)
+        return 130
+    finally:
+        cleanup_mounts()
+    elapsed = time.monotonic() - t0
+
+    cmd = "scripts/bench" + "".join(f" {a}" for a in sys.argv[1:])
+    m = machine
+    body = (
+        f"`{cmd}` — {m['date']}, commit {m['commit']}, {elapsed / 60:.1f} min.\n"
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, kernel "
+        f"{m['kernel']}, disk {m['disk']}. Medians of {args.reps} runs (writes: "
+        f"{args.write_reps}); \"speed vs baseline\" > 1 means shardfs is faster (throughput "
+        f"ratio, or baseline time / shardfs time).\n\n"
+        + table(b.rows)
+        + ("\n\n" + "\n".join(f"* {e}" for e in b.extra) if b.extra else "")
+        + "\n"
+    )
+    print()
+    print(body)
+    if not args.no_doc:
+        title = args.title or f"Latest run of `scripts/bench` ({m['date'][:10]})"
+        print(f"written to {write_doc(args.section, title, body)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
