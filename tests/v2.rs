@@ -195,6 +195,14 @@ fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
         // Read back through the mount before it goes: read-your-writes.
         let back = tmp.path().join("back.npz");
         interop(&py2, &["read", "--root", s(mnt.path()), "--out", s(&back)]);
+        let out = interop(
+            &py3,
+            &["compare", "--want", s(&want), "--got", s(&back), "--subset"],
+        );
+        assert!(
+            out.contains(" 0 failed") && out.contains(" 5 passed"),
+            "{out}"
+        );
         mount.unmount().unwrap();
     }
     // No v2 metadata file was left in the store.

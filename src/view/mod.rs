@@ -270,11 +270,6 @@ impl View {
         Ok(view)
     }
 
-    /// Which Zarr version the view shows.
-    pub fn format(&self) -> ViewFormat {
-        self.format
-    }
-
     /// Whether the store has the 2022 draft layout.
     pub fn is_draft(&self) -> bool {
         self.draft.is_some()
@@ -282,18 +277,10 @@ impl View {
 
     /// A small store file (metadata), `None` if absent.
     fn read_small(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
-        let Some(file) = self.store.open(rel)? else {
-            return Ok(None);
-        };
-        let len = file.meta()?.len;
-        if len > MAX_METADATA_BYTES {
-            return Err(io::Error::other(format!(
-                "{len} bytes is too large for metadata"
-            )));
+        match self.store.open(rel)? {
+            Some(file) => Ok(Some(read_metadata(file.as_ref())?.0)),
+            None => Ok(None),
         }
-        let mut bytes = vec![0; len as usize];
-        file.read_exact_at(&mut bytes, 0)?;
-        Ok(Some(bytes))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -719,11 +706,8 @@ impl View {
         else {
             return Err(NotShown::Plain);
         };
-        let json_meta = file.meta().map_err(|e| unsupported(e.to_string()))?;
-        let bytes = self
-            .read_small(&json_rel)
-            .map_err(|e| unsupported(e.to_string()))?
-            .ok_or(NotShown::Plain)?;
+        let (bytes, json_meta) =
+            read_metadata(file.as_ref()).map_err(|e| unsupported(e.to_string()))?;
         let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
             MetaNode::Group => return Err(NotShown::Plain),
             MetaNode::Array(a) => a,
@@ -1032,6 +1016,20 @@ impl View {
             })
             .collect())
     }
+}
+
+/// The bytes and the metadata of an open metadata file (at most `MAX_METADATA_BYTES`).
+fn read_metadata(file: &dyn StoreFile) -> io::Result<(Vec<u8>, EntryMeta)> {
+    let meta = file.meta()?;
+    if meta.len > MAX_METADATA_BYTES {
+        return Err(io::Error::other(format!(
+            "{} bytes is too large for metadata",
+            meta.len
+        )));
+    }
+    let mut bytes = vec![0; meta.len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok((bytes, meta))
 }
 
 /// A `d_ino` for a listed entry the kernel has not looked up yet: a hash of its path

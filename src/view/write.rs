@@ -377,13 +377,10 @@ impl View {
         else {
             return Ok(());
         };
-        let name = path.file_name().unwrap_or_default();
-        if !matches!(
-            self.target(array, parent.as_deref(), name)?,
-            Target::Meta(_) | Target::Chunk(_)
-        ) {
+        if !self.commits(node)? {
             return Ok(());
         }
+        let name = path.file_name().unwrap_or_default();
         let data = {
             let mut f = file.lock();
             if !f.dirty {
@@ -409,9 +406,8 @@ impl View {
             Some(Handle::Scratch { node, file, .. }) => {
                 Some(Pending::Scratch(node.clone(), file.clone()))
             }
-            Some(Handle::StoreRw(_, rel)) => rel
-                .file_name()
-                .and_then(MetaFile::from_name)
+            Some(Handle::StoreRw(_, rel)) => self
+                .lands_on_close(rel)
                 .map(|f| Pending::Metadata(rel.parent().unwrap_or(Path::new("")).to_path_buf(), f)),
             _ => None,
         };
@@ -428,26 +424,37 @@ impl View {
     /// of chunks, and the temporary files of tmp+rename writers.
     pub(super) fn commits_on_close(&self, handle: &Handle) -> bool {
         match handle {
-            Handle::Scratch {
-                node:
-                    Node::Scratch {
-                        path,
-                        array,
-                        parent,
-                    },
-                ..
-            } => !matches!(
-                self.target(
-                    array,
-                    parent.as_deref(),
-                    path.file_name().unwrap_or_default()
-                ),
-                Ok(Target::Scratch | Target::Invalid(_))
-            ),
-            Handle::Scratch { .. } => true,
-            // zarr.json (a new array), and in the v2 view .zarray, .zattrs, .zgroup.
-            Handle::StoreRw(_, rel) => rel.file_name().and_then(MetaFile::from_name).is_some(),
+            Handle::Scratch { node, .. } => self.commits(node).unwrap_or(true),
+            Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
             Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } => false,
+        }
+    }
+
+    /// Whether closing a written scratch file commits it: it sits at a chunk key or at
+    /// the array's metadata.
+    fn commits(&self, node: &Node) -> Result<bool> {
+        let Node::Scratch {
+            path,
+            array,
+            parent,
+        } = node
+        else {
+            return Ok(false);
+        };
+        let name = path.file_name().unwrap_or_default();
+        Ok(matches!(
+            self.target(array, parent.as_deref(), name)?,
+            Target::Meta(_) | Target::Chunk(_)
+        ))
+    }
+
+    /// The metadata file a written store file is, if closing it changes the tree:
+    /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
+    fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
+        match rel.file_name().and_then(MetaFile::from_name)? {
+            MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
+            f if self.format == super::ViewFormat::V2 => Some(f),
+            _ => None,
         }
     }
 
