@@ -8,7 +8,8 @@ shard) it creates, in one temporary directory on one disk, a sharded store and i
 unsharded twin (one plain file per chunk, the same bytes), then measures:
 
 * read all chunks: the mount vs the twin, cold (page cache dropped, fresh daemon) and
-  warm; throughput;
+  warm; throughput; the read cases run on a writable mount (every open asks the
+  daemon) and again on a read-only one (`-o ro`: the kernel opens files itself);
 * random chunk reads: open+read+close latency of distinct random chunks, p50 and p99,
   page cache dropped before the run (fresh daemon);
 * zarr-python 3 reading the whole array: through the mount vs directly from the shards
@@ -335,9 +336,8 @@ class Mount:
 
 def wait_daemon_gone(mnt: Path, timeout: float = 30) -> None:
     """Wait until no `shardfs mount ... MNT` process is left. `shardfs unmount` returns
-    once the kernel mount is gone, before the daemon has exited, and an exiting daemon
-    unmounts its path once more: a new mount at the same path made meanwhile would be
-    taken down with it."""
+    once the kernel mount is gone, before the daemon has finished its flush and exited:
+    waiting keeps the old daemon's last work out of the next case's measurement."""
     deadline = time.monotonic() + timeout
     needle = str(mnt).encode()
     while time.monotonic() < deadline:
@@ -461,8 +461,12 @@ class Bench:
 
     # -- reads ---------------------------------------------------------------------
 
-    def reads(self, g: Geometry, store: Path, twin: Path, label: str) -> None:
+    def reads(self, g: Geometry, store: Path, twin: Path, label: str, ro: bool) -> None:
+        """The read cases on a writable mount (`ro` False: every open asks the daemon) or a
+        read-only one (`-o ro`: the kernel opens files without asking)."""
         reps = self.args.reps
+        ro_args = ("-o", "ro") if ro else ()
+        kind = ", -o ro" if ro else ""
         keys = g.keys()
         rel = [f"arr/c/{i}/{j}" for i, j in keys]
         plain_paths = [str(twin / r) for r in rel]
@@ -475,22 +479,24 @@ class Bench:
         for _ in range(reps):
             drop_caches()
             cold_p.append(read_all(plain_paths, g.chunk_bytes))
-            with self.mount(store, "r") as m:
+            with self.mount(store, "r", *ro_args) as m:
                 drop_caches()
                 with RssSampler(m.pid) as s:
                     cold_m.append(read_all(mount_paths, g.chunk_bytes))
                 rss = max(rss, s.peak)
                 st = m.stats()
                 req.append(st["chunk_bytes_read"] / max(1, st["chunk_reads"]))
-        self.rows.append(Row("read all, cold", label, "MiB/s", mib / statistics.median(cold_m),
+        self.rows.append(Row("read all, cold" + kind, label, "MiB/s",
+                             mib / statistics.median(cold_m),
                              mib / statistics.median(cold_p), "plain files", True,
                              0.8 if g.chunk_bytes >= MIB else 0.5, rss / MIB,
                              f"mean FUSE read {statistics.median(req) / 1024:.0f} KiB"))
-        self.log(f"{label} read all cold: mount {mib / statistics.median(cold_m):.0f} MiB/s, "
+        self.log(f"{label}{kind} read all cold: mount "
+                 f"{mib / statistics.median(cold_m):.0f} MiB/s, "
                  f"plain {mib / statistics.median(cold_p):.0f} MiB/s")
 
         # read all, warm (and zarr-python, warm) on one daemon.
-        with self.mount(store, "r") as m:
+        with self.mount(store, "r", *ro_args) as m:
             read_all(mount_paths, g.chunk_bytes)
             read_all(plain_paths, g.chunk_bytes)
             warm_m, warm_p = [], []
@@ -498,10 +504,12 @@ class Bench:
                 for _ in range(reps):
                     warm_p.append(read_all(plain_paths, g.chunk_bytes))
                     warm_m.append(read_all(mount_paths, g.chunk_bytes))
-            self.rows.append(Row("read all, warm", label, "MiB/s", mib / statistics.median(warm_m),
+            self.rows.append(Row("read all, warm" + kind, label, "MiB/s",
+                                 mib / statistics.median(warm_m),
                                  mib / statistics.median(warm_p), "plain files", True,
                                  0.8 if g.chunk_bytes >= MIB else 0.5, s.peak / MIB))
-            self.log(f"{label} read all warm: mount {mib / statistics.median(warm_m):.0f} MiB/s, "
+            self.log(f"{label}{kind} read all warm: mount "
+                     f"{mib / statistics.median(warm_m):.0f} MiB/s, "
                      f"plain {mib / statistics.median(warm_p):.0f} MiB/s")
 
             za_m, za_d = [], []
@@ -517,10 +525,10 @@ class Bench:
                     t = time.perf_counter()
                     zarr.open_array(str(mnt / "arr"), mode="r")[:]
                     za_m.append(time.perf_counter() - t)
-            self.rows.append(Row("zarr-python 3 read array, warm", label, "s",
+            self.rows.append(Row("zarr-python 3 read array, warm" + kind, label, "s",
                                  statistics.median(za_m), statistics.median(za_d),
                                  "zarr-python on shards", False, None, s.peak / MIB))
-            self.log(f"{label} zarr read: mount {statistics.median(za_m):.2f} s, "
+            self.log(f"{label}{kind} zarr read: mount {statistics.median(za_m):.2f} s, "
                      f"direct {statistics.median(za_d):.2f} s")
 
         # random chunk reads, cold.
@@ -528,15 +536,15 @@ class Bench:
         pick = random.Random(7).sample(range(len(keys)), n)
         drop_caches()
         lat_p = random_latencies([plain_paths[i] for i in pick], g.chunk_bytes)
-        with self.mount(store, "r") as m:
+        with self.mount(store, "r", *ro_args) as m:
             drop_caches()
             with RssSampler(m.pid) as s:
                 lat_m = random_latencies([mount_paths[i] for i in pick], g.chunk_bytes)
         for q, name in ((0.5, "p50"), (0.99, "p99")):
-            self.rows.append(Row(f"random chunk read {name}, cold", label, "ms",
+            self.rows.append(Row(f"random chunk read {name}, cold{kind}", label, "ms",
                                  pct(lat_m, q) * 1e3, pct(lat_p, q) * 1e3, "plain files",
                                  False, None, s.peak / MIB, f"{n} distinct chunks"))
-        self.log(f"{label} random p50: mount {pct(lat_m, .5) * 1e3:.2f} ms, "
+        self.log(f"{label}{kind} random p50: mount {pct(lat_m, .5) * 1e3:.2f} ms, "
                  f"plain {pct(lat_p, .5) * 1e3:.2f} ms")
 
     # -- writes --------------------------------------------------------------------
@@ -841,7 +849,8 @@ def main() -> int:
                           f"({g.n_chunks} chunks, {g.n_chunks * g.chunk_bytes / MIB:.0f} MiB)")
                     store, twin = root / f"s-{g.name}", root / f"t-{g.name}"
                     write_store_and_twin(store / "arr", twin / "arr", g, seed=1)
-                    b.reads(g, store, twin, label)
+                    b.reads(g, store, twin, label, ro=False)
+                    b.reads(g, store, twin, label, ro=True)
                     shutil.rmtree(store)
                     shutil.rmtree(twin)
                 if "writes" in only:

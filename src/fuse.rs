@@ -9,9 +9,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, IoctlFlags, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::time::SystemTime;
 
@@ -22,11 +22,25 @@ pub struct ShardFs {
     view: Arc<View>,
     /// How long the kernel may cache entries and attributes (also negative entries).
     ttl: Duration,
+    /// Let the kernel open files without asking, where it can (read-only views only).
+    kernel_opens: bool,
 }
 
 impl ShardFs {
-    pub fn new(view: Arc<View>, ttl: Duration) -> Self {
-        ShardFs { view, ttl }
+    /// `kernel_opens`: on a read-only view, let the kernel open and close files without a
+    /// request (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`View::set_kernel_opens`].
+    pub fn new(view: Arc<View>, ttl: Duration, kernel_opens: bool) -> Self {
+        let kernel_opens = kernel_opens && view.is_read_only();
+        ShardFs {
+            view,
+            ttl,
+            kernel_opens,
+        }
+    }
+
+    /// The TTL for these attributes.
+    fn ttl(&self, a: &Attr) -> Duration {
+        if a.volatile { Duration::ZERO } else { self.ttl }
     }
 }
 
@@ -94,13 +108,32 @@ fn negative_attr() -> FileAttr {
         gid: 0,
         mtime: UNIX_EPOCH,
         ctime: UNIX_EPOCH,
+        volatile: false,
     })
 }
 
 impl Filesystem for ShardFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if !self.kernel_opens {
+            return Ok(());
+        }
+        // Without opens, a change of a file is seen when its attributes are revalidated
+        // (after the TTL): AUTO_INVAL_DATA makes the kernel drop cached pages when the
+        // mtime it gets then differs, not only when the size does.
+        let want = InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_AUTO_INVAL_DATA;
+        match config.add_capabilities(want) {
+            Ok(()) => {
+                self.view.set_kernel_opens(true);
+                log::info!("read-only: the kernel opens files without asking the daemon");
+            }
+            Err(missing) => log::info!("the kernel lacks {missing:?}: every open asks the daemon"),
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.view.lookup(parent.0, name) {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(ViewError::NotFound) => reply.entry(&self.ttl, &negative_attr(), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -112,7 +145,7 @@ impl Filesystem for ShardFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.view.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -125,6 +158,11 @@ impl Filesystem for ShardFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.view.kernel_opens() {
+            // Taken as success: from now on the kernel opens and releases files itself,
+            // and reads come with file handle 0.
+            return reply.error(Errno::ENOSYS);
+        }
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.view.open(ino.0, write, truncate) {
@@ -136,7 +174,7 @@ impl Filesystem for ShardFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -144,7 +182,12 @@ impl Filesystem for ShardFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.view.read(fh.0, offset, size) {
+        let data = if fh.0 == 0 && self.view.kernel_opens() {
+            self.view.read_ino(ino.0, offset, size)
+        } else {
+            self.view.read(fh.0, offset, size)
+        };
+        match data {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -158,6 +201,10 @@ impl Filesystem for ShardFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.view.kernel_opens() {
+            // Nothing commits on a read-only view; the kernel stops sending flushes.
+            return reply.error(Errno::ENOSYS);
+        }
         done(reply, self.view.flush_handle(fh.0))
     }
 
@@ -243,7 +290,7 @@ impl Filesystem for ShardFs {
         let (excl, trunc) = (flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         match self.view.create(parent.0, name, excl, trunc) {
             Ok((a, o)) => reply.created(
-                &self.ttl,
+                &self.ttl(&a),
                 &file_attr(&a),
                 Generation(0),
                 FileHandle(o.fh),
@@ -296,7 +343,7 @@ impl Filesystem for ShardFs {
             None => self.view.getattr(ino.0),
         };
         match res {
-            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }

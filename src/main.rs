@@ -100,7 +100,8 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                 )
             })?;
             if json {
-                print!("{}", String::from_utf8_lossy(&bytes));
+                // The file is padded with blanks to a whole page.
+                println!("{}", String::from_utf8_lossy(&bytes).trim_end());
             } else {
                 let v: serde_json::Value = serde_json::from_slice(&bytes)?;
                 for (k, val) in v.as_object().into_iter().flatten() {

@@ -45,6 +45,10 @@ pub struct MountOptions {
     /// Inner chunks per shard of arrays created through the mount.
     pub chunks_per_shard: Option<Vec<u64>>,
     pub compactor: CompactorChoice,
+    /// Ask the daemon at every open even on a read-only mount (`-o open_checks`): a
+    /// change made to the store outside the mount is then seen at the next open
+    /// (close-to-open), not up to `ttl` later. Writable mounts always ask.
+    pub open_checks: bool,
 }
 
 /// Which compactor packs staged chunks.
@@ -73,6 +77,7 @@ impl Default for MountOptions {
             flush_interval: Duration::from_secs(5),
             chunks_per_shard: None,
             compactor: CompactorChoice::Auto,
+            open_checks: false,
         }
     }
 }
@@ -181,7 +186,7 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let fs = ShardFs::new(view.clone(), opts.ttl);
+        let fs = ShardFs::new(view.clone(), opts.ttl, !opts.open_checks);
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {
                 path: mountpoint.to_path_buf(),
@@ -257,7 +262,18 @@ impl Mount {
         // `destroy` flushes again whatever arrives meanwhile).
         let flushed = self.view.flush_all();
         let ended = if session.guard.is_finished() {
-            session.join()
+            // Unmounted from outside (`shardfs unmount`, umount(8)). Joining or dropping
+            // the session would drop its mount handle, and that unmounts the path once
+            // more: by then possibly a new mount made at the same path. So only the
+            // thread is joined; the handle (a path and the dead /dev/fuse descriptor) is
+            // left to process exit.
+            let session = std::mem::ManuallyDrop::new(session);
+            // SAFETY: `guard` is moved out exactly once and `session` is never dropped,
+            // so nothing is dropped twice; the other fields are leaked, not used.
+            let guard = unsafe { std::ptr::read(&session.guard) };
+            guard
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")))
         } else {
             session.umount_and_join()
         };

@@ -232,6 +232,81 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
     );
 }
 
+/// Daemons serving `mnt` (`shardfs mount ... MNT` processes).
+fn daemons_of(mnt: &Path) -> Vec<u32> {
+    let needle = mnt.as_os_str().as_encoded_bytes();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.contains(&b"mount".as_slice()) && args.contains(&needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
+    if !common::can_mount("cli_remount_at_the_same_path_outlives_the_old_daemon") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let store = common::fixtures().join("zarr_keys");
+    let mount = || {
+        let st = shardfs()
+            .arg("mount")
+            .arg(&store)
+            .arg(&mnt)
+            .args(["-o", "ro"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    mount();
+    let _guard = CliMount(mnt.clone());
+    let old = daemons_of(&mnt);
+    assert_eq!(old.len(), 1, "one daemon: {old:?}");
+    assert!(
+        shardfs()
+            .arg("unmount")
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Mount again at once: the old daemon is still exiting.
+    mount();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while daemons_of(&mnt).contains(&old[0]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old daemon never exited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        is_mounted(&mnt),
+        "the old daemon took the new mount down as it exited"
+    );
+    assert!(mnt.join("v2_dot/zarr.json").exists());
+    assert!(
+        shardfs()
+            .arg("unmount")
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 #[test]
 fn cli_mount_fuse3_calling_form_with_generic_options() {
     if !common::can_mount("cli_mount_fuse3_calling_form_with_generic_options") {
@@ -453,4 +528,87 @@ fn mount_fuse3_helper_mounts_shardfs() {
             .success()
     );
     assert!(!is_mounted(dir.path()));
+}
+
+/// The counters of a live mount, read as `shardfs stats` does.
+fn stats_of(mnt: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(mnt.join(shardfs::view::STATS_FILE)).unwrap();
+    assert_eq!(
+        bytes.len() % 4096,
+        0,
+        "the stats file is padded to whole pages"
+    );
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// A read-only mount lets the kernel open files without asking the daemon (FUSE no-open):
+/// no `FUSE_OPEN` per file, and a change made to the store outside the mount shows once
+/// the attribute TTL has passed. With `open_checks`, every open asks the daemon again.
+#[test]
+fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
+    use std::time::{Duration, Instant};
+    if !common::can_mount(
+        "read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(common::fixtures().join("zarr_basic"))
+        .arg(&store)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let key = "u16_default_sparse/c/1/1";
+    let ro = MountOptions {
+        ttl: Duration::from_millis(200),
+        ..read_only()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _ro = Mount::new(&store, dir.path(), &ro).unwrap();
+    let before = std::fs::read(dir.path().join(key)).unwrap();
+    assert_eq!(before.len(), 24);
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(dir.path().join(key)).unwrap(), before);
+    }
+    let s = stats_of(dir.path());
+    assert_eq!(s["chunk_opens"], 0, "opens never reached the daemon: {s}");
+    assert!(s["chunk_reads"].as_u64().unwrap() >= 1, "{s}");
+
+    // Another writer changes the chunk: a writable mount of the same store, unmounted
+    // (flushed to the shard) before the read-only mount looks again.
+    let after = vec![7u8; 24];
+    {
+        let w = tempfile::tempdir().unwrap();
+        let _rw = Mount::new(&store, w.path(), &MountOptions::default()).unwrap();
+        std::fs::write(w.path().join(key), &after).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = std::fs::read(dir.path().join(key)).unwrap();
+        assert!(got == before || got == after, "a mix of versions: {got:?}");
+        if got == after {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change was not seen 10 s after it was made (TTL 0.2 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // With open checks, each open reaches the daemon.
+    let checked = MountOptions {
+        open_checks: true,
+        ..read_only()
+    };
+    let dir2 = tempfile::tempdir().unwrap();
+    let _m2 = Mount::new(&store, dir2.path(), &checked).unwrap();
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(dir2.path().join(key)).unwrap(), after);
+    }
+    let s = stats_of(dir2.path());
+    assert_eq!(s["chunk_opens"], 3, "{s}");
 }

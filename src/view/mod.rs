@@ -41,6 +41,8 @@ pub mod write_api {
 
 /// The hidden file at the mount's root that `shardfs stats` reads.
 pub const STATS_FILE: &str = ".shardfs-stats";
+/// The stats file's size is a multiple of this.
+const STATS_PAGE: usize = 4096;
 
 /// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
 const MAX_METADATA_BYTES: u64 = 16 << 20;
@@ -189,6 +191,10 @@ pub struct View {
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
     draft: Option<draft::DraftTree>,
+    /// The kernel opens and closes files without asking (FUSE no-open, read-only mounts):
+    /// reads come with no handle, and a chunk's shard is checked when the kernel
+    /// revalidates its attributes instead of at every open. See [`View::set_kernel_opens`].
+    kernel_opens: std::sync::atomic::AtomicBool,
 }
 
 /// Where an array lives in the store.
@@ -248,6 +254,7 @@ impl View {
             counters: ReadCounters::default(),
             format: config.format,
             draft: None,
+            kernel_opens: Default::default(),
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -273,6 +280,27 @@ impl View {
     /// Whether the store has the 2022 draft layout.
     pub fn is_draft(&self) -> bool {
         self.draft.is_some()
+    }
+
+    /// Whether the view refuses writes (a read-only mount, or a draft store).
+    pub fn is_read_only(&self) -> bool {
+        self.writer.is_none()
+    }
+
+    /// Serve a kernel that opens files without asking (`FUSE_NO_OPEN_SUPPORT`, after
+    /// `open` answered `ENOSYS`): reads arrive with file handle 0 and are served by inode
+    /// ([`View::read_ino`]), and the attributes of a chunk are taken from its shard as it
+    /// is now (a `stat` of the shard), which is where a change made outside the mount
+    /// becomes visible, up to the attribute TTL later. Only for read-only views: without
+    /// opens there is no handle to hold written bytes.
+    pub fn set_kernel_opens(&self, on: bool) {
+        debug_assert!(!on || self.is_read_only());
+        self.kernel_opens.store(on, Ordering::Relaxed);
+    }
+
+    /// See [`View::set_kernel_opens`].
+    pub fn kernel_opens(&self) -> bool {
+        self.kernel_opens.load(Ordering::Relaxed)
     }
 
     /// A small store file (metadata), `None` if absent.
@@ -327,6 +355,9 @@ impl View {
             v["writable"] = false.into();
         }
         let mut out = serde_json::to_vec_pretty(&v).expect("JSON of a JSON value");
+        // Padded with blanks to a whole number of pages: the size the kernel learns from
+        // one look stays right for the next one's content, whatever the counters say.
+        out.resize((out.len() + 1).next_multiple_of(STATS_PAGE) - 1, b' ');
         out.push(b'\n');
         out
     }
@@ -386,7 +417,10 @@ impl View {
                 let mut m = self.stat_rel(Path::new(""))?;
                 m.perm = 0o444;
                 m.mtime = std::time::SystemTime::now();
-                Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
+                Attr {
+                    volatile: true,
+                    ..Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
+                }
             }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
                 let m = self.stat_rel(rel)?;
@@ -414,7 +448,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
-                let data = self.chunk(&array, coords, false)?;
+                let data = self.chunk(&array, coords, self.kernel_opens())?;
                 let mut m = match &data {
                     ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
                     ChunkData::Staged(_) => array.dir_meta,
@@ -806,7 +840,18 @@ impl View {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
             return Ok(self.add_handle(handle, false));
         }
-        let (handle, keep_cache) = match node {
+        if let Node::Chunk { .. } = node {
+            self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
+        }
+        let (handle, keep_cache) = self.reader(ino, node, true)?;
+        Ok(self.add_handle(handle, keep_cache))
+    }
+
+    /// What reads of `node` are served from, and whether the kernel may keep the pages it
+    /// cached at an earlier open. `at_open`: a chunk's shard is checked for changes now,
+    /// and what the inode serves is remembered for the next open's keep-cache decision.
+    fn reader(&self, ino: u64, node: Node, at_open: bool) -> Result<(Handle, bool)> {
+        Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::File { rel } => (
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
@@ -819,11 +864,10 @@ impl View {
                 (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
             }
             Node::Chunk { array, coords } => {
-                self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
-                match self.chunk(&self.current(&array), &coords, true)? {
+                match self.chunk(&self.current(&array), &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
                         let now = (range, shard.meta().map(EntryMeta::version));
-                        let keep = self.served.lock().insert(ino, now) == Some(now);
+                        let keep = at_open && self.served.lock().insert(ino, now) == Some(now);
                         (Handle::Chunk { shard, range }, keep)
                     }
                     ChunkData::Staged(bytes) => {
@@ -855,8 +899,7 @@ impl View {
             Node::Symlink { .. } => {
                 return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
-        };
-        Ok(self.add_handle(handle, keep_cache))
+        })
     }
 
     fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
@@ -870,9 +913,30 @@ impl View {
         }
     }
 
+    /// Read through the handle `open` returned.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let handles = self.handles.lock();
-        match handles.get(&fh).ok_or(ViewError::StaleHandle(fh))? {
+        let handle = handles.get(&fh).ok_or(ViewError::StaleHandle(fh))?;
+        if let Handle::Chunk { shard, range } = handle {
+            // The shard read is I/O: not under the table's lock.
+            let (shard, range) = (shard.clone(), *range);
+            drop(handles);
+            return self.read_chunk(&shard, range, offset, size);
+        }
+        self.read_from(handle, offset, size)
+    }
+
+    /// Read file `ino` without a handle: the kernel opened it without asking
+    /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
+    /// checked, puts it.
+    pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (_, node) = self.node(ino)?;
+        let (handle, _) = self.reader(ino, node, false)?;
+        self.read_from(&handle, offset, size)
+    }
+
+    fn read_from(&self, handle: &Handle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        match handle {
             Handle::Bytes(b) => {
                 let start = (offset.min(b.len() as u64)) as usize;
                 let end = (start + size as usize).min(b.len());
@@ -890,20 +954,7 @@ impl View {
                 buf.truncate(n);
                 Ok(buf)
             }
-            Handle::Chunk { shard, range } => {
-                let (shard, range) = (shard.clone(), *range);
-                drop(handles);
-                let c = &self.counters;
-                c.chunk_reads.fetch_add(1, Ordering::Relaxed);
-                let n = u64::from(size).min(range.nbytes.saturating_sub(offset));
-                c.chunk_bytes_read.fetch_add(n, Ordering::Relaxed);
-                shard
-                    .read(range, offset, size)
-                    .map_err(|err| ViewError::Shard {
-                        shard: shard.rel().to_path_buf(),
-                        err,
-                    })
-            }
+            Handle::Chunk { shard, range } => self.read_chunk(shard, *range, offset, size),
             Handle::StoreRw(f, _) => {
                 use std::os::unix::fs::FileExt;
                 let mut buf = vec![0; size as usize];
@@ -918,6 +969,25 @@ impl View {
                 Ok(f.data[start..end].to_vec())
             }
         }
+    }
+
+    fn read_chunk(
+        &self,
+        shard: &Shard,
+        range: ChunkRange,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>> {
+        let c = &self.counters;
+        c.chunk_reads.fetch_add(1, Ordering::Relaxed);
+        let n = u64::from(size).min(range.nbytes.saturating_sub(offset));
+        c.chunk_bytes_read.fetch_add(n, Ordering::Relaxed);
+        shard
+            .read(range, offset, size)
+            .map_err(|err| ViewError::Shard {
+                shard: shard.rel().to_path_buf(),
+                err,
+            })
     }
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.

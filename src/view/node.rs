@@ -230,6 +230,9 @@ pub struct Attr {
     pub gid: u32,
     pub mtime: SystemTime,
     pub ctime: SystemTime,
+    /// Changes at every look (the stats file): the kernel must not cache these
+    /// attributes, so that each read sees the size and time of now.
+    pub volatile: bool,
 }
 
 impl Attr {
@@ -244,6 +247,7 @@ impl Attr {
             gid: m.gid,
             mtime: m.mtime,
             ctime: m.ctime,
+            volatile: false,
         }
     }
 }
