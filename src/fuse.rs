@@ -4,14 +4,14 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::time::SystemTime;
 
@@ -24,6 +24,8 @@ pub struct ShardFs {
     ttl: Duration,
     /// Let the kernel open files without asking, where it can (read-only views only).
     kernel_opens: bool,
+    /// Set once the session runs: for invalidations that must precede a reply.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl ShardFs {
@@ -35,7 +37,13 @@ impl ShardFs {
             view,
             ttl,
             kernel_opens,
+            notifier: Arc::default(),
         }
+    }
+
+    /// Where the mount puts the session's notifier once the session runs.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
     }
 
     /// The TTL for these attributes.
@@ -166,7 +174,17 @@ impl Filesystem for ShardFs {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.view.open(ino.0, write, truncate) {
-            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
+            Ok(o) => {
+                if o.stale_size
+                    && let Some(n) = self.notifier.get()
+                {
+                    // Before the reply: the kernel's cached size is wrong, and a read
+                    // would stop there. Offset -1: attributes only (the pages go with
+                    // keep-cache off). A kernel that no longer knows the inode is fine.
+                    let _ = n.inval_inode(ino, -1, 0);
+                }
+                reply.opened(FileHandle(o.fh), open_flags(&o))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

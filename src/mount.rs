@@ -187,11 +187,13 @@ impl Mount {
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
         let fs = ShardFs::new(view.clone(), opts.ttl, !opts.open_checks);
+        let notifier = fs.notifier_slot();
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {
                 path: mountpoint.to_path_buf(),
                 source,
             })?;
+        let _ = notifier.set(session.notifier());
         log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();

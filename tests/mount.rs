@@ -612,3 +612,56 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     let s = stats_of(dir2.path());
     assert_eq!(s["chunk_opens"], 3, "{s}");
 }
+
+/// A writable mount checks a chunk at every open (close-to-open): a chunk that another
+/// writer made longer reads whole at the next open, even while the kernel still caches
+/// the old size (a long TTL here).
+#[test]
+fn an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes() {
+    use std::io::Read;
+    use std::time::Duration;
+    if !common::can_mount(
+        "an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes",
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(common::fixtures().join("zarr_basic"))
+        .arg(&store)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let key = "u16_default_sparse/c/1/1";
+    let opts = MountOptions {
+        ttl: Duration::from_secs(60),
+        ..MountOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&store, dir.path(), &opts).unwrap();
+    assert_eq!(std::fs::read(dir.path().join(key)).unwrap().len(), 24);
+    let grown: Vec<u8> = (0..48).collect();
+    {
+        let w = tempfile::tempdir().unwrap();
+        let _rw = Mount::new(&store, w.path(), &MountOptions::default()).unwrap();
+        std::fs::write(w.path().join(key), &grown).unwrap();
+    }
+    let mut got = Vec::new();
+    assert_eq!(
+        std::fs::metadata(dir.path().join(key)).unwrap().len(),
+        24,
+        "the kernel still has the old size (TTL 60 s)"
+    );
+    std::fs::File::open(dir.path().join(key))
+        .unwrap()
+        .read_to_end(&mut got)
+        .unwrap();
+    assert_eq!(got, grown, "read stopped at the size the kernel had cached");
+    assert_eq!(
+        std::fs::metadata(dir.path().join(key)).unwrap().len(),
+        48,
+        "stat after the open"
+    );
+}

@@ -168,6 +168,10 @@ pub struct Opened {
     /// Closing this handle commits nothing ([`View::flush_handle`] would do nothing), so
     /// the kernel need not send a flush at every `close` (`FOPEN_NOFLUSH`).
     pub no_flush: bool,
+    /// The file's size differs from the one in the attributes the kernel holds (changed
+    /// outside the mount since): they must be invalidated before the open returns, or
+    /// reads would stop at the old size.
+    pub stale_size: bool,
 }
 
 /// The virtual tree over a store.
@@ -179,6 +183,9 @@ pub struct View {
     next_fh: AtomicU64,
     /// What each chunk inode served at its last open: unchanged means keep the page cache.
     served: Mutex<std::collections::HashMap<u64, Served>>,
+    /// The size each chunk inode had in the attributes last given to the kernel, which
+    /// caches them for the TTL: an open that finds another size says so.
+    reported: Mutex<std::collections::HashMap<u64, u64>>,
     warned: Mutex<HashSet<PathBuf>>,
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
@@ -247,6 +254,7 @@ impl View {
             handles: Mutex::new(Default::default()),
             next_fh: AtomicU64::new(1),
             served: Mutex::new(Default::default()),
+            reported: Mutex::new(Default::default()),
             warned: Mutex::new(HashSet::new()),
             dirs: Mutex::new(Default::default()),
             arrays: Default::default(),
@@ -388,6 +396,7 @@ impl View {
         self.inodes.forget(ino, n);
         if self.inodes.get(ino).is_none() {
             self.served.lock().remove(&ino);
+            self.reported.lock().remove(&ino);
         }
     }
 
@@ -454,6 +463,7 @@ impl View {
                     ChunkData::Staged(_) => array.dir_meta,
                 };
                 m.perm = array.json_meta.perm;
+                self.reported.lock().insert(ino, data.len());
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }
             Node::Scratch { path, array, .. } => {
@@ -840,11 +850,24 @@ impl View {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
             return Ok(self.add_handle(handle, false));
         }
-        if let Node::Chunk { .. } = node {
+        let chunk = matches!(node, Node::Chunk { .. });
+        if chunk {
             self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
         }
         let (handle, keep_cache) = self.reader(ino, node, true)?;
-        Ok(self.add_handle(handle, keep_cache))
+        let len = match &handle {
+            Handle::Chunk { range, .. } if chunk => Some(range.nbytes),
+            Handle::Bytes(b) if chunk => Some(b.len() as u64),
+            _ => None,
+        };
+        let stale_size = len.is_some_and(|len| {
+            let mut reported = self.reported.lock();
+            reported.insert(ino, len).is_some_and(|was| was != len)
+        });
+        Ok(Opened {
+            stale_size,
+            ..self.add_handle(handle, keep_cache)
+        })
     }
 
     /// What reads of `node` are served from, and whether the kernel may keep the pages it
@@ -910,6 +933,7 @@ impl View {
             fh,
             keep_cache,
             no_flush,
+            stale_size: false,
         }
     }
 
