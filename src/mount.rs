@@ -93,8 +93,6 @@ pub enum MountError {
     Fuse { path: PathBuf, source: io::Error },
     #[error("--compactor gpu: {0}")]
     NoGpu(String),
-    #[error("recovering torn shard updates in {path}: {why}")]
-    Recovery { path: PathBuf, why: String },
 }
 
 /// A live mount; unmounts when dropped.
@@ -104,6 +102,8 @@ pub struct Mount {
     view: Arc<View>,
     /// Stops the flush timer when dropped.
     timer: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
+    /// The background recovery walk of a writable mount.
+    recovery: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Mount {
@@ -133,19 +133,13 @@ impl Mount {
         // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
         // a wrong choice is reported where it was made.
         let compactor = make_compactor(opts.compactor)?;
+        // A crash may have left shard updates half done. A writable mount does not look
+        // for them before mounting (that walk grows with the store): the view recovers
+        // each shard before it reads the shard's index, and a walk once the session is
+        // up cleans the rest (`recovery_walk`). A read-only mount changes nothing.
         let writer = if opts.read_only {
             None
         } else {
-            // A crash may have left a shard update half done: finish or undo it first.
-            let done = crate::write::recover::recover_store(&fsname).map_err(|e| {
-                MountError::Recovery {
-                    path: fsname.clone(),
-                    why: e.to_string(),
-                }
-            })?;
-            for (shard, what) in done {
-                log::warn!("recovered {}: {what:?}", shard.display());
-            }
             log::info!("compactor: {}", compactor.name());
             Some(Writer::new(WriteConfig {
                 root: fsname.clone(),
@@ -195,6 +189,9 @@ impl Mount {
             })?;
         let _ = notifier.set(session.notifier());
         log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
+        let recovery = view
+            .write_side()
+            .and_then(|_| recovery_walk(fsname.clone()));
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
             w.set_invalidations(tx);
@@ -231,6 +228,7 @@ impl Mount {
             mountpoint: mountpoint.to_path_buf(),
             view,
             timer,
+            recovery,
         })
     }
 
@@ -256,6 +254,16 @@ impl Mount {
         if let Some((stop, handle)) = self.timer.take() {
             drop(stop);
             let _ = handle.join();
+        }
+        // The walk holds nothing of the session or the view. Let it end (at most the rest
+        // of one walk) so that nothing of this mount touches the store after it is gone.
+        if let Some(walk) = self.recovery.take()
+            && walk.join().is_err()
+        {
+            log::error!(
+                "the recovery walk of {} panicked",
+                self.mountpoint.display()
+            );
         }
         let Some(session) = self.session.take() else {
             return Ok(());
@@ -322,6 +330,43 @@ pub fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
             "fusermount3 -u {} failed: {status}",
             path.display()
         )))
+    }
+}
+
+/// Recover the leftovers of interrupted shard updates anywhere in the store at `root`, on a
+/// thread of its own: the mount is live meanwhile, and a shard read before the walk gets
+/// to it is recovered by the view first. Both settle a record only under the directory's
+/// lock and after looking again, so they never undo each other's work or a live update.
+/// `None` (logged) when no thread could be started: reads still recover their shards.
+fn recovery_walk(root: PathBuf) -> Option<std::thread::JoinHandle<()>> {
+    let spawned = std::thread::Builder::new()
+        .name("shardfs-recover".into())
+        .spawn(move || {
+            let started = std::time::Instant::now();
+            match crate::write::recover::recover_store(&root) {
+                Ok(done) => {
+                    for (shard, what) in &done {
+                        log::warn!("recovered {}: {what:?}", shard.display());
+                    }
+                    log::info!(
+                        "recovery walk of {}: {} leftovers recovered in {:.3} s",
+                        root.display(),
+                        done.len(),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                Err(e) => log::error!(
+                    "recovery walk of {}: {e} (shards are still recovered as they are read)",
+                    root.display()
+                ),
+            }
+        });
+    match spawned {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            log::error!("cannot start the recovery walk: {e}");
+            None
+        }
     }
 }
 

@@ -161,7 +161,8 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
         }
         drop(daemon); // detaches the dead mount
 
-        // Remount (recovery runs at mount) and check every acknowledged chunk.
+        // Remount (a shard is recovered before it is read; the walk, awaited by the
+        // unmount, recovers the rest) and check every acknowledged chunk.
         let check = tempfile::tempdir().unwrap();
         let m =
             shardfs::Mount::new(&store, check.path(), &shardfs::MountOptions::default()).unwrap();

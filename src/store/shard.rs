@@ -32,6 +32,10 @@ pub enum ShardError {
         end: u64,
         err: IndexError,
     },
+    /// The [`LoadHook`] refused the load (a writable mount could not recover an
+    /// interrupted update of the shard); the index was not read.
+    #[error("{0}")]
+    NotLoaded(String),
 }
 
 impl From<std::io::Error> for ShardError {
@@ -68,6 +72,17 @@ impl Shard {
             log::error!("shard {} of {}: {e}", rel.display(), store.describe());
         }
         shard
+    }
+
+    /// A shard that was not read because of `err`; every chunk of it fails with `err`.
+    fn failed(rel: &Path, err: ShardError) -> Shard {
+        Shard {
+            rel: rel.to_path_buf(),
+            file: None,
+            meta: None,
+            index: Err(err),
+            nested: Mutex::new(HashMap::new()),
+        }
     }
 
     fn load_quiet(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
@@ -241,12 +256,24 @@ fn read_index(
 
 const SEGMENTS: usize = 16;
 
+/// Runs before a [`ShardCache`] reads a shard's index from the store: on a miss and on
+/// the reload of a revalidation, never on a hit. A writable mount installs one that
+/// recovers an interrupted update of the shard first (`write::recover::LazyRecovery`),
+/// which is how this layer stays ignorant of the write side.
+pub trait LoadHook: Send + Sync {
+    /// Called with the shard's store-relative path and no lock of the cache held. An
+    /// error fails this load: the caller gets a shard whose every chunk fails with it
+    /// (`EIO`), and nothing is cached, so the next read tries again.
+    fn before_load(&self, rel: &Path) -> Result<(), ShardError>;
+}
+
 /// A bounded cache of loaded shards, split into segments so that readers of different
 /// shards do not contend on one lock.
 pub struct ShardCache {
     segments: Vec<Mutex<Segment>>,
     max_bytes_per_segment: usize,
     hasher: std::collections::hash_map::RandomState,
+    hook: Option<Arc<dyn LoadHook>>,
     /// Lookups answered from the cache / that loaded the shard's index.
     pub hits: std::sync::atomic::AtomicU64,
     pub misses: std::sync::atomic::AtomicU64,
@@ -272,9 +299,15 @@ impl ShardCache {
                 .collect(),
             max_bytes_per_segment: (max_bytes / SEGMENTS).max(1),
             hasher: Default::default(),
+            hook: None,
             hits: Default::default(),
             misses: Default::default(),
         }
+    }
+
+    /// Run `hook` before every load of a shard's index from now on.
+    pub fn set_load_hook(&mut self, hook: Arc<dyn LoadHook>) {
+        self.hook = Some(hook);
     }
 
     fn segment(&self, rel: &Path) -> &Mutex<Segment> {
@@ -308,6 +341,11 @@ impl ShardCache {
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(hook) = &self.hook
+            && let Err(err) = hook.before_load(rel)
+        {
+            return Arc::new(Shard::failed(rel, err));
+        }
         let shard = Arc::new(Shard::load(store, rel, layout));
         let weight = shard.weight();
         let mut seg = seg.lock();

@@ -280,6 +280,13 @@ impl View {
             );
             return Ok(view);
         }
+        // A writable view recovers a shard's interrupted update before it reads the index
+        // (the mount walks the store for leftovers only in the background). A read-only
+        // view changes nothing: a torn shard reads as corrupt (`EIO`) until recovered.
+        if let Some(w) = &view.writer {
+            let hook = crate::write::recover::LazyRecovery::new(&w.root)?;
+            view.shards.set_load_hook(Arc::new(hook));
+        }
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
         Ok(view)

@@ -15,6 +15,12 @@
 //! directory's exclusive `flock` ([`ShardDir`]), the lock every shard update holds. This
 //! module also owns that lock. It does not own what an update writes (`append`), nor the
 //! checks of a shard's index (`maint::verify`).
+//!
+//! Who recovers: every update its own shard first (`append::apply`); a writable mount each
+//! shard before it first reads its index ([`LazyRecovery`]) and the whole store in a
+//! background walk once it is mounted ([`recover_store`]); `verify --repair` the whole
+//! store. All of them settle a record only under the directory's lock and after looking
+//! at it again, so any two of them, in any order, do the work once.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -30,6 +36,7 @@ use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 use serde::Serialize;
 
 use super::append::WriteError;
+use crate::store::shard::{LoadHook, ShardError};
 
 /// Suffix of the recovery record of an append in progress.
 pub const APPEND_SUFFIX: &str = ".shardfs-append";
@@ -350,10 +357,68 @@ fn crc_of(file: &File, start: u64, end: u64) -> io::Result<u32> {
     Ok(crc)
 }
 
+/// Recovery of one shard at a time, just before a writable mount reads its index (the
+/// [`LoadHook`] of the view's shard cache). One `fstatat` beneath the store root looks for
+/// the shard's append record; only when there is one does [`recover_shard`] take the
+/// directory's lock and settle it: an update in progress (this mount's flusher, another
+/// process) is waited for and its record is then gone; a crashed one is rolled back or
+/// completed, so the index read next is a complete one. A temp file of an unfinished
+/// rewrite does not change what a read sees (the old shard is intact) and is left to the
+/// background [`recover_store`].
+pub struct LazyRecovery {
+    root: PathBuf,
+    root_fd: OwnedFd,
+}
+
+impl LazyRecovery {
+    /// For the store at `root` (the directory an update's [`ShardDir`] is opened under).
+    pub fn new(root: &Path) -> io::Result<LazyRecovery> {
+        let root_fd = rustix::fs::open(
+            root,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(LazyRecovery {
+            root: root.to_path_buf(),
+            root_fd,
+        })
+    }
+
+    /// Whether `<rel>.shardfs-append` may exist: `false` only when the `fstatat` says it
+    /// does not; any other failure is left for [`recover_shard`] to report.
+    pub fn has_record(&self, rel: &Path) -> bool {
+        let record = sibling(rel.as_os_str(), APPEND_SUFFIX);
+        !matches!(
+            rustix::fs::statat(&self.root_fd, &record, AtFlags::SYMLINK_NOFOLLOW),
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR)
+        )
+    }
+
+    /// Recover the shard at `rel` if it has an append record; the recoveries done.
+    pub fn recover(&self, rel: &Path) -> Result<Vec<Recovery>, WriteError> {
+        if !self.has_record(rel) {
+            return Ok(Vec::new());
+        }
+        recover_shard(&self.root, rel)
+    }
+}
+
+impl LoadHook for LazyRecovery {
+    fn before_load(&self, rel: &Path) -> Result<(), ShardError> {
+        self.recover(rel).map(drop).map_err(|e| {
+            log::error!(
+                "shard {}: cannot recover an interrupted update, not reading it: {e}",
+                self.root.join(rel).display()
+            );
+            ShardError::NotLoaded(format!("recovering an interrupted update: {e}"))
+        })
+    }
+}
+
 /// Recover every shard of the store that has a leftover record or temp file. One walk
-/// of the directory tree reading no file: cheap enough for every mount. Each directory
-/// with leftovers is locked and re-checked, so a concurrent update of another process
-/// is waited for, not undone.
+/// of the directory tree reading no file; a writable mount runs it in the background
+/// once it is mounted. Each directory with leftovers is locked and re-checked, so a
+/// concurrent update (of this process or another) is waited for, not undone.
 pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, WriteError> {
     let mut out = Vec::new();
     for (rel_dir, names) in leftovers(root)? {
@@ -541,6 +606,30 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn lazy_recovery_looks_for_the_record_only() {
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path();
+        std::fs::create_dir_all(p.join("a/c")).unwrap();
+        std::fs::write(p.join("a/c/0"), b"shard").unwrap();
+        std::fs::write(p.join("a/c/0.shardfs-tmp"), b"x").unwrap();
+        std::fs::write(p.join("a/c/1"), b"shard").unwrap();
+        std::fs::write(p.join("a/c/1.shardfs-append"), b"torn").unwrap();
+        let lazy = LazyRecovery::new(p).unwrap();
+        assert!(!lazy.has_record(Path::new("a/c/0")));
+        assert!(lazy.recover(Path::new("a/c/0")).unwrap().is_empty());
+        assert!(p.join("a/c/0.shardfs-tmp").exists(), "left to the walk");
+        assert!(lazy.has_record(Path::new("a/c/1")));
+        assert_eq!(
+            lazy.recover(Path::new("a/c/1")).unwrap(),
+            [Recovery::TornRecord]
+        );
+        assert!(!lazy.has_record(Path::new("a/c/1")));
+        assert_eq!(std::fs::read(p.join("a/c/1")).unwrap(), b"shard");
+        assert!(!lazy.has_record(Path::new("x/y/z")));
+        assert!(lazy.before_load(Path::new("x/y/z")).is_ok());
     }
 
     #[test]

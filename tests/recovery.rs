@@ -1,0 +1,303 @@
+//! Recovery of interrupted shard updates by a writable mount, which does not walk the
+//! store before mounting: a shard is recovered just before its index is first read
+//! (`write::recover::LazyRecovery`, the view's shard-cache hook), and a walk in the
+//! background cleans the leftovers of shards nobody reads.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use shardfs::compact::CpuCompactor;
+use shardfs::format::{self, Node, Presentation, ShardLayout};
+use shardfs::store::shard::Shard;
+use shardfs::store::{LocalStore, Store};
+use shardfs::view::write_api::{WriteConfig, Writer};
+use shardfs::view::{ROOT_INO, View, ViewConfig, ViewError};
+use shardfs::write::append::{ChunkUpdate, apply};
+use shardfs::write::recover::AppendRecord;
+use shardfs::{Mount, MountOptions, maint};
+
+/// Inner chunks (4 uint8 each) per shard; the array has 4 shards.
+const SLOTS: usize = 4;
+
+/// A store holding one 1-d uint8 array `a`: shape 64, shards of 16, inner chunks of 4,
+/// index at the end with crc32c. The view shows chunk `i` as `a/c/i`; shard `s` (file
+/// `a/c/s`) holds chunks `4s..4s+4`.
+fn make_store(root: &Path) -> ShardLayout {
+    let doc = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [4], "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                             {"name": "crc32c"}],
+            "index_location": "end"}}],
+    });
+    std::fs::write(
+        root.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    std::fs::write(root.join("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    match format::metadata::parse(&serde_json::to_vec(&doc).unwrap()).unwrap() {
+        Node::Array(a) => match a.presentation {
+            Presentation::Sharded(l) => l,
+            other => panic!("{other:?}"),
+        },
+        Node::Group => panic!("a group"),
+    }
+}
+
+/// Write `chunks` (slot, 4 bytes) into shard `s` with the crash-safe update.
+fn put(root: &Path, layout: &ShardLayout, s: u64, chunks: &[(usize, &[u8; 4])]) {
+    let mut packed = Vec::new();
+    let mut updates = Vec::new();
+    for (slot, bytes) in chunks {
+        packed.extend_from_slice(&bytes[..]);
+        updates.push(ChunkUpdate {
+            slot: *slot,
+            data: Some(packed.len() - 4..packed.len()),
+        });
+    }
+    let rel = format!("a/c/{s}");
+    apply(root, Path::new(&rel), &layout.levels[0], &packed, &updates).unwrap();
+}
+
+fn old_chunk(s: u64, slot: usize) -> [u8; 4] {
+    [b'o', b'0' + s as u8, b'0' + slot as u8, b'.']
+}
+
+/// Shard `s` holding its old chunks, then an append of new bytes for slots 1 and 2 that
+/// a crash cut 5 bytes short of its end (inside the new index), with its intact record:
+/// the state `kill -9` leaves in the middle of step 2 of the append protocol. Returns the
+/// old shard's bytes.
+fn torn_shard(root: &Path, layout: &ShardLayout, s: u64) -> Vec<u8> {
+    let olds: Vec<[u8; 4]> = (0..SLOTS).map(|slot| old_chunk(s, slot)).collect();
+    let chunks: Vec<(usize, &[u8; 4])> = olds.iter().enumerate().collect();
+    put(root, layout, s, &chunks);
+    let rel = format!("a/c/{s}");
+    let old = std::fs::read(root.join(&rel)).unwrap();
+    // The same append, finished, in a copy: the torn shard is a prefix of its result.
+    let copy = tempfile::tempdir().unwrap();
+    make_store(copy.path());
+    std::fs::create_dir_all(copy.path().join("a/c")).unwrap();
+    std::fs::write(copy.path().join(&rel), &old).unwrap();
+    put(copy.path(), layout, s, &[(1, b"NEW1"), (2, b"NEW2")]);
+    let new = std::fs::read(copy.path().join(&rel)).unwrap();
+    assert!(new.len() > old.len() + 5);
+    let record = AppendRecord {
+        old_len: old.len() as u64,
+        new_len: new.len() as u64,
+        tail_crc: crc32c::crc32c(&new[old.len()..]),
+    };
+    std::fs::write(root.join(format!("{rel}.shardfs-append")), record.encode()).unwrap();
+    std::fs::write(root.join(&rel), &new[..new.len() - 5]).unwrap();
+    old
+}
+
+/// A store with shard 0 torn and shard 1 intact, and its layout.
+fn store_with_torn_shard() -> (tempfile::TempDir, ShardLayout, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = make_store(dir.path());
+    let old = torn_shard(dir.path(), &layout, 0);
+    put(dir.path(), &layout, 1, &[(0, &old_chunk(1, 0))]);
+    (dir, layout, old)
+}
+
+fn view_of(root: &Path, writable: bool) -> View {
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(root).unwrap());
+    let writer = writable.then(|| {
+        Writer::new(WriteConfig {
+            root: root.to_path_buf(),
+            write_buffer: 1 << 20,
+            chunks_per_shard: None,
+            shard_target_bytes: 64 << 20,
+            compactor: Arc::new(CpuCompactor::new()),
+        })
+    });
+    View::with_writer(store, ViewConfig::default(), writer).unwrap()
+}
+
+/// Read a file of the view the way the kernel does: lookups, open, read, release.
+fn view_read(view: &View, path: &str) -> Result<Vec<u8>, ViewError> {
+    let mut ino = ROOT_INO;
+    for part in path.split('/') {
+        ino = view.lookup(ino, OsStr::new(part))?.ino;
+    }
+    let opened = view.open(ino, false, false)?;
+    let bytes = view.read(opened.fh, 0, 1 << 16);
+    view.release(opened.fh)?;
+    bytes
+}
+
+fn leftovers(root: &Path) -> Vec<String> {
+    common::files_under(root)
+        .into_iter()
+        .filter(|f| f.contains(".shardfs-"))
+        .collect()
+}
+
+/// The shard reads (index validates) with the store API, and verify finds nothing.
+fn assert_valid(root: &Path, layout: &ShardLayout, rel: &str) {
+    let store = LocalStore::open(root).unwrap();
+    let shard = Shard::load(&store, Path::new(rel), layout);
+    assert!(shard.index().is_ok(), "{rel}: {:?}", shard.index().err());
+    let report = maint::verify(root, false, false).unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+#[test]
+fn a_writable_view_recovers_a_torn_shard_before_reading_it() {
+    let (dir, layout, old) = store_with_torn_shard();
+    let root = dir.path();
+    // The shard is really torn: a read-only view, which recovers nothing, cannot read it.
+    let ro = view_of(root, false);
+    let err = view_read(&ro, "a/c/1").unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert!(root.join("a/c/0.shardfs-append").exists());
+    drop(ro);
+    // A writable view has no mount and no walk: only its load hook can recover the shard.
+    let view = view_of(root, true);
+    assert!(
+        root.join("a/c/0.shardfs-append").exists(),
+        "nothing is recovered before a read"
+    );
+    for slot in 0..SLOTS {
+        assert_eq!(
+            view_read(&view, &format!("a/c/{slot}")).unwrap(),
+            old_chunk(0, slot),
+            "chunk {slot}: the state before the interrupted update"
+        );
+    }
+    assert_eq!(view_read(&view, "a/c/4").unwrap(), old_chunk(1, 0));
+    assert!(leftovers(root).is_empty(), "{:?}", leftovers(root));
+    assert_eq!(
+        std::fs::read(root.join("a/c/0")).unwrap(),
+        old,
+        "rolled back"
+    );
+    assert_valid(root, &layout, "a/c/0");
+}
+
+#[test]
+fn a_recovery_that_fails_fails_that_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let layout = make_store(root);
+    put(root, &layout, 0, &[(1, &old_chunk(0, 1))]);
+    put(root, &layout, 1, &[(0, &old_chunk(1, 0))]);
+    // A "record" recovery cannot read: it is a directory.
+    let bogus = root.join("a/c/0.shardfs-append");
+    std::fs::create_dir(&bogus).unwrap();
+    let view = view_of(root, true);
+    let err = view_read(&view, "a/c/1").unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    // Other shards are unaffected.
+    assert_eq!(view_read(&view, "a/c/4").unwrap(), old_chunk(1, 0));
+    // The failure was not cached: once recovery can proceed, the same read works.
+    std::fs::remove_dir(&bogus).unwrap();
+    assert_eq!(view_read(&view, "a/c/1").unwrap(), old_chunk(0, 1));
+}
+
+/// Wait (bounded) until `done` holds; `false` if it never did.
+fn eventually(timeout: Duration, done: impl Fn() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+#[test]
+fn a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount() {
+    if !common::can_mount("a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount") {
+        return;
+    }
+    let (dir, layout, old) = store_with_torn_shard();
+    let root = dir.path();
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(root, mnt.path(), &MountOptions::default()).unwrap();
+    // At once, racing the background walk: whoever gets to the shard first recovers it.
+    for slot in 0..SLOTS {
+        let got = std::fs::read(mnt.path().join(format!("a/c/{slot}")));
+        assert_eq!(
+            got.as_ref().ok().map(Vec::as_slice),
+            Some(&old_chunk(0, slot)[..]),
+            "chunk {slot}: {got:?}"
+        );
+    }
+    assert!(!root.join("a/c/0.shardfs-append").exists());
+    assert_eq!(
+        std::fs::read(root.join("a/c/0")).unwrap(),
+        old,
+        "rolled back"
+    );
+    // And the mount writes to the recovered shard as to any other.
+    std::fs::write(mnt.path().join("a/c/2"), b"W2W2").unwrap();
+    m.unmount().unwrap();
+    assert_valid(root, &layout, "a/c/0");
+    let ro = view_of(root, false);
+    assert_eq!(view_read(&ro, "a/c/2").unwrap(), b"W2W2");
+    assert_eq!(view_read(&ro, "a/c/1").unwrap(), old_chunk(0, 1));
+}
+
+#[test]
+fn the_background_walk_recovers_shards_nobody_reads() {
+    if !common::can_mount("the_background_walk_recovers_shards_nobody_reads") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let layout = make_store(root);
+    let old = torn_shard(root, &layout, 2);
+    put(root, &layout, 3, &[(0, &old_chunk(3, 0))]);
+    let intact = std::fs::read(root.join("a/c/3")).unwrap();
+    std::fs::write(root.join("a/c/3.shardfs-tmp"), b"half a rewrite").unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(root, mnt.path(), &MountOptions::default()).unwrap();
+    let cleaned = eventually(Duration::from_secs(30), || leftovers(root).is_empty());
+    assert!(cleaned, "still there: {:?}", leftovers(root));
+    assert_eq!(
+        std::fs::read(root.join("a/c/2")).unwrap(),
+        old,
+        "rolled back"
+    );
+    assert_eq!(std::fs::read(root.join("a/c/3")).unwrap(), intact);
+    assert!(!m.is_finished());
+    m.unmount().unwrap();
+    assert_valid(root, &layout, "a/c/2");
+}
+
+#[test]
+fn an_unmount_right_after_the_mount_waits_for_the_walk() {
+    if !common::can_mount("an_unmount_right_after_the_mount_waits_for_the_walk") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let layout = make_store(root);
+    let olds: Vec<Vec<u8>> = (0..4).map(|s| torn_shard(root, &layout, s)).collect();
+    let mnt = tempfile::tempdir().unwrap();
+    Mount::new(root, mnt.path(), &MountOptions::default())
+        .unwrap()
+        .unmount()
+        .unwrap();
+    // Nothing of the mount touches the store after its unmount: the walk has ended, so
+    // it ran to completion.
+    assert!(leftovers(root).is_empty(), "{:?}", leftovers(root));
+    for (s, old) in olds.iter().enumerate() {
+        assert_eq!(&std::fs::read(root.join(format!("a/c/{s}"))).unwrap(), old);
+    }
+    assert_valid(root, &layout, "a/c/3");
+}
