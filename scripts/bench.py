@@ -12,14 +12,15 @@ unsharded twin (one plain file per chunk, the same bytes), then measures:
   daemon) and again on a read-only one (`-o ro`: the kernel opens files itself);
 * random chunk reads: open+read+close latency of distinct random chunks, p50 and p99,
   page cache dropped before the run (fresh daemon);
-* zarr-python 3 reading the whole array: through the mount vs directly from the shards
-  (warm);
+* zarr-python 3 reading the whole array: through the mount vs directly from the shards,
+  and vs the twin (the same chunk files, unsharded on the disk) (warm);
 * write chunk by chunk: every chunk of one shard written one at a time with
   zarr-python's file pattern (mkdir -p, write `<key>.<hex>.partial`, rename onto the
   key) through the mount (the final fsync flush included) and into plain files, against
   zarr-python 3 writing the same chunks one at a time into the sharded store directly
   (it rewrites the shard each time); also zarr-python 3 itself through the mount and on
-  plain files. Write amplification = bytes the writer (for the mount: the daemon) sent
+  plain files; and, for reference, the mount's time until the last rename returned
+  (the chunks staged, before the flush). Write amplification = bytes the writer (for the mount: the daemon) sent
   to the disk (/proc/PID/io write_bytes) per payload byte;
 * metadata: `find` and `ls -R` of an array with 100,000 chunks (10,000 shards), mount
   vs twin; the time `shardfs mount` takes to return for that store of 10,000 shards;
@@ -512,7 +513,7 @@ class Bench:
                      f"{mib / statistics.median(warm_m):.0f} MiB/s, "
                      f"plain {mib / statistics.median(warm_p):.0f} MiB/s")
 
-            za_m, za_d = [], []
+            za_m, za_d, za_t = [], [], []
             direct = zarr.open_array(str(store / "arr"), mode="r")
             via = zarr.open_array(str(mnt / "arr"), mode="r")
             if not np.array_equal(direct[:], via[:]):
@@ -525,11 +526,19 @@ class Bench:
                     t = time.perf_counter()
                     zarr.open_array(str(mnt / "arr"), mode="r")[:]
                     za_m.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    zarr.open_array(str(twin / "arr"), mode="r")[:]
+                    za_t.append(time.perf_counter() - t)
             self.rows.append(Row("zarr-python 3 read array, warm" + kind, label, "s",
                                  statistics.median(za_m), statistics.median(za_d),
                                  "zarr-python on shards", False, None, s.peak / MIB))
+            # The same chunk files, unsharded on the disk: what one file per chunk costs
+            # zarr-python itself, FUSE aside.
+            self.rows.append(Row("zarr-python 3 read array, warm" + kind, label, "s",
+                                 statistics.median(za_m), statistics.median(za_t),
+                                 "zarr-python on plain files", False, None, s.peak / MIB))
             self.log(f"{label}{kind} zarr read: mount {statistics.median(za_m):.2f} s, "
-                     f"direct {statistics.median(za_d):.2f} s")
+                     f"direct {statistics.median(za_d):.2f} s, plain files {statistics.median(za_t):.2f} s")
 
         # random chunk reads, cold.
         n = min(self.args.random_reads, len(keys))
@@ -588,19 +597,21 @@ class Bench:
             for s in slices:
                 a[s] = block[s]
 
-        def via_mount(name: str, put) -> tuple[float, float, int]:
-            """Seconds (the final fsync flush included), amplification, peak RssAnon."""
+        def via_mount(name: str, put) -> tuple[float, float, int, float]:
+            """Seconds (the final fsync flush included), amplification, peak RssAnon, and
+            seconds until the last rename returned (before the flush)."""
             with self.mount(store, "w") as m:
                 arr = m.mnt / name
                 io0 = proc_io(m.pid)["write_bytes"]
                 with RssSampler(m.pid) as s:
                     t = time.perf_counter()
                     put(arr)
+                    written = time.perf_counter() - t
                     fd = os.open(arr, os.O_RDONLY | os.O_DIRECTORY)
                     os.fsync(fd)  # returns once the shard is durable
                     os.close(fd)
                     dt = time.perf_counter() - t
-                return dt, (proc_io(m.pid)["write_bytes"] - io0) / payload, s.peak
+                return dt, (proc_io(m.pid)["write_bytes"] - io0) / payload, s.peak, written
 
         def here(arr: Path, put, sync: bool = False) -> tuple[float, float]:
             io0 = proc_io("self")["write_bytes"]
@@ -615,12 +626,14 @@ class Bench:
 
         res: dict[str, list[tuple[float, float]]] = {k: [] for k in
                                                      ("via", "zvia", "plain", "psync", "zplain",
-                                                      "direct")}
+                                                      "direct", "staged")}
         rss = 0
         for r in range(reps):
             for name, put in (("via", put_files), ("zvia", put_zarr)):
-                dt, amp, peak = via_mount(f"{name}{r}", put)
+                dt, amp, peak, written = via_mount(f"{name}{r}", put)
                 res[name].append((dt, amp))
+                if name == "via":
+                    res["staged"].append((written, amp))
                 rss = max(rss, peak)
             res["plain"].append(here(plain / f"p{r}", put_files))
             res["psync"].append(here(plain / f"ps{r}", put_files, sync=True))
@@ -639,6 +652,8 @@ class Bench:
             ("write chunk by chunk, tmp+rename", "via", "direct", "zarr-python on shards", 10.0),
             ("write chunk by chunk, tmp+rename", "via", "plain", "plain files", 0.5),
             ("write chunk by chunk, tmp+rename", "via", "psync", "plain files + syncfs", None),
+            ("write chunk by chunk, tmp+rename, until the last rename (before the flush)",
+             "staged", "plain", "plain files", None),
             ("zarr-python 3 write chunk by chunk", "zvia", "direct", "zarr-python on shards", None),
             ("zarr-python 3 write chunk by chunk", "zvia", "zplain", "zarr-python on plain files",
              None),
