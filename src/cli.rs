@@ -116,11 +116,11 @@ pub struct MountArgs {
     /// Write the daemon's log here (otherwise a daemonized mount logs nowhere).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// Seconds the kernel may cache entries and attributes. On a read-only mount this is
-    /// also how long a change made to the store outside the mount may go unseen (see
-    /// --open-checks).
-    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
-    pub ttl: f64,
+    /// Seconds the kernel may cache entries and attributes [default: 1, or 10 on a
+    /// read-only mount]. On a read-only mount this is also how long a change made to the
+    /// store outside the mount may go unseen (see --open-checks).
+    #[arg(long, value_name = "SECS")]
+    pub ttl: Option<f64>,
     /// On a read-only mount, ask the daemon at every open (also `-o open_checks`), so a
     /// change made to the store outside the mount is seen at the next open. By default a
     /// read-only mount lets the kernel open files without asking, several times faster
@@ -218,10 +218,12 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     {
         return Err("--chunks-per-shard needs positive numbers".into());
     }
-    if !(args.ttl.is_finite() && args.ttl >= 0.0) {
-        return Err(format!("--ttl {} is not a number of seconds", args.ttl));
+    if let Some(ttl) = args.ttl {
+        if !(ttl.is_finite() && ttl >= 0.0) {
+            return Err(format!("--ttl {ttl} is not a number of seconds"));
+        }
+        opts.ttl = Duration::from_secs_f64(ttl);
     }
-    opts.ttl = Duration::from_secs_f64(args.ttl);
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
     }
@@ -289,8 +291,19 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         opts.flags.retain(|f| !conflicts(f, &flag));
         opts.flags.push(flag);
     }
+    if args.ttl.is_none() && opts.read_only && !opts.open_checks {
+        // Nothing is written through the mount and the kernel opens files itself, so the
+        // TTL is all it asks again for: a pass over an array's chunk files that takes
+        // longer than the TTL looks up every file again (a request each, several times
+        // the cost of a cached read). NFS caches attributes of unchanged files for up to
+        // 60 s.
+        opts.ttl = READ_ONLY_TTL;
+    }
     Ok(opts)
 }
+
+/// The default `--ttl` of a read-only mount.
+pub const READ_ONLY_TTL: Duration = Duration::from_secs(10);
 
 fn conflicts(a: &MountOption, b: &MountOption) -> bool {
     use MountOption::*;
@@ -373,5 +386,27 @@ mod tests {
         );
         let m = mount_args(parse(&["shardfs", "mount", "a", "b", "--ttl=NaN"]));
         assert!(mount_options(&m).is_err());
+    }
+
+    #[test]
+    fn read_only_mounts_cache_longer_unless_told() {
+        let ttl = |args: &[&str]| mount_options(&mount_args(parse(args))).unwrap().ttl;
+        assert_eq!(ttl(&["shardfs", "mount", "a", "b"]), Duration::from_secs(1));
+        assert_eq!(
+            ttl(&["shardfs", "mount", "a", "b", "-o", "ro"]),
+            READ_ONLY_TTL
+        );
+        assert_eq!(
+            ttl(&["shardfs", "mount", "a", "b", "--read-only"]),
+            READ_ONLY_TTL
+        );
+        assert_eq!(
+            ttl(&["shardfs", "mount", "a", "b", "-o", "ro", "--ttl", "2"]),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            ttl(&["shardfs", "mount", "a", "b", "-o", "ro,open_checks"]),
+            Duration::from_secs(1)
+        );
     }
 }
