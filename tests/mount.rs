@@ -552,15 +552,8 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     ) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::store_copy("zarr_basic");
     let store = tmp.path().join("s");
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(common::fixtures().join("zarr_basic"))
-        .arg(&store)
-        .status()
-        .unwrap();
-    assert!(st.success());
     let key = "u16_default_sparse/c/1/1";
     let ro = MountOptions {
         ttl: Duration::from_millis(200),
@@ -625,15 +618,8 @@ fn an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes(
     ) {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = common::store_copy("zarr_basic");
     let store = tmp.path().join("s");
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(common::fixtures().join("zarr_basic"))
-        .arg(&store)
-        .status()
-        .unwrap();
-    assert!(st.success());
     let key = "u16_default_sparse/c/1/1";
     let opts = MountOptions {
         ttl: Duration::from_secs(60),

@@ -8,19 +8,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::store_copy;
 use shardfs::{Mount, MountOptions};
-
-fn store_copy(fixture: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(common::fixtures().join(fixture))
-        .arg(dir.path().join("s"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    dir
-}
 
 fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
     let mnt = tempfile::tempdir().unwrap();

@@ -10,6 +10,19 @@ pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
+/// A copy of fixture store `fixture` at `<returned dir>/s`, for tests that change it.
+pub fn store_copy(fixture: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(fixtures().join(fixture))
+        .arg(dir.path().join("s"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    dir
+}
+
 /// The fixture manifest written by `scripts/make_fixtures.py`.
 pub fn manifest() -> Vec<Value> {
     let bytes =
