@@ -222,7 +222,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         if !(ttl.is_finite() && ttl >= 0.0) {
             return Err(format!("--ttl {ttl} is not a number of seconds"));
         }
-        opts.ttl = Duration::from_secs_f64(ttl);
+        opts.ttl = Some(Duration::from_secs_f64(ttl));
     }
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
@@ -291,19 +291,8 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         opts.flags.retain(|f| !conflicts(f, &flag));
         opts.flags.push(flag);
     }
-    if args.ttl.is_none() && opts.read_only && !opts.open_checks {
-        // Nothing is written through the mount and the kernel opens files itself, so the
-        // TTL is all it asks again for: a pass over an array's chunk files that takes
-        // longer than the TTL looks up every file again (a request each, several times
-        // the cost of a cached read). NFS caches attributes of unchanged files for up to
-        // 60 s.
-        opts.ttl = READ_ONLY_TTL;
-    }
     Ok(opts)
 }
-
-/// The default `--ttl` of a read-only mount.
-pub const READ_ONLY_TTL: Duration = Duration::from_secs(10);
 
 fn conflicts(a: &MountOption, b: &MountOption) -> bool {
     use MountOption::*;
@@ -390,8 +379,12 @@ mod tests {
 
     #[test]
     fn read_only_mounts_cache_longer_unless_told() {
-        let ttl = |args: &[&str]| mount_options(&mount_args(parse(args))).unwrap().ttl;
-        assert_eq!(ttl(&["shardfs", "mount", "a", "b"]), Duration::from_secs(1));
+        use crate::mount::{DEFAULT_TTL, READ_ONLY_TTL};
+        let ttl = |args: &[&str]| {
+            let o = mount_options(&mount_args(parse(args))).unwrap();
+            o.ttl_for(o.read_only)
+        };
+        assert_eq!(ttl(&["shardfs", "mount", "a", "b"]), DEFAULT_TTL);
         assert_eq!(
             ttl(&["shardfs", "mount", "a", "b", "-o", "ro"]),
             READ_ONLY_TTL
@@ -406,7 +399,7 @@ mod tests {
         );
         assert_eq!(
             ttl(&["shardfs", "mount", "a", "b", "-o", "ro,open_checks"]),
-            Duration::from_secs(1)
+            DEFAULT_TTL
         );
     }
 }

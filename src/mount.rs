@@ -31,8 +31,10 @@ pub struct MountOptions {
     /// Kernel flags passed through (`dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`,
     /// `atime`/`noatime`, `sync`/`async`, `dirsync`).
     pub flags: Vec<MountOption>,
-    /// How long the kernel caches entries and attributes.
-    pub ttl: Duration,
+    /// How long the kernel caches entries and attributes; `None`: [`DEFAULT_TTL`], or
+    /// [`READ_ONLY_TTL`] on a read-only mount without `open_checks` (see
+    /// [`MountOptions::ttl_for`]).
+    pub ttl: Option<Duration>,
     /// FUSE worker threads.
     pub threads: usize,
     pub view: ViewConfig,
@@ -51,6 +53,28 @@ pub struct MountOptions {
     pub open_checks: bool,
 }
 
+/// The entry and attribute TTL unless told otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
+
+/// The TTL of a read-only mount unless told otherwise. Nothing is written through such a
+/// mount and the kernel opens its files itself, so the TTL is all it asks again for: a
+/// pass over an array's chunk files that takes longer than the TTL looks up every file
+/// again (a request each, several times the cost of a cached read). NFS keeps the
+/// attributes of unchanged files for up to 60 s.
+pub const READ_ONLY_TTL: Duration = Duration::from_secs(10);
+
+impl MountOptions {
+    /// The TTL a mount with these options uses; `read_only`: the mount refuses writes
+    /// (`-o ro`, or a store of the draft layout).
+    pub fn ttl_for(&self, read_only: bool) -> Duration {
+        self.ttl.unwrap_or(if read_only && !self.open_checks {
+            READ_ONLY_TTL
+        } else {
+            DEFAULT_TTL
+        })
+    }
+}
+
 /// Which compactor packs staged chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompactorChoice {
@@ -67,7 +91,7 @@ impl Default for MountOptions {
         MountOptions {
             allow_other: false,
             flags: Vec::new(),
-            ttl: Duration::from_secs(1),
+            ttl: None,
             threads: std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .clamp(2, 16),
@@ -180,7 +204,8 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let fs = ShardFs::new(view.clone(), opts.ttl, !opts.open_checks);
+        let ttl = opts.ttl_for(opts.read_only || view.is_draft());
+        let fs = ShardFs::new(view.clone(), ttl, !opts.open_checks);
         let notifier = fs.notifier_slot();
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {

@@ -541,6 +541,14 @@ fn stats_of(mnt: &Path) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+/// Another writer of `store`: chunk `key` written through a writable mount of its own,
+/// unmounted (so flushed into the shard) before this returns.
+fn write_elsewhere(store: &Path, key: &str, bytes: &[u8]) {
+    let w = tempfile::tempdir().unwrap();
+    let _rw = Mount::new(store, w.path(), &MountOptions::default()).unwrap();
+    std::fs::write(w.path().join(key), bytes).unwrap();
+}
+
 /// A read-only mount lets the kernel open files without asking the daemon (FUSE no-open):
 /// no `FUSE_OPEN` per file, and a change made to the store outside the mount shows once
 /// the attribute TTL has passed. With `open_checks`, every open asks the daemon again.
@@ -556,7 +564,7 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     let store = tmp.path().join("s");
     let key = "u16_default_sparse/c/1/1";
     let ro = MountOptions {
-        ttl: Duration::from_millis(200),
+        ttl: Some(Duration::from_millis(200)),
         ..read_only()
     };
     let dir = tempfile::tempdir().unwrap();
@@ -570,14 +578,9 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     assert_eq!(s["chunk_opens"], 0, "opens never reached the daemon: {s}");
     assert!(s["chunk_reads"].as_u64().unwrap() >= 1, "{s}");
 
-    // Another writer changes the chunk: a writable mount of the same store, unmounted
-    // (flushed to the shard) before the read-only mount looks again.
+    // Another writer changes the chunk before the read-only mount looks again.
     let after = vec![7u8; 24];
-    {
-        let w = tempfile::tempdir().unwrap();
-        let _rw = Mount::new(&store, w.path(), &MountOptions::default()).unwrap();
-        std::fs::write(w.path().join(key), &after).unwrap();
-    }
+    write_elsewhere(&store, key, &after);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let got = std::fs::read(dir.path().join(key)).unwrap();
@@ -622,18 +625,14 @@ fn an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes(
     let store = tmp.path().join("s");
     let key = "u16_default_sparse/c/1/1";
     let opts = MountOptions {
-        ttl: Duration::from_secs(60),
+        ttl: Some(Duration::from_secs(60)),
         ..MountOptions::default()
     };
     let dir = tempfile::tempdir().unwrap();
     let _m = Mount::new(&store, dir.path(), &opts).unwrap();
     assert_eq!(std::fs::read(dir.path().join(key)).unwrap().len(), 24);
     let grown: Vec<u8> = (0..48).collect();
-    {
-        let w = tempfile::tempdir().unwrap();
-        let _rw = Mount::new(&store, w.path(), &MountOptions::default()).unwrap();
-        std::fs::write(w.path().join(key), &grown).unwrap();
-    }
+    write_elsewhere(&store, key, &grown);
     let mut got = Vec::new();
     assert_eq!(
         std::fs::metadata(dir.path().join(key)).unwrap().len(),

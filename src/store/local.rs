@@ -107,6 +107,20 @@ impl StoreFile for LocalFile {
     }
 }
 
+/// A file the caller opened itself, read as a store file (the write side and `verify`
+/// read shard indices through it with the read side's [`crate::store::shard::read_index`]).
+pub(crate) struct FileRef<'a>(pub &'a File);
+
+impl StoreFile for FileRef<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn meta(&self) -> io::Result<EntryMeta> {
+        Ok(meta_of(&rustix::fs::fstat(self.0)?))
+    }
+}
+
 impl Store for LocalStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         match self.open_beneath(rel, OFlags::PATH | OFlags::NOFOLLOW) {

@@ -16,6 +16,8 @@ pub mod limits;
 mod local;
 pub mod shard;
 
+pub(crate) use local::FileRef;
+
 use std::io;
 use std::path::Path;
 use std::time::SystemTime;

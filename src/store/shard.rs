@@ -208,7 +208,8 @@ impl Shard {
     }
 }
 
-enum ReadIndexError {
+/// Why an index could not be read: the file, or the index bytes.
+pub(crate) enum ReadIndexError {
     Io(std::io::Error),
     Index(IndexError),
 }
@@ -223,7 +224,7 @@ impl From<ReadIndexError> for ShardError {
 }
 
 /// Read, decode and validate the index of the block `base..base+len` of `file`.
-fn read_index(
+pub(crate) fn read_index(
     file: &dyn StoreFile,
     level: &ShardLevel,
     base: u64,

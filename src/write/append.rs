@@ -27,8 +27,10 @@ use rustix::fs::OFlags;
 use super::recover::{
     self, APPEND_SUFFIX, AppendRecord, Lock, Recovery, ShardDir, TEMP_SUFFIX, io_at, sibling,
 };
-use crate::format::index::{IndexLocation, index_region};
+use crate::format::index::IndexLocation;
 use crate::format::{ChunkRange, IndexError, ShardIndex, ShardLevel};
+use crate::store::FileRef;
+pub(crate) use crate::store::shard::ReadIndexError as ReadError;
 
 /// One inner-chunk slot change of a shard: new bytes (a range of the `packed` buffer
 /// given to [`apply`]) or deletion (`None`).
@@ -220,11 +222,6 @@ impl Current {
     }
 }
 
-pub(crate) enum ReadError {
-    Io(io::Error),
-    Index(IndexError),
-}
-
 /// Read, decode and validate the `level` index of the block `base..base+len` of `file`.
 pub(crate) fn read_index(
     file: &File,
@@ -232,25 +229,7 @@ pub(crate) fn read_index(
     base: u64,
     len: u64,
 ) -> Result<ShardIndex, ReadError> {
-    let n = level.n_chunks();
-    let index_len = level
-        .index_codecs
-        .encoded_len(n)
-        .ok_or(ReadError::Index(IndexError::TooLarge { n_chunks: n }))?;
-    let (start, end) =
-        index_region(level.index_location, len, index_len).map_err(ReadError::Index)?;
-    let mut buf = vec![0; index_len as usize];
-    file.read_exact_at(&mut buf, base + start)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::UnexpectedEof => ReadError::Index(IndexError::Truncated {
-                len,
-                need: index_len,
-            }),
-            _ => ReadError::Io(e),
-        })?;
-    let index = ShardIndex::decode(&buf, level.index_codecs, n).map_err(ReadError::Index)?;
-    index.validate(len, start, end).map_err(ReadError::Index)?;
-    Ok(index)
+    crate::store::shard::read_index(&FileRef(file), level, base, len)
 }
 
 /// Append the new chunk bytes and index to `file`: record, write, fsync, drop record.
@@ -443,7 +422,7 @@ pub(crate) fn rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::assemble_shard;
+    use crate::format::index::{assemble_shard, index_region};
     use crate::format::{Endian, IndexCodecs};
 
     fn level(location: IndexLocation, crc32c: bool) -> ShardLevel {
