@@ -126,11 +126,13 @@ impl Default for ViewConfig {
 /// What a chunk inode served at its last open: its range and the shard file's version.
 type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
 
-/// An open file.
+/// An open file. Cheap to clone: reads and writes clone it out of the handle table, so
+/// that no I/O happens under the table's lock.
+#[derive(Clone)]
 enum Handle {
-    Store(Box<dyn StoreFile>),
+    Store(Arc<dyn StoreFile>),
     /// A store file open for writing (outside arrays' key namespaces).
-    StoreRw(std::fs::File, PathBuf),
+    StoreRw(Arc<std::fs::File>, PathBuf),
     Bytes(Arc<Vec<u8>>),
     Chunk {
         shard: Arc<Shard>,
@@ -887,7 +889,7 @@ impl View {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::File { rel } => (
-                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?),
+                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
                 false,
             ),
             Node::ArrayMeta { array, file } => {
@@ -949,15 +951,14 @@ impl View {
 
     /// Read through the handle `open` returned.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let handles = self.handles.lock();
-        let handle = handles.get(&fh).ok_or(ViewError::StaleHandle(fh))?;
-        if let Handle::Chunk { shard, range } = handle {
-            // The shard read is I/O: not under the table's lock.
-            let (shard, range) = (shard.clone(), *range);
-            drop(handles);
-            return self.read_chunk(&shard, range, offset, size);
-        }
-        self.read_from(handle, offset, size)
+        let handle = self.handle(fh)?;
+        self.read_from(&handle, offset, size)
+    }
+
+    /// A copy of handle `fh`, taken out of the table's lock.
+    fn handle(&self, fh: u64) -> Result<Handle> {
+        let handle = self.handles.lock().get(&fh).cloned();
+        handle.ok_or(ViewError::StaleHandle(fh))
     }
 
     /// Read file `ino` without a handle: the kernel opened it without asking

@@ -38,7 +38,10 @@ impl View {
                     .write(true)
                     .create_new(true)
                     .open(self.root_path(&rel)?)?;
-                (Node::File { rel: rel.clone() }, Handle::StoreRw(f, rel))
+                (
+                    Node::File { rel: rel.clone() },
+                    Handle::StoreRw(std::sync::Arc::new(f), rel),
+                )
             }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let array = self.current(array);
@@ -66,14 +69,11 @@ impl View {
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
-        let handles = self.handles.lock();
-        match handles.get(&fh).ok_or(ViewError::StaleHandle(fh))? {
+        match self.handle(fh)? {
             Handle::StoreRw(f, _) => {
                 f.write_all_at(data, offset)?;
             }
             Handle::Scratch { file, .. } => {
-                let file = file.clone();
-                drop(handles);
                 let w = self.writer()?;
                 let mut f = file.lock();
                 let end = usize::try_from(offset).map_err(|_| ViewError::NoSpace)? + data.len();

@@ -272,7 +272,7 @@ impl View {
             Node::Stats => return Err(ViewError::ReadOnly),
             Node::File { rel } => {
                 let f = self.open_store_file(rel, truncate)?;
-                return Ok(Handle::StoreRw(f, rel.clone()));
+                return Ok(Handle::StoreRw(Arc::new(f), rel.clone()));
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -311,7 +311,7 @@ impl View {
                     .open(w.root.join(&rel))?;
                 f.write_all_at(&data, 0)?;
                 self.inodes.update(ino, Node::File { rel: rel.clone() });
-                return Ok(Handle::StoreRw(f, rel));
+                return Ok(Handle::StoreRw(Arc::new(f), rel));
             }
             Node::Scratch { path: p, .. } => {
                 let file = w.open_scratch(p).ok_or(ViewError::NotFound)?;
@@ -398,23 +398,14 @@ impl View {
     /// `close` returns — `release` comes later, asynchronously, and a writer like
     /// `cp -r` would already be creating the chunk files.
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
-        enum Pending {
-            Scratch(Node, Arc<Mutex<Scratch>>),
-            Metadata(PathBuf, MetaFile),
-        }
-        let pending = match self.handles.lock().get(&fh) {
-            Some(Handle::Scratch { node, file, .. }) => {
-                Some(Pending::Scratch(node.clone(), file.clone()))
-            }
-            Some(Handle::StoreRw(_, rel)) => self
-                .lands_on_close(rel)
-                .map(|f| Pending::Metadata(rel.parent().unwrap_or(Path::new("")).to_path_buf(), f)),
-            _ => None,
-        };
-        match pending {
-            Some(Pending::Scratch(node, file)) => self.commit_scratch(&node, &file),
-            Some(Pending::Metadata(dir, file)) => self.metadata_landed(&dir, file),
-            None => Ok(()),
+        let handle = self.handles.lock().get(&fh).cloned();
+        match handle {
+            Some(Handle::Scratch { node, file, .. }) => self.commit_scratch(&node, &file),
+            Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
+                Some(file) => self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file),
+                None => Ok(()),
+            },
+            _ => Ok(()),
         }
     }
 
