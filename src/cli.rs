@@ -116,16 +116,17 @@ pub struct MountArgs {
     /// Write the daemon's log here (otherwise a daemonized mount logs nowhere).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
-    /// Seconds the kernel may cache entries and attributes [default: 1, or 10 on a
-    /// read-only mount]. On a read-only mount this is also how long a change made to the
-    /// store outside the mount may go unseen (see --open-checks).
+    /// Seconds the kernel may cache entries and attributes [default: 10, or 1 with
+    /// --open-checks]. On a read-only mount this is also how long a change made to the
+    /// store outside the mount may go unseen (see --open-checks); a writable mount sees
+    /// it at the next open. A file added outside the mount is seen within 1 s.
     #[arg(long, value_name = "SECS")]
     pub ttl: Option<f64>,
     /// On a read-only mount, ask the daemon at every open (also `-o open_checks`), so a
-    /// change made to the store outside the mount is seen at the next open. By default a
-    /// read-only mount lets the kernel open files without asking, several times faster
-    /// for many small chunks, and sees such changes within --ttl. Writable mounts always
-    /// ask.
+    /// change made to the store outside the mount is seen at the next open; the TTL is
+    /// then 1 s unless given. By default a read-only mount lets the kernel open files
+    /// without asking, several times faster for many small chunks, and sees such changes
+    /// within --ttl. Writable mounts always ask at open.
     #[arg(long)]
     pub open_checks: bool,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16).
@@ -378,20 +379,13 @@ mod tests {
     }
 
     #[test]
-    fn read_only_mounts_cache_longer_unless_told() {
-        use crate::mount::{DEFAULT_TTL, READ_ONLY_TTL};
-        let ttl = |args: &[&str]| {
-            let o = mount_options(&mount_args(parse(args))).unwrap();
-            o.ttl_for(o.read_only)
-        };
+    fn open_checks_cache_shorter_unless_told() {
+        use crate::mount::{DEFAULT_TTL, OPEN_CHECKS_TTL};
+        let ttl = |args: &[&str]| mount_options(&mount_args(parse(args))).unwrap().ttl();
         assert_eq!(ttl(&["shardfs", "mount", "a", "b"]), DEFAULT_TTL);
         assert_eq!(
             ttl(&["shardfs", "mount", "a", "b", "-o", "ro"]),
-            READ_ONLY_TTL
-        );
-        assert_eq!(
-            ttl(&["shardfs", "mount", "a", "b", "--read-only"]),
-            READ_ONLY_TTL
+            DEFAULT_TTL
         );
         assert_eq!(
             ttl(&["shardfs", "mount", "a", "b", "-o", "ro", "--ttl", "2"]),
@@ -399,7 +393,19 @@ mod tests {
         );
         assert_eq!(
             ttl(&["shardfs", "mount", "a", "b", "-o", "ro,open_checks"]),
-            DEFAULT_TTL
+            OPEN_CHECKS_TTL
+        );
+        assert_eq!(
+            ttl(&[
+                "shardfs",
+                "mount",
+                "a",
+                "b",
+                "--open-checks",
+                "--ttl",
+                "0.5"
+            ]),
+            Duration::from_millis(500)
         );
     }
 }

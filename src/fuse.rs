@@ -17,10 +17,15 @@ use std::time::SystemTime;
 
 use crate::view::{Attr, Kind, Opened, View, ViewError};
 
+/// The longest the kernel caches the absence of a name: a chunk or file that another
+/// program adds to the store is seen within this, whatever `--ttl` is.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
     view: Arc<View>,
-    /// How long the kernel may cache entries and attributes (also negative entries).
+    /// How long the kernel may cache entries and attributes (negative entries: at most
+    /// [`NEGATIVE_TTL`]).
     ttl: Duration,
     /// Let the kernel open files without asking, where it can (read-only views only).
     kernel_opens: bool,
@@ -103,7 +108,7 @@ fn open_flags(o: &Opened) -> FopenFlags {
     f
 }
 
-/// A negative entry: inode 0 tells the kernel to cache the absence for the entry TTL,
+/// A negative entry: inode 0 tells the kernel to cache the absence for the TTL given,
 /// so repeated probes (`.zarray`, `.zattrs`, ...) do not reach the daemon.
 fn negative_attr() -> FileAttr {
     file_attr(&Attr {
@@ -142,7 +147,9 @@ impl Filesystem for ShardFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.view.lookup(parent.0, name) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(ViewError::NotFound) => reply.entry(&self.ttl, &negative_attr(), Generation(0)),
+            Err(ViewError::NotFound) => {
+                reply.entry(&self.ttl.min(NEGATIVE_TTL), &negative_attr(), Generation(0))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

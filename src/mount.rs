@@ -32,8 +32,8 @@ pub struct MountOptions {
     /// `atime`/`noatime`, `sync`/`async`, `dirsync`).
     pub flags: Vec<MountOption>,
     /// How long the kernel caches entries and attributes; `None`: [`DEFAULT_TTL`], or
-    /// [`READ_ONLY_TTL`] on a read-only mount without `open_checks` (see
-    /// [`MountOptions::ttl_for`]).
+    /// [`OPEN_CHECKS_TTL`] with `open_checks` (see [`MountOptions::ttl`]). Negative
+    /// entries are cached for at most [`crate::fuse::NEGATIVE_TTL`].
     pub ttl: Option<Duration>,
     /// FUSE worker threads.
     pub threads: usize,
@@ -49,26 +49,29 @@ pub struct MountOptions {
     pub compactor: CompactorChoice,
     /// Ask the daemon at every open even on a read-only mount (`-o open_checks`): a
     /// change made to the store outside the mount is then seen at the next open
-    /// (close-to-open), not up to `ttl` later. Writable mounts always ask.
+    /// (close-to-open), not up to `ttl` later, and the TTL defaults to
+    /// [`OPEN_CHECKS_TTL`]. Writable mounts always ask at open.
     pub open_checks: bool,
 }
 
-/// The entry and attribute TTL unless told otherwise.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(1);
+/// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
+/// files that takes longer than the TTL looks every file up again (a request each,
+/// several times the cost of a cached read), so it is long: what it delays is small.
+/// A writable mount checks a chunk's shard at every open anyway (close-to-open); a
+/// read-only one sees a changed file within the TTL; names that appear are seen within
+/// [`crate::fuse::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
+/// 60 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
-/// The TTL of a read-only mount unless told otherwise. Nothing is written through such a
-/// mount and the kernel opens its files itself, so the TTL is all it asks again for: a
-/// pass over an array's chunk files that takes longer than the TTL looks up every file
-/// again (a request each, several times the cost of a cached read). NFS keeps the
-/// attributes of unchanged files for up to 60 s.
-pub const READ_ONLY_TTL: Duration = Duration::from_secs(10);
+/// The TTL with `open_checks`, unless told otherwise: a mount that asks at every open is
+/// asked for freshness.
+pub const OPEN_CHECKS_TTL: Duration = Duration::from_secs(1);
 
 impl MountOptions {
-    /// The TTL a mount with these options uses; `read_only`: the mount refuses writes
-    /// (`-o ro`, or a store of the draft layout).
-    pub fn ttl_for(&self, read_only: bool) -> Duration {
-        self.ttl.unwrap_or(if read_only && !self.open_checks {
-            READ_ONLY_TTL
+    /// The entry and attribute TTL a mount with these options uses.
+    pub fn ttl(&self) -> Duration {
+        self.ttl.unwrap_or(if self.open_checks {
+            OPEN_CHECKS_TTL
         } else {
             DEFAULT_TTL
         })
@@ -204,7 +207,7 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let ttl = opts.ttl_for(opts.read_only || view.is_draft());
+        let ttl = opts.ttl();
         let fs = ShardFs::new(view.clone(), ttl, !opts.open_checks);
         let notifier = fs.notifier_slot();
         let session =

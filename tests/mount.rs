@@ -609,6 +609,54 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     assert_eq!(s["chunk_opens"], 3, "{s}");
 }
 
+/// A chunk that another program adds to a shard the mount has looked at (and found
+/// missing) shows up within the negative-entry TTL (1 s), however long `--ttl` is: a
+/// lookup that misses checks the shard on disk, and the kernel keeps the miss for at
+/// most 1 s.
+#[test]
+fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
+    use std::time::{Duration, Instant};
+    if !common::can_mount("a_chunk_added_outside_a_writable_mount_shows_up_within_a_second") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    // c/0/2 is empty, in a shard (c/0/1) that does not exist yet.
+    let (present, missing) = ("u16_default_sparse/c/0/0", "u16_default_sparse/c/0/2");
+    let opts = MountOptions {
+        ttl: Some(Duration::from_secs(60)),
+        ..MountOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&store, dir.path(), &opts).unwrap();
+    assert_eq!(std::fs::read(dir.path().join(present)).unwrap().len(), 24);
+    let err = std::fs::metadata(dir.path().join(missing)).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+
+    let added: Vec<u8> = (100..124).collect();
+    write_elsewhere(&store, missing, &added);
+    let made = Instant::now();
+    loop {
+        match std::fs::read(dir.path().join(missing)) {
+            Ok(got) => {
+                assert_eq!(got, added);
+                break;
+            }
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}"),
+        }
+        assert!(
+            made.elapsed() < Duration::from_secs(5),
+            "the added chunk was not seen 5 s after it was made (negative TTL 1 s, --ttl 60 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        std::fs::read(dir.path().join(present)).unwrap().len(),
+        24,
+        "the chunk beside it still reads"
+    );
+}
+
 /// A writable mount checks a chunk at every open (close-to-open): a chunk that another
 /// writer made longer reads whole at the next open, even while the kernel still caches
 /// the old size (a long TTL here).

@@ -91,20 +91,27 @@ fn plain_tool_patterns_land_in_the_shards() {
         fs::remove_file(p("c/4/0")).unwrap();
         expect.push(("c/4/0".into(), None));
         assert_eq!(errno_of(fs::metadata(p("c/4/0"))), libc::ENOENT);
-        // Scratch files under any name are fine; renames onto invalid keys are refused.
-        fs::write(p("c/3/99"), b"outside").unwrap();
-        assert_eq!(fs::read(p("c/3/99")).unwrap(), b"outside");
+        // A chunk key outside the grid is refused when created (its bytes could never
+        // be stored); scratch files under any other name are fine, and renames onto
+        // invalid keys are refused.
         assert_eq!(
-            errno_of(fs::rename(p("c/3/99"), p("c/3/5"))),
+            errno_of(fs::write(p("c/3/99"), b"outside")),
+            libc::EINVAL,
+            "column 99 lies outside the 5x5 grid"
+        );
+        assert_eq!(errno_of(fs::metadata(p("c/3/99"))), libc::ENOENT);
+        fs::write(p("c/3/99.tmp"), b"outside").unwrap();
+        assert_eq!(
+            errno_of(fs::rename(p("c/3/99.tmp"), p("c/3/5"))),
             libc::EINVAL,
             "column 5 lies outside the 5x5 grid"
         );
         assert_eq!(
-            errno_of(fs::rename(p("c/3/99"), p("c/9"))),
+            errno_of(fs::rename(p("c/3/99.tmp"), p("c/9"))),
             libc::EINVAL,
             "a key directory name is no chunk"
         );
-        fs::rename(p("c/3/99"), p("c/3/04")).unwrap(); // not a key (leading zero): a scratch name
+        fs::rename(p("c/3/99.tmp"), p("c/3/04")).unwrap(); // not a key (leading zero): a scratch name
         assert_eq!(fs::read(p("c/3/04")).unwrap(), b"outside");
         assert_eq!(errno_of(fs::create_dir(p("c/junk"))), libc::EINVAL);
         // Listings show staged chunks and hide deleted ones.

@@ -684,7 +684,12 @@ impl View {
                     coords,
                 }))
             }
-            KeyPath::Chunk(coords) => match self.chunk(array, &coords, false) {
+            // A miss is checked against the shard on disk (one `stat`): a chunk that
+            // another program added to a shard whose index is cached is found.
+            KeyPath::Chunk(coords) => match self.chunk(array, &coords, false).or_else(|e| match e {
+                ViewError::NotFound => self.chunk(array, &coords, true),
+                e => Err(e),
+            }) {
                 Ok(_) => Ok(Some(Node::Chunk {
                     array: array.clone(),
                     coords,

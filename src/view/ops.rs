@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::{Attr, Handle, MetaFile, Node, Opened, Result, View, ViewError};
 use crate::format::KeyPath;
 
-use super::write::write_atomically;
+use super::write::{Target, write_atomically};
 
 impl View {
     /// Create and open `name` in `parent`.
@@ -46,11 +46,17 @@ impl View {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let array = self.current(array);
                 self.writable(&array)?;
-                let file = self.writer()?.new_scratch(&path, Vec::new(), true, 1)?;
                 let parent = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
+                // A file at a chunk key outside the grid (or at a key directory's name)
+                // could never be committed: its bytes would be dropped at unmount.
+                if let Target::Invalid(why) = self.target(&array, parent.as_deref(), name)? {
+                    log::warn!("{}: refused: {why}", path.display());
+                    return Err(ViewError::Invalid(why));
+                }
+                let file = self.writer()?.new_scratch(&path, Vec::new(), true, 1)?;
                 let node = Node::Scratch {
                     path: path.clone(),
                     array,
@@ -76,12 +82,20 @@ impl View {
             Handle::Scratch { file, .. } => {
                 let w = self.writer()?;
                 let mut f = file.lock();
-                let end = usize::try_from(offset).map_err(|_| ViewError::NoSpace)? + data.len();
-                if end > f.data.len() {
-                    w.reserve((end - f.data.len()) as u64)?;
-                    f.data.resize(end, 0);
+                let start = usize::try_from(offset).map_err(|_| ViewError::NoSpace)?;
+                let end = start.checked_add(data.len()).ok_or(ViewError::NoSpace)?;
+                let len = f.data.len();
+                if end > len {
+                    w.reserve((end - len) as u64)?;
                 }
-                f.data[offset as usize..end].copy_from_slice(data);
+                // Bytes past the end are appended, not zero-filled and then overwritten
+                // (a 1 MiB chunk arrives in one request: the fill was a second pass).
+                if start > len {
+                    f.data.resize(start, 0);
+                }
+                let overlap = end.min(len).saturating_sub(start);
+                f.data[start..start + overlap].copy_from_slice(&data[..overlap]);
+                f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
             }
             _ => {
@@ -332,6 +346,11 @@ impl View {
                 return Err(ViewError::Unsupported(
                     "renaming directories is not supported; copy instead".into(),
                 ));
+            }
+            (Node::Scratch { path, .. }, _)
+                if let Some(node) = self.move_scratch_to_chunk(path, &nnode, newname)? =>
+            {
+                node
             }
             _ => {
                 let data = self.content(&src)?;

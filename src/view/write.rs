@@ -185,6 +185,20 @@ impl Writer {
         true
     }
 
+    /// Drop the name `path` and take its bytes, if no handle has the file open.
+    pub(super) fn take_scratch_if_closed(&self, path: &Path) -> Option<Vec<u8>> {
+        let mut map = self.scratch.lock();
+        let mut f = map.get(path)?.lock();
+        if f.opens > 0 {
+            return None;
+        }
+        let data = std::mem::take(&mut f.data);
+        drop(f);
+        map.remove(path);
+        self.unreserve(data.len() as u64);
+        Some(data)
+    }
+
     pub(super) fn reserve(&self, n: u64) -> Result<()> {
         let now = self.scratch_bytes.fetch_add(n, Ordering::Relaxed) + n;
         if now > self.scratch_limit {
@@ -571,6 +585,33 @@ impl View {
                 })
             }
         }
+    }
+
+    /// Rename a closed scratch file (a writer's temporary file) onto a chunk key: its
+    /// bytes are moved into staging, not copied. `None` when that is not the case (the
+    /// target is no chunk key, or a handle still has the file open); the caller then
+    /// copies. Refusals are those of [`View::put`], made before anything moves.
+    pub(super) fn move_scratch_to_chunk(
+        &self,
+        path: &Path,
+        dir: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        let (array, parent) = match dir {
+            Node::ArrayDir { array } => (array, None),
+            Node::KeyDir { array, coords } => (array, Some(coords.as_slice())),
+            _ => return Ok(None),
+        };
+        let Target::Chunk(coords) = self.target(array, parent, name)? else {
+            return Ok(None);
+        };
+        let array = self.current(array);
+        self.writable(&array)?;
+        let Some(data) = self.writer()?.take_scratch_if_closed(path) else {
+            return Ok(None);
+        };
+        self.commit_chunk(&array, coords.clone(), Some(data))?;
+        Ok(Some(Node::Chunk { array, coords }))
     }
 
     pub(super) fn commit_chunk(
