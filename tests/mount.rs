@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardfs::{Mount, MountOptions};
@@ -549,6 +549,28 @@ fn write_elsewhere(store: &Path, key: &str, bytes: &[u8]) {
     std::fs::write(w.path().join(key), bytes).unwrap();
 }
 
+/// A copy of the `zarr_basic` fixture, mounted; the mount is dropped (unmounted) first.
+struct BasicMount {
+    _mount: Mount,
+    dir: tempfile::TempDir,
+    store: PathBuf,
+    _copy: tempfile::TempDir,
+}
+
+impl BasicMount {
+    fn new(opts: &MountOptions) -> Self {
+        let copy = common::store_copy("zarr_basic");
+        let store = copy.path().join("s");
+        let dir = tempfile::tempdir().unwrap();
+        BasicMount {
+            _mount: Mount::new(&store, dir.path(), opts).unwrap(),
+            dir,
+            store,
+            _copy: copy,
+        }
+    }
+}
+
 /// A read-only mount lets the kernel open files without asking the daemon (FUSE no-open):
 /// no `FUSE_OPEN` per file, and a change made to the store outside the mount shows once
 /// the attribute TTL has passed. With `open_checks`, every open asks the daemon again.
@@ -560,15 +582,13 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     ) {
         return;
     }
-    let tmp = common::store_copy("zarr_basic");
-    let store = tmp.path().join("s");
     let key = "u16_default_sparse/c/1/1";
     let ro = MountOptions {
         ttl: Some(Duration::from_millis(200)),
         ..read_only()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let _ro = Mount::new(&store, dir.path(), &ro).unwrap();
+    let m = BasicMount::new(&ro);
+    let (store, dir) = (m.store.clone(), &m.dir);
     let before = std::fs::read(dir.path().join(key)).unwrap();
     assert_eq!(before.len(), 24);
     for _ in 0..3 {
@@ -619,16 +639,14 @@ fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
     if !common::can_mount("a_chunk_added_outside_a_writable_mount_shows_up_within_a_second") {
         return;
     }
-    let tmp = common::store_copy("zarr_basic");
-    let store = tmp.path().join("s");
     // c/0/2 is empty, in a shard (c/0/1) that does not exist yet.
     let (present, missing) = ("u16_default_sparse/c/0/0", "u16_default_sparse/c/0/2");
     let opts = MountOptions {
         ttl: Some(Duration::from_secs(60)),
         ..MountOptions::default()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let _m = Mount::new(&store, dir.path(), &opts).unwrap();
+    let m = BasicMount::new(&opts);
+    let (store, dir) = (m.store.clone(), &m.dir);
     assert_eq!(std::fs::read(dir.path().join(present)).unwrap().len(), 24);
     let err = std::fs::metadata(dir.path().join(missing)).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
@@ -669,15 +687,13 @@ fn an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes(
     ) {
         return;
     }
-    let tmp = common::store_copy("zarr_basic");
-    let store = tmp.path().join("s");
     let key = "u16_default_sparse/c/1/1";
     let opts = MountOptions {
         ttl: Some(Duration::from_secs(60)),
         ..MountOptions::default()
     };
-    let dir = tempfile::tempdir().unwrap();
-    let _m = Mount::new(&store, dir.path(), &opts).unwrap();
+    let m = BasicMount::new(&opts);
+    let (store, dir) = (m.store.clone(), &m.dir);
     assert_eq!(std::fs::read(dir.path().join(key)).unwrap().len(), 24);
     let grown: Vec<u8> = (0..48).collect();
     write_elsewhere(&store, key, &grown);
