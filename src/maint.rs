@@ -444,7 +444,7 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
                 .iter()
                 .map(|e| e.map(Source::Old))
                 .collect();
-            let (_, new_len) = append::rewrite(&dir, name, level, Some(file), &[], &sources)?;
+            let (_, new_len) = append::rewrite(&dir, name, level, Some(file), &sources)?;
             stats.shards_rewritten += 1;
             stats.bytes_reclaimed += cur.len.saturating_sub(new_len);
         }

@@ -65,9 +65,13 @@ impl Compactor for CpuCompactor {
         "cpu"
     }
 
+    fn packs_on_device(&self, _payload_bytes: u64) -> bool {
+        false
+    }
+
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {
         let total = plan::plan(batch, out)?;
-        scan_sizes(batch.sizes, &out.order, &mut out.offsets);
+        plan::scan_sizes(batch.sizes, &out.order, &mut out.offsets);
         debug_assert_eq!(out.offsets.last().copied(), Some(total));
         let gather = Gather {
             batch,
@@ -77,19 +81,6 @@ impl Compactor for CpuCompactor {
         };
         gather.run(&mut out.data, self.threads);
         Ok(())
-    }
-}
-
-/// Permute sizes into packed order and exclusive-scan them: `offsets` gets `n + 1`
-/// entries. Cannot overflow: `plan` bounded the sum.
-fn scan_sizes(sizes: &[u64], order: &[u32], offsets: &mut Vec<u64>) {
-    offsets.clear();
-    offsets.reserve(order.len() + 1);
-    let mut acc = 0u64;
-    offsets.push(acc);
-    for &i in order {
-        acc += sizes[i as usize];
-        offsets.push(acc);
     }
 }
 

@@ -211,6 +211,10 @@ impl Compactor for GpuCompactor {
         "gpu"
     }
 
+    fn packs_on_device(&self, _payload_bytes: u64) -> bool {
+        true
+    }
+
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {
         self.run(batch, out, false).map(|_| ())
     }

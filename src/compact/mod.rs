@@ -33,7 +33,10 @@
 //! driver ⇒ [`GpuUnavailable`], never a panic), staging through reused pinned buffers.
 //! Host to host, the GPU path costs two host copies (into pinned staging, out of the
 //! pinned result) against the CPU's one, so it pays off only where the host copies
-//! are cheap relative to the gather, or the data is already on the device.
+//! are cheap relative to the gather, or the data is already on the device. A caller
+//! that only writes the packed bytes to files can skip the host gather altogether:
+//! [`plan_layout`] gives the layout, and the write gathers (`pwritev`) from the
+//! chunks' own buffers; [`Compactor::packs_on_device`] says when to.
 //! [`AutoCompactor`] picks per batch with [`auto_prefers_gpu`].
 //!
 //! # Output layout
@@ -290,6 +293,25 @@ pub trait Compactor: Send + Sync {
     fn name(&self) -> &'static str;
     /// Replaces the contents of `out` with the packed batch.
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError>;
+    /// Whether [`Compactor::compact`] packs a batch of `payload_bytes` on a device (the
+    /// GPU). When it does not, its gather is one host copy of every byte, which a caller
+    /// about to write the chunks to a file can skip: [`plan_layout`], then a scatter
+    /// write from the chunks' own buffers.
+    fn packs_on_device(&self, payload_bytes: u64) -> bool;
+}
+
+/// Everything [`Compactor::compact`] produces but the packed bytes: `order`, `offsets`,
+/// `slots` and `shards` of `out` for chunks given by grid coordinates and sizes (as in
+/// [`StagedBatch`]), with `out.data` left empty. The chunk at packed position `j` is
+/// the caller's chunk `order[j]`; it would start at byte `offsets[j]` of the packed
+/// bytes. Same validation and errors as `compact`, less the source-range checks.
+pub fn plan_layout(
+    grid: &ShardGrid,
+    coords: &[u64],
+    sizes: &[u64],
+    out: &mut Packed,
+) -> Result<(), CompactError> {
+    plan::plan_layout(grid, coords, sizes, out)
 }
 
 /// Batches with at least this many payload bytes go to the GPU under
@@ -343,6 +365,10 @@ impl Default for AutoCompactor {
 impl Compactor for AutoCompactor {
     fn name(&self) -> &'static str {
         "auto"
+    }
+
+    fn packs_on_device(&self, payload_bytes: u64) -> bool {
+        self.gpu.is_some() && auto_prefers_gpu(payload_bytes)
     }
 
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {

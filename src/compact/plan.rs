@@ -3,9 +3,10 @@
 //! Owns validation of a [`StagedBatch`] and the lifted-stride keys: fills
 //! `Packed::{order, slots, shards}` and returns the payload size. Does not touch
 //! `Packed::{data, offsets}` (the size scan and the gather are the implementations'
-//! work, on the CPU or the GPU).
+//! work, on the CPU or the GPU), except in [`plan_layout`], the whole compaction but
+//! the gather, for callers that write each chunk from its own buffer.
 
-use super::{CompactError, Packed, ShardRun, StagedBatch};
+use super::{CompactError, Packed, ShardGrid, ShardRun, StagedBatch};
 
 /// Grid facts derived once per batch.
 struct Lifted {
@@ -16,8 +17,7 @@ struct Lifted {
     key_space: u64,
 }
 
-fn lift(batch: &StagedBatch<'_>) -> Result<Lifted, CompactError> {
-    let grid = batch.grid;
+fn lift(grid: &ShardGrid) -> Result<Lifted, CompactError> {
     if grid.chunk_counts.len() != grid.chunks_per_shard.len() {
         return Err(CompactError::GridRankMismatch {
             chunk_counts: grid.chunk_counts.len(),
@@ -54,21 +54,8 @@ fn check_shapes(batch: &StagedBatch<'_>) -> Result<u64, CompactError> {
             got: batch.src_offsets.len(),
         });
     }
-    let want_coords = n
-        .checked_mul(batch.grid.rank())
-        .ok_or(CompactError::TooManyChunks { n })?;
-    if batch.coords.len() != want_coords {
-        return Err(CompactError::LengthMismatch {
-            what: "coords",
-            expected: want_coords,
-            got: batch.coords.len(),
-        });
-    }
-    if u32::try_from(n).is_err() {
-        return Err(CompactError::TooManyChunks { n });
-    }
+    check_counts(batch.grid, batch.coords, n)?;
     let data_len = batch.data.len();
-    let mut total = 0u64;
     for (index, (&offset, &size)) in batch.src_offsets.iter().zip(batch.sizes).enumerate() {
         let end = offset.checked_add(size);
         if end.is_none_or(|e| e > data_len as u64) {
@@ -79,9 +66,32 @@ fn check_shapes(batch: &StagedBatch<'_>) -> Result<u64, CompactError> {
                 data_len,
             });
         }
-        // Cannot overflow: every range lies in `data`, but many may overlap.
-        total = total.saturating_add(size);
     }
+    payload(batch.sizes)
+}
+
+/// `n` chunks: `n` coordinates of the grid's rank, and few enough for the `u32` order.
+fn check_counts(grid: &ShardGrid, coords: &[u64], n: usize) -> Result<(), CompactError> {
+    let want_coords = n
+        .checked_mul(grid.rank())
+        .ok_or(CompactError::TooManyChunks { n })?;
+    if coords.len() != want_coords {
+        return Err(CompactError::LengthMismatch {
+            what: "coords",
+            expected: want_coords,
+            got: coords.len(),
+        });
+    }
+    if u32::try_from(n).is_err() {
+        return Err(CompactError::TooManyChunks { n });
+    }
+    Ok(())
+}
+
+/// The sum of `sizes`, if the packed bytes could be held in memory.
+fn payload(sizes: &[u64]) -> Result<u64, CompactError> {
+    // Saturating: sources may overlap, so the sum may exceed any one buffer.
+    let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
     if total > isize::MAX as u64 {
         return Err(CompactError::PayloadTooLarge { total });
     }
@@ -91,10 +101,52 @@ fn check_shapes(batch: &StagedBatch<'_>) -> Result<u64, CompactError> {
 /// Validates `batch`, fills `out.order`, `out.slots` and `out.shards`, and returns
 /// the payload size (the future `offsets[n]`).
 pub(crate) fn plan(batch: &StagedBatch<'_>, out: &mut Packed) -> Result<u64, CompactError> {
-    let lifted = lift(batch)?;
+    let lifted = lift(batch.grid)?;
     let total = check_shapes(batch)?;
+    arrange(batch.grid, batch.coords, batch.sizes.len(), &lifted, out)?;
+    Ok(total)
+}
+
+/// [`plan`] for chunks given by coordinates and sizes alone (no source buffer), plus the
+/// size scan: everything of a compaction but the gather. `out.data` is left empty.
+pub(crate) fn plan_layout(
+    grid: &ShardGrid,
+    coords: &[u64],
+    sizes: &[u64],
+    out: &mut Packed,
+) -> Result<(), CompactError> {
+    let lifted = lift(grid)?;
+    check_counts(grid, coords, sizes.len())?;
+    payload(sizes)?;
+    arrange(grid, coords, sizes.len(), &lifted, out)?;
+    scan_sizes(sizes, &out.order, &mut out.offsets);
+    out.data.clear();
+    Ok(())
+}
+
+/// Permute sizes into packed order and exclusive-scan them: `offsets` gets `n + 1`
+/// entries. Cannot overflow: [`payload`] bounded the sum.
+pub(crate) fn scan_sizes(sizes: &[u64], order: &[u32], offsets: &mut Vec<u64>) {
+    offsets.clear();
+    offsets.reserve(order.len() + 1);
+    let mut acc = 0u64;
+    offsets.push(acc);
+    for &i in order {
+        acc += sizes[i as usize];
+        offsets.push(acc);
+    }
+}
+
+/// Keys, order, slots and shard runs of `n` chunks at `coords` (already checked).
+fn arrange(
+    grid: &ShardGrid,
+    coords: &[u64],
+    n: usize,
+    lifted: &Lifted,
+    out: &mut Packed,
+) -> Result<(), CompactError> {
     let keys = &mut out.keys;
-    compute_keys(batch, &lifted, keys)?;
+    compute_keys(grid, coords, n, lifted, keys)?;
     fill_order(keys, lifted.key_space, &mut out.sort_buf, &mut out.order)?;
 
     // Walk the sorted keys: a new run starts wherever the shard changes.
@@ -123,22 +175,23 @@ pub(crate) fn plan(batch: &StagedBatch<'_>, out: &mut Packed) -> Result<u64, Com
         out.shards[runs - 1].end = out.order.len();
     }
     out.shards.truncate(runs);
-    Ok(total)
+    Ok(())
 }
 
 /// `keys[i]` = ravel(s_0..s_{D-1}, w_0..w_{D-1}) over (shard_counts.., chunks_per_shard..),
 /// computed as `ravel(s) * slots_per_shard + ravel(w)`.
 fn compute_keys(
-    batch: &StagedBatch<'_>,
+    grid: &ShardGrid,
+    coords: &[u64],
+    n: usize,
     lifted: &Lifted,
     keys: &mut Vec<u64>,
 ) -> Result<(), CompactError> {
-    let grid = batch.grid;
     let rank = grid.rank();
     keys.clear();
-    keys.reserve(batch.sizes.len());
-    for index in 0..batch.sizes.len() {
-        let coords = &batch.coords[index * rank..(index + 1) * rank];
+    keys.reserve(n);
+    for index in 0..n {
+        let coords = &coords[index * rank..(index + 1) * rank];
         let (mut shard, mut slot) = (0u64, 0u64);
         for (dim, &t) in coords.iter().enumerate() {
             let count = grid.chunk_counts[dim];

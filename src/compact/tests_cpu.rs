@@ -433,3 +433,46 @@ fn alignment_matrix_matches_reference() {
     }
     assert_eq!(pairs.len(), 256);
 }
+
+#[test]
+fn plan_layout_is_compact_without_the_bytes() {
+    let mut rng = Rng::new(11);
+    for rank in 0..4 {
+        for scenario in Scenario::ALL {
+            let b = random_batch(&mut rng, rank, scenario);
+            let v = b.view();
+            // A reused output: the stale bytes must go.
+            let mut planned = Packed {
+                data: vec![1; 7],
+                ..Packed::default()
+            };
+            super::plan_layout(v.grid, v.coords, v.sizes, &mut planned).unwrap();
+            let mut want = run_owned(&b);
+            assert!(planned.data.is_empty());
+            want.data.clear();
+            assert_same(&planned, &want, "plan_layout");
+        }
+    }
+    // The same errors as `compact`, from the same checks.
+    let grid = ShardGrid::new(vec![4, 4], vec![2, 2]);
+    let mut out = Packed::default();
+    assert!(matches!(
+        super::plan_layout(&grid, &[1, 1, 3, 0, 1, 1], &[1, 1, 1], &mut out),
+        Err(CompactError::DuplicateChunk {
+            first: 0,
+            second: 2
+        })
+    ));
+    assert!(matches!(
+        super::plan_layout(&grid, &[0, 0, 4, 0], &[1, 1], &mut out),
+        Err(CompactError::ChunkOutOfGrid { index: 1, .. })
+    ));
+    assert!(matches!(
+        super::plan_layout(&grid, &[0, 0, 1], &[1, 1], &mut out),
+        Err(CompactError::LengthMismatch { what: "coords", .. })
+    ));
+    assert!(matches!(
+        super::plan_layout(&grid, &[0, 0, 1, 1], &[u64::MAX, u64::MAX], &mut out),
+        Err(CompactError::PayloadTooLarge { .. })
+    ));
+}

@@ -17,7 +17,7 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IoSlice, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -86,11 +86,11 @@ impl WriteError {
 
 /// Where the bytes of one slot of a shard being written come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Source {
+pub(crate) enum Source<'a> {
     /// A chunk of the current shard file.
     Old(ChunkRange),
-    /// A range of the caller's buffer.
-    New(Range<usize>),
+    /// The caller's bytes.
+    New(&'a [u8]),
 }
 
 /// Apply `updates` to the shard file `root/rel` (outermost sharding level `level`),
@@ -103,27 +103,42 @@ pub fn apply(
     packed: &[u8],
     updates: &[ChunkUpdate],
 ) -> Result<AppendOutcome, WriteError> {
+    let mut slices = Vec::with_capacity(updates.len());
+    for u in updates {
+        let data = match &u.data {
+            Some(r) if r.start > r.end || r.end > packed.len() => {
+                return Err(WriteError::BadUpdate(format!(
+                    "bytes {r:?} of a {}-byte buffer",
+                    packed.len()
+                )));
+            }
+            Some(r) => Some(&packed[r.clone()]),
+            None => None,
+        };
+        slices.push((u.slot, data));
+    }
+    apply_slices(root, rel, level, &slices)
+}
+
+/// [`apply`] with each slot's new bytes in a buffer of their own (`(slot, None)`
+/// deletes the slot): the bytes go to the shard in slot order with one vectored write,
+/// so a caller holding the chunks in separate buffers need not pack them first.
+pub fn apply_slices(
+    root: &Path,
+    rel: &Path,
+    level: &ShardLevel,
+    updates: &[(usize, Option<&[u8]>)],
+) -> Result<AppendOutcome, WriteError> {
     let (dir_rel, name) = recover::split_rel(rel)?;
     let n = usize::try_from(level.n_chunks())
         .map_err(|_| WriteError::BadUpdate("index too large".into()))?;
-    for u in updates {
-        if u.slot >= n {
-            return Err(WriteError::BadUpdate(format!(
-                "slot {} of a shard with {n} chunks",
-                u.slot
-            )));
-        }
-        if let Some(r) = &u.data
-            && (r.start > r.end || r.end > packed.len())
-        {
-            return Err(WriteError::BadUpdate(format!(
-                "bytes {r:?} of a {}-byte buffer",
-                packed.len()
-            )));
-        }
+    if let Some((slot, _)) = updates.iter().find(|(slot, _)| *slot >= n) {
+        return Err(WriteError::BadUpdate(format!(
+            "slot {slot} of a shard with {n} chunks"
+        )));
     }
     // Only new bytes create directories; deletions in a missing directory are no-ops.
-    let create = updates.iter().any(|u| u.data.is_some());
+    let create = updates.iter().any(|(_, data)| data.is_some());
     let Some(dir) = ShardDir::open(root, dir_rel, create, Lock::Exclusive)? else {
         return Ok(AppendOutcome {
             index: ShardIndex::empty(n),
@@ -153,9 +168,9 @@ pub fn apply(
         .map(|e| e.map(Source::Old))
         .collect();
     let mut changed = false;
-    for u in updates {
-        changed |= u.data.is_some() || sources[u.slot].is_some();
-        sources[u.slot] = u.data.clone().map(Source::New);
+    for &(slot, data) in updates {
+        changed |= data.is_some() || sources[slot].is_some();
+        sources[slot] = data.map(Source::New);
     }
     if !changed {
         return Ok(outcome);
@@ -171,13 +186,13 @@ pub fn apply(
     outcome.removed = false;
     match (&cur.file, level.index_location) {
         (Some(file), IndexLocation::End) => {
-            let (index, new_len) = append(&dir, name, file, cur.len, level, packed, &sources)?;
+            let (index, new_len) = append(&dir, name, file, cur.len, level, &sources)?;
             outcome.bytes_written = new_len - cur.len;
             outcome.index = index;
             outcome.new_len = new_len;
         }
         (old, _) => {
-            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), packed, &sources)?;
+            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), &sources)?;
             outcome.bytes_written = new_len;
             outcome.index = index;
             outcome.new_len = new_len;
@@ -232,43 +247,42 @@ pub(crate) fn read_index(
     crate::store::shard::read_index(&FileRef(file), level, base, len)
 }
 
-/// Append the new chunk bytes and index to `file`: record, write, fsync, drop record.
+/// Append the new chunk bytes (in slot order) and index to `file`: record, write,
+/// fsync, drop record.
 fn append(
     dir: &ShardDir,
     name: &OsStr,
     file: &File,
     old_len: u64,
     level: &ShardLevel,
-    packed: &[u8],
     sources: &[Option<Source>],
 ) -> Result<(ShardIndex, u64), WriteError> {
-    // Only the span of `packed` this shard's updates use is written (a caller may pass one
-    // buffer for many shards); a gap inside it becomes dead space.
-    let news = sources.iter().flatten().filter_map(|s| match s {
-        Source::New(r) => Some(r),
-        Source::Old(_) => None,
-    });
-    let lo = news.clone().map(|r| r.start).min().unwrap_or(0);
-    let hi = news.map(|r| r.end).max().unwrap_or(lo);
-    let data = &packed[lo..hi];
+    let mut tail: Vec<&[u8]> = Vec::new();
+    let mut at = old_len;
     let entries = sources
         .iter()
         .map(|s| match s {
             None => None,
             Some(Source::Old(r)) => Some(*r),
-            Some(Source::New(r)) => Some(ChunkRange {
-                offset: old_len + (r.start - lo) as u64,
-                nbytes: r.len() as u64,
-            }),
+            Some(Source::New(b)) => {
+                tail.push(b);
+                let r = ChunkRange {
+                    offset: at,
+                    nbytes: b.len() as u64,
+                };
+                at += r.nbytes;
+                Some(r)
+            }
         })
         .collect();
     let index = ShardIndex::from_entries(entries);
     let encoded = index.encode(level.index_codecs);
-    let new_len = old_len + data.len() as u64 + encoded.len() as u64;
+    tail.push(&encoded);
+    let new_len = at + encoded.len() as u64;
     let record = AppendRecord {
         old_len,
         new_len,
-        tail_crc: crc32c::crc32c_append(crc32c::crc32c(data), &encoded),
+        tail_crc: tail.iter().fold(0, |crc, b| crc32c::crc32c_append(crc, b)),
     };
     let rec_name = sibling(name, APPEND_SUFFIX);
     let path = dir.path_of(name);
@@ -294,10 +308,7 @@ fn append(
     }
 
     // 2. Chunk bytes, then the index, after the last byte; fsync. This is the commit.
-    let wrote = file
-        .write_all_at(data, old_len)
-        .and_then(|()| file.write_all_at(&encoded, old_len + data.len() as u64))
-        .and_then(|()| file.sync_all());
+    let wrote = write_all_vectored_at(file, &tail, old_len).and_then(|()| file.sync_all());
     if let Err(e) = wrote {
         // Undo now rather than at the next recovery; if that fails too, the record stays
         // and recovery rolls back later.
@@ -357,12 +368,11 @@ pub(crate) fn rewrite(
     name: &OsStr,
     level: &ShardLevel,
     old: Option<&File>,
-    packed: &[u8],
     sources: &[Option<Source>],
 ) -> Result<(ShardIndex, u64), WriteError> {
     let size = |s: &Source| match s {
         Source::Old(r) => r.nbytes,
-        Source::New(r) => r.len() as u64,
+        Source::New(b) => b.len() as u64,
     };
     let index = packed_index(level, sources.iter().map(|s| s.as_ref().map(size)));
     let encoded = index.encode(level.index_codecs);
@@ -389,7 +399,7 @@ pub(crate) fn rewrite(
         let mut buf = Vec::new();
         for s in sources.iter().flatten() {
             match s {
-                Source::New(r) => out.write_all(&packed[r.clone()])?,
+                Source::New(b) => out.write_all(b)?,
                 Source::Old(r) => {
                     let old = old.ok_or(io::ErrorKind::NotFound)?;
                     let mut at = r.offset;
@@ -417,6 +427,39 @@ pub(crate) fn rewrite(
         return Err(e);
     }
     Ok((index, new_len))
+}
+
+/// All of `bufs`, in order, at `offset` of `file`: `pwritev`, resumed after a short
+/// write, at most `IOV_MAX` buffers a call.
+fn write_all_vectored_at(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+    const IOV_MAX: usize = 1024; // Linux's UIO_MAXIOV
+    let mut bufs: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+    let mut first = 0;
+    while first < bufs.len() {
+        let iov: Vec<IoSlice> = bufs[first..]
+            .iter()
+            .take(IOV_MAX)
+            .map(|b| IoSlice::new(b))
+            .collect();
+        let mut n = match rustix::io::pwritev(file, &iov, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        offset += n as u64;
+        while n > 0 {
+            let b = bufs[first];
+            if n >= b.len() {
+                n -= b.len();
+                first += 1;
+            } else {
+                bufs[first] = &b[n..];
+                n = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -508,5 +551,46 @@ mod tests {
         let noop = apply(root.path(), rel, &l, b"", &[upd(0, None)]).unwrap();
         assert_eq!(noop.bytes_written, 0);
         assert_eq!(std::fs::read(root.path().join(rel)).unwrap(), before);
+    }
+
+    #[test]
+    fn a_vectored_append_of_more_buffers_than_one_call_takes() {
+        // 1500 new chunks (more than IOV_MAX buffers, some empty) in one append, from
+        // separate buffers: every slot reads back its own bytes, the record is gone.
+        let root = tempfile::tempdir().unwrap();
+        let l = ShardLevel {
+            chunk_shape: vec![1],
+            chunks_per_shard: vec![2000],
+            index_codecs: IndexCodecs {
+                endian: Endian::Little,
+                crc32c: true,
+            },
+            index_location: IndexLocation::End,
+        };
+        let rel = Path::new("c/0");
+        apply_slices(root.path(), rel, &l, &[(1999, Some(b"last".as_slice()))]).unwrap();
+        let chunks: Vec<Vec<u8>> = (0..1500u32)
+            .map(|i| i.to_le_bytes()[..(i % 4) as usize].to_vec())
+            .collect();
+        let updates: Vec<(usize, Option<&[u8]>)> = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, Some(c.as_slice())))
+            .collect();
+        let out = apply_slices(root.path(), rel, &l, &updates).unwrap();
+        assert!(!out.rewritten);
+        let payload: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+        assert_eq!(out.bytes_written, payload + l.index_len());
+        let file = std::fs::read(root.path().join(rel)).unwrap();
+        assert_eq!(file.len() as u64, out.new_len);
+        let slot = |i: u64| {
+            let r = out.index.get(i).unwrap();
+            &file[r.offset as usize..r.end() as usize]
+        };
+        for (i, c) in chunks.iter().enumerate() {
+            assert_eq!(slot(i as u64), &c[..], "slot {i}");
+        }
+        assert_eq!(slot(1999), b"last");
+        assert_eq!(std::fs::read_dir(root.path().join("c")).unwrap().count(), 1);
     }
 }

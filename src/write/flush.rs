@@ -1,6 +1,9 @@
-//! Flushing an array: its staged chunks are packed shard-major by the [`Compactor`] (the
+//! Flushing an array: its staged chunks are ordered shard-major by the [`Compactor`] (the
 //! seed's aggregate-by-shard step), then each touched shard gets one crash-safe update
-//! (`append::apply`): the packed bytes plus a fresh index.
+//! (`append::apply_slices`): its chunks' bytes plus a fresh index. On the GPU the
+//! compactor packs a copy of the batch and the shards are written from its result; on
+//! the host only the layout is planned and each shard's write gathers the bytes straight
+//! from the staged buffers, so a flush copies every byte once (into the page cache).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,9 +13,9 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::append::{self, ChunkUpdate};
+use super::append;
 use super::staging::{Staged, Staging};
-use crate::compact::{Compactor, Packed, ShardGrid, StagedBatch};
+use crate::compact::{self, Compactor, Packed, ShardGrid, StagedBatch};
 use crate::view::ShardedArray;
 
 /// Why a flush failed. The staged chunks are kept and retried by the next flush.
@@ -116,40 +119,57 @@ impl Flusher {
             .iter()
             .filter_map(|(c, s)| s.as_ref().map(|b| (c, b)))
             .collect();
-        let mut data = Vec::with_capacity(writes.iter().map(|(_, b)| b.len()).sum());
         let mut coords = Vec::with_capacity(writes.len() * layout.ndim());
-        let (mut src_offsets, mut sizes) = (Vec::new(), Vec::new());
+        let mut sizes = Vec::with_capacity(writes.len());
         for (c, b) in &writes {
             coords.extend_from_slice(c);
-            src_offsets.push(data.len() as u64);
             sizes.push(b.len() as u64);
-            data.extend_from_slice(b);
         }
+        let payload: u64 = sizes.iter().sum();
         let grid = ShardGrid::new(
             layout.chunk_counts().to_vec(),
             layout.inner_per_shard().to_vec(),
         );
-        let batch = StagedBatch {
-            grid: &grid,
-            coords: &coords,
-            data: &data,
-            src_offsets: &src_offsets,
-            sizes: &sizes,
-        };
         let mut packed = self.packed.lock();
         let t = Instant::now();
-        self.compactor
-            .compact(&batch, &mut packed)
-            .map_err(|e| FlushError::Compact {
-                array: array.rel.clone(),
-                err: e.to_string(),
-            })?;
+        let on_device = self.compactor.packs_on_device(payload);
+        let compacted = if on_device {
+            // The device packs a copy of the batch; the shards get slices of its result.
+            let mut data = Vec::with_capacity(payload as usize);
+            let mut src_offsets = Vec::with_capacity(writes.len());
+            for (_, b) in &writes {
+                src_offsets.push(data.len() as u64);
+                data.extend_from_slice(b);
+            }
+            let batch = StagedBatch {
+                grid: &grid,
+                coords: &coords,
+                data: &data,
+                src_offsets: &src_offsets,
+                sizes: &sizes,
+            };
+            self.compactor.compact(&batch, &mut packed)
+        } else {
+            // On the host the gather would be one more copy of every byte: plan only, and
+            // let each shard's write gather from the staged buffers (`pwritev`).
+            compact::plan_layout(&grid, &coords, &sizes, &mut packed)
+        };
+        compacted.map_err(|e| FlushError::Compact {
+            array: array.rel.clone(),
+            err: e.to_string(),
+        })?;
         self.counters
             .compact_ns
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.counters
-            .bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.counters.bytes.fetch_add(payload, Ordering::Relaxed);
+        // The bytes of the chunk at packed position `j`.
+        let chunk = |j: usize| -> &[u8] {
+            if on_device {
+                packed.chunk_bytes(j)
+            } else {
+                writes[packed.order[j] as usize].1
+            }
+        };
 
         // Per shard: the packed run (if any) and the deletions.
         let mut per_shard: BTreeMap<Vec<u64>, (Option<usize>, Vec<usize>)> = BTreeMap::new();
@@ -169,27 +189,15 @@ impl Flusher {
         let level = &layout.levels[0];
         let mut written = Vec::with_capacity(per_shard.len());
         for (shard, (run, deletes)) in per_shard {
-            let mut updates: Vec<ChunkUpdate> = deletes
-                .into_iter()
-                .map(|slot| ChunkUpdate { slot, data: None })
-                .collect();
-            let bytes: &[u8] = match run {
-                Some(r) => {
-                    let run = &packed.shards[r];
-                    let base = packed.offsets[run.first];
-                    for j in run.positions() {
-                        let start = (packed.offsets[j] - base) as usize;
-                        updates.push(ChunkUpdate {
-                            slot: packed.slots[j] as usize,
-                            data: Some(start..start + packed.chunk_len(j) as usize),
-                        });
-                    }
-                    packed.run_bytes(run)
+            let mut updates: Vec<(usize, Option<&[u8]>)> =
+                deletes.into_iter().map(|slot| (slot, None)).collect();
+            if let Some(r) = run {
+                for j in packed.shards[r].positions() {
+                    updates.push((packed.slots[j] as usize, Some(chunk(j))));
                 }
-                None => &[],
-            };
+            }
             let rel = array.shard_rel(&shard);
-            append::apply(&self.root, &rel, level, bytes, &updates)?;
+            append::apply_slices(&self.root, &rel, level, &updates)?;
             written.push(rel);
         }
         Ok(written)
