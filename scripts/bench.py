@@ -24,7 +24,11 @@ unsharded twin (one plain file per chunk, the same bytes), then measures:
   to the disk (/proc/PID/io write_bytes) per payload byte;
 * metadata: `find` and `ls -R` of an array with 100,000 chunks (10,000 shards), mount
   vs twin; the time `shardfs mount` takes to return for that store of 10,000 shards;
-* memory: the daemon's peak anonymous RSS (RssAnon sampled every 2 ms) in every case.
+* memory: the daemon's peak anonymous RSS (RssAnon sampled every 2 ms) in every case;
+* the FUSE floor: warm read all (writable-mount pass) and the chunk-by-chunk writer
+  through `examples/fuse_floor`, a FUSE file system that keeps names and sizes and
+  nothing else: what the kernel round trips alone cost here, against shardfs and
+  against plain files.
 
 Prints a table of medians with "speed vs baseline" (>1: shardfs faster; throughput
 ratio, or baseline time / shardfs time) and writes it, with the machine, into a section
@@ -63,6 +67,7 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 REPO = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 BIN = TARGET / "release" / "shardfs"
+FLOOR = TARGET / "release" / "examples" / "fuse_floor"
 MIB = 1 << 20
 
 
@@ -335,6 +340,44 @@ class Mount:
         self.close()
 
 
+class Floor:
+    """`examples/fuse_floor MIRROR MNT`: a FUSE file system that keeps names and sizes
+    and nothing else, set up and replying as shardfs does where speed is concerned. What
+    a case costs through it is what the kernel round trips alone cost on this machine."""
+
+    def __init__(self, mirror: Path, mnt: Path):
+        mnt.mkdir(parents=True, exist_ok=True)
+        self.mnt = mnt
+        self.proc = subprocess.Popen([str(FLOOR), str(mirror), str(mnt)],
+                                     stdin=subprocess.DEVNULL)
+        LIVE_MOUNTS.append(self)
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"fuse_floor did not mount {mnt}")
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        if self in LIVE_MOUNTS:
+            LIVE_MOUNTS.remove(self)
+        if is_mounted(self.mnt):
+            subprocess.run(["umount", str(self.mnt)], capture_output=True)
+        if is_mounted(self.mnt):
+            subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def wait_daemon_gone(mnt: Path, timeout: float = 30) -> None:
     """Wait until no `shardfs mount ... MNT` process is left. `shardfs unmount` returns
     once the kernel mount is gone, before the daemon has finished its flush and exited:
@@ -512,6 +555,9 @@ class Bench:
             self.log(f"{label}{kind} read all warm: mount "
                      f"{mib / statistics.median(warm_m):.0f} MiB/s, "
                      f"plain {mib / statistics.median(warm_p):.0f} MiB/s")
+            if not ro:
+                self.floor_reads(g, twin, rel, plain_paths, label, mib,
+                                 statistics.median(warm_m))
 
             za_m, za_d, za_t = [], [], []
             direct = zarr.open_array(str(store / "arr"), mode="r")
@@ -555,6 +601,25 @@ class Bench:
                                  False, None, s.peak / MIB, f"{n} distinct chunks"))
         self.log(f"{label}{kind} random p50: mount {pct(lat_m, .5) * 1e3:.2f} ms, "
                  f"plain {pct(lat_p, .5) * 1e3:.2f} ms")
+
+    def floor_reads(self, g: Geometry, twin: Path, rel: list[str], plain_paths: list[str],
+                    label: str, mib: float, mount_s: float) -> None:
+        """Warm read all through the FUSE floor (every open asks its daemon, as on a
+        writable shardfs mount), against the same plain files."""
+        reps = self.args.reps
+        with Floor(twin, self.root / "mnt" / "floor") as f:
+            paths = [str(f.mnt / r) for r in rel]
+            read_all(paths, g.chunk_bytes)
+            floor, plain = [], []
+            for _ in range(reps):
+                plain.append(read_all(plain_paths, g.chunk_bytes))
+                floor.append(read_all(paths, g.chunk_bytes))
+        fl, pl = statistics.median(floor), statistics.median(plain)
+        self.rows.append(Row("read all, warm", label, "MiB/s", mib / mount_s, mib / fl,
+                             "FUSE floor", True, None, None,
+                             f"the floor against plain files: {pl / fl:.3f}×"))
+        self.log(f"{label} read all warm: FUSE floor {mib / fl:.0f} MiB/s, "
+                 f"plain {mib / pl:.0f} MiB/s ({pl / fl:.3f}×)")
 
     # -- writes --------------------------------------------------------------------
 
@@ -624,9 +689,17 @@ class Bench:
             dt = time.perf_counter() - t
             return dt, (proc_io("self")["write_bytes"] - io0) / payload
 
+        def via_floor() -> tuple[float, float]:
+            empty = d / "floor-mirror"
+            empty.mkdir(parents=True, exist_ok=True)
+            with Floor(empty, self.root / "mnt" / "wfloor") as f:
+                t = time.perf_counter()
+                put_files(f.mnt / "arr")
+                return time.perf_counter() - t, 0.0
+
         res: dict[str, list[tuple[float, float]]] = {k: [] for k in
                                                      ("via", "zvia", "plain", "psync", "zplain",
-                                                      "direct", "staged")}
+                                                      "direct", "staged", "floor")}
         rss = 0
         for r in range(reps):
             for name, put in (("via", put_files), ("zvia", put_zarr)):
@@ -635,6 +708,7 @@ class Bench:
                 if name == "via":
                     res["staged"].append((written, amp))
                 rss = max(rss, peak)
+            res["floor"].append(via_floor())
             res["plain"].append(here(plain / f"p{r}", put_files))
             res["psync"].append(here(plain / f"ps{r}", put_files, sync=True))
             res["zplain"].append(here(plain / f"zp{r}", put_zarr))
@@ -652,15 +726,20 @@ class Bench:
             ("write chunk by chunk, tmp+rename", "via", "direct", "zarr-python on shards", 10.0),
             ("write chunk by chunk, tmp+rename", "via", "plain", "plain files", 0.5),
             ("write chunk by chunk, tmp+rename", "via", "psync", "plain files + syncfs", None),
+            ("write chunk by chunk, tmp+rename", "via", "floor", "FUSE floor", None),
             ("write chunk by chunk, tmp+rename, until the last rename (before the flush)",
              "staged", "plain", "plain files", None),
+            ("write chunk by chunk, tmp+rename, until the last rename (before the flush)",
+             "staged", "floor", "FUSE floor", None),
             ("zarr-python 3 write chunk by chunk", "zvia", "direct", "zarr-python on shards", None),
             ("zarr-python 3 write chunk by chunk", "zvia", "zplain", "zarr-python on plain files",
              None),
         )
+        floor_note = (f"{note}; the floor against plain files: "
+                      f"{med('plain', 0) / med('floor', 0):.3f}×")
         for case, mine, base, base_name, target in rows:
             self.rows.append(Row(case, label, "s", med(mine, 0), med(base, 0), base_name, False,
-                                 target, rss / MIB, note))
+                                 target, rss / MIB, floor_note if base == "floor" else note))
         amp = med("via", 1)
         self.rows.append(Row("write amplification, tmp+rename", label, "bytes/payload", amp,
                              med("direct", 1), "zarr-python on shards", False, None, None,
@@ -830,8 +909,9 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench: run as root (drop_caches, mounting)", file=sys.stderr)
         return 2
-    if not BIN.exists():
-        print(f"bench: {BIN} missing; run scripts/bench (it builds it)", file=sys.stderr)
+    if not BIN.exists() or not FLOOR.exists():
+        print(f"bench: {BIN} or {FLOOR} missing; run scripts/bench (it builds them)",
+              file=sys.stderr)
         return 2
     base = args.dir or Path(tempfile.gettempdir())
     need = 2 * (large.n_chunks * large.chunk_bytes + small.n_chunks * small.chunk_bytes) \
