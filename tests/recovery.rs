@@ -158,12 +158,13 @@ fn assert_valid(root: &Path, layout: &ShardLayout, rel: &str) {
 fn a_writable_view_recovers_a_torn_shard_before_reading_it() {
     let (dir, layout, old) = store_with_torn_shard();
     let root = dir.path();
-    // The shard is really torn: a read-only view, which recovers nothing, cannot read it.
-    let ro = view_of(root, false);
-    let err = view_read(&ro, "a/c/1").unwrap_err();
-    assert_eq!(err.errno(), libc::EIO, "{err}");
-    assert!(root.join("a/c/0.shardfs-append").exists());
-    drop(ro);
+    // The shard is really torn: its index does not read.
+    let store = LocalStore::open(root).unwrap();
+    assert!(
+        Shard::load(&store, Path::new("a/c/0"), &layout)
+            .index()
+            .is_err()
+    );
     // A writable view has no mount and no walk: only its load hook can recover the shard.
     let view = view_of(root, true);
     assert!(
@@ -185,6 +186,63 @@ fn a_writable_view_recovers_a_torn_shard_before_reading_it() {
         "rolled back"
     );
     assert_valid(root, &layout, "a/c/0");
+}
+
+#[test]
+fn a_read_only_view_reads_a_torn_shard_as_before_the_update_and_changes_nothing() {
+    let (dir, _layout, _old) = store_with_torn_shard();
+    let root = dir.path();
+    let torn = std::fs::read(root.join("a/c/0")).unwrap();
+    let ro = view_of(root, false);
+    for slot in 0..SLOTS {
+        assert_eq!(
+            view_read(&ro, &format!("a/c/{slot}")).unwrap(),
+            old_chunk(0, slot),
+            "chunk {slot}: the state before the interrupted update"
+        );
+    }
+    assert_eq!(view_read(&ro, "a/c/4").unwrap(), old_chunk(1, 0));
+    // Not a byte changed: the torn tail and its record wait for a writable mount.
+    assert_eq!(std::fs::read(root.join("a/c/0")).unwrap(), torn);
+    assert_eq!(leftovers(root), ["a/c/0.shardfs-append"]);
+}
+
+#[test]
+fn a_read_only_view_reads_a_finished_append_or_a_stale_record_as_the_shard_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let layout = make_store(root);
+    // Shard 0: an append that finished, its record not yet removed (a crash between
+    // steps 2 and 3 of the protocol). Recovery would keep it: so does the read.
+    put(
+        root,
+        &layout,
+        0,
+        &[(0, &old_chunk(0, 0)), (1, &old_chunk(0, 1))],
+    );
+    let before = std::fs::metadata(root.join("a/c/0")).unwrap().len();
+    put(root, &layout, 0, &[(1, b"NEW1")]);
+    let after = std::fs::read(root.join("a/c/0")).unwrap();
+    let record = AppendRecord {
+        old_len: before,
+        new_len: after.len() as u64,
+        tail_crc: crc32c::crc32c(&after[before as usize..]),
+    };
+    std::fs::write(root.join("a/c/0.shardfs-append"), record.encode()).unwrap();
+    // Shard 1: a record that asks for more bytes than the shard has (something else
+    // rewrote it): stale, the shard reads as it is.
+    put(root, &layout, 1, &[(2, &old_chunk(1, 2))]);
+    let stale = AppendRecord {
+        old_len: 1 << 20,
+        new_len: 2 << 20,
+        tail_crc: 0,
+    };
+    std::fs::write(root.join("a/c/1.shardfs-append"), stale.encode()).unwrap();
+    let ro = view_of(root, false);
+    assert_eq!(view_read(&ro, "a/c/0").unwrap(), old_chunk(0, 0));
+    assert_eq!(view_read(&ro, "a/c/1").unwrap(), *b"NEW1");
+    assert_eq!(view_read(&ro, "a/c/6").unwrap(), old_chunk(1, 2));
+    assert_eq!(leftovers(root).len(), 2, "a read-only view removes nothing");
 }
 
 #[test]
@@ -250,6 +308,34 @@ fn a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount() {
     let ro = view_of(root, false);
     assert_eq!(view_read(&ro, "a/c/2").unwrap(), b"W2W2");
     assert_eq!(view_read(&ro, "a/c/1").unwrap(), old_chunk(0, 1));
+}
+
+#[test]
+fn a_read_only_mount_serves_a_torn_shard_as_before_the_update() {
+    if !common::can_mount("a_read_only_mount_serves_a_torn_shard_as_before_the_update") {
+        return;
+    }
+    let (dir, _layout, _old) = store_with_torn_shard();
+    let root = dir.path();
+    let torn = std::fs::read(root.join("a/c/0")).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        read_only: true,
+        ..MountOptions::default()
+    };
+    let m = Mount::new(root, mnt.path(), &opts).unwrap();
+    for slot in 0..SLOTS {
+        let path = mnt.path().join(format!("a/c/{slot}"));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 4, "chunk {slot}");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            old_chunk(0, slot),
+            "chunk {slot}"
+        );
+    }
+    m.unmount().unwrap();
+    assert_eq!(std::fs::read(root.join("a/c/0")).unwrap(), torn);
+    assert!(root.join("a/c/0.shardfs-append").exists());
 }
 
 #[test]

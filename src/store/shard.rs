@@ -60,11 +60,22 @@ impl Shard {
     /// logged once. A shard that reads as corrupt is read again under the shared lock of
     /// its directory: it may have been caught in the middle of an append.
     pub fn load(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
-        let shard = Self::load_quiet(store, rel, layout);
+        Self::load_prefix(store, rel, layout, None)
+    }
+
+    /// [`Shard::load`], reading the index of the shard's first `prefix.len` bytes while
+    /// its file is `prefix.file_len` long.
+    pub fn load_prefix(
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        prefix: Option<Truncated>,
+    ) -> Shard {
+        let shard = Self::load_quiet(store, rel, layout, prefix);
         let shard = match (&shard.index, shard.exists()) {
             (Err(_), true) => {
                 let _guard = store.read_lock(rel.parent().unwrap_or(Path::new("")));
-                Self::load_quiet(store, rel, layout)
+                Self::load_quiet(store, rel, layout, prefix)
             }
             _ => shard,
         };
@@ -85,14 +96,22 @@ impl Shard {
         }
     }
 
-    fn load_quiet(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
+    fn load_quiet(
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        prefix: Option<Truncated>,
+    ) -> Shard {
         let level = &layout.levels[0];
         let (file, meta, index) = match store.open(rel) {
             Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
             Ok(Some(f)) => match f.meta() {
                 Ok(meta) => {
-                    let index =
-                        read_index(f.as_ref(), level, 0, meta.len).map_err(ShardError::from);
+                    let len = match prefix {
+                        Some(p) if p.file_len == meta.len => p.len.min(meta.len),
+                        _ => meta.len,
+                    };
+                    let index = read_index(f.as_ref(), level, 0, len).map_err(ShardError::from);
                     (Some(f), Some(meta), index)
                 }
                 Err(e) => (Some(f), None, Err(e.into())),
@@ -264,8 +283,18 @@ const SEGMENTS: usize = 16;
 pub trait LoadHook: Send + Sync {
     /// Called with the shard's store-relative path and no lock of the cache held. An
     /// error fails this load: the caller gets a shard whose every chunk fails with it
-    /// (`EIO`), and nothing is cached, so the next read tries again.
-    fn before_load(&self, rel: &Path) -> Result<(), ShardError>;
+    /// (`EIO`), and nothing is cached, so the next read tries again. `Some` reads the
+    /// shard as a prefix of its file (see [`Truncated`]).
+    fn before_load(&self, rel: &Path) -> Result<Option<Truncated>, ShardError>;
+}
+
+/// Read a shard as its first `len` bytes (its state before an interrupted append), as
+/// long as its file is still `file_len` bytes long; a file of any other length has
+/// changed since and is read whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated {
+    pub len: u64,
+    pub file_len: u64,
 }
 
 /// A bounded cache of loaded shards, split into segments so that readers of different
@@ -342,12 +371,12 @@ impl ShardCache {
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(hook) = &self.hook
-            && let Err(err) = hook.before_load(rel)
-        {
-            return Arc::new(Shard::failed(rel, err));
-        }
-        let shard = Arc::new(Shard::load(store, rel, layout));
+        let prefix = match self.hook.as_ref().map(|h| h.before_load(rel)) {
+            Some(Err(err)) => return Arc::new(Shard::failed(rel, err)),
+            Some(Ok(prefix)) => prefix,
+            None => None,
+        };
+        let shard = Arc::new(Shard::load_prefix(store, rel, layout, prefix));
         let weight = shard.weight();
         let mut seg = seg.lock();
         if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {

@@ -284,9 +284,12 @@ impl View {
         }
         // A writable view recovers a shard's interrupted update before it reads the index
         // (the mount walks the store for leftovers only in the background). A read-only
-        // view changes nothing: a torn shard reads as corrupt (`EIO`) until recovered.
+        // view changes nothing: it reads a torn shard as it was before the update.
         if let Some(w) = &view.writer {
             let hook = crate::write::recover::LazyRecovery::new(&w.root)?;
+            view.shards.set_load_hook(Arc::new(hook));
+        } else {
+            let hook = crate::write::recover::ReadOnlyRecords::new(view.store.clone());
             view.shards.set_load_hook(Arc::new(hook));
         }
         let root = view.classify_dir(PathBuf::new(), root_meta);

@@ -20,7 +20,9 @@
 //! shard before it first reads its index ([`LazyRecovery`]) and the whole store in a
 //! background walk once it is mounted ([`recover_store`]); `verify --repair` the whole
 //! store. All of them settle a record only under the directory's lock and after looking
-//! at it again, so any two of them, in any order, do the work once.
+//! at it again, so any two of them, in any order, do the work once. A read-only mount
+//! settles nothing: it reads a shard with an interrupted append as recovery would leave
+//! it ([`ReadOnlyRecords`]).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -31,12 +33,14 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 use serde::Serialize;
 
 use super::append::WriteError;
-use crate::store::shard::{LoadHook, ShardError};
+use crate::store::Store;
+use crate::store::shard::{LoadHook, ShardError, Truncated};
 
 /// Suffix of the recovery record of an append in progress.
 pub const APPEND_SUFFIX: &str = ".shardfs-append";
@@ -83,6 +87,40 @@ impl AppendRecord {
             tail_crc: u32::from_le_bytes(bytes[32..CRC_AT].try_into().expect("4")),
         };
         (rec.new_len > rec.old_len).then_some(rec)
+    }
+}
+
+impl AppendRecord {
+    /// What recovery makes of this (intact) record for a shard now `len` bytes long
+    /// (`None`: missing): [`Recovery::Stale`], [`Recovery::Completed`] (length and the
+    /// CRC of the tail match; `tail_crc(start, end)` computes the CRC-32C of the shard's
+    /// bytes `start..end`, asked only then) or [`Recovery::RolledBack`]. Decides only:
+    /// recovery acts on it, a read-only view reads around it ([`ReadOnlyRecords`]).
+    pub fn fate(
+        &self,
+        len: Option<u64>,
+        tail_crc: impl FnOnce(u64, u64) -> io::Result<u32>,
+    ) -> io::Result<Recovery> {
+        Ok(match len {
+            Some(len) if len < self.old_len => Recovery::Stale {
+                old_len: self.old_len,
+                found_len: Some(len),
+            },
+            None => Recovery::Stale {
+                old_len: self.old_len,
+                found_len: None,
+            },
+            Some(len)
+                if len == self.new_len
+                    && tail_crc(self.old_len, self.new_len)? == self.tail_crc =>
+            {
+                Recovery::Completed { new_len: len }
+            }
+            Some(len) => Recovery::RolledBack {
+                old_len: self.old_len,
+                found_len: len,
+            },
+        })
     }
 }
 
@@ -315,42 +353,40 @@ pub(crate) fn recover_locked(dir: &ShardDir, name: &OsStr) -> Result<Vec<Recover
     Ok(out)
 }
 
-/// Decide an append's fate from its intact record: completed, or rolled back.
+/// Decide an append's fate from its intact record ([`AppendRecord::fate`]) and act on
+/// it: a cut-short append is truncated back (and fsynced).
 fn settle(dir: &ShardDir, name: &OsStr, rec: AppendRecord) -> Result<Recovery, WriteError> {
     let path = dir.path_of(name);
-    let Some(shard) = dir.open_file(name, OFlags::RDWR, 0)? else {
-        return Ok(Recovery::Stale {
-            old_len: rec.old_len,
-            found_len: None,
-        });
+    let shard = dir.open_file(name, OFlags::RDWR, 0)?;
+    let len = match &shard {
+        Some(f) => Some(f.metadata().map_err(io_at(&path))?.len()),
+        None => None,
     };
-    let len = shard.metadata().map_err(io_at(&path))?.len();
-    if len < rec.old_len {
-        return Ok(Recovery::Stale {
-            old_len: rec.old_len,
-            found_len: Some(len),
-        });
+    let fate = rec
+        .fate(len, |start, end| {
+            let f = shard.as_ref().expect("a length");
+            crc_of(|buf, at| f.read_exact_at(buf, at), start, end)
+        })
+        .map_err(io_at(&path))?;
+    if let (Recovery::RolledBack { old_len, .. }, Some(f)) = (&fate, &shard) {
+        f.set_len(*old_len).map_err(io_at(&path))?;
+        f.sync_all().map_err(io_at(&path))?;
     }
-    if len == rec.new_len
-        && crc_of(&shard, rec.old_len, rec.new_len).map_err(io_at(&path))? == rec.tail_crc
-    {
-        return Ok(Recovery::Completed { new_len: len });
-    }
-    shard.set_len(rec.old_len).map_err(io_at(&path))?;
-    shard.sync_all().map_err(io_at(&path))?;
-    Ok(Recovery::RolledBack {
-        old_len: rec.old_len,
-        found_len: len,
-    })
+    Ok(fate)
 }
 
-/// CRC-32C of the bytes `start..end` of `file`.
-fn crc_of(file: &File, start: u64, end: u64) -> io::Result<u32> {
+/// CRC-32C of the bytes `start..end` of a file, read in pieces of up to 1 MiB with
+/// `read_exact_at`.
+fn crc_of(
+    read_exact_at: impl Fn(&mut [u8], u64) -> io::Result<()>,
+    start: u64,
+    end: u64,
+) -> io::Result<u32> {
     let mut buf = vec![0u8; (end - start).min(1 << 20) as usize];
     let (mut crc, mut at) = (0u32, start);
     while at < end {
         let n = (end - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at)?;
+        read_exact_at(&mut buf[..n], at)?;
         crc = crc32c::crc32c_append(crc, &buf[..n]);
         at += n as u64;
     }
@@ -404,13 +440,90 @@ impl LazyRecovery {
 }
 
 impl LoadHook for LazyRecovery {
-    fn before_load(&self, rel: &Path) -> Result<(), ShardError> {
-        self.recover(rel).map(drop).map_err(|e| {
+    fn before_load(&self, rel: &Path) -> Result<Option<Truncated>, ShardError> {
+        self.recover(rel).map(|_| None).map_err(|e| {
             log::error!(
                 "shard {}: cannot recover an interrupted update, not reading it: {e}",
                 self.root.join(rel).display()
             );
             ShardError::NotLoaded(format!("recovering an interrupted update: {e}"))
+        })
+    }
+}
+
+/// What a read-only view reads of a shard whose append was interrupted (the view's
+/// [`LoadHook`] when it has no writer): the shard as it was before the append, which is
+/// what recovery would roll it back to, without changing a byte of the store. Recovery is
+/// left to a writable mount or `verify --repair`; until then each load of the shard logs
+/// a warning. A shard without a record (one `stat`), with a torn or stale record, or whose
+/// append had completed, reads as it is. The record is read under the shared lock of the
+/// shard's directory, so an update in progress is waited for rather than read around.
+pub struct ReadOnlyRecords {
+    store: Arc<dyn Store>,
+}
+
+impl ReadOnlyRecords {
+    pub fn new(store: Arc<dyn Store>) -> ReadOnlyRecords {
+        ReadOnlyRecords { store }
+    }
+
+    fn check(&self, rel: &Path) -> io::Result<Option<Truncated>> {
+        let record = PathBuf::from(sibling(rel.as_os_str(), APPEND_SUFFIX));
+        if self.store.stat(&record)?.is_none() {
+            return Ok(None);
+        }
+        let _shared = self.store.read_lock(rel.parent().unwrap_or(Path::new("")));
+        let Some(rec_file) = self.store.open(&record)? else {
+            return Ok(None); // settled meanwhile
+        };
+        let mut bytes = [0; RECORD_LEN + 1];
+        let mut n = 0;
+        while n < bytes.len() {
+            match rec_file.read_at(&mut bytes[n..], n as u64)? {
+                0 => break,
+                k => n += k,
+            }
+        }
+        let Some(rec) = AppendRecord::decode(&bytes[..n]) else {
+            return Ok(None); // a torn record: the append had not touched the shard
+        };
+        let Some(shard) = self.store.open(rel)? else {
+            return Ok(None);
+        };
+        let len = shard.meta()?.len;
+        let fate = rec.fate(Some(len), |start, end| {
+            crc_of(|buf, at| shard.read_exact_at(buf, at), start, end)
+        })?;
+        Ok(match fate {
+            Recovery::RolledBack { old_len, found_len } => {
+                log::warn!(
+                    "shard {} of {}: an append was interrupted ({} bytes of {} written); this \
+                     read-only mount shows the shard as it was before it; mount the store \
+                     writable or run `shardfs verify --repair` to settle it",
+                    rel.display(),
+                    self.store.describe(),
+                    found_len.saturating_sub(old_len),
+                    rec.new_len - old_len,
+                );
+                Some(Truncated {
+                    len: old_len,
+                    file_len: found_len,
+                })
+            }
+            _ => None,
+        })
+    }
+}
+
+impl LoadHook for ReadOnlyRecords {
+    fn before_load(&self, rel: &Path) -> Result<Option<Truncated>, ShardError> {
+        self.check(rel).map_err(|e| {
+            log::error!(
+                "shard {} of {}: cannot read its append record, not reading it: {e}",
+                rel.display(),
+                self.store.describe()
+            );
+            ShardError::NotLoaded(format!("reading an append record: {e}"))
         })
     }
 }
