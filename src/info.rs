@@ -60,19 +60,33 @@ pub fn inspect(store: &dyn Store) -> std::io::Result<Vec<ArrayInfo>> {
 }
 
 fn walk(store: &dyn Store, dir: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::Result<()> {
+    for_each_array(store, dir, &mut |dir, meta| {
+        out.push(array_info(store, &dir, &dir, &meta, meta.key_encoding));
+        Ok(())
+    })
+}
+
+/// Visit every array of the (v3) hierarchy at and below `dir`, directories in name
+/// order: a directory whose `zarr.json` is an array is visited and not descended into;
+/// a group, a directory without `zarr.json` or one whose `zarr.json` does not parse
+/// (logged) is descended into.
+pub(crate) fn for_each_array(
+    store: &dyn Store,
+    dir: PathBuf,
+    visit: &mut dyn FnMut(PathBuf, ArrayMeta) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
         match format::metadata::parse(&bytes) {
-            Ok(Node::Array(meta)) => {
-                out.push(array_info(store, &dir, &dir, &meta, meta.key_encoding));
-                return Ok(());
-            }
+            Ok(Node::Array(meta)) => return visit(dir, *meta),
             Ok(Node::Group) => {}
             Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
         }
     }
-    for e in store.list(&dir)? {
+    let mut entries = store.list(&dir)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
         if e.kind == EntryKind::Dir {
-            walk(store, dir.join(&e.name), out)?;
+            for_each_array(store, dir.join(&e.name), visit)?;
         }
     }
     Ok(())

@@ -25,9 +25,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rustix::fs::OFlags;
 use serde::Serialize;
 
-use crate::format::{self, Node, Presentation, ShardIndex, ShardLayout};
-use crate::info::shard_coords;
-use crate::store::{EntryKind, LocalStore, Store};
+use crate::format::{self, Presentation, ShardIndex, ShardLayout};
+use crate::info::{for_each_array, shard_coords};
+use crate::store::LocalStore;
 use crate::write::append::{self, Current, ReadError, Source, WriteError};
 use crate::write::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
 
@@ -98,50 +98,28 @@ struct Array {
 /// Every presentable sharded array under the store root (path order); the others that
 /// hold `sharding_indexed` go to `unchecked`.
 fn sharded_arrays(store: &LocalStore, unchecked: &mut Vec<Problem>) -> io::Result<Vec<Array>> {
-    fn walk(
-        store: &LocalStore,
-        dir: PathBuf,
-        out: &mut Vec<Array>,
-        unchecked: &mut Vec<Problem>,
-    ) -> io::Result<()> {
-        if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
-            match format::metadata::parse(&bytes) {
-                Ok(Node::Array(meta)) => {
-                    match &meta.presentation {
-                        Presentation::Sharded(layout) => {
-                            let shards = shard_coords(store, &dir, meta.key_encoding, layout)
-                                .iter()
-                                .map(|c| dir.join(meta.key_encoding.encode(c)))
-                                .collect();
-                            out.push(Array {
-                                rel: dir,
-                                layout: layout.clone(),
-                                shards,
-                            });
-                        }
-                        Presentation::Unsupported(why) => unchecked.push(Problem {
-                            shard: dir,
-                            what: why.clone(),
-                        }),
-                        Presentation::Plain => {}
-                    }
-                    return Ok(());
-                }
-                Ok(Node::Group) => {}
-                Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
+    let mut out = Vec::new();
+    for_each_array(store, PathBuf::new(), &mut |dir, meta| {
+        match &meta.presentation {
+            Presentation::Sharded(layout) => {
+                let shards = shard_coords(store, &dir, meta.key_encoding, layout)
+                    .iter()
+                    .map(|c| dir.join(meta.key_encoding.encode(c)))
+                    .collect();
+                out.push(Array {
+                    rel: dir,
+                    layout: layout.clone(),
+                    shards,
+                });
             }
-        }
-        let mut entries = store.list(&dir)?;
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        for e in entries {
-            if e.kind == EntryKind::Dir {
-                walk(store, dir.join(&e.name), out, unchecked)?;
-            }
+            Presentation::Unsupported(why) => unchecked.push(Problem {
+                shard: dir,
+                what: why.clone(),
+            }),
+            Presentation::Plain => {}
         }
         Ok(())
-    }
-    let mut out = Vec::new();
-    walk(store, PathBuf::new(), &mut out, unchecked)?;
+    })?;
     Ok(out)
 }
 

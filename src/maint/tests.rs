@@ -7,7 +7,8 @@ use serde_json::json;
 
 use super::*;
 use crate::format::index::{EMPTY, assemble_shard, index_region};
-use crate::format::{ChunkRange, Endian, IndexLocation, Location};
+use crate::format::{ChunkRange, Endian, IndexLocation, Location, Node};
+use crate::store::Store;
 use crate::store::shard::Shard;
 use crate::write::append::{ChunkUpdate, apply};
 use crate::write::recover::{AppendRecord, RECORD_LEN};
