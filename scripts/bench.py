@@ -667,6 +667,7 @@ class Bench:
             seconds until the last rename returned (before the flush)."""
             with self.mount(store, "w") as m:
                 arr = m.mnt / name
+                os.sync()  # no writeback left over from the case before
                 io0 = proc_io(m.pid)["write_bytes"]
                 with RssSampler(m.pid) as s:
                     t = time.perf_counter()
@@ -679,6 +680,7 @@ class Bench:
                 return dt, (proc_io(m.pid)["write_bytes"] - io0) / payload, s.peak, written
 
         def here(arr: Path, put, sync: bool = False) -> tuple[float, float]:
+            os.sync()
             io0 = proc_io("self")["write_bytes"]
             t = time.perf_counter()
             put(arr)
@@ -693,6 +695,7 @@ class Bench:
             empty = d / "floor-mirror"
             empty.mkdir(parents=True, exist_ok=True)
             with Floor(empty, self.root / "mnt" / "wfloor") as f:
+                os.sync()
                 t = time.perf_counter()
                 put_files(f.mnt / "arr")
                 return time.perf_counter() - t, 0.0
