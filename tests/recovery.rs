@@ -1,7 +1,9 @@
 //! Recovery of interrupted shard updates by a writable mount, which does not walk the
 //! store before mounting: a shard is recovered just before its index is first read
 //! (`write::recover::LazyRecovery`, the view's shard-cache hook), and a walk in the
-//! background cleans the leftovers of shards nobody reads.
+//! background cleans the leftovers of shards nobody reads. A read-only view reads a torn
+//! shard as it was before the update. And the flush that makes these updates writes the
+//! same shards from the staged buffers as from a compactor's packed copy.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use shardfs::compact::CpuCompactor;
+use shardfs::compact::{CompactError, Compactor, CpuCompactor, Packed, StagedBatch};
 use shardfs::format::{self, Node, Presentation, ShardLayout};
 use shardfs::store::shard::Shard;
 use shardfs::store::{LocalStore, Store};
@@ -113,14 +115,19 @@ fn store_with_torn_shard() -> (tempfile::TempDir, ShardLayout, Vec<u8>) {
 }
 
 fn view_of(root: &Path, writable: bool) -> View {
+    view_with(root, writable.then(|| Arc::new(CpuCompactor::new()) as _))
+}
+
+/// A view of the store at `root`, writable through `compactor` if one is given.
+fn view_with(root: &Path, compactor: Option<Arc<dyn Compactor>>) -> View {
     let store: Arc<dyn Store> = Arc::new(LocalStore::open(root).unwrap());
-    let writer = writable.then(|| {
+    let writer = compactor.map(|compactor| {
         Writer::new(WriteConfig {
             root: root.to_path_buf(),
             write_buffer: 1 << 20,
             chunks_per_shard: None,
             shard_target_bytes: 64 << 20,
-            compactor: Arc::new(CpuCompactor::new()),
+            compactor,
         })
     });
     View::with_writer(store, ViewConfig::default(), writer).unwrap()
@@ -243,6 +250,76 @@ fn a_read_only_view_reads_a_finished_append_or_a_stale_record_as_the_shard_is() 
     assert_eq!(view_read(&ro, "a/c/1").unwrap(), *b"NEW1");
     assert_eq!(view_read(&ro, "a/c/6").unwrap(), old_chunk(1, 2));
     assert_eq!(leftovers(root).len(), 2, "a read-only view removes nothing");
+}
+
+/// The CPU compactor, claiming to pack on a device: the flush then writes the shards
+/// from its packed copy, as it does from a GPU's.
+struct PacksOnDevice(CpuCompactor);
+
+impl Compactor for PacksOnDevice {
+    fn name(&self) -> &'static str {
+        "device-like"
+    }
+
+    fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {
+        self.0.compact(batch, out)
+    }
+
+    fn packs_on_device(&self, _payload_bytes: u64) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_flush_writes_the_same_shards_from_staged_buffers_as_from_a_packed_copy() {
+    let stores: Vec<_> = [
+        Arc::new(CpuCompactor::new()) as Arc<dyn Compactor>,
+        Arc::new(PacksOnDevice(CpuCompactor::new())),
+    ]
+    .into_iter()
+    .map(|compactor| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let layout = make_store(root);
+        let olds: Vec<[u8; 4]> = (0..SLOTS).map(|slot| old_chunk(0, slot)).collect();
+        put(
+            root,
+            &layout,
+            0,
+            &olds.iter().enumerate().collect::<Vec<_>>(),
+        );
+        let view = view_with(root, Some(compactor));
+        let a = view.lookup(ROOT_INO, OsStr::new("a")).unwrap().ino;
+        let c = view.lookup(a, OsStr::new("c")).unwrap().ino;
+        // Shard 0 gets an append (one chunk replaced, one deleted); shard 2 is new,
+        // its chunks written out of slot order.
+        for (name, bytes) in [("9", b"NNN9"), ("1", b"NEW1"), ("8", b"NNN8")] {
+            let (_, opened) = view.create(c, OsStr::new(name), false, true).unwrap();
+            view.write(opened.fh, 0, bytes).unwrap();
+            view.flush_handle(opened.fh).unwrap();
+            view.release(opened.fh).unwrap();
+        }
+        view.unlink(c, OsStr::new("2")).unwrap();
+        view.flush_all().unwrap();
+        drop(view);
+        assert_valid(root, &layout, "a/c/0");
+        assert_valid(root, &layout, "a/c/2");
+        let ro = view_of(root, false);
+        assert_eq!(view_read(&ro, "a/c/0").unwrap(), old_chunk(0, 0));
+        assert_eq!(view_read(&ro, "a/c/1").unwrap(), *b"NEW1");
+        assert_eq!(view_read(&ro, "a/c/2").unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(view_read(&ro, "a/c/8").unwrap(), *b"NNN8");
+        assert_eq!(view_read(&ro, "a/c/9").unwrap(), *b"NNN9");
+        dir
+    })
+    .collect();
+    for shard in ["a/c/0", "a/c/2"] {
+        assert_eq!(
+            std::fs::read(stores[0].path().join(shard)).unwrap(),
+            std::fs::read(stores[1].path().join(shard)).unwrap(),
+            "{shard}: the host path and the packed path wrote different bytes"
+        );
+    }
 }
 
 #[test]
