@@ -109,27 +109,9 @@ pub fn array(bytes: &[u8]) -> Result<(Map<String, Value>, ChunkKeyEncoding), Str
         .and_then(Value::as_str)
         .ok_or("data_type is missing")?;
     let (data_type, endian, itemsize) = v2::numpy_dtype(dtype)?;
-    let mut codecs = Vec::new();
-    match d.get("chunk_memory_layout").and_then(Value::as_str) {
-        None | Some("C") => {}
-        Some("F") => {
-            if shape.len() > 1 {
-                let rev: Vec<u64> = (0..shape.len() as u64).rev().collect();
-                codecs.push(json!({"name": "transpose", "configuration": {"order": rev}}));
-            }
-        }
-        Some(o) => return Err(format!("chunk_memory_layout {o:?}")),
-    }
-    codecs.push(json!({"name": "bytes", "configuration": {"endian": endian}}));
-    if let Some(Value::Array(filters)) = d.get("filters") {
-        for f in filters {
-            codecs.push(codec(f, itemsize)?);
-        }
-    }
-    match d.get("compressor") {
-        None | Some(Value::Null) => {}
-        Some(c) => codecs.push(codec(c, itemsize)?),
-    }
+    let codecs = v2::codec_chain(&d, "chunk_memory_layout", shape.len(), endian, |c| {
+        codec(c, itemsize)
+    })?;
     let shard: Vec<u64> = chunks.iter().zip(&cps).map(|(c, n)| c * n).collect();
     let doc = json!({
         "zarr_format": 3,

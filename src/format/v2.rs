@@ -200,6 +200,40 @@ fn to_numcodecs(codec: &Value) -> Result<Value, String> {
 }
 
 /// A numcodecs configuration as a v3 bytes→bytes codec (`itemsize` for blosc's typesize).
+/// The v3 codec chain of v2-style metadata `meta` (a `.zarray`, or a 2022 draft array):
+/// a `transpose` for Fortran order (member `order_key`, `"C"` or `"F"`), `bytes` in
+/// `endian`, then the `filters` and the `compressor`, each converted by `codec`.
+pub(crate) fn codec_chain(
+    meta: &serde_json::Map<String, Value>,
+    order_key: &str,
+    ndim: usize,
+    endian: &str,
+    codec: impl Fn(&Value) -> Result<Value, String>,
+) -> Result<Vec<Value>, String> {
+    let mut codecs = Vec::new();
+    match meta.get(order_key).and_then(Value::as_str) {
+        Some("C") | None => {}
+        Some("F") => {
+            if ndim > 1 {
+                let rev: Vec<u64> = (0..ndim as u64).rev().collect();
+                codecs.push(json!({"name": "transpose", "configuration": {"order": rev}}));
+            }
+        }
+        Some(o) => return Err(format!("{order_key} {o:?} is neither C nor F")),
+    }
+    codecs.push(json!({"name": "bytes", "configuration": {"endian": endian}}));
+    if let Some(Value::Array(filters)) = meta.get("filters") {
+        for f in filters {
+            codecs.push(codec(f)?);
+        }
+    }
+    match meta.get("compressor") {
+        None | Some(Value::Null) => {}
+        Some(c) => codecs.push(codec(c)?),
+    }
+    Ok(codecs)
+}
+
 fn from_numcodecs(codec: &Value, itemsize: u32) -> Result<Value, String> {
     let id = codec.get("id").and_then(Value::as_str).unwrap_or("");
     v3_codec(id, |k| codec.get(k).cloned(), itemsize).map_err(|e| format!("numcodecs {e}"))
@@ -399,27 +433,9 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
         .chars()
         .next()
         .unwrap_or(' ');
-    let mut codecs = Vec::new();
-    match z.get("order").and_then(Value::as_str) {
-        Some("C") | None => {}
-        Some("F") => {
-            if shape.len() > 1 {
-                let rev: Vec<u64> = (0..shape.len() as u64).rev().collect();
-                codecs.push(json!({"name": "transpose", "configuration": {"order": rev}}));
-            }
-        }
-        Some(o) => return Err(format!("order {o:?} is neither C nor F")),
-    }
-    codecs.push(json!({"name": "bytes", "configuration": {"endian": endian}}));
-    if let Some(Value::Array(filters)) = z.get("filters") {
-        for f in filters {
-            codecs.push(from_numcodecs(f, size)?);
-        }
-    }
-    match z.get("compressor") {
-        None | Some(Value::Null) => {}
-        Some(c) => codecs.push(from_numcodecs(c, size)?),
-    }
+    let codecs = codec_chain(&z, "order", shape.len(), endian, |c| {
+        from_numcodecs(c, size)
+    })?;
     let fill = match (z.get("fill_value"), kind) {
         (None | Some(Value::Null), 'b') => json!(false),
         (None | Some(Value::Null), 'c') => json!([0.0, 0.0]),
