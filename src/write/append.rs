@@ -557,6 +557,10 @@ mod tests {
     fn a_vectored_append_of_more_buffers_than_one_call_takes() {
         // 1500 new chunks (more than IOV_MAX buffers, some empty) in one append, from
         // separate buffers: every slot reads back its own bytes, the record is gone.
+        // It takes more than one `pwritev`, so it fails if the loop does not resume
+        // where a call stopped (checked by making the loop stop after one call; rustix
+        // also caps a call at IOV_MAX, so the cap in `write_all_vectored_at` alone is not
+        // what this test sees).
         let root = tempfile::tempdir().unwrap();
         let l = ShardLevel {
             chunk_shape: vec![1],
