@@ -16,7 +16,7 @@ use shardfs::format::{self, Endian, IndexLocation, Location, Node, Presentation,
 use shardfs::maint;
 use shardfs::store::LocalStore;
 use shardfs::store::shard::Shard;
-use shardfs::write::append::{AppendOutcome, ChunkUpdate, WriteError, apply};
+use shardfs::write::append::{AppendOutcome, WriteError, apply};
 use shardfs::write::recover::{AppendRecord, Recovery, recover_shard, recover_store};
 
 const SLOTS: usize = 16;
@@ -54,7 +54,7 @@ fn layout_of(root: &Path) -> ShardLayout {
     }
 }
 
-/// Apply writes (`Some`) and deletions (`None`) of slots, packed in the order given.
+/// Apply writes (`Some`) and deletions (`None`) of slots.
 fn put(root: &Path, layout: &ShardLayout, changes: &[(usize, Option<&[u8]>)]) -> AppendOutcome {
     try_put(root, layout, changes).unwrap()
 }
@@ -64,16 +64,7 @@ fn try_put(
     layout: &ShardLayout,
     changes: &[(usize, Option<&[u8]>)],
 ) -> Result<AppendOutcome, WriteError> {
-    let mut packed = Vec::new();
-    let mut updates = Vec::new();
-    for (slot, bytes) in changes {
-        let data = bytes.map(|b| {
-            packed.extend_from_slice(b);
-            packed.len() - b.len()..packed.len()
-        });
-        updates.push(ChunkUpdate { slot: *slot, data });
-    }
-    apply(root, Path::new(SHARD), &layout.levels[0], &packed, &updates)
+    apply(root, Path::new(SHARD), &layout.levels[0], changes)
 }
 
 /// Every slot's bytes as the read path sees them; panics on a corrupt shard.

@@ -60,17 +60,12 @@ fn make_store(root: &Path) -> ShardLayout {
 
 /// Write `chunks` (slot, 4 bytes) into shard `s` with the crash-safe update.
 fn put(root: &Path, layout: &ShardLayout, s: u64, chunks: &[(usize, &[u8; 4])]) {
-    let mut packed = Vec::new();
-    let mut updates = Vec::new();
-    for (slot, bytes) in chunks {
-        packed.extend_from_slice(&bytes[..]);
-        updates.push(ChunkUpdate {
-            slot: *slot,
-            data: Some(packed.len() - 4..packed.len()),
-        });
-    }
+    let updates: Vec<ChunkUpdate> = chunks
+        .iter()
+        .map(|&(slot, b)| (slot, Some(b.as_slice())))
+        .collect();
     let rel = format!("a/c/{s}");
-    apply(root, Path::new(&rel), &layout.levels[0], &packed, &updates).unwrap();
+    apply(root, Path::new(&rel), &layout.levels[0], &updates).unwrap();
 }
 
 fn old_chunk(s: u64, slot: usize) -> [u8; 4] {

@@ -51,16 +51,8 @@ fn store(
 }
 
 fn put(root: &Path, rel: &str, layout: &ShardLayout, chunks: &[(usize, &[u8])]) {
-    let mut packed = Vec::new();
-    let mut updates = Vec::new();
-    for (slot, bytes) in chunks {
-        updates.push(ChunkUpdate {
-            slot: *slot,
-            data: Some(packed.len()..packed.len() + bytes.len()),
-        });
-        packed.extend_from_slice(bytes);
-    }
-    apply(root, Path::new(rel), &layout.levels[0], &packed, &updates).unwrap();
+    let updates: Vec<ChunkUpdate> = chunks.iter().map(|&(s, b)| (s, Some(b))).collect();
+    apply(root, Path::new(rel), &layout.levels[0], &updates).unwrap();
 }
 
 fn chunk(root: &Path, rel: &str, layout: &ShardLayout, slot: u64) -> Option<Vec<u8>> {

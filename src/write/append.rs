@@ -18,7 +18,6 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSlice, Write};
-use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -32,14 +31,8 @@ use crate::format::{ChunkRange, IndexError, ShardIndex, ShardLevel};
 use crate::store::FileRef;
 pub(crate) use crate::store::shard::ReadIndexError as ReadError;
 
-/// One inner-chunk slot change of a shard: new bytes (a range of the `packed` buffer
-/// given to [`apply`]) or deletion (`None`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkUpdate {
-    /// Row-major slot in the outermost level's index.
-    pub slot: usize,
-    pub data: Option<Range<usize>>,
-}
+/// One inner-chunk slot change of a shard: its new bytes, or deletion (`None`).
+pub type ChunkUpdate<'a> = (usize, Option<&'a [u8]>);
 
 /// What [`apply`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,41 +86,16 @@ pub(crate) enum Source<'a> {
     New(&'a [u8]),
 }
 
-/// Apply `updates` to the shard file `root/rel` (outermost sharding level `level`),
-/// creating it (and its directories) if absent. Later updates of a slot win. On `Ok`
+/// Apply `updates` (row-major slot in the outermost level's index, new bytes or `None`
+/// to delete) to the shard file `root/rel` (outermost sharding level `level`), creating
+/// it (and its directories) if absent. Later updates of a slot win. The new bytes go to
+/// the shard in slot order, with one vectored write from the caller's buffers. On `Ok`
 /// the new state is durable; on `Err` the shard is unchanged.
 pub fn apply(
     root: &Path,
     rel: &Path,
     level: &ShardLevel,
-    packed: &[u8],
     updates: &[ChunkUpdate],
-) -> Result<AppendOutcome, WriteError> {
-    let mut slices = Vec::with_capacity(updates.len());
-    for u in updates {
-        let data = match &u.data {
-            Some(r) if r.start > r.end || r.end > packed.len() => {
-                return Err(WriteError::BadUpdate(format!(
-                    "bytes {r:?} of a {}-byte buffer",
-                    packed.len()
-                )));
-            }
-            Some(r) => Some(&packed[r.clone()]),
-            None => None,
-        };
-        slices.push((u.slot, data));
-    }
-    apply_slices(root, rel, level, &slices)
-}
-
-/// [`apply`] with each slot's new bytes in a buffer of their own (`(slot, None)`
-/// deletes the slot): the bytes go to the shard in slot order with one vectored write,
-/// so a caller holding the chunks in separate buffers need not pack them first.
-pub fn apply_slices(
-    root: &Path,
-    rel: &Path,
-    level: &ShardLevel,
-    updates: &[(usize, Option<&[u8]>)],
 ) -> Result<AppendOutcome, WriteError> {
     let (dir_rel, name) = recover::split_rel(rel)?;
     let n = usize::try_from(level.n_chunks())
@@ -480,10 +448,6 @@ mod tests {
         }
     }
 
-    fn upd(slot: usize, data: Option<Range<usize>>) -> ChunkUpdate {
-        ChunkUpdate { slot, data }
-    }
-
     #[test]
     fn packed_index_matches_assemble_shard() {
         for location in [IndexLocation::Start, IndexLocation::End] {
@@ -500,22 +464,15 @@ mod tests {
     }
 
     #[test]
-    #[allow(clippy::reversed_empty_ranges)]
     fn bad_updates_change_nothing() {
         let root = tempfile::tempdir().unwrap();
         let l = level(IndexLocation::End, true);
         let rel = Path::new("c/0");
-        for bad in [
-            [upd(4, Some(0..1))],
-            [upd(0, Some(2..9))],
-            [upd(0, Some(3..2))],
-        ] {
-            let err = apply(root.path(), rel, &l, b"abc", &bad).unwrap_err();
-            assert!(matches!(err, WriteError::BadUpdate(_)), "{err}");
-            assert_eq!(err.errno(), libc::EINVAL);
-        }
+        let err = apply(root.path(), rel, &l, &[(4, Some(b"a".as_slice()))]).unwrap_err();
+        assert!(matches!(err, WriteError::BadUpdate(_)), "{err}");
+        assert_eq!(err.errno(), libc::EINVAL);
         assert!(matches!(
-            apply(root.path(), Path::new("../x"), &l, b"", &[]),
+            apply(root.path(), Path::new("../x"), &l, &[]),
             Err(WriteError::BadPath(_))
         ));
         assert!(!root.path().join("c").exists());
@@ -526,10 +483,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let l = level(IndexLocation::End, true);
         let rel = Path::new("a/c/0");
-        let first = apply(root.path(), rel, &l, b"xyz", &[upd(1, Some(0..3))]).unwrap();
+        let first = apply(root.path(), rel, &l, &[(1, Some(b"xyz".as_slice()))]).unwrap();
         assert!(first.rewritten && !first.removed);
         assert_eq!(first.new_len, 3 + 68);
-        let second = apply(root.path(), rel, &l, b"__hello__", &[upd(2, Some(2..7))]).unwrap();
+        let second = apply(root.path(), rel, &l, &[(2, Some(b"hello".as_slice()))]).unwrap();
         assert!(!second.rewritten);
         assert_eq!((second.old_len, second.new_len), (71, 71 + 5 + 68));
         assert_eq!(second.bytes_written, 5 + 68);
@@ -548,7 +505,7 @@ mod tests {
         assert_eq!(names, ["0"]);
         // Deleting an empty slot changes nothing at all.
         let before = std::fs::read(root.path().join(rel)).unwrap();
-        let noop = apply(root.path(), rel, &l, b"", &[upd(0, None)]).unwrap();
+        let noop = apply(root.path(), rel, &l, &[(0, None)]).unwrap();
         assert_eq!(noop.bytes_written, 0);
         assert_eq!(std::fs::read(root.path().join(rel)).unwrap(), before);
     }
@@ -572,7 +529,7 @@ mod tests {
             index_location: IndexLocation::End,
         };
         let rel = Path::new("c/0");
-        apply_slices(root.path(), rel, &l, &[(1999, Some(b"last".as_slice()))]).unwrap();
+        apply(root.path(), rel, &l, &[(1999, Some(b"last".as_slice()))]).unwrap();
         let chunks: Vec<Vec<u8>> = (0..1500u32)
             .map(|i| i.to_le_bytes()[..(i % 4) as usize].to_vec())
             .collect();
@@ -581,7 +538,7 @@ mod tests {
             .enumerate()
             .map(|(i, c)| (i, Some(c.as_slice())))
             .collect();
-        let out = apply_slices(root.path(), rel, &l, &updates).unwrap();
+        let out = apply(root.path(), rel, &l, &updates).unwrap();
         assert!(!out.rewritten);
         let payload: u64 = chunks.iter().map(|c| c.len() as u64).sum();
         assert_eq!(out.bytes_written, payload + l.index_len());

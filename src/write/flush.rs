@@ -1,6 +1,6 @@
 //! Flushing an array: its staged chunks are ordered shard-major by the [`Compactor`] (the
 //! seed's aggregate-by-shard step), then each touched shard gets one crash-safe update
-//! (`append::apply_slices`): its chunks' bytes plus a fresh index. On the GPU the
+//! (`append::apply`): its chunks' bytes plus a fresh index. On the GPU the
 //! compactor packs a copy of the batch and the shards are written from its result; on
 //! the host only the layout is planned and each shard's write gathers the bytes straight
 //! from the staged buffers, so a flush copies every byte once (into the page cache).
@@ -197,7 +197,7 @@ impl Flusher {
                 }
             }
             let rel = array.shard_rel(&shard);
-            append::apply_slices(&self.root, &rel, level, &updates)?;
+            append::apply(&self.root, &rel, level, &updates)?;
             written.push(rel);
         }
         Ok(written)
