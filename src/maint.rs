@@ -1,6 +1,6 @@
 //! `shardfs verify` and `shardfs compact`: store-wide maintenance over every sharded
 //! array (the arrays the view presents), one shard at a time under its directory's lock
-//! (`write::recover`), so both can run beside live mounts.
+//! (`store::local::recover`), so both can run beside live mounts.
 //!
 //! * `verify` checks every shard's index at every nesting level: it decodes, its
 //!   checksum matches, live chunks lie inside their block and overlap neither each other
@@ -10,7 +10,7 @@
 //! * `compact` rewrites shards whose dead space (bytes no index entry points at) exceeds
 //!   a fraction of the file, keeping every chunk's bytes, the index codecs and location.
 //!
-//! Not owned here: the index layout (`format`), the update protocol (`write::append`).
+//! Not owned here: the index layout (`format`), the update protocol (`store::local::append`).
 
 mod scan;
 #[cfg(test)]
@@ -28,8 +28,8 @@ use serde::Serialize;
 use crate::format::{self, Presentation, ShardIndex, ShardLayout};
 use crate::info::{for_each_array, shard_coords};
 use crate::store::LocalStore;
-use crate::write::append::{self, Current, ReadError, Source, WriteError};
-use crate::write::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
+use crate::store::local::append::{self, Current, ReadError, Source, WriteError};
+use crate::store::local::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
 
 /// One finding about one shard (store-relative path).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -408,7 +408,13 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
                 Err(e) => return Err(e),
             };
             let Some(file) = &cur.file else { continue };
-            let used = cur.index.live_bytes().saturating_add(level.index_len());
+            // The close-time block is live too: a compacted shard keeps it.
+            let times_len = if cur.times.any() {
+                crate::format::CloseTimes::encoded_len(level.n_chunks())
+            } else {
+                0
+            };
+            let used = cur.index.live_bytes() + level.index_len() + times_len;
             let dead = cur.len.saturating_sub(used);
             stats.shards += 1;
             stats.bytes += cur.len;
@@ -422,7 +428,8 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
                 .iter()
                 .map(|e| e.map(Source::Old))
                 .collect();
-            let (_, new_len) = append::rewrite(&dir, name, level, Some(file), &sources)?;
+            let (_, new_len) =
+                append::rewrite(&dir, name, level, Some(file), &sources, &cur.times)?;
             stats.shards_rewritten += 1;
             stats.bytes_reclaimed += cur.len.saturating_sub(new_len);
         }

@@ -371,7 +371,7 @@ fn recovery_walk(root: PathBuf) -> Option<std::thread::JoinHandle<()>> {
         .name("shardfs-recover".into())
         .spawn(move || {
             let started = std::time::Instant::now();
-            match crate::write::recover::recover_store(&root) {
+            match crate::store::local::recover::recover_store(&root) {
                 Ok(done) => {
                     for (shard, what) in &done {
                         log::warn!("recovered {}: {what:?}", shard.display());

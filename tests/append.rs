@@ -15,9 +15,9 @@ use serde_json::json;
 use shardfs::format::{self, Endian, IndexLocation, Location, Node, Presentation, ShardLayout};
 use shardfs::maint;
 use shardfs::store::LocalStore;
+use shardfs::store::local::append::{AppendOutcome, WriteError, apply};
+use shardfs::store::local::recover::{AppendRecord, Recovery, recover_shard, recover_store};
 use shardfs::store::shard::Shard;
-use shardfs::write::append::{AppendOutcome, WriteError, apply};
-use shardfs::write::recover::{AppendRecord, Recovery, recover_shard, recover_store};
 
 const SLOTS: usize = 16;
 const SHARD: &str = "a/c/0";

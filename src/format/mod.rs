@@ -9,9 +9,11 @@ pub mod index;
 pub mod key;
 pub mod layout;
 pub mod metadata;
+pub mod times;
 pub mod v2;
 
 pub use index::{ChunkRange, Endian, IndexCodecs, IndexError, IndexLocation, ShardIndex};
 pub use key::{ChunkKeyEncoding, KeyKind, KeyPath};
 pub use layout::{Location, ShardLayout, ShardLevel};
 pub use metadata::{ArrayMeta, MetadataError, Node, Presentation};
+pub use times::CloseTimes;

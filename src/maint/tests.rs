@@ -9,9 +9,9 @@ use super::*;
 use crate::format::index::{EMPTY, assemble_shard, index_region};
 use crate::format::{ChunkRange, Endian, IndexLocation, Location, Node};
 use crate::store::Store;
+use crate::store::local::append::{ChunkUpdate, apply};
+use crate::store::local::recover::{AppendRecord, RECORD_LEN};
 use crate::store::shard::Shard;
-use crate::write::append::{ChunkUpdate, apply};
-use crate::write::recover::{AppendRecord, RECORD_LEN};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

@@ -12,8 +12,10 @@
 //! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
 //! read the view reports as `EIO`.
 
+pub mod commit;
 pub mod limits;
-mod local;
+pub mod local;
+pub mod memory;
 pub mod shard;
 
 pub(crate) use local::FileRef;
@@ -22,7 +24,9 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
+pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange};
 pub use local::LocalStore;
+pub use memory::MemoryStore;
 
 /// Kind of a store entry, as `lstat` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,11 +117,25 @@ pub trait Store: Send + Sync {
     fn describe(&self) -> String;
 
     /// Hold the shared side of the lock shard updates take on directory `dir` (see
-    /// `write::append`) until the returned guard drops, so that a shard is read between
+    /// `store::local::append`) until the returned guard drops, so that a shard is read between
     /// updates, never during one. `None` where the backend has no such lock.
     fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
         let _ = dir;
         None
+    }
+
+    /// Commit one shard: read its current state (index and close times), let `merge`
+    /// decide the changes, and make them durable atomically, only on the state `merge`
+    /// saw (see [`commit`]). `merge` may be called more than once (when the shard changed
+    /// under a first attempt); each call sees the shard afresh.
+    fn commit_shard(
+        &self,
+        rel: &Path,
+        level: &crate::format::ShardLevel,
+        merge: &mut Merge<'_, '_>,
+    ) -> Result<CommitOutcome, CommitError> {
+        let _ = (rel, level, merge);
+        Err(CommitError::ReadOnly)
     }
 
     /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.

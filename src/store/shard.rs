@@ -243,6 +243,38 @@ impl From<ReadIndexError> for ShardError {
 }
 
 /// Read, decode and validate the index of the block `base..base+len` of `file`.
+/// The close times recorded in the first `len` bytes of a shard whose (valid) index is
+/// `index`, if it holds a block that checks out (`format::times`).
+pub fn read_times(
+    file: &dyn StoreFile,
+    level: &ShardLevel,
+    len: u64,
+    index: &ShardIndex,
+) -> std::io::Result<Option<crate::format::CloseTimes>> {
+    use crate::format::index::IndexLocation;
+    use crate::format::times;
+    let n = level.n_chunks();
+    let Some(end) = times::trailer_end(level.index_location, len, level.index_len()) else {
+        return Ok(None);
+    };
+    let mut trailer = [0u8; times::TRAILER_LEN as usize];
+    let at = end - times::TRAILER_LEN;
+    file.read_exact_at(&mut trailer, at)?;
+    let Some((start, stop, crc)) = times::decode_trailer(&trailer, n, at) else {
+        return Ok(None);
+    };
+    let floor = match level.index_location {
+        IndexLocation::Start => level.index_len(),
+        IndexLocation::End => 0,
+    };
+    if start < floor {
+        return Ok(None);
+    }
+    let mut bytes = vec![0u8; (stop - start) as usize];
+    file.read_exact_at(&mut bytes, start)?;
+    Ok(times::decode_times(&bytes, crc, index, start, stop))
+}
+
 pub(crate) fn read_index(
     file: &dyn StoreFile,
     level: &ShardLevel,

@@ -9,14 +9,19 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let array = self.arrays.read().get(&array.rel).cloned();
         let Some(array) = array else { return Ok(()) };
-        let shards = w
+        let shard_rel = |s: &[u64]| array.shard_rel(s);
+        let target = crate::write::flush::ArrayTarget {
+            rel: &array.rel,
+            layout: &array.layout,
+            shard_rel: &shard_rel,
+        };
+        let flushed = w
             .flusher
-            .flush_array(&w.staging, &array)
-            .map_err(|e| ViewError::Flush(e.to_string()))?;
-        for rel in shards {
-            self.shards.invalidate(&rel);
+            .flush_array(self.store.as_ref(), &w.staging, &target);
+        for rel in &flushed.shards {
+            self.shards.invalidate(rel);
         }
-        Ok(())
+        flushed.failed.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
     }
 
     /// Make everything staged durable (fsync of the mount's root, unmount, full buffer).

@@ -77,7 +77,7 @@ pub enum ViewError {
     #[error("write buffer full")]
     NoSpace,
     #[error("flush failed: {0}")]
-    Flush(String),
+    Flush(#[from] crate::write::flush::FlushError),
 }
 
 impl ViewError {
@@ -95,7 +95,7 @@ impl ViewError {
             ViewError::Exists => libc::EEXIST,
             ViewError::Unsupported(_) => libc::EXDEV,
             ViewError::NoSpace => libc::ENOSPC,
-            ViewError::Flush(_) => libc::EIO,
+            ViewError::Flush(e) => e.errno(),
         }
     }
 }
@@ -286,10 +286,10 @@ impl View {
         // (the mount walks the store for leftovers only in the background). A read-only
         // view changes nothing: it reads a torn shard as it was before the update.
         if let Some(w) = &view.writer {
-            let hook = crate::write::recover::LazyRecovery::new(&w.root)?;
+            let hook = crate::store::local::recover::LazyRecovery::new(&w.root)?;
             view.shards.set_load_hook(Arc::new(hook));
         } else {
-            let hook = crate::write::recover::ReadOnlyRecords::new(view.store.clone());
+            let hook = crate::store::local::recover::ReadOnlyRecords::new(view.store.clone());
             view.shards.set_load_hook(Arc::new(hook));
         }
         let root = view.classify_dir(PathBuf::new(), root_meta);

@@ -91,7 +91,7 @@ pub enum Invalidation {
 impl Writer {
     pub fn new(config: WriteConfig) -> Self {
         Writer {
-            flusher: Flusher::new(config.root.clone(), config.compactor),
+            flusher: Flusher::new(config.compactor),
             root: config.root,
             staging: Staging::new(config.write_buffer),
             scratch: Mutex::new(HashMap::new()),

@@ -13,18 +13,35 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::append;
-use super::staging::{Staged, Staging};
+use super::merge;
+use super::staging::{StagedChunk, Staging};
 use crate::compact::{self, Compactor, Packed, ShardGrid, StagedBatch};
-use crate::view::ShardedArray;
+use crate::format::ShardLayout;
+use crate::store::{CommitError, SlotChange, Store};
 
-/// Why a flush failed. The staged chunks are kept and retried by the next flush.
+/// Why a flush failed. The chunks that could not be stored stay staged and are retried
+/// by the next flush; the rest of the flush stands.
 #[derive(Debug, thiserror::Error)]
 pub enum FlushError {
-    #[error("compacting {array}: {err}")]
+    #[error("compacting {}: {err}", array.display())]
     Compact { array: PathBuf, err: String },
-    #[error("{0}")]
-    Write(#[from] append::WriteError),
+    #[error("shard {} of {}: {err}", shard.display(), array.display())]
+    Commit {
+        array: PathBuf,
+        shard: PathBuf,
+        #[source]
+        err: CommitError,
+    },
+}
+
+impl FlushError {
+    /// The errno an `fsync` (or the write that had to flush) reports for this failure.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FlushError::Compact { .. } => libc::EIO,
+            FlushError::Commit { err, .. } => err.errno(),
+        }
+    }
 }
 
 /// Counters of flush work, for `shardfs stats` and benchmarks.
@@ -34,13 +51,31 @@ pub struct FlushCounters {
     pub chunks: AtomicU64,
     pub bytes: AtomicU64,
     pub shards: AtomicU64,
+    /// Staged changes dropped at commit because the shard held a change closed later.
+    pub superseded: AtomicU64,
     pub compact_ns: AtomicU64,
     pub flush_ns: AtomicU64,
 }
 
+/// What one flush of an array did.
+#[derive(Debug, Default)]
+pub struct Flushed {
+    /// Store paths of the shards committed, for cache invalidation.
+    pub shards: Vec<PathBuf>,
+    /// The first shard that failed (its chunks stay staged), if any.
+    pub failed: Option<FlushError>,
+}
+
+/// The array a flush writes: the key its chunks are staged under, its layout, and where
+/// each shard lives in the store.
+pub struct ArrayTarget<'a> {
+    pub rel: &'a std::path::Path,
+    pub layout: &'a ShardLayout,
+    pub shard_rel: &'a dyn Fn(&[u64]) -> PathBuf,
+}
+
 /// Flushes arrays of one store; one flush per array at a time.
 pub struct Flusher {
-    root: PathBuf,
     compactor: Arc<dyn Compactor>,
     locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     packed: Mutex<Packed>,
@@ -48,9 +83,8 @@ pub struct Flusher {
 }
 
 impl Flusher {
-    pub fn new(root: PathBuf, compactor: Arc<dyn Compactor>) -> Self {
+    pub fn new(compactor: Arc<dyn Compactor>) -> Self {
         Flusher {
-            root,
             compactor,
             locks: Mutex::new(HashMap::new()),
             packed: Mutex::new(Packed::default()),
@@ -62,67 +96,79 @@ impl Flusher {
         self.compactor.name()
     }
 
-    /// Make `array`'s staged chunks durable. Returns the store paths of the shards
-    /// written, for cache invalidation.
+    /// Commit `array`'s staged chunks to `store`, one shard commit each, under the merge
+    /// rule. Shards that commit are done; the chunks of a shard that fails stay staged
+    /// (and `failed` says why), so one bad shard never holds back the others.
     pub fn flush_array(
         &self,
+        store: &dyn Store,
         staging: &Staging,
-        array: &ShardedArray,
-    ) -> Result<Vec<PathBuf>, FlushError> {
+        array: &ArrayTarget,
+    ) -> Flushed {
         let lock = self
             .locks
             .lock()
-            .entry(array.rel.clone())
+            .entry(array.rel.to_path_buf())
             .or_default()
             .clone();
         let _serial = lock.lock();
-        let taken = staging.take(&array.rel);
+        let taken = staging.take(array.rel);
         if taken.is_empty() {
-            return Ok(Vec::new());
+            return Flushed::default();
         }
         let started = Instant::now();
-        match self.write(array, &taken) {
-            Ok(shards) => {
-                staging.done(&array.rel, &taken);
-                let c = &self.counters;
-                c.flushes.fetch_add(1, Ordering::Relaxed);
-                c.chunks.fetch_add(taken.len() as u64, Ordering::Relaxed);
-                c.shards.fetch_add(shards.len() as u64, Ordering::Relaxed);
-                c.flush_ns
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                Ok(shards)
-            }
-            Err(e) => {
-                log::error!("flush of {} failed, will retry: {e}", array.rel.display());
-                staging.restore(&array.rel, taken);
-                Err(e)
-            }
-        }
-    }
-
-    fn write(
-        &self,
-        array: &ShardedArray,
-        taken: &[(Vec<u64>, Staged)],
-    ) -> Result<Vec<PathBuf>, FlushError> {
-        let layout = &array.layout;
-        // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
-        let (placed, outside): (Vec<_>, Vec<_>) =
-            taken.iter().partition(|(c, _)| layout.chunk_in_grid(c));
-        for (c, _) in outside {
-            log::warn!(
-                "{}: chunk {c:?} lies outside the array's grid; not written",
-                array.rel.display()
+        let (shards, failed, kept) = match self.write(store, array, &taken) {
+            Ok(done) => done,
+            Err(e) => (Vec::new(), Some(e), taken.clone()),
+        };
+        if let Some(e) = &failed {
+            log::error!(
+                "flush of {}: {e}; {} chunk(s) stay staged and are retried",
+                array.rel.display(),
+                kept.len()
             );
         }
-        let writes: Vec<(&Vec<u64>, &Arc<Vec<u8>>)> = placed
+        let committed = taken.len() - kept.len();
+        // Back to staging first, then forget the rest of what was taken.
+        staging.restore(array.rel, kept);
+        staging.done(array.rel, &taken);
+        let c = &self.counters;
+        c.flushes.fetch_add(1, Ordering::Relaxed);
+        c.chunks.fetch_add(committed as u64, Ordering::Relaxed);
+        c.shards.fetch_add(shards.len() as u64, Ordering::Relaxed);
+        c.flush_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        Flushed { shards, failed }
+    }
+
+    /// Commit `taken`. Returns the shards committed, the first failure, and the chunks
+    /// that were not stored (to stage again).
+    #[allow(clippy::type_complexity)]
+    fn write(
+        &self,
+        store: &dyn Store,
+        array: &ArrayTarget,
+        taken: &[StagedChunk],
+    ) -> Result<(Vec<PathBuf>, Option<FlushError>, Vec<StagedChunk>), FlushError> {
+        let layout = array.layout;
+        // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
+        let (placed, outside): (Vec<_>, Vec<_>) =
+            taken.iter().partition(|t| layout.chunk_in_grid(&t.coords));
+        for t in outside {
+            log::warn!(
+                "{}: chunk {:?} lies outside the array's grid; not written",
+                array.rel.display(),
+                t.coords
+            );
+        }
+        let writes: Vec<(&StagedChunk, &Arc<Vec<u8>>)> = placed
             .iter()
-            .filter_map(|(c, s)| s.as_ref().map(|b| (c, b)))
+            .filter_map(|t| t.data.as_ref().map(|b| (*t, b)))
             .collect();
         let mut coords = Vec::with_capacity(writes.len() * layout.ndim());
         let mut sizes = Vec::with_capacity(writes.len());
-        for (c, b) in &writes {
-            coords.extend_from_slice(c);
+        for (t, b) in &writes {
+            coords.extend_from_slice(&t.coords);
             sizes.push(b.len() as u64);
         }
         let payload: u64 = sizes.iter().sum();
@@ -155,7 +201,7 @@ impl Flusher {
             compact::plan_layout(&grid, &coords, &sizes, &mut packed)
         };
         compacted.map_err(|e| FlushError::Compact {
-            array: array.rel.clone(),
+            array: array.rel.to_path_buf(),
             err: e.to_string(),
         })?;
         self.counters
@@ -171,36 +217,72 @@ impl Flusher {
             }
         };
 
-        // Per shard: the packed run (if any) and the deletions.
-        let mut per_shard: BTreeMap<Vec<u64>, (Option<usize>, Vec<usize>)> = BTreeMap::new();
-        for (r, run) in packed.shards.iter().enumerate() {
-            per_shard.entry(run.shard_coords.clone()).or_default().0 = Some(r);
+        // Per shard: its slot changes (packed writes, then deletions) and the staged
+        // chunks they came from.
+        #[derive(Default)]
+        struct ShardWork<'a> {
+            changes: Vec<SlotChange<'a>>,
+            chunks: Vec<StagedChunk>,
         }
-        for (c, s) in &placed {
-            if s.is_none() {
-                let loc = layout.locate(c).expect("in grid");
-                per_shard
-                    .entry(loc.shard)
-                    .or_default()
-                    .1
-                    .push(loc.slots[0] as usize);
+        let mut per_shard: BTreeMap<Vec<u64>, ShardWork> = BTreeMap::new();
+        for run in &packed.shards {
+            let work = per_shard.entry(run.shard_coords.clone()).or_default();
+            for j in run.positions() {
+                let (t, _) = writes[packed.order[j] as usize];
+                work.changes.push(SlotChange {
+                    slot: packed.slots[j] as usize,
+                    data: Some(chunk(j)),
+                    closed: t.closed,
+                });
+                work.chunks.push(t.clone());
+            }
+        }
+        for t in &placed {
+            if t.data.is_none() {
+                let loc = layout.locate(&t.coords).expect("in grid");
+                let work = per_shard.entry(loc.shard).or_default();
+                work.changes.push(SlotChange {
+                    slot: loc.slots[0] as usize,
+                    data: None,
+                    closed: t.closed,
+                });
+                work.chunks.push((*t).clone());
             }
         }
         let level = &layout.levels[0];
         let mut written = Vec::with_capacity(per_shard.len());
-        for (shard, (run, deletes)) in per_shard {
-            let mut updates: Vec<(usize, Option<&[u8]>)> =
-                deletes.into_iter().map(|slot| (slot, None)).collect();
-            if let Some(r) = run {
-                for j in packed.shards[r].positions() {
-                    updates.push((packed.slots[j] as usize, Some(chunk(j))));
+        let mut failed = None;
+        let mut kept = Vec::new();
+        for (shard, work) in per_shard {
+            let rel = (array.shard_rel)(&shard);
+            let outcome = store.commit_shard(&rel, level, &mut |found| {
+                merge::last_close_wins(found, &work.changes)
+            });
+            match outcome {
+                Ok(o) => {
+                    let superseded = work.changes.len().saturating_sub(o.applied);
+                    if superseded > 0 {
+                        log::info!(
+                            "{}: {superseded} staged chunk(s) superseded by later writes in the store",
+                            rel.display()
+                        );
+                        self.counters
+                            .superseded
+                            .fetch_add(superseded as u64, Ordering::Relaxed);
+                    }
+                    written.push(rel);
+                }
+                Err(err) => {
+                    kept.extend(work.chunks);
+                    failed.get_or_insert(FlushError::Commit {
+                        array: array.rel.to_path_buf(),
+                        shard: rel,
+                        err,
+                    });
                 }
             }
-            let rel = array.shard_rel(&shard);
-            append::apply(&self.root, &rel, level, &updates)?;
-            written.push(rel);
         }
-        Ok(written)
+        Ok((written, failed, kept))
     }
 }
 

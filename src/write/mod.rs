@@ -1,7 +1,7 @@
-//! The write path: open-file buffers, per-shard staging, flush policy, compaction, and
-//! crash-safe shard updates.
+//! The write path: staged chunks and their close times, the flush policy, and the merge
+//! rule (last close wins) every store's shard commit applies. Where bytes live and how a
+//! shard update is made durable is the store's (`store::local::append` for a directory).
 
-pub mod append;
 pub mod flush;
-pub mod recover;
+pub mod merge;
 pub mod staging;

@@ -2,23 +2,41 @@
 //! a shard. Grouped by array; a flush takes an array's staged chunks into `flushing`
 //! (still visible) and drops them once their shards are durable.
 //!
+//! Every staged chunk carries its *close time*: when the close (or rename, fsync,
+//! unlink) that staged it happened, read from the wall clock and kept strictly
+//! increasing within the mount. The merge rule (`write::merge`) compares it with the
+//! times recorded in the shard, so that across mounts the write closed last wins.
+//!
 //! Memory is bounded: [`Staging::wait_for_room`] blocks a writer while the staged bytes
 //! exceed the limit, until a flush frees them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
 
 /// Bytes of a staged chunk; `None` stages a deletion.
 pub type Staged = Option<Arc<Vec<u8>>>;
 
+/// A staged chunk and its close time (ns since the epoch).
+type Entry = (Staged, u64);
+
+/// One chunk taken for a flush.
+#[derive(Clone, Debug)]
+pub struct StagedChunk {
+    pub coords: Vec<u64>,
+    pub data: Staged,
+    /// Close time, nanoseconds since the Unix epoch.
+    pub closed: u64,
+}
+
 #[derive(Default)]
 struct ArrayStage {
-    staged: BTreeMap<Vec<u64>, Staged>,
-    flushing: BTreeMap<Vec<u64>, Staged>,
+    staged: BTreeMap<Vec<u64>, Entry>,
+    flushing: BTreeMap<Vec<u64>, Entry>,
     /// When the oldest chunk now staged was staged.
     since: Option<Instant>,
 }
@@ -34,6 +52,16 @@ pub struct Staging {
     inner: Mutex<Inner>,
     limit: u64,
     room: Condvar,
+    /// The last close time handed out.
+    clock: AtomicU64,
+}
+
+/// Now, in nanoseconds since the Unix epoch (at least 1).
+pub fn wall_clock_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .max(1)
 }
 
 fn weight(s: &Staged) -> u64 {
@@ -47,7 +75,22 @@ impl Staging {
             inner: Mutex::new(Inner::default()),
             limit,
             room: Condvar::new(),
+            clock: AtomicU64::new(0),
         }
+    }
+
+    /// A close time for a commit happening now: the wall clock, but always later than
+    /// the last one this mount handed out (a clock stepped back cannot reorder two
+    /// closes of one mount).
+    pub fn close_time(&self) -> u64 {
+        let now = wall_clock_ns();
+        let prev = self
+            .clock
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(now.max(last + 1))
+            })
+            .expect("always Some");
+        now.max(prev + 1)
     }
 
     /// The staged state of a chunk: `Some(Some(bytes))` written, `Some(None)` deleted,
@@ -58,17 +101,23 @@ impl Staging {
         a.staged
             .get(coords)
             .or_else(|| a.flushing.get(coords))
-            .cloned()
+            .map(|(s, _)| s.clone())
     }
 
-    /// Stage a chunk (or its deletion).
+    /// Stage a chunk (or its deletion), closed now.
     pub fn put(&self, array: &Path, coords: Vec<u64>, data: Staged) {
+        let closed = self.close_time();
+        self.put_closed(array, coords, data, closed);
+    }
+
+    /// Stage a chunk (or its deletion) closed at `closed` (ns since the epoch).
+    pub fn put_closed(&self, array: &Path, coords: Vec<u64>, data: Staged, closed: u64) {
         let mut inner = self.inner.lock();
         inner.bytes += weight(&data);
         let a = inner.arrays.entry(array.to_path_buf()).or_default();
         a.since.get_or_insert_with(Instant::now);
-        let old = a.staged.insert(coords, data);
-        if let Some(old) = old {
+        let old = a.staged.insert(coords, (data, closed));
+        if let Some((old, _)) = old {
             inner.bytes -= weight(&old);
         }
     }
@@ -102,7 +151,7 @@ impl Staging {
             return Vec::new();
         };
         let mut out: BTreeMap<Vec<u64>, bool> = BTreeMap::new();
-        for (c, s) in a.flushing.iter().chain(a.staged.iter()) {
+        for (c, (s, _)) in a.flushing.iter().chain(a.staged.iter()) {
             if c.starts_with(prefix) {
                 out.insert(c.clone(), s.is_some());
             }
@@ -123,27 +172,34 @@ impl Staging {
     }
 
     /// Move an array's staged chunks to `flushing` and return them for a flush.
-    pub fn take(&self, array: &Path) -> Vec<(Vec<u64>, Staged)> {
+    pub fn take(&self, array: &Path) -> Vec<StagedChunk> {
         let mut inner = self.inner.lock();
         let Some(a) = inner.arrays.get_mut(array) else {
             return Vec::new();
         };
         let staged = std::mem::take(&mut a.staged);
         a.since = None;
-        let out: Vec<_> = staged.iter().map(|(c, s)| (c.clone(), s.clone())).collect();
+        let out: Vec<_> = staged
+            .iter()
+            .map(|(c, (s, t))| StagedChunk {
+                coords: c.clone(),
+                data: s.clone(),
+                closed: *t,
+            })
+            .collect();
         a.flushing.extend(staged);
         out
     }
 
     /// The chunks `taken` are durable in their shards: forget them (unless staged again).
-    pub fn done(&self, array: &Path, taken: &[(Vec<u64>, Staged)]) {
+    pub fn done(&self, array: &Path, taken: &[StagedChunk]) {
         let mut inner = self.inner.lock();
         let mut freed = 0;
         if let Some(a) = inner.arrays.get_mut(array) {
-            for (c, s) in taken {
-                if a.flushing.get(c).is_some_and(|f| same(f, s)) {
-                    a.flushing.remove(c);
-                    freed += weight(s);
+            for t in taken {
+                if a.flushing.get(&t.coords).is_some_and(|f| same(f, t)) {
+                    a.flushing.remove(&t.coords);
+                    freed += weight(&t.data);
                 }
             }
             if a.staged.is_empty() && a.flushing.is_empty() {
@@ -155,13 +211,13 @@ impl Staging {
     }
 
     /// A flush failed: put `taken` back so that a later flush retries them.
-    pub fn restore(&self, array: &Path, taken: Vec<(Vec<u64>, Staged)>) {
+    pub fn restore(&self, array: &Path, taken: Vec<StagedChunk>) {
         let mut inner = self.inner.lock();
         let a = inner.arrays.entry(array.to_path_buf()).or_default();
-        for (c, s) in taken {
-            if a.flushing.get(&c).is_some_and(|f| same(f, &s)) {
-                a.flushing.remove(&c);
-                a.staged.entry(c).or_insert(s);
+        for t in taken {
+            if a.flushing.get(&t.coords).is_some_and(|f| same(f, &t)) {
+                a.flushing.remove(&t.coords);
+                a.staged.entry(t.coords).or_insert((t.data, t.closed));
             }
         }
         a.since.get_or_insert_with(Instant::now);
@@ -175,7 +231,7 @@ impl Staging {
                 .staged
                 .values()
                 .chain(a.flushing.values())
-                .map(weight)
+                .map(|(s, _)| weight(s))
                 .sum();
             inner.bytes -= freed;
         }
@@ -183,12 +239,14 @@ impl Staging {
     }
 }
 
-fn same(a: &Staged, b: &Staged) -> bool {
-    match (a, b) {
-        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
-        (None, None) => true,
-        _ => false,
-    }
+/// Whether the entry `e` is still the chunk `t` that was taken (not staged again since).
+fn same(e: &Entry, t: &StagedChunk) -> bool {
+    e.1 == t.closed
+        && match (&e.0, &t.data) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            (None, None) => true,
+            _ => false,
+        }
 }
 
 #[cfg(test)]

@@ -19,63 +19,23 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, BufWriter, IoSlice, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::OFlags;
 
 use super::recover::{
-    self, APPEND_SUFFIX, AppendRecord, Lock, Recovery, ShardDir, TEMP_SUFFIX, io_at, sibling,
+    self, APPEND_SUFFIX, AppendRecord, Lock, ShardDir, TEMP_SUFFIX, io_at, sibling,
 };
+use crate::format::CloseTimes;
 use crate::format::index::IndexLocation;
-use crate::format::{ChunkRange, IndexError, ShardIndex, ShardLevel};
+use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
+pub use crate::store::commit::{CommitError as WriteError, CommitOutcome as AppendOutcome};
+use crate::store::commit::{Merge, ShardSnapshot, SlotChange};
 pub(crate) use crate::store::shard::ReadIndexError as ReadError;
 
 /// One inner-chunk slot change of a shard: its new bytes, or deletion (`None`).
 pub type ChunkUpdate<'a> = (usize, Option<&'a [u8]>);
-
-/// What [`apply`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AppendOutcome {
-    /// The index now on disk (all empty when the shard was removed).
-    pub index: ShardIndex,
-    pub old_len: u64,
-    pub new_len: u64,
-    /// Bytes written to the shard (appended, or the whole rewritten shard).
-    pub bytes_written: u64,
-    /// No shard file exists any more: it holds no chunk.
-    pub removed: bool,
-    /// The shard was written whole and renamed into place (new shard, index at start).
-    pub rewritten: bool,
-    /// What recovery of an earlier, interrupted update of this shard did first.
-    pub recovered: Vec<Recovery>,
-}
-
-/// Why a shard update (or a maintenance command) failed. A failed update leaves the
-/// shard as it was.
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
-    /// The shard's current index does not read; shardfs does not build on it.
-    #[error("{}: refusing to change a shard whose index is corrupt: {err}", path.display())]
-    Corrupt { path: PathBuf, err: IndexError },
-    #[error("invalid chunk update: {0}")]
-    BadUpdate(String),
-    #[error("{}: not a relative path of plain components", .0.display())]
-    BadPath(PathBuf),
-}
-
-impl WriteError {
-    /// The errno a file system call failing with this error reports.
-    pub fn errno(&self) -> i32 {
-        match self {
-            WriteError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            WriteError::Corrupt { .. } => libc::EIO,
-            WriteError::BadUpdate(_) | WriteError::BadPath(_) => libc::EINVAL,
-        }
-    }
-}
 
 /// Where the bytes of one slot of a shard being written come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,62 +47,100 @@ pub(crate) enum Source<'a> {
 }
 
 /// Apply `updates` (row-major slot in the outermost level's index, new bytes or `None`
-/// to delete) to the shard file `root/rel` (outermost sharding level `level`), creating
-/// it (and its directories) if absent. Later updates of a slot win. The new bytes go to
-/// the shard in slot order, with one vectored write from the caller's buffers. On `Ok`
-/// the new state is durable; on `Err` the shard is unchanged.
+/// to delete) to the shard file `root/rel`, unconditionally and with no close time (as
+/// maintenance and tests do). Later updates of a slot win. See [`commit`].
 pub fn apply(
     root: &Path,
     rel: &Path,
     level: &ShardLevel,
     updates: &[ChunkUpdate],
 ) -> Result<AppendOutcome, WriteError> {
+    let changes: Vec<SlotChange> = updates
+        .iter()
+        .map(|&(slot, data)| SlotChange {
+            slot,
+            data,
+            closed: 0,
+        })
+        .collect();
+    commit(root, rel, level, &mut |_| changes.clone())
+}
+
+/// Commit changes to the shard file `root/rel` (outermost sharding level `level`),
+/// creating it (and its directories) if absent: under the directory's lock, recover an
+/// interrupted earlier update, read the shard as it is on disk (index and close times),
+/// let `merge` decide the changes, and make them durable: the new bytes go to the shard
+/// in slot order with one vectored write from the caller's buffers, with the close times
+/// of every slot beside them. Later changes of a slot win. On `Ok` the new state is
+/// durable; on `Err` the shard is unchanged.
+pub fn commit(
+    root: &Path,
+    rel: &Path,
+    level: &ShardLevel,
+    merge: &mut Merge<'_, '_>,
+) -> Result<AppendOutcome, WriteError> {
     let (dir_rel, name) = recover::split_rel(rel)?;
     let n = usize::try_from(level.n_chunks())
         .map_err(|_| WriteError::BadUpdate("index too large".into()))?;
-    if let Some((slot, _)) = updates.iter().find(|(slot, _)| *slot >= n) {
-        return Err(WriteError::BadUpdate(format!(
-            "slot {slot} of a shard with {n} chunks"
-        )));
-    }
-    // Only new bytes create directories; deletions in a missing directory are no-ops.
-    let create = updates.iter().any(|(_, data)| data.is_some());
-    let Some(dir) = ShardDir::open(root, dir_rel, create, Lock::Exclusive)? else {
-        return Ok(AppendOutcome {
-            index: ShardIndex::empty(n),
-            old_len: 0,
-            new_len: 0,
-            bytes_written: 0,
-            removed: true,
-            rewritten: false,
-            recovered: Vec::new(),
+    // Read and merge under the directory's lock. A missing directory is read unlocked
+    // (nothing to lock); if the merge then writes, the directory is made and locked and
+    // the shard read and merged again, since another writer may have got there first.
+    let mut dir = ShardDir::open(root, dir_rel, false, Lock::Exclusive)?;
+    let (dir, cur, sources, times, mut outcome) = loop {
+        let (recovered, cur) = match &dir {
+            Some(d) => (
+                recover::recover_locked(d, name)?,
+                Current::read(d, name, level)?,
+            ),
+            None => (Vec::new(), Current::absent(n)),
+        };
+        let updates = merge(&ShardSnapshot {
+            index: &cur.index,
+            times: &cur.times,
+            exists: cur.file.is_some(),
         });
+        if let Some(bad) = updates.iter().find(|u| u.slot >= n) {
+            return Err(WriteError::BadUpdate(format!(
+                "slot {} of a shard with {n} chunks",
+                bad.slot
+            )));
+        }
+        let outcome = AppendOutcome {
+            index: cur.index.clone(),
+            old_len: cur.len,
+            new_len: cur.len,
+            bytes_written: 0,
+            removed: cur.file.is_none(),
+            rewritten: false,
+            applied: updates.len(),
+            recovered,
+        };
+        let mut sources: Vec<Option<Source>> = cur
+            .index
+            .entries()
+            .iter()
+            .map(|e| e.map(Source::Old))
+            .collect();
+        let mut times = cur.times.clone();
+        let mut changed = false;
+        for u in &updates {
+            changed |= u.data.is_some() || sources[u.slot].is_some();
+            sources[u.slot] = u.data.map(Source::New);
+            times.set(u.slot, u.closed);
+        }
+        if !changed {
+            return Ok(outcome);
+        }
+        match dir {
+            Some(d) => break (d, cur, sources, times, outcome),
+            None => {
+                dir = Some(
+                    ShardDir::open(root, dir_rel, true, Lock::Exclusive)?
+                        .ok_or_else(|| WriteError::BadPath(rel.to_path_buf()))?,
+                )
+            }
+        }
     };
-    let recovered = recover::recover_locked(&dir, name)?;
-    let cur = Current::read(&dir, name, level)?;
-    let mut outcome = AppendOutcome {
-        index: cur.index.clone(),
-        old_len: cur.len,
-        new_len: cur.len,
-        bytes_written: 0,
-        removed: cur.file.is_none(),
-        rewritten: false,
-        recovered,
-    };
-    let mut sources: Vec<Option<Source>> = cur
-        .index
-        .entries()
-        .iter()
-        .map(|e| e.map(Source::Old))
-        .collect();
-    let mut changed = false;
-    for &(slot, data) in updates {
-        changed |= data.is_some() || sources[slot].is_some();
-        sources[slot] = data.map(Source::New);
-    }
-    if !changed {
-        return Ok(outcome);
-    }
     if sources.iter().all(Option::is_none) {
         dir.remove(name)?;
         dir.sync()?;
@@ -154,13 +152,13 @@ pub fn apply(
     outcome.removed = false;
     match (&cur.file, level.index_location) {
         (Some(file), IndexLocation::End) => {
-            let (index, new_len) = append(&dir, name, file, cur.len, level, &sources)?;
+            let (index, new_len) = append(&dir, name, file, cur.len, level, &sources, &times)?;
             outcome.bytes_written = new_len - cur.len;
             outcome.index = index;
             outcome.new_len = new_len;
         }
         (old, _) => {
-            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), &sources)?;
+            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), &sources, &times)?;
             outcome.bytes_written = new_len;
             outcome.index = index;
             outcome.new_len = new_len;
@@ -175,9 +173,19 @@ pub(crate) struct Current {
     pub file: Option<File>,
     pub len: u64,
     pub index: ShardIndex,
+    pub times: CloseTimes,
 }
 
 impl Current {
+    fn absent(n: usize) -> Current {
+        Current {
+            file: None,
+            len: 0,
+            index: ShardIndex::empty(n),
+            times: CloseTimes::unknown(n),
+        }
+    }
+
     /// Absent file: an all-empty index. A corrupt index is [`WriteError::Corrupt`].
     pub(crate) fn read(
         dir: &ShardDir,
@@ -185,20 +193,27 @@ impl Current {
         level: &ShardLevel,
     ) -> Result<Current, WriteError> {
         let path = dir.path_of(name);
+        let n = level.n_chunks() as usize;
         let Some(file) = dir.open_file(name, OFlags::RDWR, 0)? else {
-            return Ok(Current {
-                file: None,
-                len: 0,
-                index: ShardIndex::empty(level.n_chunks() as usize),
-            });
+            return Ok(Current::absent(n));
         };
-        let len = file.metadata().map_err(io_at(&path))?.len();
+        let meta = file.metadata().map_err(io_at(&path))?;
+        if !meta.is_file() {
+            return Err(WriteError::NotAFile(path));
+        }
+        let len = meta.len();
         match read_index(&file, level, 0, len) {
-            Ok(index) => Ok(Current {
-                file: Some(file),
-                len,
-                index,
-            }),
+            Ok(index) => {
+                let times = crate::store::shard::read_times(&FileRef(&file), level, len, &index)
+                    .map_err(io_at(&path))?
+                    .unwrap_or_else(|| CloseTimes::unknown(n));
+                Ok(Current {
+                    file: Some(file),
+                    len,
+                    index,
+                    times,
+                })
+            }
             Err(ReadError::Io(e)) => Err(io_at(path)(e)),
             Err(ReadError::Index(err)) => Err(WriteError::Corrupt { path, err }),
         }
@@ -224,6 +239,7 @@ fn append(
     old_len: u64,
     level: &ShardLevel,
     sources: &[Option<Source>],
+    times: &CloseTimes,
 ) -> Result<(ShardIndex, u64), WriteError> {
     let mut tail: Vec<&[u8]> = Vec::new();
     let mut at = old_len;
@@ -245,8 +261,14 @@ fn append(
         .collect();
     let index = ShardIndex::from_entries(entries);
     let encoded = index.encode(level.index_codecs);
+    let times_block = if times.any() {
+        times.encode()
+    } else {
+        Vec::new()
+    };
+    tail.push(&times_block);
     tail.push(&encoded);
-    let new_len = at + encoded.len() as u64;
+    let new_len = at + times_block.len() as u64 + encoded.len() as u64;
     let record = AppendRecord {
         old_len,
         new_len,
@@ -337,6 +359,7 @@ pub(crate) fn rewrite(
     level: &ShardLevel,
     old: Option<&File>,
     sources: &[Option<Source>],
+    times: &CloseTimes,
 ) -> Result<(ShardIndex, u64), WriteError> {
     let size = |s: &Source| match s {
         Source::Old(r) => r.nbytes,
@@ -344,7 +367,14 @@ pub(crate) fn rewrite(
     };
     let index = packed_index(level, sources.iter().map(|s| s.as_ref().map(size)));
     let encoded = index.encode(level.index_codecs);
-    let new_len = encoded.len() as u64 + sources.iter().flatten().map(size).sum::<u64>();
+    let times_block = if times.any() {
+        times.encode()
+    } else {
+        Vec::new()
+    };
+    let new_len = encoded.len() as u64
+        + times_block.len() as u64
+        + sources.iter().flatten().map(size).sum::<u64>();
     let tmp_name = sibling(name, TEMP_SUFFIX);
     let tmp_path = dir.path_of(&tmp_name);
     let tmp = dir
@@ -380,6 +410,7 @@ pub(crate) fn rewrite(
                 }
             }
         }
+        out.write_all(&times_block)?;
         if level.index_location == IndexLocation::End {
             out.write_all(&encoded)?;
         }

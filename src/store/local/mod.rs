@@ -1,4 +1,9 @@
 //! [`LocalStore`]: a store in a local directory, every path resolved beneath its root.
+//! Shard commits are appends (or whole rewrites) under the shard directory's `flock`
+//! ([`append`]), with recovery of interrupted ones ([`recover`]).
+
+pub mod append;
+pub mod recover;
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -197,6 +202,15 @@ impl Store for LocalStore {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn commit_shard(
+        &self,
+        rel: &Path,
+        level: &crate::format::ShardLevel,
+        merge: &mut super::Merge<'_, '_>,
+    ) -> Result<super::CommitOutcome, super::CommitError> {
+        append::commit(&self.path, rel, level, merge)
     }
 
     fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {

@@ -1,0 +1,87 @@
+//! What a shard commit is, for every store: the shard as the commit found it
+//! ([`ShardSnapshot`]), the slot changes the caller's merge decided on ([`SlotChange`]),
+//! what was done ([`CommitOutcome`]) and why it failed ([`CommitError`]).
+//!
+//! A commit reads the shard's current state, asks the caller's merge function which
+//! changes stand (`write::merge`: last close wins), and makes exactly those durable as
+//! one atomic step, only if the shard did not change meanwhile: a local directory holds
+//! the shard directory's lock across the three steps; an object store would re-read and
+//! merge again when its conditional PUT finds another version.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::format::{CloseTimes, IndexError, ShardIndex};
+
+/// A shard as a commit found it.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardSnapshot<'s> {
+    pub index: &'s ShardIndex,
+    /// Close times recorded in the shard (`0`: none).
+    pub times: &'s CloseTimes,
+    pub exists: bool,
+}
+
+/// One slot change to commit: new bytes, or deletion (`None`), closed at `closed`
+/// (nanoseconds since the epoch; `0`: no close time, as for maintenance rewrites).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotChange<'a> {
+    pub slot: usize,
+    pub data: Option<&'a [u8]>,
+    pub closed: u64,
+}
+
+/// Decides, from the shard as found, which changes a commit makes.
+pub type Merge<'m, 'a> = dyn FnMut(&ShardSnapshot<'_>) -> Vec<SlotChange<'a>> + 'm;
+
+/// What a shard commit did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The index now stored (all empty when the shard was removed).
+    pub index: ShardIndex,
+    pub old_len: u64,
+    pub new_len: u64,
+    /// Bytes written to the shard (appended, or the whole rewritten shard).
+    pub bytes_written: u64,
+    /// No shard exists any more: it holds no chunk.
+    pub removed: bool,
+    /// The shard was written whole (new shard, index at start, object store).
+    pub rewritten: bool,
+    /// Slot changes the merge decided on (the rest of the caller's were superseded).
+    pub applied: usize,
+    /// What recovery of an earlier, interrupted commit of this shard did first.
+    pub recovered: Vec<crate::store::local::recover::Recovery>,
+}
+
+/// Why a shard commit (or a maintenance command) failed. A failed commit leaves the
+/// shard as it was.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    /// The shard's current index does not read; shardfs does not build on it.
+    #[error("{}: refusing to change a shard whose index is corrupt: {err}", path.display())]
+    Corrupt { path: PathBuf, err: IndexError },
+    /// The shard's path is not a regular file (a directory, a FIFO, ...).
+    #[error("{}: not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("invalid chunk update: {0}")]
+    BadUpdate(String),
+    #[error("{}: not a relative path of plain components", .0.display())]
+    BadPath(PathBuf),
+    /// The store cannot commit shards (read-only, or a backend without writes).
+    #[error("the store is read-only")]
+    ReadOnly,
+}
+
+impl CommitError {
+    /// The errno a file system call failing with this error reports.
+    pub fn errno(&self) -> i32 {
+        match self {
+            CommitError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            CommitError::Corrupt { .. } | CommitError::NotAFile(_) => libc::EIO,
+            CommitError::BadUpdate(_) | CommitError::BadPath(_) => libc::EINVAL,
+            CommitError::ReadOnly => libc::EROFS,
+        }
+    }
+}
