@@ -256,8 +256,12 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
         let (ma, ga) = mount_rw(&store);
         let (mb, gb) = mount_rw(&store);
         let key = "u16_default_sparse/c/0/0";
+        let before = fs::read(mb.path().join(key)).ok();
         // A closes v1 without fsync; B then writes v2 and fsyncs (fsync returns 0).
         write_close(&ma.path().join(key), &[1; 24], false);
+        // A close is not a flush: B does not see A's write yet, A does.
+        assert_eq!(fs::read(mb.path().join(key)).ok(), before);
+        assert_eq!(fs::read(ma.path().join(key)).unwrap(), [1; 24]);
         std::thread::sleep(Duration::from_millis(2));
         write_close(&mb.path().join(key), &[2; 24], !a_flushes_first);
         if a_flushes_first {

@@ -364,6 +364,7 @@ impl View {
             v["chunks_flushed"] = get(&f.chunks).into();
             v["bytes_flushed"] = get(&f.bytes).into();
             v["shard_updates"] = get(&f.shards).into();
+            v["chunks_superseded"] = get(&f.superseded).into();
             v["compaction_seconds"] = (get(&f.compact_ns) as f64 / 1e9).into();
             v["flush_seconds"] = (get(&f.flush_ns) as f64 / 1e9).into();
             v["mean_flush_latency_ms"] = if flushes > 0 {
