@@ -8,8 +8,11 @@
 //! the shard directory's lock across the three steps; an object store would re-read and
 //! merge again when its conditional PUT finds another version.
 
+use std::fmt;
 use std::io;
 use std::path::PathBuf;
+
+use serde::Serialize;
 
 use crate::format::{CloseTimes, IndexError, ShardIndex};
 
@@ -50,7 +53,7 @@ pub struct CommitOutcome {
     /// Slot changes the merge decided on (the rest of the caller's were superseded).
     pub applied: usize,
     /// What recovery of an earlier, interrupted commit of this shard did first.
-    pub recovered: Vec<crate::store::local::recover::Recovery>,
+    pub recovered: Vec<Recovery>,
 }
 
 /// Why a shard commit (or a maintenance command) failed. A failed commit leaves the
@@ -82,6 +85,53 @@ impl CommitError {
             CommitError::Corrupt { .. } | CommitError::NotAFile(_) => libc::EIO,
             CommitError::BadUpdate(_) | CommitError::BadPath(_) => libc::EINVAL,
             CommitError::ReadOnly => libc::EROFS,
+        }
+    }
+}
+
+/// What recovery did for one shard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Recovery {
+    /// The record was torn, so the append had not touched the shard: record removed.
+    TornRecord,
+    /// The append had finished (length and CRC match): only the record was left; removed.
+    Completed { new_len: u64 },
+    /// The append was cut short: the shard was truncated back to `old_len`.
+    RolledBack { old_len: u64, found_len: u64 },
+    /// The shard is missing or shorter than the record's `old_len`: something other than
+    /// shardfs changed it. The shard is left alone; the record is removed.
+    Stale {
+        old_len: u64,
+        found_len: Option<u64>,
+    },
+    /// A rewrite never reached its rename; the old shard is intact. Temp file removed.
+    RemovedTemp,
+}
+
+impl fmt::Display for Recovery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Recovery::TornRecord => write!(f, "removed a torn append record (shard untouched)"),
+            Recovery::Completed { new_len } => {
+                write!(
+                    f,
+                    "append had completed ({new_len} bytes); removed its record"
+                )
+            }
+            Recovery::RolledBack { old_len, found_len } => write!(
+                f,
+                "rolled back an interrupted append: truncated {found_len} to {old_len} bytes"
+            ),
+            Recovery::Stale { old_len, found_len } => write!(
+                f,
+                "removed a stale append record (shard is {}, record expected at least {old_len} \
+                 bytes); shard left alone",
+                found_len.map_or("missing".into(), |l| format!("{l} bytes"))
+            ),
+            Recovery::RemovedTemp => {
+                write!(f, "removed the temporary file of an unfinished rewrite")
+            }
         }
     }
 }

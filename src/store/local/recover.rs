@@ -26,7 +26,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
@@ -36,10 +35,9 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
-use serde::Serialize;
 
-use super::append::WriteError;
 use crate::store::Store;
+use crate::store::commit::CommitError as WriteError;
 use crate::store::shard::{LoadHook, ShardError, Truncated};
 
 /// Suffix of the recovery record of an append in progress.
@@ -124,52 +122,7 @@ impl AppendRecord {
     }
 }
 
-/// What recovery did for one shard.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
-pub enum Recovery {
-    /// The record was torn, so the append had not touched the shard: record removed.
-    TornRecord,
-    /// The append had finished (length and CRC match): only the record was left; removed.
-    Completed { new_len: u64 },
-    /// The append was cut short: the shard was truncated back to `old_len`.
-    RolledBack { old_len: u64, found_len: u64 },
-    /// The shard is missing or shorter than the record's `old_len`: something other than
-    /// shardfs changed it. The shard is left alone; the record is removed.
-    Stale {
-        old_len: u64,
-        found_len: Option<u64>,
-    },
-    /// A rewrite never reached its rename; the old shard is intact. Temp file removed.
-    RemovedTemp,
-}
-
-impl fmt::Display for Recovery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Recovery::TornRecord => write!(f, "removed a torn append record (shard untouched)"),
-            Recovery::Completed { new_len } => {
-                write!(
-                    f,
-                    "append had completed ({new_len} bytes); removed its record"
-                )
-            }
-            Recovery::RolledBack { old_len, found_len } => write!(
-                f,
-                "rolled back an interrupted append: truncated {found_len} to {old_len} bytes"
-            ),
-            Recovery::Stale { old_len, found_len } => write!(
-                f,
-                "removed a stale append record (shard is {}, record expected at least {old_len} \
-                 bytes); shard left alone",
-                found_len.map_or("missing".into(), |l| format!("{l} bytes"))
-            ),
-            Recovery::RemovedTemp => {
-                write!(f, "removed the temporary file of an unfinished rewrite")
-            }
-        }
-    }
-}
+pub use crate::store::commit::Recovery;
 
 pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> WriteError {
     let path = path.into();
