@@ -315,7 +315,13 @@ impl Mount {
         } else {
             session.umount_and_join()
         };
-        flushed.map_err(|e| io::Error::other(e.to_string()))?;
+        // Keep the errno's kind (a full store says so), with what failed.
+        flushed.map_err(|e| {
+            io::Error::new(
+                io::Error::from_raw_os_error(e.errno()).kind(),
+                e.to_string(),
+            )
+        })?;
         ended
     }
 }

@@ -1,0 +1,133 @@
+//! Faults of the store seen through a real mount: a full disk reaches the writer as
+//! `ENOSPC` at `fsync`, the data stays staged, and is stored once there is room again
+//! (docs/SEMANTICS.md, "Failures").
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use shardfs::{Mount, MountOptions};
+
+/// A small tmpfs of our own, unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn new(size: &str) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "shardfs-test"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+const CHUNK: usize = 256 << 10;
+
+fn make_store(root: &Path) -> PathBuf {
+    let store = root.join("s");
+    fs::create_dir_all(store.join("a")).unwrap();
+    let doc = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [CHUNK * 8], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [CHUNK * 4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [CHUNK], "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                             {"name": "crc32c"}],
+            "index_location": "end"}}],
+    });
+    fs::write(store.join("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    store
+}
+
+#[test]
+fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
+    let name = "a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room";
+    if !common::can_mount(name) {
+        return;
+    }
+    let tmpfs = match Tmpfs::new("2m") {
+        Ok(t) => t,
+        Err(why) if std::env::var_os("CI").is_none() => {
+            println!("SKIPPED {name}: cannot mount a tmpfs: {why}");
+            eprintln!("SKIPPED {name}: cannot mount a tmpfs: {why}");
+            return;
+        }
+        Err(why) => panic!("{name}: {why} (CI runs as root and must be able to)"),
+    };
+    let store = make_store(tmpfs.path());
+    // Fill the tmpfs but for less than one chunk.
+    let filler = tmpfs.path().join("filler");
+    let mut f = fs::File::create(&filler).unwrap();
+    let block = vec![7u8; 64 << 10];
+    while f.write_all(&block).is_ok() {}
+    drop(f);
+    let free_after_fill = fs::metadata(&filler).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(free_after_fill - (CHUNK as u64 / 2))
+        .unwrap();
+
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let mount = Mount::new(&store, mnt.path(), &opts).unwrap();
+    let chunk = mnt.path().join("a/c/1");
+    let data: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    fs::create_dir_all(chunk.parent().unwrap()).unwrap();
+    let mut f = fs::File::create(&chunk).unwrap();
+    f.write_all(&data).unwrap();
+    let err = f.sync_all().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    drop(f);
+    // Not lost: the mount still reads it, and nothing half-written is in the store.
+    assert_eq!(fs::read(&chunk).unwrap(), data);
+    let leftovers: Vec<_> = fs::read_dir(store.join("a"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "zarr.json")
+        .collect();
+    assert!(
+        fs::read_dir(store.join("a/c")).map_or(true, |d| d.count() == 0),
+        "no shard or temp file left: {leftovers:?}"
+    );
+    // Room again: the next fsync stores it.
+    fs::remove_file(&filler).unwrap();
+    fs::File::open(&chunk).unwrap().sync_all().unwrap();
+    mount.unmount().unwrap();
+    let report = shardfs::maint::verify(&store, false, false).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let again = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&store, again.path(), &opts).unwrap();
+    assert_eq!(fs::read(again.path().join("a/c/1")).unwrap(), data);
+}
