@@ -169,7 +169,6 @@ impl Mount {
         } else {
             log::info!("compactor: {}", compactor.name());
             Some(Writer::new(WriteConfig {
-                root: fsname.clone(),
                 write_buffer: opts.write_buffer,
                 chunks_per_shard: opts.chunks_per_shard.clone(),
                 shard_target_bytes: 64 << 20,

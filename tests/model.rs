@@ -18,7 +18,6 @@ use shardfs::view::{Kind, ROOT_INO, View, ViewConfig, WriteConfig, Writer};
 fn open_view(dir: &Path) -> View {
     let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
     let writer = Writer::new(WriteConfig {
-        root: dir.to_path_buf(),
         write_buffer: 4096, // tiny: flushes happen in the middle of sequences
         chunks_per_shard: None,
         shard_target_bytes: 64 << 20,

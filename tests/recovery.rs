@@ -118,7 +118,6 @@ fn view_with(root: &Path, compactor: Option<Arc<dyn Compactor>>) -> View {
     let store: Arc<dyn Store> = Arc::new(LocalStore::open(root).unwrap());
     let writer = compactor.map(|compactor| {
         Writer::new(WriteConfig {
-            root: root.to_path_buf(),
             write_buffer: 1 << 20,
             chunks_per_shard: None,
             shard_target_bytes: 64 << 20,

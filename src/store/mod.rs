@@ -102,6 +102,31 @@ pub trait StoreFile: Send + Sync {
     }
 }
 
+/// A store file open for reading and writing: the files outside arrays' key namespaces
+/// (and group metadata being written), which pass through to the store.
+pub trait StoreFileRw: StoreFile {
+    /// Write all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Make the file's contents durable.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// How [`Store::open_rw`] opens a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// It must exist.
+    Existing,
+    /// Made if missing.
+    Create,
+    /// It must not exist yet.
+    CreateNew,
+}
+
+fn read_only<T>() -> io::Result<T> {
+    Err(io::Error::from_raw_os_error(libc::EROFS))
+}
+
 /// The backing store. Paths are relative to its root, `/`-separated components that
 /// are never `.` or `..` (the view builds them from names the kernel looked up).
 pub trait Store: Send + Sync {
@@ -136,6 +161,83 @@ pub trait Store: Send + Sync {
     ) -> Result<CommitOutcome, CommitError> {
         let _ = (rel, level, merge);
         Err(CommitError::ReadOnly)
+    }
+
+    /// Open a regular file for reading and writing (never through a final symlink).
+    fn open_rw(
+        &self,
+        rel: &Path,
+        mode: OpenMode,
+        truncate: bool,
+    ) -> io::Result<Box<dyn StoreFileRw>> {
+        let _ = (rel, mode, truncate);
+        read_only()
+    }
+
+    /// Replace the file `rel` with `data` so that readers see the old or the new
+    /// content, never a mix, durably (a temporary file renamed into place).
+    fn write_atomically(&self, rel: &Path, data: &[u8]) -> io::Result<()> {
+        let _ = (rel, data);
+        read_only()
+    }
+
+    fn create_dir(&self, rel: &Path) -> io::Result<()> {
+        let _ = rel;
+        read_only()
+    }
+
+    /// Remove a file or symlink.
+    fn remove_file(&self, rel: &Path) -> io::Result<()> {
+        let _ = rel;
+        read_only()
+    }
+
+    /// Remove an empty directory.
+    fn remove_dir(&self, rel: &Path) -> io::Result<()> {
+        let _ = rel;
+        read_only()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        read_only()
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        read_only()
+    }
+
+    /// Make a file's contents durable.
+    fn sync_file(&self, rel: &Path) -> io::Result<()> {
+        let _ = rel;
+        Ok(())
+    }
+
+    /// What the view calls before it first reads a shard's index, to settle (writable)
+    /// or read around (read-only) an interrupted commit; `None` where commits cannot be
+    /// interrupted halfway (an object store's PUT). `this` is this store.
+    fn recovery_hook(
+        &self,
+        writable: bool,
+        this: std::sync::Arc<dyn Store>,
+    ) -> io::Result<Option<std::sync::Arc<dyn shard::LoadHook>>> {
+        let _ = (writable, this);
+        Ok(None)
+    }
+
+    /// Remove `rel` and everything beneath it (never following a symlink).
+    fn remove_tree(&self, rel: &Path) -> io::Result<()> {
+        match self.stat(rel)? {
+            None => Ok(()),
+            Some(m) if m.kind == EntryKind::Dir => {
+                for e in self.list(rel)? {
+                    self.remove_tree(&rel.join(&e.name))?;
+                }
+                self.remove_dir(rel)
+            }
+            Some(_) => self.remove_file(rel),
+        }
     }
 
     /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.

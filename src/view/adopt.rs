@@ -9,9 +9,8 @@ use serde_json::Value;
 
 use super::{MetaFile, Result, View, ViewError, ViewFormat};
 use crate::format::{self, KeyPath};
+use crate::store::{EntryKind, Store};
 use crate::write::flush::default_chunks_per_shard;
-
-use super::write::write_atomically;
 
 impl View {
     /// A metadata file just landed (closed, renamed or copied) in the store directory
@@ -22,11 +21,11 @@ impl View {
             (MetaFile::ZarrJson, _) => self.adopt_new_array(dir),
             (_, ViewFormat::V3) => Ok(()),
             (_, ViewFormat::V2) => {
-                let w = self.writer()?;
-                let path = w.root.join(dir).join(file.name());
-                let data = std::fs::read(&path)?;
+                self.writer()?;
+                let path = dir.join(file.name());
+                let data = self.store.read_all(&path)?.ok_or(ViewError::NotFound)?;
                 let taken = self.take_in_v2(dir, file, &data);
-                std::fs::remove_file(&path)?;
+                self.store.remove_file(&path)?;
                 if let Err(e) = &taken {
                     log::warn!("{}: refused: {e}", dir.join(file.name()).display());
                 }
@@ -39,16 +38,15 @@ impl View {
     /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
     fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         use crate::format::v2;
-        let w = self.writer()?;
-        let json_path = w.root.join(dir).join("zarr.json");
+        let json_path = dir.join("zarr.json");
         let invalid = |why: String| ViewError::Invalid(why);
-        let current: Option<serde_json::Map<String, Value>> = match std::fs::read(&json_path) {
-            Ok(b) => {
-                Some(serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
+        let current: Option<serde_json::Map<String, Value>> =
+            match self.store.read_all(&json_path)? {
+                Some(b) => Some(
+                    serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?,
+                ),
+                None => None,
+            };
         let is_group =
             |d: &serde_json::Map<String, Value>| d.get("node_type") == Some(&"group".into());
         if current.as_ref().is_some_and(|d| !is_group(d)) {
@@ -86,7 +84,7 @@ impl View {
         let mut bytes =
             serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
         bytes.push(b'\n');
-        write_atomically(&json_path, &bytes)?;
+        self.store.write_atomically(&json_path, &bytes)?;
         if file == MetaFile::Zarray {
             self.adopt_new_array(dir)?;
         }
@@ -95,15 +93,13 @@ impl View {
 
     /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
     pub(super) fn unlink_group_meta(&self, dir: &Path, file: MetaFile) -> Result<()> {
-        let w = self.writer()?;
-        let json_path = w.root.join(dir).join("zarr.json");
+        self.writer()?;
         match file {
             MetaFile::Zattrs => {
-                let tmp = w.root.join(dir).join(file.name());
-                std::fs::write(&tmp, b"{}")?;
+                self.store.write_atomically(&dir.join(file.name()), b"{}")?;
                 return self.metadata_landed(dir, file);
             }
-            MetaFile::Zgroup => std::fs::remove_file(&json_path)?,
+            MetaFile::Zgroup => self.store.remove_file(&dir.join("zarr.json"))?,
             _ => return Err(ViewError::NotFound),
         }
         self.refresh_subtree(dir);
@@ -114,8 +110,11 @@ impl View {
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
         let w = self.writer()?;
-        let json_path = w.root.join(dir).join("zarr.json");
-        let bytes = std::fs::read(&json_path)?;
+        let json_path = dir.join("zarr.json");
+        let bytes = self
+            .store
+            .read_all(&json_path)?
+            .ok_or(ViewError::NotFound)?;
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
@@ -132,19 +131,22 @@ impl View {
         };
         // Chunk files copied in before the metadata (`cp -r` order) would collide with
         // the shard files; move them aside, stage them, flush, then drop them.
-        let ingest = collect_chunk_files(&w.root.join(dir), &meta);
-        let aside = w.root.join(dir).join(".shardfs-ingest");
+        let store = self.store.as_ref();
+        let ingest = collect_chunk_files(store, dir, &meta);
+        let aside = dir.join(".shardfs-ingest");
         let mut moved = Vec::new();
         if !ingest.is_empty() {
-            std::fs::create_dir_all(&aside)?;
+            if store.stat(&aside)?.is_none() {
+                store.create_dir(&aside)?;
+            }
             for (i, (coords, file)) in ingest.into_iter().enumerate() {
                 let to = aside.join(i.to_string());
-                std::fs::rename(&file, &to)?;
+                store.rename(&file, &to)?;
                 moved.push((coords, to));
             }
-            remove_empty_dirs(&w.root.join(dir), &aside);
+            remove_empty_dirs(store, dir, &aside);
         }
-        write_atomically(&json_path, &sharded)?;
+        store.write_atomically(&json_path, &sharded)?;
         let array = self.reload_array(dir)?;
         log::info!(
             "{}: new array stored sharded, shards {:?}",
@@ -156,11 +158,11 @@ impl View {
                 w.staging.put(
                     &array.rel,
                     coords.clone(),
-                    Some(Arc::new(std::fs::read(file)?)),
+                    Some(Arc::new(store.read_all(file)?.ok_or(ViewError::NotFound)?)),
                 );
             }
             self.flush_array(&array)?;
-            std::fs::remove_dir_all(&aside)?;
+            store.remove_tree(&aside)?;
         }
         Ok(())
     }
@@ -210,28 +212,33 @@ fn itemsize(data_type: &str) -> u64 {
     }
 }
 
-/// Files under an array directory that are chunk keys of its grid (an unsharded copy).
-fn collect_chunk_files(dir: &Path, meta: &format::ArrayMeta) -> Vec<(Vec<u64>, PathBuf)> {
+/// Files under the store directory `dir` of an array that are chunk keys of its grid
+/// (an unsharded copy), as store paths.
+fn collect_chunk_files(
+    store: &dyn Store,
+    dir: &Path,
+    meta: &format::ArrayMeta,
+) -> Vec<(Vec<u64>, PathBuf)> {
     let enc = meta.key_encoding;
     let ndim = meta.shape.len();
     let mut out = Vec::new();
     let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
     while let Some((d, prefix)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+        let Ok(entries) = store.list(&d) else {
             continue;
         };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(kp) = name
+        for e in entries {
+            let Some(kp) = e
+                .name
                 .to_str()
                 .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
             else {
                 continue;
             };
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            let is_dir = e.kind == EntryKind::Dir;
             match kp {
-                KeyPath::Dir(c) if is_dir => stack.push((e.path(), Some(c))),
-                KeyPath::Chunk(c) if !is_dir => out.push((c, e.path())),
+                KeyPath::Dir(c) if is_dir => stack.push((d.join(&e.name), Some(c))),
+                KeyPath::Chunk(c) if e.kind == EntryKind::File => out.push((c, d.join(&e.name))),
                 _ => {}
             }
         }
@@ -239,16 +246,16 @@ fn collect_chunk_files(dir: &Path, meta: &format::ArrayMeta) -> Vec<(Vec<u64>, P
     out
 }
 
-/// Remove now-empty directories under `dir` (but not `dir` or `keep`).
-fn remove_empty_dirs(dir: &Path, keep: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// Remove now-empty directories under store directory `dir` (but not `dir` or `keep`).
+fn remove_empty_dirs(store: &dyn Store, dir: &Path, keep: &Path) {
+    let Ok(entries) = store.list(dir) else {
         return;
     };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p != keep && e.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_empty_dirs(&p, keep);
-            let _ = std::fs::remove_dir(&p);
+    for e in entries {
+        let p = dir.join(&e.name);
+        if p != keep && e.kind == EntryKind::Dir {
+            remove_empty_dirs(store, &p, keep);
+            let _ = store.remove_dir(&p);
         }
     }
 }

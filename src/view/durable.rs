@@ -63,7 +63,7 @@ impl View {
             Node::Chunk { array, .. }
             | Node::Scratch { array, .. }
             | Node::ArrayMeta { array, .. } => self.flush_array(&array),
-            Node::File { rel } => Ok(std::fs::File::open(self.root_path(&rel)?)?.sync_all()?),
+            Node::File { rel } => Ok(self.store.sync_file(&rel)?),
             _ => Ok(()),
         }
     }

@@ -132,7 +132,7 @@ type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
 enum Handle {
     Store(Arc<dyn StoreFile>),
     /// A store file open for writing (outside arrays' key namespaces).
-    StoreRw(Arc<std::fs::File>, PathBuf),
+    StoreRw(Arc<dyn crate::store::StoreFileRw>, PathBuf),
     Bytes(Arc<Vec<u8>>),
     Chunk {
         shard: Arc<Shard>,
@@ -285,12 +285,9 @@ impl View {
         // A writable view recovers a shard's interrupted update before it reads the index
         // (the mount walks the store for leftovers only in the background). A read-only
         // view changes nothing: it reads a torn shard as it was before the update.
-        if let Some(w) = &view.writer {
-            let hook = crate::store::local::recover::LazyRecovery::new(&w.root)?;
-            view.shards.set_load_hook(Arc::new(hook));
-        } else {
-            let hook = crate::store::local::recover::ReadOnlyRecords::new(view.store.clone());
-            view.shards.set_load_hook(Arc::new(hook));
+        let store = view.store.clone();
+        if let Some(hook) = view.store.recovery_hook(view.writer.is_some(), store)? {
+            view.shards.set_load_hook(hook);
         }
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
@@ -483,10 +480,9 @@ impl View {
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }
             Node::Scratch { path, array, .. } => {
-                let len = self
-                    .writer()?
-                    .scratch_len(path)
-                    .ok_or(ViewError::NotFound)?;
+                let Some(len) = self.writer()?.scratch_len(path) else {
+                    return self.attr(ino, &self.settled(ino)?);
+                };
                 let mut m = array.dir_meta;
                 m.perm = array.json_meta.perm;
                 Attr::from_meta(ino, Kind::File, len, &m)
@@ -921,10 +917,9 @@ impl View {
                 }
             }
             Node::Scratch { ref path, .. } => {
-                let file = self
-                    .writer()?
-                    .open_scratch(path)
-                    .ok_or(ViewError::NotFound)?;
+                let Some(file) = self.writer()?.open_scratch(path) else {
+                    return self.reader(ino, self.settled(ino)?, at_open);
+                };
                 (
                     Handle::Scratch {
                         ino,
@@ -1000,7 +995,6 @@ impl View {
             }
             Handle::Chunk { shard, range } => self.read_chunk(shard, *range, offset, size),
             Handle::StoreRw(f, _) => {
-                use std::os::unix::fs::FileExt;
                 let mut buf = vec![0; size as usize];
                 let n = f.read_at(&mut buf, offset)?;
                 buf.truncate(n);

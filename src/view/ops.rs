@@ -3,13 +3,13 @@
 //! staged chunks (`write`); elsewhere they pass through to the store.
 
 use std::ffi::OsStr;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::{Attr, Handle, MetaFile, Node, Opened, Result, View, ViewError};
 use crate::format::KeyPath;
 
-use super::write::{Target, write_atomically};
+use super::write::Target;
+use crate::store::OpenMode;
 
 impl View {
     /// Create and open `name` in `parent`.
@@ -33,14 +33,11 @@ impl View {
         let (node, handle) = match &pnode {
             Node::Dir { rel } => {
                 let rel = rel.join(name);
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(self.root_path(&rel)?)?;
+                self.writer()?;
+                let f = self.store.open_rw(&rel, OpenMode::CreateNew, false)?;
                 (
                     Node::File { rel: rel.clone() },
-                    Handle::StoreRw(std::sync::Arc::new(f), rel),
+                    Handle::StoreRw(std::sync::Arc::from(f), rel),
                 )
             }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
@@ -166,7 +163,8 @@ impl View {
         let node = match &pnode {
             Node::Dir { rel } => {
                 let rel = rel.join(name);
-                std::fs::create_dir(self.root_path(&rel)?)?;
+                self.writer()?;
+                self.store.create_dir(&rel)?;
                 let meta = self.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)
             }
@@ -247,7 +245,7 @@ impl View {
                 // metadata; the directory then shows the store as it is.
                 let array = self.current(array);
                 self.flush_array(&array)?;
-                std::fs::remove_file(w.root.join(&array.meta_rel))?;
+                self.store.remove_file(&array.meta_rel)?;
                 self.arrays.write().remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.lock().retain(|(a, _)| a != &array.rel);
@@ -261,7 +259,7 @@ impl View {
                 self.refresh_subtree(&array.rel);
                 return Ok(());
             }
-            Node::File { rel } | Node::Symlink { rel } => std::fs::remove_file(w.root.join(rel))?,
+            Node::File { rel } | Node::Symlink { rel } => self.store.remove_file(rel)?,
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
@@ -277,10 +275,10 @@ impl View {
         let (_, path, node) = self.existing_child(parent, name)?;
         let w = self.writer()?;
         match &node {
-            Node::Dir { rel } => std::fs::remove_dir(w.root.join(rel))?,
+            Node::Dir { rel } => self.store.remove_dir(rel)?,
             Node::ArrayDir { array } => {
                 self.flush_array(array)?;
-                std::fs::remove_dir(w.root.join(&array.rel))?;
+                self.store.remove_dir(&array.rel)?;
             }
             Node::KeyDir { array, coords } => {
                 let array = self.current(array);
@@ -294,12 +292,10 @@ impl View {
                 w.vdirs
                     .lock()
                     .retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
-                let store_dir = w
-                    .root
-                    .join(array.shard_dir_rel(&array.shard_prefix(coords)));
+                let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
                 // The store directory goes only when no shard is left in it.
-                if std::fs::read_dir(&store_dir).is_ok_and(|mut d| d.next().is_none()) {
-                    std::fs::remove_dir(&store_dir)?;
+                if self.store.list(&store_dir).is_ok_and(|d| d.is_empty()) {
+                    self.store.remove_dir(&store_dir)?;
                 }
             }
             _ => return Err(ViewError::NotDir),
@@ -326,11 +322,11 @@ impl View {
         if self.child(&npath, &nnode, newname)?.is_some() && noreplace {
             return Err(ViewError::Exists);
         }
-        let w = self.writer()?;
+        self.writer()?;
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 let dst = dst_dir.join(newname);
-                std::fs::rename(w.root.join(rel), w.root.join(&dst))?;
+                self.store.rename(rel, &dst)?;
                 if let Some(file) = MetaFile::from_name(newname) {
                     self.metadata_landed(dst_dir, file)?;
                 }
@@ -373,10 +369,8 @@ impl View {
         }
         let node = match (&src, &nnode) {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
-                std::fs::hard_link(
-                    self.root_path(rel)?,
-                    self.root_path(&dst_dir.join(newname))?,
-                )?;
+                self.writer()?;
+                self.store.hard_link(rel, &dst_dir.join(newname))?;
                 Node::File {
                     rel: dst_dir.join(newname),
                 }
@@ -392,7 +386,7 @@ impl View {
 
     pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
-            Node::File { rel } => Ok(std::fs::read(self.root_path(rel)?)?),
+            Node::File { rel } => Ok(self.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
             Node::Scratch { path, .. } => Ok(self
                 .writer()?
                 .scratch(path)
@@ -417,7 +411,8 @@ impl View {
         match dir {
             Node::Dir { rel } => {
                 let rel = rel.join(name);
-                write_atomically(&self.root_path(&rel)?, &data)?;
+                self.writer()?;
+                self.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
                     self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
                     return self.resolve(path)?.ok_or(ViewError::NotFound);
@@ -442,7 +437,7 @@ impl View {
                     self.commit_chunk(&self.current(array), coords.clone(), None)?;
                 }
             }
-            Node::File { rel } => std::fs::remove_file(w.root.join(rel))?,
+            Node::File { rel } => self.store.remove_file(rel)?,
             Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
                 return Err(ViewError::Unsupported("moving metadata away".into()));
             }

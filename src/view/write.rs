@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +24,7 @@ use serde_json::Value;
 use super::{ChunkData, Handle, Kind, MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::compact::Compactor;
 use crate::format::KeyPath;
+use crate::store::{OpenMode, StoreFileRw};
 use crate::write::flush::Flusher;
 use crate::write::staging::Staging;
 
@@ -41,8 +41,6 @@ const PROTECTED: [&str; 7] = [
 
 /// How a writable view writes.
 pub struct WriteConfig {
-    /// The store's directory (writes go to files beneath it).
-    pub root: PathBuf,
     /// Bytes staged before writers wait for a flush; scratch files get as much again.
     pub write_buffer: u64,
     /// Inner chunks per shard of arrays created through the view (`None`: about
@@ -63,7 +61,6 @@ pub struct Scratch {
 
 /// The write side of a view.
 pub struct Writer {
-    pub(super) root: PathBuf,
     pub(super) staging: Staging,
     pub(super) flusher: Flusher,
     pub(super) scratch: Mutex<HashMap<PathBuf, Arc<Mutex<Scratch>>>>,
@@ -92,7 +89,6 @@ impl Writer {
     pub fn new(config: WriteConfig) -> Self {
         Writer {
             flusher: Flusher::new(config.compactor),
-            root: config.root,
             staging: Staging::new(config.write_buffer),
             scratch: Mutex::new(HashMap::new()),
             scratch_bytes: AtomicU64::new(0),
@@ -137,7 +133,7 @@ impl Writer {
 
     /// A new scratch file at `path` (replacing any), already counted as open `opens`
     /// times. Open counts change only under the map's lock ([`Writer::open_scratch`],
-    /// [`Writer::remove_scratch_if_closed`]), so a file being opened is never taken away.
+    /// `View::settle_scratch`), so a file being opened is never taken away.
     pub(super) fn new_scratch(
         &self,
         path: &Path,
@@ -167,22 +163,6 @@ impl Writer {
         if let Some(file) = self.scratch.lock().remove(path) {
             self.unreserve(file.lock().data.len() as u64);
         }
-    }
-
-    /// Drop the name `path` if no handle has the file open; whether it was dropped.
-    pub(super) fn remove_scratch_if_closed(&self, path: &Path) -> bool {
-        let mut map = self.scratch.lock();
-        let Some(file) = map.get(path) else {
-            return false;
-        };
-        let f = file.lock();
-        if f.opens > 0 {
-            return false;
-        }
-        self.unreserve(f.data.len() as u64);
-        drop(f);
-        map.remove(path);
-        true
     }
 
     /// Drop the name `path` and take its bytes, if no handle has the file open.
@@ -245,10 +225,6 @@ impl View {
             .unwrap_or_else(|| array.clone())
     }
 
-    pub(super) fn root_path(&self, rel: &Path) -> Result<PathBuf> {
-        Ok(self.writer()?.root.join(rel))
-    }
-
     pub(super) fn writable(&self, array: &ShardedArray) -> Result<()> {
         if array.layout.levels.len() > 1 {
             log::warn!(
@@ -286,7 +262,7 @@ impl View {
             Node::Stats => return Err(ViewError::ReadOnly),
             Node::File { rel } => {
                 let f = self.open_store_file(rel, truncate)?;
-                return Ok(Handle::StoreRw(Arc::new(f), rel.clone()));
+                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -317,18 +293,15 @@ impl View {
                     self.group_meta(dir, *file)?
                 };
                 let rel = dir.join(file.name());
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(w.root.join(&rel))?;
+                let f = self.store.open_rw(&rel, OpenMode::Create, true)?;
                 f.write_all_at(&data, 0)?;
                 self.inodes.update(ino, Node::File { rel: rel.clone() });
-                return Ok(Handle::StoreRw(Arc::new(f), rel));
+                return Ok(Handle::StoreRw(Arc::from(f), rel));
             }
             Node::Scratch { path: p, .. } => {
-                let file = w.open_scratch(p).ok_or(ViewError::NotFound)?;
+                let Some(file) = w.open_scratch(p) else {
+                    return self.open_for_write(ino, path, &self.settled(ino)?, truncate);
+                };
                 if truncate {
                     let mut f = file.lock();
                     w.unreserve(f.data.len() as u64);
@@ -356,15 +329,20 @@ impl View {
     /// A store file opened for writing. A v2 metadata file is taken in (and removed
     /// from the store) when it is closed, while the kernel may still hold its entry for
     /// the next writer (whose `O_TRUNC` may come as a truncate first): it is made again.
-    pub(super) fn open_store_file(&self, rel: &Path, truncate: bool) -> Result<std::fs::File> {
+    pub(super) fn open_store_file(
+        &self,
+        rel: &Path,
+        truncate: bool,
+    ) -> Result<Box<dyn StoreFileRw>> {
+        self.writer()?;
         let v2_meta = self.format == super::ViewFormat::V2
             && rel.file_name().and_then(MetaFile::from_name).is_some();
-        Ok(std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(v2_meta)
-            .truncate(truncate)
-            .open(self.root_path(rel)?)?)
+        let mode = if v2_meta {
+            OpenMode::Create
+        } else {
+            OpenMode::Existing
+        };
+        Ok(self.store.open_rw(rel, mode, truncate)?)
     }
 
     pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
@@ -514,10 +492,36 @@ impl View {
             },
             Target::Scratch | Target::Invalid(_) => return Ok(()),
         };
-        if w.remove_scratch_if_closed(path) {
+        // The inode becomes the chunk before the scratch file goes, under the scratch
+        // table's lock: whoever still holds the scratch node and finds its file gone
+        // looks again and finds the chunk (`View::settled`), never a name with nothing.
+        let mut map = w.scratch.lock();
+        let closed = map.get(path).is_some_and(|f| f.lock().opens == 0);
+        if closed {
             self.inodes.update(ino, back);
+            if let Some(file) = map.remove(path) {
+                w.unreserve(file.lock().data.len() as u64);
+            }
         }
         Ok(())
+    }
+
+    /// The node `ino` is now, for a caller that held it as a scratch node whose file was
+    /// gone: it settled meanwhile (its last handle closed) into a chunk or metadata.
+    /// `NotFound` if it is still a scratch node (the file was unlinked).
+    pub(super) fn settled(&self, ino: u64) -> Result<Node> {
+        let (path, node) = self.node(ino)?;
+        if !matches!(node, Node::Scratch { .. }) {
+            return Ok(node);
+        }
+        // A lookup racing the settle may have put the scratch node back: ask the path.
+        match self.resolve(&path)? {
+            Some(now) if !matches!(now, Node::Scratch { .. }) => {
+                self.inodes.update(ino, now.clone());
+                Ok(now)
+            }
+            _ => Err(ViewError::NotFound),
+        }
     }
 
     /// What a name in an array's namespace is, for a write.
@@ -711,7 +715,7 @@ impl View {
             serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
         out.push(b'\n');
         self.flush_array(&array)?;
-        write_atomically(&self.root_path(&array.meta_rel)?, &out)?;
+        self.store.write_atomically(&array.meta_rel, &out)?;
         self.reload_array(&array.rel)
     }
 
@@ -842,22 +846,4 @@ pub(super) enum Target {
     Chunk(Vec<u64>),
     Scratch,
     Invalid(String),
-}
-
-/// Write a file so that readers see the old or the new content, never a mix.
-pub(super) fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_file_name(format!(
-        ".{}.shardfs-tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    {
-        let f = std::fs::File::create(&tmp)?;
-        f.write_all_at(data, 0)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }

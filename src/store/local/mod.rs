@@ -102,6 +102,28 @@ fn meta_of(st: &Stat) -> EntryMeta {
 
 struct LocalFile(File);
 
+impl super::StoreFileRw for LocalFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(&self.0, buf, offset)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+}
+
+/// `rel`'s parent directory (opened beneath the root) and its last component.
+fn split(rel: &Path) -> io::Result<(&Path, &OsStr)> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok((rel.parent().unwrap_or(Path::new("")), name))
+}
+
 impl StoreFile for LocalFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
@@ -211,6 +233,126 @@ impl Store for LocalStore {
         merge: &mut super::Merge<'_, '_>,
     ) -> Result<super::CommitOutcome, super::CommitError> {
         append::commit(&self.path, rel, level, merge)
+    }
+
+    fn open_rw(
+        &self,
+        rel: &Path,
+        mode: super::OpenMode,
+        truncate: bool,
+    ) -> io::Result<Box<dyn super::StoreFileRw>> {
+        let (parent, name) = split(rel)?;
+        let dir = self.open_beneath(parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        flags |= match mode {
+            super::OpenMode::Existing => OFlags::empty(),
+            super::OpenMode::Create => OFlags::CREATE,
+            super::OpenMode::CreateNew => OFlags::CREATE | OFlags::EXCL,
+        };
+        if truncate {
+            flags |= OFlags::TRUNC;
+        }
+        let fd = rustix::fs::openat(&dir, name, flags, Mode::from_raw_mode(0o666))?;
+        let f = File::from(fd);
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::from_raw_os_error(libc::EISDIR));
+        }
+        Ok(Box::new(LocalFile(f)))
+    }
+
+    fn write_atomically(&self, rel: &Path, data: &[u8]) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let dir = self.open_beneath(parent, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let mut tmp = std::ffi::OsString::from(".");
+        tmp.push(name);
+        tmp.push(".shardfs-tmp");
+        let written = (|| {
+            let fd = rustix::fs::openat(
+                &dir,
+                &tmp,
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o666),
+            )?;
+            let f = File::from(fd);
+            FileExt::write_all_at(&f, data, 0)?;
+            f.sync_all()?;
+            rustix::fs::renameat(&dir, &tmp, &dir, name)?;
+            rustix::fs::fsync(&dir)?;
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
+        }
+        written
+    }
+
+    fn create_dir(&self, rel: &Path) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let dir = self.open_beneath(parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o777))?)
+    }
+
+    fn remove_file(&self, rel: &Path) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let dir = self.open_beneath(parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(rustix::fs::unlinkat(
+            &dir,
+            name,
+            rustix::fs::AtFlags::empty(),
+        )?)
+    }
+
+    fn remove_dir(&self, rel: &Path) -> io::Result<()> {
+        let (parent, name) = split(rel)?;
+        let dir = self.open_beneath(parent, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(rustix::fs::unlinkat(
+            &dir,
+            name,
+            rustix::fs::AtFlags::REMOVEDIR,
+        )?)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (fp, fname) = split(from)?;
+        let (tp, tname) = split(to)?;
+        let fdir = self.open_beneath(fp, OFlags::PATH | OFlags::DIRECTORY)?;
+        let tdir = self.open_beneath(tp, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (fp, fname) = split(from)?;
+        let (tp, tname) = split(to)?;
+        let fdir = self.open_beneath(fp, OFlags::PATH | OFlags::DIRECTORY)?;
+        let tdir = self.open_beneath(tp, OFlags::PATH | OFlags::DIRECTORY)?;
+        Ok(rustix::fs::linkat(
+            &fdir,
+            fname,
+            &tdir,
+            tname,
+            rustix::fs::AtFlags::empty(),
+        )?)
+    }
+
+    fn sync_file(&self, rel: &Path) -> io::Result<()> {
+        let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW)?;
+        Ok(rustix::fs::fsync(&fd)?)
+    }
+
+    fn recovery_hook(
+        &self,
+        writable: bool,
+        this: std::sync::Arc<dyn Store>,
+    ) -> io::Result<Option<std::sync::Arc<dyn crate::store::shard::LoadHook>>> {
+        Ok(Some(if writable {
+            std::sync::Arc::new(recover::LazyRecovery::new(&self.path)?)
+        } else {
+            std::sync::Arc::new(recover::ReadOnlyRecords::new(this))
+        }))
     }
 
     fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
