@@ -347,3 +347,26 @@ fn two_mounts_two_writers_each_end_in_the_last_close_of_every_chunk() {
     let report = shardfs::maint::verify(&store, false, false).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
+
+#[test]
+fn compaction_keeps_the_close_times_so_a_stale_write_still_loses() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("a")).unwrap();
+    fs::write(dir.path().join("a/zarr.json"), array_doc()).unwrap();
+    let store = LocalStore::open(dir.path()).unwrap();
+    let (old, new) = (Side::new(), Side::new());
+    old.close(1, Some(b"old"));
+    new.close(1, Some(b"new"));
+    new.close(2, Some(b"x"));
+    assert!(new.flush(&store).failed.is_none());
+    new.close(2, Some(b"y")); // dead space in the shard, for compact to reclaim
+    assert!(new.flush(&store).failed.is_none());
+    let before = fs::metadata(dir.path().join("a/c/0")).unwrap().len();
+    let report = shardfs::maint::compact(dir.path(), 0.0, false).unwrap();
+    assert_eq!(report.shards_rewritten, 1, "{report:?}");
+    assert!(fs::metadata(dir.path().join("a/c/0")).unwrap().len() < before);
+    // The write closed before "new" still loses after the rewrite.
+    assert!(old.flush(&store).failed.is_none());
+    assert_eq!(stored(&store, 1).as_deref(), Some(&b"new"[..]));
+    assert_eq!(stored(&store, 2).as_deref(), Some(&b"y"[..]));
+}
