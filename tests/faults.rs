@@ -131,3 +131,107 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     let _m = Mount::new(&store, again.path(), &opts).unwrap();
     assert_eq!(fs::read(again.path().join("a/c/1")).unwrap(), data);
 }
+
+fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let mount = Mount::new(store, mnt.path(), &opts).unwrap();
+    (mnt, mount)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+fn fsync(path: &Path) -> std::io::Result<()> {
+    fs::File::open(path)?.sync_all()
+}
+
+#[test]
+fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
+    if !common::can_mount("a_shard_that_cannot_be_committed_fails_only_its_own_chunks") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let (mnt, g) = mount_rw(&store);
+    let arr = mnt.path().join("u16_default_sparse");
+    // c/0/0 lies in shard c/0/0, c/2/2 in shard c/1/1; index_nocrc is another array.
+    write_file(&arr.join("c/0/0"), &[1; 24]);
+    write_file(&arr.join("c/2/2"), &[2; 24]);
+    // The shard of c/0/0 is corrupted after its chunk was staged.
+    let shard = store.join("u16_default_sparse/c/0/0");
+    let good = fs::read(&shard).unwrap();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0xff; // the index's crc32c
+    fs::write(&shard, &bad).unwrap();
+    let other = mnt.path().join("index_nocrc/c/0/0");
+    let other_before = fs::read(&other).unwrap();
+    write_file(&other, &other_before);
+
+    assert_eq!(
+        fsync(&arr.join("c/0/0")).unwrap_err().raw_os_error(),
+        Some(libc::EIO)
+    );
+    // Its neighbour in another shard, and another array, are stored.
+    fsync(&arr.join("c/2/2")).unwrap();
+    fsync(&other).unwrap();
+    // The failed chunk is kept (the mount still reads it) and the shard untouched.
+    assert_eq!(fs::read(arr.join("c/0/0")).unwrap(), [1; 24]);
+    assert_eq!(fs::read(&shard).unwrap(), bad);
+    // Repaired, the next fsync stores it.
+    fs::write(&shard, &good).unwrap();
+    fsync(&arr.join("c/0/0")).unwrap();
+    g.unmount().unwrap();
+    let (again, _g) = mount_rw(&store);
+    let arr = again.path().join("u16_default_sparse");
+    assert_eq!(fs::read(arr.join("c/0/0")).unwrap(), [1; 24]);
+    assert_eq!(fs::read(arr.join("c/2/2")).unwrap(), [2; 24]);
+}
+
+#[test]
+fn metadata_whose_chunks_could_never_be_stored_is_refused_when_written() {
+    if !common::can_mount("metadata_whose_chunks_could_never_be_stored_is_refused_when_written") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let (mnt, _g) = mount_rw(&store);
+    let dir = mnt.path().join("huge");
+    fs::create_dir(&dir).unwrap();
+    let doc = json!({
+        "zarr_format": 3, "node_type": "array", "shape": [1u64 << 40, 1u64 << 40],
+        "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 1]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}],
+    });
+    let mut f = fs::File::create(dir.join("zarr.json")).unwrap();
+    f.write_all(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    // close(2) reports the refusal (FUSE flush), and nothing of it is left to read.
+    let closed = nix_close(f);
+    assert_eq!(closed.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    assert!(!store.join("huge/zarr.json").exists());
+    assert!(fs::read(dir.join("zarr.json")).is_err());
+    // The mount is not jammed: everything else flushes.
+    write_file(&mnt.path().join("u16_default_sparse/c/0/0"), &[3; 24]);
+    fsync(mnt.path()).unwrap();
+}
+
+/// Close `f` and return what close(2) said (std's drop ignores it).
+fn nix_close(f: fs::File) -> std::io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was just taken from a `File`, so it is open and owned here.
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -131,7 +131,7 @@ fn the_write_closed_last_wins_whatever_order_the_mounts_flush_in() {
             let order = if a_flushes_first { [&a, &b] } else { [&b, &a] };
             for side in order {
                 let f = side.flush(store);
-                assert!(f.failed.is_none(), "{:?}", f.failed);
+                assert!(f.failed.is_empty(), "{:?}", f.failed);
             }
             let what = format!(
                 "{} flushing {} first",
@@ -161,7 +161,7 @@ fn a_failed_commit_keeps_its_chunks_and_its_errno_and_holds_back_no_other_shard(
         side.close(4, Some(b"shard1")); // shard 1
         store.inject(Fault::Fail { nth: 0, errno });
         let f = side.flush(&store);
-        let err = f.failed.expect("the first shard's commit fails");
+        let err = f.failed.first().expect("the first shard's commit fails");
         assert_eq!(err.errno(), errno, "{err}");
         assert_eq!(
             f.shards,
@@ -179,7 +179,7 @@ fn a_failed_commit_keeps_its_chunks_and_its_errno_and_holds_back_no_other_shard(
                 .as_slice(),
             b"shard0"
         );
-        assert!(side.flush(&store).failed.is_none());
+        assert!(side.flush(&store).failed.is_empty());
         assert_eq!(stored(&store, 0).as_deref(), Some(&b"shard0"[..]));
         assert_eq!(side.staging.bytes(), 0);
     }
@@ -194,7 +194,7 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
     for c in 0..4u64 {
         side.close(c, Some(&[c as u8; 3]));
     }
-    assert!(side.flush(&base).failed.is_none());
+    assert!(side.flush(&base).failed.is_empty());
     let acknowledged: Vec<_> = (0..4).map(|c| stored(&base, c)).collect();
     let shard_len = base.get("a/c/0").unwrap().len();
     for keep in 0..shard_len + 8 {
@@ -204,7 +204,7 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
         side.close(2, None);
         store.inject(Fault::Cut { nth: 0, keep });
         let f = side.flush(&store);
-        assert_eq!(f.failed.expect("cut").errno(), libc::EIO);
+        assert_eq!(f.failed.first().expect("cut").errno(), libc::EIO);
         assert_eq!(store.torn_writes(), 1);
         // Nothing half-applied: the shard is the acknowledged one, byte for byte.
         assert_eq!(store.get("a/c/0"), base.get("a/c/0"), "cut at {keep}");
@@ -212,7 +212,7 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
             assert_eq!(stored(&store, c), acknowledged[c as usize], "cut at {keep}");
         }
         // Nothing lost: the retry stores the batch whole.
-        assert!(side.flush(&store).failed.is_none());
+        assert!(side.flush(&store).failed.is_empty());
         assert_eq!(stored(&store, 1).as_deref(), Some(&b"new-1"[..]));
         assert_eq!(stored(&store, 2), None);
         assert_eq!(stored(&store, 3), acknowledged[3]);
@@ -358,15 +358,15 @@ fn compaction_keeps_the_close_times_so_a_stale_write_still_loses() {
     old.close(1, Some(b"old"));
     new.close(1, Some(b"new"));
     new.close(2, Some(b"x"));
-    assert!(new.flush(&store).failed.is_none());
+    assert!(new.flush(&store).failed.is_empty());
     new.close(2, Some(b"y")); // dead space in the shard, for compact to reclaim
-    assert!(new.flush(&store).failed.is_none());
+    assert!(new.flush(&store).failed.is_empty());
     let before = fs::metadata(dir.path().join("a/c/0")).unwrap().len();
     let report = shardfs::maint::compact(dir.path(), 0.0, false).unwrap();
     assert_eq!(report.shards_rewritten, 1, "{report:?}");
     assert!(fs::metadata(dir.path().join("a/c/0")).unwrap().len() < before);
     // The write closed before "new" still loses after the rewrite.
-    assert!(old.flush(&store).failed.is_none());
+    assert!(old.flush(&store).failed.is_empty());
     assert_eq!(stored(&store, 1).as_deref(), Some(&b"new"[..]));
     assert_eq!(stored(&store, 2).as_deref(), Some(&b"y"[..]));
 }

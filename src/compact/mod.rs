@@ -126,8 +126,15 @@ impl ShardGrid {
         self.chunk_counts
             .iter()
             .zip(&self.chunks_per_shard)
-            .map(|(&c, &p)| c.checked_add(p.checked_sub(1)?).map(|x| x / p))
+            .map(|(&c, &p)| (p != 0).then(|| c.div_ceil(p)))
             .collect()
+    }
+
+    /// Whether batches of this grid can be compacted at all (its shard-major keys fit
+    /// in 64 bits): checked when an array is created or resized, so that no chunk is
+    /// ever staged that could never be stored.
+    pub fn check(&self) -> Result<(), CompactError> {
+        plan::check_grid(self)
     }
 }
 

@@ -17,6 +17,11 @@ struct Lifted {
     key_space: u64,
 }
 
+/// Whether `grid` can be compacted at all (see [`ShardGrid::check`]).
+pub(crate) fn check_grid(grid: &ShardGrid) -> Result<(), CompactError> {
+    lift(grid).map(|_| ())
+}
+
 fn lift(grid: &ShardGrid) -> Result<Lifted, CompactError> {
     if grid.chunk_counts.len() != grid.chunks_per_shard.len() {
         return Err(CompactError::GridRankMismatch {

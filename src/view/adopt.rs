@@ -129,6 +129,17 @@ impl View {
             );
             return Ok(());
         };
+        if let Ok(format::Node::Array(m)) = format::metadata::parse(&sharded)
+            && let format::Presentation::Sharded(layout) = &m.presentation
+            && let Err(e) = crate::write::flush::storable(layout)
+        {
+            // Refused, and not left behind: a reader must not find it.
+            let why = format!("its chunks could never be stored: {e}");
+            log::warn!("{}: refused: {why}", json_path.display());
+            self.store.remove_file(&json_path)?;
+            self.refresh_subtree(dir);
+            return Err(ViewError::Invalid(why));
+        }
         // Chunk files copied in before the metadata (`cp -r` order) would collide with
         // the shard files; move them aside, stage them, flush, then drop them.
         let store = self.store.as_ref();

@@ -6,6 +6,12 @@ use super::{Node, Result, ShardedArray, View, ViewError};
 impl View {
     /// Make the staged chunks of `array` durable.
     pub fn flush_array(&self, array: &ShardedArray) -> Result<()> {
+        self.flush_array_for(array, None)
+    }
+
+    /// Flush `array`; with `shard`, fail only if that shard (store path) could not be
+    /// committed: a chunk's `fsync` reports its own shard, not its neighbours'.
+    fn flush_array_for(&self, array: &ShardedArray, shard: Option<&std::path::Path>) -> Result<()> {
         let Some(w) = &self.writer else { return Ok(()) };
         let array = self.arrays.read().get(&array.rel).cloned();
         let Some(array) = array else { return Ok(()) };
@@ -21,7 +27,12 @@ impl View {
         for rel in &flushed.shards {
             self.shards.invalidate(rel);
         }
-        flushed.failed.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
+        let mut failed = flushed.failed.into_iter();
+        let failure = match shard {
+            None => failed.next(),
+            Some(rel) => failed.find(|e| e.concerns(rel)),
+        };
+        failure.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
     }
 
     /// Make everything staged durable (fsync of the mount's root, unmount, full buffer).
@@ -60,9 +71,14 @@ impl View {
             self.commit_scratch(&node, &file)?;
         }
         match node {
-            Node::Chunk { array, .. }
-            | Node::Scratch { array, .. }
-            | Node::ArrayMeta { array, .. } => self.flush_array(&array),
+            Node::Chunk { array, coords } => {
+                let shard = array
+                    .layout
+                    .locate(&coords)
+                    .map(|l| array.shard_rel(&l.shard));
+                self.flush_array_for(&array, shard.as_deref())
+            }
+            Node::Scratch { array, .. } | Node::ArrayMeta { array, .. } => self.flush_array(&array),
             Node::File { rel } => Ok(self.store.sync_file(&rel)?),
             _ => Ok(()),
         }

@@ -868,6 +868,13 @@ impl View {
             return Ok(self.add_handle(handle, false));
         }
         let chunk = matches!(node, Node::Chunk { .. });
+        // Metadata of a writable view may have been written (or a write of it refused
+        // and rolled back) since the kernel learnt its size: have it asked again.
+        let meta = self.writer.is_some()
+            && matches!(
+                node,
+                Node::ArrayMeta { .. } | Node::GroupMeta { .. } | Node::Scratch { .. }
+            );
         if chunk {
             self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
         }
@@ -882,7 +889,7 @@ impl View {
             reported.insert(ino, len).is_some_and(|was| was != len)
         });
         Ok(Opened {
-            stale_size,
+            stale_size: stale_size || meta,
             ..self.add_handle(handle, keep_cache)
         })
     }

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use super::{ChunkData, Handle, Kind, MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::compact::Compactor;
-use crate::format::KeyPath;
+use crate::format::{self, KeyPath};
 use crate::store::{OpenMode, StoreFileRw};
 use crate::write::flush::Flusher;
 use crate::write::staging::Staging;
@@ -233,6 +233,10 @@ impl View {
             );
             return Err(ViewError::ReadOnly);
         }
+        if let Err(e) = crate::write::flush::storable(&array.layout) {
+            log::warn!("{}: cannot be written: {e}", array.rel.display());
+            return Err(ViewError::ReadOnly);
+        }
         Ok(())
     }
 
@@ -381,8 +385,24 @@ impl View {
             f.dirty = false;
             f.data.clone()
         };
-        self.put(array, parent.as_deref(), name, path, data)
-            .map(|_| ())
+        let put = self.put(array, parent.as_deref(), name, path, data);
+        if let (Err(ViewError::Invalid(_)), Ok(Target::Meta(meta))) =
+            (&put, self.target(array, parent.as_deref(), name))
+        {
+            // A refused metadata write is rolled back: the file holds the stored
+            // document again, for its writer and every later reader.
+            let mut f = file.lock();
+            let stored = self.current(array).meta_bytes(meta).to_vec();
+            let w = self.writer()?;
+            let (old, new) = (f.data.len() as u64, stored.len() as u64);
+            if new > old {
+                w.reserve(new - old)?;
+            } else {
+                w.unreserve(old - new);
+            }
+            f.data = stored;
+        }
+        put.map(|_| ())
     }
 
     /// `close` of a file handle (FUSE `flush`): commits a written chunk or metadata, and
@@ -714,6 +734,12 @@ impl View {
         let mut out =
             serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
         out.push(b'\n');
+        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
+            && let format::Presentation::Sharded(layout) = &new.presentation
+            && let Err(e) = crate::write::flush::storable(layout)
+        {
+            return Err(invalid(format!("its chunks could never be stored: {e}")));
+        }
         self.flush_array(&array)?;
         self.store.write_atomically(&array.meta_rel, &out)?;
         self.reload_array(&array.rel)

@@ -35,6 +35,14 @@ pub enum FlushError {
 }
 
 impl FlushError {
+    /// Whether this failure concerns the shard `rel` (a failed compaction concerns all).
+    pub fn concerns(&self, rel: &std::path::Path) -> bool {
+        match self {
+            FlushError::Compact { .. } => true,
+            FlushError::Commit { shard, .. } => shard == rel,
+        }
+    }
+
     /// The errno an `fsync` (or the write that had to flush) reports for this failure.
     pub fn errno(&self) -> i32 {
         match self {
@@ -62,8 +70,9 @@ pub struct FlushCounters {
 pub struct Flushed {
     /// Store paths of the shards committed, for cache invalidation.
     pub shards: Vec<PathBuf>,
-    /// The first shard that failed (its chunks stay staged), if any.
-    pub failed: Option<FlushError>,
+    /// Why shards failed (their chunks stay staged): one error per shard, or one
+    /// for the whole array when it could not be compacted.
+    pub failed: Vec<FlushError>,
 }
 
 /// The array a flush writes: the key its chunks are staged under, its layout, and where
@@ -119,11 +128,14 @@ impl Flusher {
         let started = Instant::now();
         let (shards, failed, kept) = match self.write(store, array, &taken) {
             Ok(done) => done,
-            Err(e) => (Vec::new(), Some(e), taken.clone()),
+            Err(e) => (Vec::new(), vec![e], taken.clone()),
         };
-        if let Some(e) = &failed {
+        for e in &failed {
+            log::error!("flush of {}: {e}", array.rel.display());
+        }
+        if !kept.is_empty() {
             log::error!(
-                "flush of {}: {e}; {} chunk(s) stay staged and are retried",
+                "flush of {}: {} chunk(s) stay staged and are retried",
                 array.rel.display(),
                 kept.len()
             );
@@ -149,7 +161,7 @@ impl Flusher {
         store: &dyn Store,
         array: &ArrayTarget,
         taken: &[StagedChunk],
-    ) -> Result<(Vec<PathBuf>, Option<FlushError>, Vec<StagedChunk>), FlushError> {
+    ) -> Result<(Vec<PathBuf>, Vec<FlushError>, Vec<StagedChunk>), FlushError> {
         let layout = array.layout;
         // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
         let (placed, outside): (Vec<_>, Vec<_>) =
@@ -251,7 +263,7 @@ impl Flusher {
         }
         let level = &layout.levels[0];
         let mut written = Vec::with_capacity(per_shard.len());
-        let mut failed = None;
+        let mut failed = Vec::new();
         let mut kept = Vec::new();
         for (shard, work) in per_shard {
             let rel = (array.shard_rel)(&shard);
@@ -274,7 +286,7 @@ impl Flusher {
                 }
                 Err(err) => {
                     kept.extend(work.chunks);
-                    failed.get_or_insert(FlushError::Commit {
+                    failed.push(FlushError::Commit {
                         array: array.rel.to_path_buf(),
                         shard: rel,
                         err,
@@ -284,6 +296,17 @@ impl Flusher {
         }
         Ok((written, failed, kept))
     }
+}
+
+/// Whether chunks of an array of `layout` can be flushed at all (the compactor's keys
+/// fit); `Err` says why not. Checked before metadata that would make such an array is
+/// stored, and before a chunk of one is staged.
+pub fn storable(layout: &ShardLayout) -> Result<(), compact::CompactError> {
+    ShardGrid::new(
+        layout.chunk_counts().to_vec(),
+        layout.inner_per_shard().to_vec(),
+    )
+    .check()
 }
 
 /// The default chunks per shard for a new array: shards of about `target` bytes of

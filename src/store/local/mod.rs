@@ -102,6 +102,9 @@ fn meta_of(st: &Stat) -> EntryMeta {
 
 struct LocalFile(File);
 
+/// Suffix of the temporary file of [`Store::write_atomically`] (`.<name>` + this).
+pub const META_TEMP_SUFFIX: &str = ".shardfs-new";
+
 impl super::StoreFileRw for LocalFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         FileExt::write_all_at(&self.0, buf, offset)
@@ -263,9 +266,11 @@ impl Store for LocalStore {
     fn write_atomically(&self, rel: &Path, data: &[u8]) -> io::Result<()> {
         let (parent, name) = split(rel)?;
         let dir = self.open_beneath(parent, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        // Not `<name>.shardfs-tmp`: that is a shard rewrite's temporary file, which
+        // recovery (the background walk of every writable mount) removes on sight.
         let mut tmp = std::ffi::OsString::from(".");
         tmp.push(name);
-        tmp.push(".shardfs-tmp");
+        tmp.push(META_TEMP_SUFFIX);
         let written = (|| {
             let fd = rustix::fs::openat(
                 &dir,
@@ -368,6 +373,33 @@ impl Store for LocalStore {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn metadata_writes_survive_a_concurrent_recovery_walk() {
+        // The walk removes shard-rewrite leftovers; a metadata write's temporary file
+        // once had that suffix, and a walk racing it made the write fail with ENOENT.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("a")).unwrap();
+        let store = LocalStore::open(root.path()).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    recover::recover_store(root.path()).unwrap();
+                }
+            });
+            for i in 0..300 {
+                store
+                    .write_atomically(Path::new("a/zarr.json"), format!("{i}").as_bytes())
+                    .unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_eq!(
+            std::fs::read(root.path().join("a/zarr.json")).unwrap(),
+            b"299"
+        );
+    }
 
     #[test]
     fn never_resolves_outside_the_root() {
