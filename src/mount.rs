@@ -312,7 +312,17 @@ impl Mount {
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")))
         } else {
-            session.umount_and_join()
+            let ended = session.umount_and_join();
+            if let Err(e) = &ended {
+                // Last resort, here and not in `Drop`: the session is gone after this, so
+                // a second `finish` would find nothing to unmount and leave a dead mount.
+                log::error!(
+                    "unmounting {}: {e}; detaching it lazily",
+                    self.mountpoint.display()
+                );
+                let _ = unmount_path(&self.mountpoint, true);
+            }
+            ended
         };
         // Keep the errno's kind (a full store says so), with what failed.
         flushed.map_err(|e| {
