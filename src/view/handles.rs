@@ -1,0 +1,239 @@
+//! The handle table: opening files for reading, what reads are served from, reads,
+//! releases, and open directories.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::format::ChunkRange;
+use crate::store::EntryMeta;
+use crate::store::shard::Shard;
+
+use super::*;
+
+impl View {
+    // ----- files -----------------------------------------------------------------------
+
+    /// Open a file for reading. `write` asks for write access.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
+        let (path, node) = self.node(ino)?;
+        if write {
+            let handle = self.open_for_write(ino, &path, &node, truncate)?;
+            return Ok(self.add_handle(handle, false));
+        }
+        let chunk = matches!(node, Node::Chunk { .. });
+        // Metadata of a writable view may have been written (or a write of it refused
+        // and rolled back) since the kernel learnt its size: have it asked again.
+        let meta = self.writer.is_some()
+            && matches!(
+                node,
+                Node::ArrayMeta { .. } | Node::GroupMeta { .. } | Node::Scratch { .. }
+            );
+        if chunk {
+            self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
+        }
+        let (handle, keep_cache) = self.reader(ino, node, true)?;
+        let len = match &handle {
+            Handle::Chunk { range, .. } if chunk => Some(range.nbytes),
+            Handle::Bytes(b) if chunk => Some(b.len() as u64),
+            _ => None,
+        };
+        let stale_size = len.is_some_and(|len| {
+            let mut reported = self.reported.lock();
+            reported.insert(ino, len).is_some_and(|was| was != len)
+        });
+        Ok(Opened {
+            stale_size: stale_size || meta,
+            ..self.add_handle(handle, keep_cache)
+        })
+    }
+
+    /// What reads of `node` are served from, and whether the kernel may keep the pages it
+    /// cached at an earlier open. `at_open`: a chunk's shard is checked for changes now,
+    /// and what the inode serves is remembered for the next open's keep-cache decision.
+    pub(super) fn reader(&self, ino: u64, node: Node, at_open: bool) -> Result<(Handle, bool)> {
+        Ok(match node {
+            Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
+            Node::File { rel } => (
+                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
+                false,
+            ),
+            Node::ArrayMeta { array, file } => {
+                (Handle::Bytes(self.current(&array).meta_bytes(file)), false)
+            }
+            Node::GroupMeta { ref dir, file } => {
+                (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
+            }
+            Node::Chunk { array, coords } => {
+                match self.chunk(&self.current(&array), &coords, at_open)? {
+                    ChunkData::Shard(shard, range) => {
+                        let now = (range, shard.meta().map(EntryMeta::version));
+                        let keep = at_open && self.served.lock().insert(ino, now) == Some(now);
+                        (Handle::Chunk { shard, range }, keep)
+                    }
+                    ChunkData::Staged(bytes) => {
+                        self.served.lock().remove(&ino);
+                        (Handle::Bytes(bytes), false)
+                    }
+                }
+            }
+            Node::Scratch { ref path, .. } => {
+                let Some(file) = self.writer()?.open_scratch(path) else {
+                    return self.reader(ino, self.settled(ino)?, at_open);
+                };
+                (
+                    Handle::Scratch {
+                        ino,
+                        node: node.clone(),
+                        file,
+                    },
+                    false,
+                )
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
+            }
+        })
+    }
+
+    pub(super) fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
+        let no_flush = !self.commits_on_close(&handle);
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, handle);
+        Opened {
+            fh,
+            keep_cache,
+            no_flush,
+            stale_size: false,
+        }
+    }
+
+    /// Read through the handle `open` returned.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let handle = self.handle(fh)?;
+        self.read_from(&handle, offset, size)
+    }
+
+    /// A copy of handle `fh`, taken out of the table's lock.
+    pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
+        let handle = self.handles.lock().get(&fh).cloned();
+        handle.ok_or(ViewError::StaleHandle(fh))
+    }
+
+    /// Read file `ino` without a handle: the kernel opened it without asking
+    /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
+    /// checked, puts it.
+    pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let (_, node) = self.node(ino)?;
+        let (handle, _) = self.reader(ino, node, false)?;
+        self.read_from(&handle, offset, size)
+    }
+
+    pub(super) fn read_from(&self, handle: &Handle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        match handle {
+            Handle::Bytes(b) => {
+                let start = (offset.min(b.len() as u64)) as usize;
+                let end = (start + size as usize).min(b.len());
+                Ok(b[start..end].to_vec())
+            }
+            Handle::Store(f) => {
+                let mut buf = vec![0; size as usize];
+                let mut n = 0;
+                while n < buf.len() {
+                    match f.read_at(&mut buf[n..], offset + n as u64)? {
+                        0 => break,
+                        k => n += k,
+                    }
+                }
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Handle::Chunk { shard, range } => self.read_chunk(shard, *range, offset, size),
+            Handle::StoreRw(f, _) => {
+                let mut buf = vec![0; size as usize];
+                let n = f.read_at(&mut buf, offset)?;
+                buf.truncate(n);
+                Ok(buf)
+            }
+            Handle::Scratch { file, .. } => {
+                let f = file.lock();
+                let start = (offset.min(f.data.len() as u64)) as usize;
+                let end = (start + size as usize).min(f.data.len());
+                Ok(f.data[start..end].to_vec())
+            }
+        }
+    }
+
+    pub(super) fn read_chunk(
+        &self,
+        shard: &Shard,
+        range: ChunkRange,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>> {
+        let c = &self.counters;
+        c.chunk_reads.fetch_add(1, Ordering::Relaxed);
+        let n = u64::from(size).min(range.nbytes.saturating_sub(offset));
+        c.chunk_bytes_read.fetch_add(n, Ordering::Relaxed);
+        shard
+            .read(range, offset, size)
+            .map_err(|err| ViewError::Shard {
+                shard: shard.rel().to_path_buf(),
+                err,
+            })
+    }
+
+    /// Close a file; a written chunk is committed (staged) when its last handle closes.
+    pub fn release(&self, fh: u64) -> Result<()> {
+        let handle = self.handles.lock().remove(&fh);
+        match handle {
+            Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
+            Some(Handle::StoreRw(f, _)) => {
+                drop(f);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    // ----- directories -----------------------------------------------------------------
+
+    /// Open directory `ino`: its listing, with `.` and `..`, is taken now.
+    pub fn opendir(&self, ino: u64) -> Result<u64> {
+        let mut entries = vec![
+            DirEntry {
+                ino,
+                name: ".".into(),
+                kind: Kind::Dir,
+            },
+            DirEntry {
+                ino: ROOT_INO,
+                name: "..".into(),
+                kind: Kind::Dir,
+            },
+        ];
+        entries.extend(self.readdir(ino)?);
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().insert(fh, Arc::new(entries));
+        Ok(fh)
+    }
+
+    /// The listing of an open directory; `readdir` continues it at its offset.
+    pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
+        self.dirs
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(ViewError::StaleHandle(fh))
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+}

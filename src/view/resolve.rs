@@ -1,0 +1,401 @@
+//! Path resolution and the array registry: what node a name is (store entries,
+//! arrays, key directories, chunks, metadata), loading and presenting sharded arrays.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::format::{self, KeyPath, Node as MetaNode, Presentation};
+use crate::store::{EntryKind, EntryMeta, StoreFile};
+
+use super::*;
+
+impl View {
+    /// The child node `name` of `node`, `None` if there is none.
+    pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        if path.as_os_str().is_empty() && name == STATS_FILE {
+            return Ok(Some(Node::Stats));
+        }
+        if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) =
+            (&self.writer, node)
+        {
+            let child = path.join(name);
+            if w.scratch_len(&child).is_some() {
+                let parent = match node {
+                    Node::KeyDir { coords, .. } => Some(coords.clone()),
+                    _ => None,
+                };
+                return Ok(Some(Node::Scratch {
+                    path: child,
+                    array: self.current(array),
+                    parent,
+                }));
+            }
+        }
+        match node {
+            Node::Stats => Err(ViewError::NotDir),
+            Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
+            Node::Dir { rel } => self.store_child(rel, name),
+            Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
+            Node::ArrayDir { array } => {
+                let array = &self.current(array);
+                if let Some(file) = MetaFile::from_name(name)
+                    && self.format.array_files().contains(&file)
+                {
+                    return Ok(Some(Node::ArrayMeta {
+                        array: array.clone(),
+                        file,
+                    }));
+                }
+                let ndim = array.layout.ndim();
+                match name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(ndim, None, n))
+                {
+                    Some(kp) => self.key_node(array, kp),
+                    None if array.draft || self.hidden_in_array(array, name) => Ok(None),
+                    None => self.store_child(&array.rel, name),
+                }
+            }
+            Node::KeyDir { array, coords } => {
+                let array = &self.current(array);
+                let kp = name
+                    .to_str()
+                    .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
+                match kp {
+                    Some(kp) => self.key_node(array, kp),
+                    None => Ok(None),
+                }
+            }
+            Node::File { .. }
+            | Node::Symlink { .. }
+            | Node::ArrayMeta { .. }
+            | Node::GroupMeta { .. }
+            | Node::Chunk { .. }
+            | Node::Scratch { .. } => Err(ViewError::NotDir),
+        }
+    }
+
+    /// Store entries of an array directory the view does not pass through: shard keys,
+    /// and the metadata files of the other Zarr version.
+    pub(super) fn hidden_in_array(&self, array: &ShardedArray, name: &OsStr) -> bool {
+        let ndim = array.layout.ndim();
+        let meta = match MetaFile::from_name(name) {
+            Some(MetaFile::ZarrJson) => true,
+            Some(_) => self.format == ViewFormat::V2,
+            None => false,
+        };
+        meta || name
+            .to_str()
+            .and_then(|n| array.store_keys.child(ndim, None, n))
+            .is_some()
+    }
+
+    /// A child of a store directory in the v2 view: `zarr.json` is hidden; a group has
+    /// `.zgroup` and `.zattrs`; arrays without a v2 form are left out.
+    pub(super) fn v2_dir_child(&self, rel: &Path, name: &OsStr) -> Result<Option<Node>> {
+        match MetaFile::from_name(name) {
+            Some(MetaFile::ZarrJson) => return Ok(None),
+            Some(file) => {
+                // A v2 writer's own file (taken in when it is closed) wins.
+                if let Some(m) = self.store.stat(&rel.join(name))?
+                    && m.kind == EntryKind::File
+                {
+                    return Ok(Some(Node::File {
+                        rel: rel.join(name),
+                    }));
+                }
+                let is_group = file != MetaFile::Zarray && self.store_group(rel)?.is_some();
+                return Ok(is_group.then(|| Node::GroupMeta {
+                    dir: rel.to_path_buf(),
+                    file,
+                }));
+            }
+            None => {}
+        }
+        self.store_child(rel, name)
+    }
+
+    /// The document of the group whose `zarr.json` is in store directory `rel`.
+    pub(super) fn store_group(
+        &self,
+        rel: &Path,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let Some(bytes) = self.read_small(&rel.join("zarr.json"))? else {
+            return Ok(None);
+        };
+        if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
+            return Ok(None);
+        }
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
+    /// The bytes of a group's metadata file made by the view.
+    pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
+        use format::v2;
+        if let Some(tree) = &self.draft {
+            let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
+            return Ok(match file {
+                MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
+                MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(group.attrs.clone())),
+                MetaFile::Zarray => return Err(ViewError::NotFound),
+            });
+        }
+        let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
+        Ok(match file {
+            MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+            MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),
+            MetaFile::ZarrJson | MetaFile::Zarray => return Err(ViewError::NotFound),
+        })
+    }
+
+    /// A child of a group of a draft store.
+    pub(super) fn draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
+        let tree = self.draft.as_ref()?;
+        if let Some(file) = MetaFile::from_name(name)
+            && self.format.group_files().contains(&file)
+        {
+            return Some(Node::GroupMeta {
+                dir: path.to_path_buf(),
+                file,
+            });
+        }
+        let child = path.join(name);
+        if let Some(array) = tree.arrays.get(&child) {
+            return Some(Node::ArrayDir {
+                array: array.clone(),
+            });
+        }
+        tree.groups
+            .contains_key(&child)
+            .then_some(Node::DraftGroup { path: child })
+    }
+
+    pub(super) fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
+        let rel = dir.join(name);
+        let Some(m) = self.store.stat(&rel)? else {
+            return Ok(None);
+        };
+        Ok(match m.kind {
+            EntryKind::Dir => self.classify(rel, m),
+            EntryKind::File => Some(Node::File { rel }),
+            EntryKind::Symlink => Some(Node::Symlink { rel }),
+            EntryKind::Other => None,
+        })
+    }
+
+    /// A key path under an array: a key directory that has shards, or a stored chunk.
+    pub(super) fn key_node(&self, array: &Arc<ShardedArray>, kp: KeyPath) -> Result<Option<Node>> {
+        match kp {
+            KeyPath::Dir(coords) => {
+                let in_grid = coords
+                    .iter()
+                    .zip(array.layout.chunk_counts())
+                    .all(|(c, n)| c < n);
+                let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
+                let exists = in_grid
+                    && (matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir)
+                        || self
+                            .writer
+                            .as_ref()
+                            .is_some_and(|w| w.has_keys_under(array, &coords)));
+                Ok(exists.then(|| Node::KeyDir {
+                    array: array.clone(),
+                    coords,
+                }))
+            }
+            // A miss is checked against the shard on disk (one `stat`): a chunk that
+            // another program added to a shard whose index is cached is found.
+            KeyPath::Chunk(coords) => match self.chunk(array, &coords, false).or_else(|e| match e {
+                ViewError::NotFound => self.chunk(array, &coords, true),
+                e => Err(e),
+            }) {
+                Ok(_) => Ok(Some(Node::Chunk {
+                    array: array.clone(),
+                    coords,
+                })),
+                Err(ViewError::NotFound) => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
+    pub(super) fn chunk(
+        &self,
+        array: &ShardedArray,
+        coords: &[u64],
+        revalidate: bool,
+    ) -> Result<ChunkData> {
+        if let Some(staged) = self
+            .writer
+            .as_ref()
+            .and_then(|w| w.staging.get(&array.rel, coords))
+        {
+            return staged.map(ChunkData::Staged).ok_or(ViewError::NotFound);
+        }
+        let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
+        let rel = array.shard_rel(&loc.shard);
+        let shard = self
+            .shards
+            .get(self.store.as_ref(), &rel, &array.layout, revalidate);
+        match shard.chunk(&array.layout, &loc) {
+            Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
+            Ok(None) => Err(ViewError::NotFound),
+            Err(err) => Err(ViewError::Shard { shard: rel, err }),
+        }
+    }
+
+    /// What a store directory is: a presentable sharded array, or a plain directory.
+    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
+        self.classify(rel.clone(), dir_meta)
+            .unwrap_or(Node::Dir { rel })
+    }
+
+    /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
+    pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Option<Node> {
+        match self.load_array(&rel, dir_meta) {
+            Ok(array) => {
+                let array = Arc::new(array);
+                self.arrays.write().insert(rel, array.clone());
+                Some(Node::ArrayDir { array })
+            }
+            Err(NotShown::Plain) => Some(Node::Dir { rel }),
+            Err(NotShown::Unsupported(why)) => {
+                let v2 = self.format == ViewFormat::V2;
+                if self.warned.lock().insert(rel.clone()) {
+                    if v2 {
+                        log::warn!("{}: left out of the v2 view: {why}", rel.display());
+                    } else {
+                        log::warn!(
+                            "{}/zarr.json passes through unchanged: {why}",
+                            rel.display()
+                        );
+                    }
+                }
+                (!v2).then_some(Node::Dir { rel })
+            }
+        }
+    }
+
+    pub(super) fn load_array(
+        &self,
+        rel: &Path,
+        dir_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, NotShown> {
+        let json_rel = rel.join("zarr.json");
+        let unsupported = |e: String| NotShown::Unsupported(e);
+        let Some(file) = self
+            .store
+            .open(&json_rel)
+            .map_err(|e| unsupported(e.to_string()))?
+        else {
+            return Err(NotShown::Plain);
+        };
+        let (bytes, json_meta) =
+            read_metadata(file.as_ref()).map_err(|e| unsupported(e.to_string()))?;
+        let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
+            MetaNode::Group => return Err(NotShown::Plain),
+            MetaNode::Array(a) => a,
+        };
+        let layout = match &meta.presentation {
+            Presentation::Sharded(l) => l.clone(),
+            Presentation::Plain if self.format == ViewFormat::V2 => {
+                return Err(unsupported(
+                    "not sharded (the v2 view shows sharded arrays only)".into(),
+                ));
+            }
+            Presentation::Plain => return Err(NotShown::Plain),
+            Presentation::Unsupported(why) => {
+                return Err(unsupported(format!(
+                    "cannot present this sharded array: {why}"
+                )));
+            }
+        };
+        let store_keys = meta.key_encoding;
+        self.build_array(
+            ArraySource {
+                rel: rel.to_path_buf(),
+                data_rel: rel.to_path_buf(),
+                meta_rel: json_rel,
+                store_keys,
+                draft: false,
+            },
+            *meta,
+            layout,
+            dir_meta,
+            json_meta,
+        )
+        .map_err(unsupported)
+    }
+
+    /// The array as this view shows it.
+    pub(super) fn build_array(
+        &self,
+        src: ArraySource,
+        meta: format::ArrayMeta,
+        layout: format::ShardLayout,
+        dir_meta: EntryMeta,
+        json_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, String> {
+        let json = Arc::new(meta.unsharded_json(&layout));
+        let (shown_keys, v2) = match self.format {
+            ViewFormat::V3 if src.draft => (
+                format::ChunkKeyEncoding {
+                    kind: format::KeyKind::Default,
+                    separator: src.store_keys.separator,
+                },
+                None,
+            ),
+            ViewFormat::V3 => (src.store_keys, None),
+            ViewFormat::V2 => {
+                let keys = format::v2::shown_keys(src.store_keys);
+                let zarray = format::v2::zarray(
+                    &meta.doc,
+                    &layout.shape,
+                    layout.inner_chunk_shape(),
+                    &layout.inner_codecs,
+                    keys,
+                )?;
+                let zattrs = format::v2::zattrs(&meta.doc);
+                (
+                    keys,
+                    Some((
+                        Arc::new(format::v2::to_bytes(&zarray)),
+                        Arc::new(format::v2::to_bytes(&zattrs)),
+                    )),
+                )
+            }
+        };
+        Ok(ShardedArray {
+            rel: src.rel,
+            data_rel: src.data_rel,
+            meta_rel: src.meta_rel,
+            store_keys: src.store_keys,
+            shown_keys,
+            draft: src.draft,
+            meta,
+            layout,
+            json,
+            v2,
+            dir_meta,
+            json_meta,
+        })
+    }
+}
+
+/// The bytes and the metadata of an open metadata file (at most `MAX_METADATA_BYTES`).
+pub(super) fn read_metadata(file: &dyn StoreFile) -> io::Result<(Vec<u8>, EntryMeta)> {
+    let meta = file.meta()?;
+    if meta.len > MAX_METADATA_BYTES {
+        return Err(io::Error::other(format!(
+            "{} bytes is too large for metadata",
+            meta.len
+        )));
+    }
+    let mut bytes = vec![0; meta.len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok((bytes, meta))
+}
