@@ -16,10 +16,12 @@ mod durable;
 mod handles;
 mod inode;
 mod listing;
+mod meta;
 pub mod node;
 mod ops;
 mod resolve;
 mod write;
+mod writer;
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -35,10 +37,10 @@ use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
 pub use inode::ROOT_INO;
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
-pub use write::{WriteConfig, Writer};
+pub use writer::{WriteConfig, Writer};
 /// The write side's types, for the mount.
 pub mod write_api {
-    pub use super::write::{Invalidation, WriteConfig, Writer};
+    pub use super::writer::{Invalidation, WriteConfig, Writer};
 }
 
 /// The hidden file at the mount's root that `shardfs stats` reads.
@@ -144,7 +146,7 @@ enum Handle {
     Scratch {
         ino: u64,
         node: Node,
-        file: Arc<Mutex<write::Scratch>>,
+        file: Arc<Mutex<writer::Scratch>>,
     },
 }
 

@@ -1,0 +1,163 @@
+//! Tests of `v2` (kept beside it to keep that file about the code).
+use super::*;
+
+fn doc(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+const SLASH: ChunkKeyEncoding = ChunkKeyEncoding::DEFAULT;
+
+#[test]
+fn dtypes_orders_and_codecs_map_to_numcodecs() {
+    let d = doc(json!({"data_type": "uint16", "fill_value": 3}));
+    let codecs = [
+        json!({"name": "transpose", "configuration": {"order": [1, 0]}}),
+        json!({"name": "bytes", "configuration": {"endian": "big"}}),
+        json!({"name": "gzip", "configuration": {"level": 5}}),
+        json!({"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "bitshuffle", "typesize": 2, "blocksize": 0}}),
+    ];
+    let z = zarray(&d, &[10, 7], &[2, 3], &codecs, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["dtype"], ">u2");
+    assert_eq!(z["order"], "F");
+    assert_eq!(z["filters"], json!([{"id": "gzip", "level": 5}]));
+    assert_eq!(
+        z["compressor"],
+        json!({"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 2, "blocksize": 0})
+    );
+    assert_eq!(z["dimension_separator"], "/");
+    assert_eq!(z["fill_value"], 3);
+    // And back: the same .zarray again.
+    let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+    let z2 = zarray(
+        &back,
+        &[10, 7],
+        &[2, 3],
+        back["codecs"].as_array().unwrap(),
+        shown_keys(SLASH),
+    )
+    .unwrap();
+    assert_eq!(z, z2);
+}
+
+#[test]
+fn one_byte_types_have_no_byte_order_and_bool_maps() {
+    let bytes = [json!({"name": "bytes"})];
+    for (dt, want) in [("uint8", "|u1"), ("int8", "|i1"), ("bool", "|b1")] {
+        let d = doc(json!({"data_type": dt, "fill_value": 0}));
+        let z = zarray(&d, &[4], &[2], &bytes, shown_keys(SLASH)).unwrap();
+        assert_eq!(z["dtype"], want);
+        assert_eq!(z["compressor"], Value::Null);
+        assert_eq!(z["filters"], Value::Null);
+    }
+    let d = doc(json!({"data_type": "uint16", "fill_value": 0}));
+    assert!(zarray(&d, &[4], &[2], &bytes, shown_keys(SLASH)).is_err());
+}
+
+#[test]
+fn fill_values_follow_v2_conventions() {
+    let le = [json!({"name": "bytes", "configuration": {"endian": "little"}})];
+    for (dt, fill, want) in [
+        ("float32", json!("NaN"), json!("NaN")),
+        ("float64", json!("-Infinity"), json!("-Infinity")),
+        ("float32", json!("0x7fc00000"), json!("NaN")),
+        ("float64", json!("0x3ff0000000000000"), json!(1.0)),
+        ("float16", json!("0x7c00"), json!("Infinity")),
+        ("float16", json!("0x3c00"), json!(1.0)),
+        ("complex64", json!([1.0, "NaN"]), json!([1.0, "NaN"])),
+        ("bool", json!(true), json!(true)),
+    ] {
+        let d = doc(json!({"data_type": dt, "fill_value": fill}));
+        let z = zarray(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+        assert_eq!(z["fill_value"], want, "{dt} {fill}");
+    }
+}
+
+#[test]
+fn arrays_without_a_v2_form_say_why() {
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let cases = [
+        (
+            json!({"data_type": "string"}),
+            vec![le.clone()],
+            "data type",
+        ),
+        (
+            json!({"data_type": "uint16"}),
+            vec![
+                json!({"name": "transpose", "configuration": {"order": [1, 0, 2]}}),
+                le.clone(),
+            ],
+            "transpose",
+        ),
+        (
+            json!({"data_type": "uint16"}),
+            vec![le.clone(), json!({"name": "lz4hc"})],
+            "lz4hc",
+        ),
+        (
+            json!({"data_type": "uint16"}),
+            vec![json!({"name": "vlen-bytes"})],
+            "vlen-bytes",
+        ),
+    ];
+    for (d, codecs, why) in cases {
+        let err = zarray(&doc(d), &[4, 4, 4], &[2, 2, 2], &codecs, shown_keys(SLASH)).unwrap_err();
+        assert!(err.contains(why), "{err}");
+    }
+}
+
+#[test]
+fn zattrs_carry_dimension_names_both_ways() {
+    let d = doc(json!({"attributes": {"a": 1}, "dimension_names": ["y", "x"]}));
+    let z = zattrs(&d);
+    assert_eq!(z, json!({"a": 1, "_ARRAY_DIMENSIONS": ["y", "x"]}));
+    let mut back = doc(json!({"attributes": {}}));
+    apply_zattrs(
+        &mut back,
+        &to_bytes(&json!({"b": 2, "_ARRAY_DIMENSIONS": ["t", "z"]})),
+        Some(2),
+    )
+    .unwrap();
+    assert_eq!(back["attributes"], json!({"b": 2}));
+    assert_eq!(back["dimension_names"], json!(["t", "z"]));
+    // Wrong rank: kept as an attribute.
+    let mut g = doc(json!({}));
+    apply_zattrs(&mut g, br#"{"_ARRAY_DIMENSIONS": ["t"]}"#, Some(2)).unwrap();
+    assert_eq!(g["attributes"], json!({"_ARRAY_DIMENSIONS": ["t"]}));
+    assert!(apply_zattrs(&mut g, b"[1]", None).is_err());
+}
+
+#[test]
+fn zarray_from_zarr_python_2_becomes_a_v3_array() {
+    let z = br#"{"chunks": [2, 3], "compressor": {"id": "zstd", "level": 3, "checksum": false},
+        "dimension_separator": ".", "dtype": "<f8", "fill_value": "NaN", "filters": null,
+        "order": "C", "shape": [10, 7], "zarr_format": 2}"#;
+    let d = v3_from_zarray(z).unwrap();
+    assert_eq!(d["data_type"], "float64");
+    assert_eq!(d["fill_value"], "NaN");
+    assert_eq!(
+        d["chunk_key_encoding"],
+        json!({"name": "v2", "configuration": {"separator": "."}})
+    );
+    assert_eq!(
+        d["codecs"][1],
+        json!({"name": "zstd", "configuration": {"level": 3, "checksum": false}})
+    );
+    for bad in [
+        &br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|O", "order": "C"}"#[..],
+        br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2", "compressor": {"id": "zlib"}}"#,
+        br#"{"zarr_format": 2, "shape": [4], "chunks": [0], "dtype": "<u2"}"#,
+        br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": [["a", "<u2"]]}"#,
+        b"{]",
+    ] {
+        assert!(v3_from_zarray(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+    let resized = z.to_vec();
+    let resized = String::from_utf8(resized)
+        .unwrap()
+        .replace("[10, 7]", "[20, 7]");
+    assert!(same_but_shape(z, resized.as_bytes()).unwrap());
+    assert_eq!(zarray_shape(resized.as_bytes()).unwrap(), [20, 7]);
+    let other = String::from_utf8(z.to_vec()).unwrap().replace("<f8", "<f4");
+    assert!(!same_but_shape(z, other.as_bytes()).unwrap());
+}

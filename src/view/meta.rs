@@ -1,0 +1,150 @@
+//! Metadata writes to sharded arrays: `zarr.json` (or v2 `.zarray`/`.zattrs`) written
+//! through the view may change attributes, shape and dimension names; a change that the
+//! store's sharding cannot take (data type, codecs, chunk shape ...) is refused
+//! (`EINVAL`); and the tree is re-read where an array's kind changed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::writer::Invalidation;
+use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
+use crate::format;
+
+/// Members of an array's `zarr.json` that a write through the view may not change.
+const PROTECTED: [&str; 7] = [
+    "zarr_format",
+    "node_type",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "codecs",
+    "fill_value",
+];
+
+impl View {
+    /// One of an array's metadata files, as a writer of the view wrote it.
+    pub(super) fn update_array_meta(
+        &self,
+        array: &Arc<ShardedArray>,
+        file: MetaFile,
+        bytes: &[u8],
+    ) -> Result<Arc<ShardedArray>> {
+        use crate::format::v2;
+        let array = self.current(array);
+        let invalid = |why: String| {
+            log::warn!("{}/{}: refused: {why}", array.rel.display(), file.name());
+            ViewError::Invalid(why)
+        };
+        let Value::Object(mut doc) =
+            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?
+        else {
+            return Err(invalid("metadata is not an object".into()));
+        };
+        match file {
+            MetaFile::ZarrJson | MetaFile::Zgroup => return self.update_metadata(&array, bytes),
+            MetaFile::Zarray => {
+                let shown = array.meta_bytes(MetaFile::Zarray);
+                if !v2::same_but_shape(&shown, bytes).map_err(invalid)? {
+                    return Err(invalid(
+                        "only the shape of an array may change through .zarray".into(),
+                    ));
+                }
+                doc.insert(
+                    "shape".into(),
+                    v2::zarray_shape(bytes).map_err(invalid)?.into(),
+                );
+            }
+            MetaFile::Zattrs => {
+                v2::apply_zattrs(&mut doc, bytes, Some(array.layout.ndim())).map_err(invalid)?
+            }
+        }
+        let bytes = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        self.update_metadata(&array, &bytes)
+    }
+
+    /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
+    pub(super) fn update_metadata(
+        &self,
+        array: &Arc<ShardedArray>,
+        bytes: &[u8],
+    ) -> Result<Arc<ShardedArray>> {
+        let array = self.current(array);
+        let invalid = |why: String| {
+            log::warn!("{}/zarr.json: refused: {why}", array.rel.display());
+            ViewError::Invalid(why)
+        };
+        let new: Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        let Value::Object(new) = new else {
+            return Err(invalid("not a JSON object".into()));
+        };
+        let shown: Value =
+            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?;
+        for key in PROTECTED {
+            if new.get(key) != shown.get(key) {
+                return Err(invalid(format!(
+                    "changing {key} of a sharded array is not supported (only attributes, shape, dimension names)"
+                )));
+            }
+        }
+        let mut doc = array.meta.doc.clone();
+        doc.retain(|k, _| PROTECTED.contains(&k.as_str()) || new.contains_key(k));
+        for (k, v) in new {
+            if !PROTECTED.contains(&k.as_str()) {
+                doc.insert(k, v);
+            }
+        }
+        let mut out =
+            serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        out.push(b'\n');
+        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
+            && let format::Presentation::Sharded(layout) = &new.presentation
+            && let Err(e) = crate::write::flush::storable(layout)
+        {
+            return Err(invalid(format!("its chunks could never be stored: {e}")));
+        }
+        self.flush_array(&array)?;
+        self.store.write_atomically(&array.meta_rel, &out)?;
+        self.reload_array(&array.rel)
+    }
+
+    pub(super) fn reload_array(&self, rel: &Path) -> Result<Arc<ShardedArray>> {
+        let dir_meta = self.stat_rel(rel)?;
+        let node = self.classify_dir(rel.to_path_buf(), dir_meta);
+        let Node::ArrayDir { array } = node else {
+            return Err(ViewError::Invalid(format!(
+                "{} is no longer a sharded array",
+                rel.display()
+            )));
+        };
+        self.refresh_subtree(rel);
+        Ok(array)
+    }
+
+    /// Re-resolve every known inode at or below the store directory `rel` (the view path
+    /// equals the store path there) after the kind of that directory changed.
+    pub(super) fn refresh_subtree(&self, rel: &Path) {
+        let w = self.writer.as_ref();
+        for (ino, path) in self.inodes.under(rel) {
+            if let Ok(Some(node)) = self.resolve(&path) {
+                self.inodes.update(ino, node);
+            }
+            if let Some(w) = w {
+                w.invalidate(Invalidation::Inode(ino));
+                // The directory itself keeps its inode and dentry (dropping that dentry
+                // would fail operations already under way in it); its children change.
+                if path.as_path() != rel
+                    && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+                    && let Some(pino) = self.inodes.peek(parent)
+                {
+                    w.invalidate(Invalidation::Entry {
+                        parent: pino,
+                        name: name.to_os_string(),
+                    });
+                }
+            }
+        }
+    }
+}

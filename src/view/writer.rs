@@ -1,0 +1,182 @@
+//! The write side's state: its configuration, the staged chunks and the flusher, the
+//! in-memory scratch files (bounded) and the kernel invalidations it owes.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use super::{Result, ShardedArray, ViewError};
+use crate::compact::Compactor;
+use crate::write::flush::Flusher;
+use crate::write::staging::Staging;
+
+/// How a writable view writes.
+pub struct WriteConfig {
+    /// Bytes staged before writers wait for a flush; scratch files get as much again.
+    pub write_buffer: u64,
+    /// Inner chunks per shard of arrays created through the view (`None`: about
+    /// `shard_target_bytes` of uncompressed chunks per shard).
+    pub chunks_per_shard: Option<Vec<u64>>,
+    pub shard_target_bytes: u64,
+    pub compactor: Arc<dyn Compactor>,
+}
+
+/// An in-memory file.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub(super) data: Vec<u8>,
+    pub(super) opens: u32,
+    /// Written since it was opened or created: commit it on the last close.
+    pub(super) dirty: bool,
+}
+
+/// The write side of a view.
+pub struct Writer {
+    pub(super) staging: Staging,
+    pub(super) flusher: Flusher,
+    pub(super) scratch: Mutex<HashMap<PathBuf, Arc<Mutex<Scratch>>>>,
+    pub(super) scratch_bytes: AtomicU64,
+    pub(super) scratch_limit: u64,
+    /// Key directories made by `mkdir` that hold no chunk yet: (array, prefix).
+    pub(super) vdirs: Mutex<HashSet<(PathBuf, Vec<u64>)>>,
+    pub(super) chunks_per_shard: Option<Vec<u64>>,
+    pub(super) shard_target: u64,
+    /// Kernel cache invalidations, sent from a thread of the mount (never from inside
+    /// a request, where the kernel may hold the directory's lock).
+    pub(super) invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+}
+
+/// A kernel cache entry to drop.
+#[derive(Debug, Clone)]
+pub enum Invalidation {
+    Inode(u64),
+    Entry {
+        parent: u64,
+        name: std::ffi::OsString,
+    },
+}
+
+impl Writer {
+    pub fn new(config: WriteConfig) -> Self {
+        Writer {
+            flusher: Flusher::new(config.compactor),
+            staging: Staging::new(config.write_buffer),
+            scratch: Mutex::new(HashMap::new()),
+            scratch_bytes: AtomicU64::new(0),
+            scratch_limit: config.write_buffer.max(1 << 20),
+            vdirs: Mutex::new(HashSet::new()),
+            chunks_per_shard: config.chunks_per_shard,
+            shard_target: config.shard_target_bytes,
+            invalidations: Mutex::new(None),
+        }
+    }
+
+    pub fn compactor_name(&self) -> &'static str {
+        self.flusher.compactor_name()
+    }
+
+    pub fn flusher(&self) -> &Flusher {
+        &self.flusher
+    }
+
+    pub fn staged_bytes(&self) -> u64 {
+        self.staging.bytes()
+    }
+
+    /// Where kernel invalidations go (set by the mount once its session runs).
+    pub fn set_invalidations(&self, tx: std::sync::mpsc::Sender<Invalidation>) {
+        *self.invalidations.lock() = Some(tx);
+    }
+
+    pub(super) fn invalidate(&self, i: Invalidation) {
+        if let Some(tx) = self.invalidations.lock().as_ref() {
+            let _ = tx.send(i);
+        }
+    }
+
+    pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
+        self.scratch.lock().get(path).cloned()
+    }
+
+    pub(super) fn scratch_len(&self, path: &Path) -> Option<u64> {
+        self.scratch(path).map(|s| s.lock().data.len() as u64)
+    }
+
+    /// A new scratch file at `path` (replacing any), already counted as open `opens`
+    /// times. Open counts change only under the map's lock ([`Writer::open_scratch`],
+    /// `View::settle_scratch`), so a file being opened is never taken away.
+    pub(super) fn new_scratch(
+        &self,
+        path: &Path,
+        data: Vec<u8>,
+        dirty: bool,
+        opens: u32,
+    ) -> Result<Arc<Mutex<Scratch>>> {
+        self.reserve(data.len() as u64)?;
+        let file = Arc::new(Mutex::new(Scratch { data, opens, dirty }));
+        if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
+            self.unreserve(old.lock().data.len() as u64);
+        }
+        Ok(file)
+    }
+
+    /// The scratch file at `path`, counted as opened once more.
+    pub(super) fn open_scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
+        let map = self.scratch.lock();
+        let file = map.get(path)?.clone();
+        file.lock().opens += 1;
+        Some(file)
+    }
+
+    /// Drop the name `path` (unlink, rename away). Handles still open keep reading the
+    /// data they have.
+    pub(super) fn remove_scratch(&self, path: &Path) {
+        if let Some(file) = self.scratch.lock().remove(path) {
+            self.unreserve(file.lock().data.len() as u64);
+        }
+    }
+
+    /// Drop the name `path` and take its bytes, if no handle has the file open.
+    pub(super) fn take_scratch_if_closed(&self, path: &Path) -> Option<Vec<u8>> {
+        let mut map = self.scratch.lock();
+        let mut f = map.get(path)?.lock();
+        if f.opens > 0 {
+            return None;
+        }
+        let data = std::mem::take(&mut f.data);
+        drop(f);
+        map.remove(path);
+        self.unreserve(data.len() as u64);
+        Some(data)
+    }
+
+    pub(super) fn reserve(&self, n: u64) -> Result<()> {
+        let now = self.scratch_bytes.fetch_add(n, Ordering::Relaxed) + n;
+        if now > self.scratch_limit {
+            self.scratch_bytes.fetch_sub(n, Ordering::Relaxed);
+            return Err(ViewError::NoSpace);
+        }
+        Ok(())
+    }
+
+    pub(super) fn unreserve(&self, n: u64) {
+        self.scratch_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Whether a key directory of `array` with leading coordinates `prefix` exists only
+    /// in memory (made by mkdir, or holding staged chunks).
+    pub(super) fn has_keys_under(&self, array: &ShardedArray, prefix: &[u64]) -> bool {
+        self.vdirs
+            .lock()
+            .iter()
+            .any(|(a, c)| a == &array.rel && c.starts_with(prefix))
+            || self
+                .staging
+                .under(&array.rel, prefix)
+                .iter()
+                .any(|(_, exists)| *exists)
+    }
+}
