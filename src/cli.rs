@@ -82,7 +82,7 @@ pub struct MountArgs {
     pub store: PathBuf,
     /// An existing empty directory.
     pub mountpoint: PathBuf,
-    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, allow_other,
+    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, nonempty, allow_other,
     /// dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
@@ -245,6 +245,10 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             }
             "open_checks" => {
                 opts.open_checks = true;
+                continue;
+            }
+            "nonempty" => {
+                opts.nonempty = true;
                 continue;
             }
             "format=v2" => {

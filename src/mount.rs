@@ -52,6 +52,8 @@ pub struct MountOptions {
     /// (close-to-open), not up to `ttl` later, and the TTL defaults to
     /// [`OPEN_CHECKS_TTL`]. Writable mounts always ask at open.
     pub open_checks: bool,
+    /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
+    pub nonempty: bool,
 }
 
 /// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
@@ -105,6 +107,7 @@ impl Default for MountOptions {
             chunks_per_shard: None,
             compactor: CompactorChoice::Auto,
             open_checks: false,
+            nonempty: false,
         }
     }
 }
@@ -120,6 +123,96 @@ pub enum MountError {
     Fuse { path: PathBuf, source: io::Error },
     #[error("--compactor gpu: {0}")]
     NoGpu(String),
+}
+
+/// Refuse a mount point that would hang or hide things: inside the store (the daemon
+/// would serve its own mount: the first `ls` deadlocks in the kernel), the store inside
+/// the mount point, a directory that is already a mount point (a second mount stacks on
+/// it), and a non-empty directory (its files would be hidden) unless `nonempty`.
+fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(), MountError> {
+    let refuse = |why: String| MountError::MountPoint {
+        path: mountpoint.to_path_buf(),
+        why,
+    };
+    let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(e.to_string()));
+    let (s, m) = (canon(store)?, canon(mountpoint)?);
+    if m.starts_with(&s) {
+        return Err(refuse(format!(
+            "it lies inside the store {}; mount elsewhere",
+            s.display()
+        )));
+    }
+    if s.starts_with(&m) {
+        return Err(refuse(format!(
+            "the store {} lies inside it; mount elsewhere",
+            s.display()
+        )));
+    }
+    if is_mount_point(&m) {
+        return Err(refuse(
+            "already a mount point; unmount it first (shardfs unmount, umount)".into(),
+        ));
+    }
+    let has_entries = std::fs::read_dir(&m)
+        .map_err(|e| refuse(e.to_string()))?
+        .next()
+        .is_some();
+    if has_entries && !nonempty {
+        return Err(refuse(
+            "not empty: its files would be hidden while mounted (-o nonempty allows it)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `path` (canonical) is the mount point of a mount of this process's namespace.
+fn is_mount_point(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|p| Path::new(&unescape_mount_path(p)) == path)
+}
+
+/// /proc/self/mountinfo writes space, tab, newline and backslash as `\ooo` octal.
+fn unescape_mount_path(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(digits) = std::str::from_utf8(&b[i + 1..i + 4])
+            && let Ok(v) = u8::from_str_radix(digits, 8)
+        {
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Unmount `path`, waiting out a moment of `EBUSY`: a `fork` in another thread of this
+/// process (a test suite running a subprocess) holds copies of every open descriptor,
+/// files of this mount too, until its `exec` closes them. That made unmounts in the test
+/// suites fail about one run in fifteen.
+fn unmount_busy_retry(path: &Path) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match unmount_path(path, false) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A live mount; unmounts when dropped.
@@ -155,6 +248,7 @@ impl Mount {
                 why: "not a directory".into(),
             });
         }
+        check_mountpoint(store, mountpoint, opts.nonempty)?;
         let fsname = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
         let store: Arc<dyn Store> = Arc::new(local);
         // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
@@ -298,32 +392,30 @@ impl Mount {
         // Everything staged is made durable before the mount goes away (the session's
         // `destroy` flushes again whatever arrives meanwhile).
         let flushed = self.view.flush_all();
-        let ended = if session.guard.is_finished() {
-            // Unmounted from outside (`shardfs unmount`, umount(8)). Joining or dropping
-            // the session would drop its mount handle, and that unmounts the path once
-            // more: by then possibly a new mount made at the same path. So only the
-            // thread is joined; the handle (a path and the dead /dev/fuse descriptor) is
-            // left to process exit.
-            let session = std::mem::ManuallyDrop::new(session);
-            // SAFETY: `guard` is moved out exactly once and `session` is never dropped,
-            // so nothing is dropped twice; the other fields are leaked, not used.
-            let guard = unsafe { std::ptr::read(&session.guard) };
-            guard
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")))
-        } else {
-            let ended = session.umount_and_join();
-            if let Err(e) = &ended {
-                // Last resort, here and not in `Drop`: the session is gone after this, so
-                // a second `finish` would find nothing to unmount and leave a dead mount.
-                log::error!(
-                    "unmounting {}: {e}; detaching it lazily",
-                    self.mountpoint.display()
-                );
-                let _ = unmount_path(&self.mountpoint, true);
-            }
-            ended
-        };
+        if !session.guard.is_finished()
+            && let Err(e) = unmount_busy_retry(&self.mountpoint)
+        {
+            // Last resort, here and not in `Drop`: a second `finish` would find no
+            // session and leave a dead mount behind.
+            log::error!(
+                "unmounting {}: {e}; detaching it lazily",
+                self.mountpoint.display()
+            );
+            let _ = unmount_path(&self.mountpoint, true);
+            return Err(e);
+        }
+        // Unmounted (here, or from outside: `shardfs unmount`, umount(8)). Joining or
+        // dropping the session would drop its mount handle, and that unmounts the path
+        // once more: by then possibly a new mount made at the same path. So only the
+        // thread is joined; the handle (a path and the dead /dev/fuse descriptor) is
+        // left to process exit.
+        let session = std::mem::ManuallyDrop::new(session);
+        // SAFETY: `guard` is moved out exactly once and `session` is never dropped,
+        // so nothing is dropped twice; the other fields are leaked, not used.
+        let guard = unsafe { std::ptr::read(&session.guard) };
+        let ended = guard
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
         // Keep the errno's kind (a full store says so), with what failed.
         flushed.map_err(|e| {
             io::Error::new(
@@ -421,4 +513,16 @@ fn make_compactor(choice: CompactorChoice) -> Result<Arc<dyn Compactor>, MountEr
         }
         CompactorChoice::Auto => Arc::new(AutoCompactor::new()),
     })
+}
+
+#[cfg(test)]
+mod mountpoint_tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path(r"/a\040b\011c"), "/a b\tc");
+        assert_eq!(unescape_mount_path(r"/x\"), r"/x\");
+        assert_eq!(unescape_mount_path("/é\\134"), "/é\\");
+    }
 }

@@ -235,3 +235,55 @@ fn nix_close(f: fs::File) -> std::io::Result<()> {
         Err(std::io::Error::last_os_error())
     }
 }
+
+#[test]
+fn mount_points_that_would_hang_stack_or_hide_are_refused() {
+    if !common::can_mount("mount_points_that_would_hang_stack_or_hide_are_refused") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let opts = MountOptions::default();
+    let refused = |mnt: &Path, opts: &MountOptions, what: &str| {
+        let err = match Mount::new(&store, mnt, opts) {
+            Ok(_) => panic!("{what}: mounted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(what), "{err}");
+    };
+    // Inside the store: the first `ls` used to hang in D state.
+    fs::create_dir(store.join("mnt")).unwrap();
+    refused(&store.join("mnt"), &opts, "inside the store");
+    // The store inside the mount point.
+    refused(tmp.path(), &opts, "lies inside it");
+    // Not empty: refused, unless asked for.
+    let full = tempfile::tempdir().unwrap();
+    fs::write(full.path().join("keep"), b"mine").unwrap();
+    refused(full.path(), &opts, "not empty");
+    let allowed = MountOptions {
+        nonempty: true,
+        ..MountOptions::default()
+    };
+    let m = Mount::new(&store, full.path(), &allowed).unwrap();
+    drop(m);
+    assert_eq!(fs::read(full.path().join("keep")).unwrap(), b"mine");
+    // Already a mount point: a second mount would stack on it.
+    let mnt = tempfile::tempdir().unwrap();
+    let first = Mount::new(&store, mnt.path(), &opts).unwrap();
+    refused(mnt.path(), &opts, "already a mount point");
+    refused(mnt.path(), &allowed, "already a mount point");
+    drop(first);
+    // The command line says the same, and fails.
+    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+        .arg("mount")
+        .arg(&store)
+        .arg(store.join("mnt"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("inside the store"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
