@@ -17,16 +17,9 @@ use std::time::SystemTime;
 
 use crate::view::{Attr, Kind, Opened, View, ViewError};
 
-/// The longest the kernel caches the absence of a name: a chunk or file that another
-/// program adds to the store is seen within this, whatever `--ttl` is.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
-
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
     view: Arc<View>,
-    /// How long the kernel may cache entries and attributes (negative entries: at most
-    /// [`NEGATIVE_TTL`]).
-    ttl: Duration,
     /// Let the kernel open files without asking, where it can (read-only views only).
     kernel_opens: bool,
     /// Set once the session runs: for invalidations that must precede a reply.
@@ -36,11 +29,10 @@ pub struct ShardFs {
 impl ShardFs {
     /// `kernel_opens`: on a read-only view, let the kernel open and close files without a
     /// request (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`View::set_kernel_opens`].
-    pub fn new(view: Arc<View>, ttl: Duration, kernel_opens: bool) -> Self {
+    pub fn new(view: Arc<View>, kernel_opens: bool) -> Self {
         let kernel_opens = kernel_opens && view.is_read_only();
         ShardFs {
             view,
-            ttl,
             kernel_opens,
             notifier: Arc::default(),
         }
@@ -51,9 +43,9 @@ impl ShardFs {
         self.notifier.clone()
     }
 
-    /// The TTL for these attributes.
+    /// The TTL for these attributes: the view's cache policy decides.
     fn ttl(&self, a: &Attr) -> Duration {
-        if a.volatile { Duration::ZERO } else { self.ttl }
+        self.view.cache().attr_ttl(a)
     }
 }
 
@@ -147,9 +139,11 @@ impl Filesystem for ShardFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.view.lookup(parent.0, name) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
-            Err(ViewError::NotFound) => {
-                reply.entry(&self.ttl.min(NEGATIVE_TTL), &negative_attr(), Generation(0))
-            }
+            Err(ViewError::NotFound) => reply.entry(
+                &self.view.cache().negative_ttl(),
+                &negative_attr(),
+                Generation(0),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -383,7 +377,7 @@ impl Filesystem for ShardFs {
         reply: ReplyEntry,
     ) {
         match self.view.mkdir(parent.0, name) {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -428,7 +422,7 @@ impl Filesystem for ShardFs {
         reply: ReplyEntry,
     ) {
         match self.view.link(ino.0, newparent.0, newname) {
-            Ok(a) => reply.entry(&self.ttl, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -33,7 +33,7 @@ pub struct MountOptions {
     pub flags: Vec<MountOption>,
     /// How long the kernel caches entries and attributes; `None`: [`DEFAULT_TTL`], or
     /// [`OPEN_CHECKS_TTL`] with `open_checks` (see [`MountOptions::ttl`]). Negative
-    /// entries are cached for at most [`crate::fuse::NEGATIVE_TTL`].
+    /// entries are cached for at most [`crate::view::cache::NEGATIVE_TTL`].
     pub ttl: Option<Duration>,
     /// FUSE worker threads.
     pub threads: usize,
@@ -61,7 +61,7 @@ pub struct MountOptions {
 /// several times the cost of a cached read), so it is long: what it delays is small.
 /// A writable mount checks a chunk's shard at every open anyway (close-to-open); a
 /// read-only one sees a changed file within the TTL; names that appear are seen within
-/// [`crate::fuse::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
+/// [`crate::view::cache::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
 /// 60 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
@@ -271,6 +271,7 @@ impl Mount {
         };
         // Every cached shard holds its file open: the cache must fit the fd limit.
         let mut view_config = opts.view.clone();
+        view_config.ttl = opts.ttl();
         view_config.max_cached_shards =
             view_config
                 .max_cached_shards
@@ -300,8 +301,7 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let ttl = opts.ttl();
-        let fs = ShardFs::new(view.clone(), ttl, !opts.open_checks);
+        let fs = ShardFs::new(view.clone(), !opts.open_checks);
         let notifier = fs.notifier_slot();
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {

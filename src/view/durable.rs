@@ -13,7 +13,7 @@ impl View {
     /// committed: a chunk's `fsync` reports its own shard, not its neighbours'.
     fn flush_array_for(&self, array: &ShardedArray, shard: Option<&std::path::Path>) -> Result<()> {
         let Some(w) = &self.writer else { return Ok(()) };
-        let array = self.arrays.read().get(&array.rel).cloned();
+        let array = self.arrays.get(&array.rel);
         let Some(array) = array else { return Ok(()) };
         let shard_rel = |s: &[u64]| array.shard_rel(s);
         let target = crate::write::flush::ArrayTarget {
@@ -40,7 +40,7 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let mut first_err = None;
         for rel in w.staging.arrays(None) {
-            let array = self.arrays.read().get(&rel).cloned();
+            let array = self.arrays.get(&rel);
             if let Some(array) = array
                 && let Err(e) = self.flush_array(&array)
             {
@@ -54,7 +54,7 @@ impl View {
     pub fn flush_idle(&self, idle: std::time::Duration) {
         let Some(w) = &self.writer else { return };
         for rel in w.staging.arrays(Some(idle)) {
-            let array = self.arrays.read().get(&rel).cloned();
+            let array = self.arrays.get(&rel);
             if let Some(array) = array {
                 let _ = self.flush_array(&array);
             }

@@ -1,15 +1,63 @@
 //! The handle table: opening files for reading, what reads are served from, reads,
 //! releases, and open directories.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::format::ChunkRange;
 use crate::store::EntryMeta;
 use crate::store::shard::Shard;
 
 use super::*;
+
+/// The handle table: open files and open directories, by file handle.
+#[derive(Default)]
+pub(super) struct HandleTable {
+    files: Mutex<HashMap<u64, Handle>>,
+    /// Listings of open directories, so that `readdir` offsets stay consistent.
+    dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    next_fh: AtomicU64,
+}
+
+impl HandleTable {
+    fn next(&self) -> u64 {
+        // Handle 0 means "no handle" (reads of a kernel that opens without asking).
+        self.next_fh.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn insert(&self, handle: Handle) -> u64 {
+        let fh = self.next();
+        self.files.lock().insert(fh, handle);
+        fh
+    }
+
+    /// A copy of handle `fh`, taken out of the table's lock.
+    pub(super) fn get(&self, fh: u64) -> Result<Handle> {
+        let handle = self.files.lock().get(&fh).cloned();
+        handle.ok_or(ViewError::StaleHandle(fh))
+    }
+
+    fn remove(&self, fh: u64) -> Option<Handle> {
+        self.files.lock().remove(&fh)
+    }
+
+    fn insert_dir(&self, entries: Vec<DirEntry>) -> u64 {
+        let fh = self.next();
+        self.dirs.lock().insert(fh, Arc::new(entries));
+        fh
+    }
+
+    fn dir(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
+        let dir = self.dirs.lock().get(&fh).cloned();
+        dir.ok_or(ViewError::StaleHandle(fh))
+    }
+
+    fn remove_dir(&self, fh: u64) {
+        self.dirs.lock().remove(&fh);
+    }
+}
 
 impl View {
     // ----- files -----------------------------------------------------------------------
@@ -38,10 +86,7 @@ impl View {
             Handle::Bytes(b) if chunk => Some(b.len() as u64),
             _ => None,
         };
-        let stale_size = len.is_some_and(|len| {
-            let mut reported = self.reported.lock();
-            reported.insert(ino, len).is_some_and(|was| was != len)
-        });
+        let stale_size = len.is_some_and(|len| self.cache.report_size(ino, len));
         Ok(Opened {
             stale_size: stale_size || meta,
             ..self.add_handle(handle, keep_cache)
@@ -68,11 +113,11 @@ impl View {
                 match self.chunk(&self.current(&array), &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
                         let now = (range, shard.meta().map(EntryMeta::version));
-                        let keep = at_open && self.served.lock().insert(ino, now) == Some(now);
+                        let keep = at_open && self.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
                     }
                     ChunkData::Staged(bytes) => {
-                        self.served.lock().remove(&ino);
+                        self.cache.not_served(ino);
                         (Handle::Bytes(bytes), false)
                     }
                 }
@@ -104,8 +149,7 @@ impl View {
 
     pub(super) fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
         let no_flush = !self.commits_on_close(&handle);
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, handle);
+        let fh = self.handles.insert(handle);
         Opened {
             fh,
             keep_cache,
@@ -122,8 +166,7 @@ impl View {
 
     /// A copy of handle `fh`, taken out of the table's lock.
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
-        let handle = self.handles.lock().get(&fh).cloned();
-        handle.ok_or(ViewError::StaleHandle(fh))
+        self.handles.get(fh)
     }
 
     /// Read file `ino` without a handle: the kernel opened it without asking
@@ -191,7 +234,7 @@ impl View {
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.
     pub fn release(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.lock().remove(&fh);
+        let handle = self.handles.remove(fh);
         match handle {
             Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
             Some(Handle::StoreRw(f, _)) => {
@@ -219,21 +262,15 @@ impl View {
             },
         ];
         entries.extend(self.readdir(ino)?);
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().insert(fh, Arc::new(entries));
-        Ok(fh)
+        Ok(self.handles.insert_dir(entries))
     }
 
     /// The listing of an open directory; `readdir` continues it at its offset.
     pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
-        self.dirs
-            .lock()
-            .get(&fh)
-            .cloned()
-            .ok_or(ViewError::StaleHandle(fh))
+        self.handles.dir(fh)
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.dirs.lock().remove(&fh);
+        self.handles.remove_dir(fh);
     }
 }

@@ -11,6 +11,7 @@
 //!   (files) reads the indices of the shards of that one directory only.
 
 mod adopt;
+pub mod cache;
 mod draft;
 mod durable;
 mod handles;
@@ -115,6 +116,8 @@ pub struct ViewConfig {
     pub index_cache_bytes: usize,
     /// Zarr v3 or Zarr v2.
     pub format: ViewFormat,
+    /// How long the kernel may cache entries and attributes (see [`cache`]).
+    pub ttl: std::time::Duration,
 }
 
 impl Default for ViewConfig {
@@ -123,12 +126,10 @@ impl Default for ViewConfig {
             max_cached_shards: 4096,
             index_cache_bytes: 64 << 20,
             format: ViewFormat::V3,
+            ttl: std::time::Duration::from_secs(1),
         }
     }
 }
-
-/// What a chunk inode served at its last open: its range and the shard file's version.
-type Served = (ChunkRange, Option<(u64, u64, std::time::SystemTime)>);
 
 /// An open file. Cheap to clone: reads and writes clone it out of the handle table, so
 /// that no I/O happens under the table's lock.
@@ -183,31 +184,22 @@ pub struct Opened {
 /// The virtual tree over a store.
 pub struct View {
     store: Arc<dyn Store>,
+    /// Path resolution: inode numbers and the nodes they stand for.
     inodes: inode::InodeTable,
+    /// The array registry (see [`resolve::ArrayRegistry`]).
+    arrays: resolve::ArrayRegistry,
+    /// Decoded shard indices.
     shards: ShardCache,
-    handles: Mutex<std::collections::HashMap<u64, Handle>>,
-    next_fh: AtomicU64,
-    /// What each chunk inode served at its last open: unchanged means keep the page cache.
-    served: Mutex<std::collections::HashMap<u64, Served>>,
-    /// The size each chunk inode had in the attributes last given to the kernel, which
-    /// caches them for the TTL: an open that finds another size says so.
-    reported: Mutex<std::collections::HashMap<u64, u64>>,
-    warned: Mutex<HashSet<PathBuf>>,
-    /// Listings of open directories, so that `readdir` offsets stay consistent.
-    dirs: Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>,
-    /// The current metadata of every sharded array met so far, by store path: nodes
-    /// carry the array as it was when looked up and refresh it from here.
-    arrays: parking_lot::RwLock<std::collections::HashMap<PathBuf, Arc<ShardedArray>>>,
+    /// Open files and directories.
+    handles: handles::HandleTable,
+    /// What the kernel may cache, and for how long.
+    cache: cache::CachePolicy,
     /// The write side; `None` for a read-only view.
     writer: Option<Writer>,
     counters: ReadCounters,
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
     draft: Option<draft::DraftTree>,
-    /// The kernel opens and closes files without asking (FUSE no-open, read-only mounts):
-    /// reads come with no handle, and a chunk's shard is checked when the kernel
-    /// revalidates its attributes instead of at every open. See [`View::set_kernel_opens`].
-    kernel_opens: std::sync::atomic::AtomicBool,
 }
 
 /// Where an array lives in the store.
@@ -257,18 +249,13 @@ impl View {
                 rel: PathBuf::new(),
             }),
             store,
-            handles: Mutex::new(Default::default()),
-            next_fh: AtomicU64::new(1),
-            served: Mutex::new(Default::default()),
-            reported: Mutex::new(Default::default()),
-            warned: Mutex::new(HashSet::new()),
-            dirs: Mutex::new(Default::default()),
+            handles: Default::default(),
+            cache: cache::CachePolicy::new(config.ttl),
             arrays: Default::default(),
             writer,
             counters: ReadCounters::default(),
             format: config.format,
             draft: None,
-            kernel_opens: Default::default(),
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -316,12 +303,17 @@ impl View {
     /// opens there is no handle to hold written bytes.
     pub fn set_kernel_opens(&self, on: bool) {
         debug_assert!(!on || self.is_read_only());
-        self.kernel_opens.store(on, Ordering::Relaxed);
+        self.cache.set_kernel_opens(on);
+    }
+
+    /// What the kernel may cache, and for how long.
+    pub fn cache(&self) -> &cache::CachePolicy {
+        &self.cache
     }
 
     /// See [`View::set_kernel_opens`].
     pub fn kernel_opens(&self) -> bool {
-        self.kernel_opens.load(Ordering::Relaxed)
+        self.cache.kernel_opens()
     }
 
     /// A small store file (metadata), `None` if absent.
@@ -409,8 +401,7 @@ impl View {
     pub fn forget(&self, ino: u64, n: u64) {
         self.inodes.forget(ino, n);
         if self.inodes.get(ino).is_none() {
-            self.served.lock().remove(&ino);
-            self.reported.lock().remove(&ino);
+            self.cache.forget(ino);
         }
     }
 
@@ -479,7 +470,7 @@ impl View {
                 m.perm = array.json_meta.perm;
                 if !self.kernel_opens() {
                     // Only opens compare with it; without opens this is a lock for nothing.
-                    self.reported.lock().insert(ino, data.len());
+                    self.cache.report_size(ino, data.len());
                 }
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }

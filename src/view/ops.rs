@@ -246,7 +246,7 @@ impl View {
                 let array = self.current(array);
                 self.flush_array(&array)?;
                 self.store.remove_file(&array.meta_rel)?;
-                self.arrays.write().remove(&array.rel);
+                self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.lock().retain(|(a, _)| a != &array.rel);
                 self.inodes.update_path(

@@ -11,6 +11,35 @@ use crate::store::{EntryKind, EntryMeta, StoreFile};
 
 use super::*;
 
+/// The array registry: the current metadata of every sharded array met so far, by store
+/// path. Nodes carry the array as it was when looked up and refresh it from here.
+#[derive(Default)]
+pub(super) struct ArrayRegistry {
+    arrays: parking_lot::RwLock<std::collections::HashMap<PathBuf, Arc<ShardedArray>>>,
+    /// Arrays whose refusal was logged, so that it is logged once.
+    warned: Mutex<HashSet<PathBuf>>,
+}
+
+impl ArrayRegistry {
+    /// The current metadata of the array at store path `rel`.
+    pub(super) fn get(&self, rel: &Path) -> Option<Arc<ShardedArray>> {
+        self.arrays.read().get(rel).cloned()
+    }
+
+    pub(super) fn insert(&self, array: Arc<ShardedArray>) {
+        self.arrays.write().insert(array.rel.clone(), array);
+    }
+
+    pub(super) fn remove(&self, rel: &Path) {
+        self.arrays.write().remove(rel);
+    }
+
+    /// Whether this is the first refusal of `rel` (to be logged).
+    fn first_warning(&self, rel: &Path) -> bool {
+        self.warned.lock().insert(rel.to_path_buf())
+    }
+}
+
 impl View {
     /// The child node `name` of `node`, `None` if there is none.
     pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
@@ -259,13 +288,13 @@ impl View {
         match self.load_array(&rel, dir_meta) {
             Ok(array) => {
                 let array = Arc::new(array);
-                self.arrays.write().insert(rel, array.clone());
+                self.arrays.insert(array.clone());
                 Some(Node::ArrayDir { array })
             }
             Err(NotShown::Plain) => Some(Node::Dir { rel }),
             Err(NotShown::Unsupported(why)) => {
                 let v2 = self.format == ViewFormat::V2;
-                if self.warned.lock().insert(rel.clone()) {
+                if self.arrays.first_warning(&rel) {
                     if v2 {
                         log::warn!("{}: left out of the v2 view: {why}", rel.display());
                     } else {

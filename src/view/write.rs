@@ -35,11 +35,7 @@ impl View {
 
     /// The newest metadata of `array` (it may have been rewritten since the node was made).
     pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
-        self.arrays
-            .read()
-            .get(&array.rel)
-            .cloned()
-            .unwrap_or_else(|| array.clone())
+        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
     }
 
     pub(super) fn writable(&self, array: &ShardedArray) -> Result<()> {
@@ -227,7 +223,7 @@ impl View {
     /// `close` returns — `release` comes later, asynchronously, and a writer like
     /// `cp -r` would already be creating the chunk files.
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.lock().get(&fh).cloned();
+        let handle = self.handles.get(fh).ok();
         match handle {
             Some(Handle::Scratch { node, file, .. }) => self.commit_scratch(&node, &file),
             Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
