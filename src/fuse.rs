@@ -152,8 +152,8 @@ impl Filesystem for ShardFs {
         self.view.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.view.getattr(ino.0) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.view.getattr_open(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -348,7 +348,7 @@ impl Filesystem for ShardFs {
         _atime: Option<TimeOrNow>,
         _mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -358,8 +358,8 @@ impl Filesystem for ShardFs {
         // Only the size is meaningful in the view; modes, owners and times of virtual
         // files are derived from the store and a change to them is accepted and dropped.
         let res = match size {
-            Some(size) => self.view.set_size(ino.0, size),
-            None => self.view.getattr(ino.0),
+            Some(size) => self.view.set_size_open(ino.0, size, fh.map(|f| f.0)),
+            None => self.view.getattr_open(ino.0, fh.map(|f| f.0)),
         };
         match res {
             Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),

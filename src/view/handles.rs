@@ -15,7 +15,8 @@ use super::*;
 /// The handle table: open files and open directories, by file handle.
 #[derive(Default)]
 pub(super) struct HandleTable {
-    files: Mutex<HashMap<u64, Handle>>,
+    /// Open files: the inode each was opened as, and what it reads from.
+    files: Mutex<HashMap<u64, (u64, Handle)>>,
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
@@ -27,20 +28,29 @@ impl HandleTable {
         self.next_fh.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    fn insert(&self, handle: Handle) -> u64 {
+    fn insert(&self, ino: u64, handle: Handle) -> u64 {
         let fh = self.next();
-        self.files.lock().insert(fh, handle);
+        self.files.lock().insert(fh, (ino, handle));
         fh
     }
 
     /// A copy of handle `fh`, taken out of the table's lock.
     pub(super) fn get(&self, fh: u64) -> Result<Handle> {
-        let handle = self.files.lock().get(&fh).cloned();
+        let handle = self.files.lock().get(&fh).map(|(_, h)| h.clone());
         handle.ok_or(ViewError::StaleHandle(fh))
     }
 
+    /// A handle open on inode `ino`, if any (the kernel's `getattr` of an open file
+    /// carries no handle).
+    fn any_of(&self, ino: u64) -> Option<Handle> {
+        let files = self.files.lock();
+        files
+            .values()
+            .find_map(|(i, h)| (*i == ino).then(|| h.clone()))
+    }
+
     fn remove(&self, fh: u64) -> Option<Handle> {
-        self.files.lock().remove(&fh)
+        self.files.lock().remove(&fh).map(|(_, h)| h)
     }
 
     fn insert_dir(&self, entries: Vec<DirEntry>) -> u64 {
@@ -67,7 +77,7 @@ impl View {
         let (path, node) = self.node(ino)?;
         if write {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
-            return Ok(self.add_handle(handle, false));
+            return Ok(self.add_handle(ino, handle, false));
         }
         let chunk = matches!(node, Node::Chunk { .. });
         // Metadata of a writable view may have been written (or a write of it refused
@@ -89,7 +99,7 @@ impl View {
         let stale_size = len.is_some_and(|len| self.cache.report_size(ino, len));
         Ok(Opened {
             stale_size: stale_size || meta,
-            ..self.add_handle(handle, keep_cache)
+            ..self.add_handle(ino, handle, keep_cache)
         })
     }
 
@@ -147,9 +157,9 @@ impl View {
         })
     }
 
-    pub(super) fn add_handle(&self, handle: Handle, keep_cache: bool) -> Opened {
+    pub(super) fn add_handle(&self, ino: u64, handle: Handle, keep_cache: bool) -> Opened {
         let no_flush = !self.commits_on_close(&handle);
-        let fh = self.handles.insert(handle);
+        let fh = self.handles.insert(ino, handle);
         Opened {
             fh,
             keep_cache,
@@ -230,6 +240,71 @@ impl View {
                 shard: shard.rel().to_path_buf(),
                 err,
             })
+    }
+
+    /// Attributes of `ino`, also when it was unlinked while open (`fstat`): such a file
+    /// lives on for its handles, with no link, as on any POSIX file system. `fh`: the
+    /// handle the request came with, if any (the kernel sends none for `fstat`).
+    pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
+        match self.getattr(ino) {
+            Err(ViewError::NotFound) => {
+                let handle = fh.and_then(|fh| self.handles.get(fh).ok());
+                match handle.or_else(|| self.handles.any_of(ino)) {
+                    Some(handle) => self.unlinked_attr(ino, &handle),
+                    None => Err(ViewError::NotFound),
+                }
+            }
+            res => res,
+        }
+    }
+
+    fn unlinked_attr(&self, ino: u64, handle: &Handle) -> Result<Attr> {
+        let (m, len) = match handle {
+            Handle::Store(f) => (f.meta()?, None),
+            Handle::StoreRw(f, _) => (f.meta()?, None),
+            Handle::Scratch {
+                node: Node::Scratch { array, .. },
+                file,
+                ..
+            } => {
+                let mut m = array.dir_meta;
+                m.perm = array.json_meta.perm;
+                (m, Some(file.lock().data.len() as u64))
+            }
+            _ => return Err(ViewError::NotFound),
+        };
+        Ok(Attr {
+            nlink: 0,
+            ..Attr::from_meta(ino, Kind::File, len.unwrap_or(m.len), &m)
+        })
+    }
+
+    /// `ftruncate` through handle `fh` (or `truncate` of the name, without one).
+    pub fn set_size_open(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
+        let handle = fh
+            .and_then(|fh| self.handles.get(fh).ok())
+            .or_else(|| self.handles.any_of(ino));
+        if let Some(Handle::StoreRw(f, _)) = &handle {
+            // The open file itself, whatever its name is now.
+            f.set_len(size)?;
+            return self.getattr_open(ino, fh);
+        }
+        match (self.set_size(ino, size), handle) {
+            (Err(ViewError::NotFound), Some(Handle::Scratch { file, .. })) => {
+                let w = self.writer()?;
+                let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
+                let mut f = file.lock();
+                if size > f.data.len() {
+                    w.reserve((size - f.data.len()) as u64)?;
+                } else {
+                    w.unreserve((f.data.len() - size) as u64);
+                }
+                f.data.resize(size, 0);
+                drop(f);
+                self.getattr_open(ino, fh)
+            }
+            (res, _) => res,
+        }
     }
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.

@@ -1,10 +1,14 @@
 //! Listings of array and key directories, from the shard files that exist.
 //!
-//! A key directory with more levels below lists every in-grid prefix of every shard
-//! directory found (the `list_dir` rule; no index is read). The last level lists files,
-//! so it reads the indices of the shards in that one directory and lists the stored
-//! chunks. A shard whose index is corrupt lists all its in-grid chunks: reading them fails
-//! with `EIO`, so a copy of the tree fails loudly instead of silently filling them in.
+//! A key directory exists while a chunk lies below it (stored, or staged by this mount) or
+//! while it is one that `mkdir` made: so `rm -rf` of an array of any rank empties and
+//! removes every level, and a listing never shows a directory with nothing in it. A key
+//! directory with more levels below lists the in-grid prefixes of the shard directories
+//! found that have a chunk beneath; that reads shard indices only until the first chunk
+//! is found, which in a dense array is the first index. The last level lists files, so
+//! it reads the indices of the shards in that one directory and lists the stored chunks.
+//! A shard whose index is corrupt lists all its in-grid chunks: reading them fails with
+//! `EIO`, so a copy of the tree fails loudly instead of silently filling them in.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -42,11 +46,7 @@ impl View {
                 out.push(file(enc.encode(&[]).into()));
             }
         } else if let Some(root) = enc.root_component(ndim) {
-            let has_shards = self
-                .store
-                .stat(&array.shard_dir_rel(&[]))?
-                .is_some_and(|m| m.kind == EntryKind::Dir);
-            if has_shards {
+            if self.has_chunks_under(array, &[])? {
                 out.push(DirEntry {
                     ino: 0,
                     name: root.into(),
@@ -98,12 +98,19 @@ impl View {
         shard_coords.sort_unstable();
         let mut out = Vec::new();
         if !last {
+            let mut below = prefix.to_vec();
+            below.push(0);
             for s in shard_coords {
-                out.extend(layout.inner_range(k, s).map(|i| DirEntry {
-                    ino: 0,
-                    name: i.to_string().into(),
-                    kind: Kind::Dir,
-                }));
+                for i in layout.inner_range(k, s) {
+                    below[k] = i;
+                    if self.has_chunks_under(array, &below)? {
+                        out.push(DirEntry {
+                            ino: 0,
+                            name: i.to_string().into(),
+                            kind: Kind::Dir,
+                        });
+                    }
+                }
             }
             return Ok(out);
         }
@@ -167,6 +174,70 @@ impl View {
             }
         }
         Ok(out)
+    }
+
+    /// Whether the key directory with leading inner coordinates `prefix` has anything
+    /// below it: a chunk staged by this mount, a directory made by `mkdir`, or a chunk
+    /// stored in a shard (staged deletions count as gone). Stops at the first found.
+    pub(super) fn has_chunks_under(&self, array: &ShardedArray, prefix: &[u64]) -> Result<bool> {
+        let staged: HashMap<Vec<u64>, bool> = match &self.writer {
+            Some(w) if w.has_keys_under(array, prefix) => return Ok(true),
+            Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
+            None => HashMap::new(),
+        };
+        let layout = &array.layout;
+        let mut shard = array.shard_prefix(prefix);
+        self.any_shard_below(array, &mut shard, &mut |view, shard| {
+            let index = view.refresh_shard(array, shard);
+            Ok(layout.chunks_of_shard(shard).into_iter().any(|c| {
+                c.starts_with(prefix)
+                    && !staged.contains_key(&c)
+                    && layout
+                        .locate(&c)
+                        .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
+            }))
+        })
+    }
+
+    /// Whether `found` holds for a shard whose leading coordinates are `shard`, walking
+    /// the store's shard directories depth first; stops at the first.
+    fn any_shard_below(
+        &self,
+        array: &ShardedArray,
+        shard: &mut Vec<u64>,
+        found: &mut dyn FnMut(&View, &[u64]) -> Result<bool>,
+    ) -> Result<bool> {
+        let layout = &array.layout;
+        let k = shard.len();
+        if k == layout.ndim() {
+            return found(self, shard);
+        }
+        let dir = array.shard_dir_rel(shard);
+        let want = if k + 1 == layout.ndim() {
+            EntryKind::File
+        } else {
+            EntryKind::Dir
+        };
+        let listed = match self.store.list(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            other => other?,
+        };
+        for e in listed {
+            let s = match e.name.to_str() {
+                Some(n) if e.kind == want => array.store_keys.parse_component(k, n),
+                _ => None,
+            };
+            let Some(s) = s.filter(|&s| s < layout.shard_counts()[k]) else {
+                continue;
+            };
+            shard.push(s);
+            let hit = self.any_shard_below(array, shard, found)?;
+            shard.pop();
+            if hit {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Reload a shard's index if its file changed since it was cached (a listing is where

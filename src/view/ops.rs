@@ -28,7 +28,7 @@ impl View {
             }
             let ino = self.inodes.intern(path.clone(), existing.clone());
             let handle = self.open_for_write(ino, &path, &existing, truncate)?;
-            return Ok((self.getattr(ino)?, self.add_handle(handle, false)));
+            return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
         }
         let (node, handle) = match &pnode {
             Node::Dir { rel } => {
@@ -68,7 +68,7 @@ impl View {
             Handle::Scratch { node, file, .. } => Handle::Scratch { ino, node, file },
             h => h,
         };
-        Ok((self.getattr(ino)?, self.add_handle(handle, false)))
+        Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
@@ -221,13 +221,31 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
-            Node::Scratch { path, .. } => {
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
                 w.remove_scratch(path);
+                // A chunk being rewritten: what its shard holds goes too.
+                let name = path.file_name().unwrap_or_default();
+                if let Target::Chunk(coords) = self.target(array, parent.as_deref(), name)? {
+                    let array = self.current(array);
+                    self.commit_chunk(&array, coords.clone(), None)?;
+                    if let Some((_, parent)) = coords.split_last() {
+                        w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+                    }
+                }
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
                 self.writable(&array)?;
                 self.commit_chunk(&array, coords.clone(), None)?;
+                // The key directory stays, empty, until it is removed itself (as on
+                // any file system: `rm -rf` removes a directory after its last file).
+                if let Some((_, parent)) = coords.split_last() {
+                    w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+                }
             }
             Node::ArrayMeta {
                 array,
@@ -289,9 +307,14 @@ impl View {
                 if !empty? {
                     return Err(ViewError::NotEmpty);
                 }
-                w.vdirs
-                    .lock()
-                    .retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
+                {
+                    let mut vdirs = w.vdirs.lock();
+                    vdirs.retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
+                    // The parent stays until it is removed itself.
+                    if let Some((_, parent)) = coords.split_last() {
+                        vdirs.insert((array.rel.clone(), parent.to_vec()));
+                    }
+                }
                 let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
                 // The store directory goes only when no shard is left in it.
                 if self.store.list(&store_dir).is_ok_and(|d| d.is_empty()) {
@@ -428,8 +451,21 @@ impl View {
     pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
         let w = self.writer()?;
         match src {
-            Node::Scratch { path, .. } => {
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
                 w.remove_scratch(path);
+                // A chunk being rewritten: what its shard holds goes too.
+                let name = path.file_name().unwrap_or_default();
+                if let Target::Chunk(coords) = self.target(array, parent.as_deref(), name)? {
+                    let array = self.current(array);
+                    self.commit_chunk(&array, coords.clone(), None)?;
+                    if let Some((_, parent)) = coords.split_last() {
+                        w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+                    }
+                }
             }
             Node::Chunk { array, coords } => {
                 let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);

@@ -223,13 +223,7 @@ impl View {
                     .iter()
                     .zip(array.layout.chunk_counts())
                     .all(|(c, n)| c < n);
-                let shard_dir = array.shard_dir_rel(&array.shard_prefix(&coords));
-                let exists = in_grid
-                    && (matches!(self.store.stat(&shard_dir)?, Some(m) if m.kind == EntryKind::Dir)
-                        || self
-                            .writer
-                            .as_ref()
-                            .is_some_and(|w| w.has_keys_under(array, &coords)));
+                let exists = in_grid && self.has_chunks_under(array, &coords)?;
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,

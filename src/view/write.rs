@@ -192,7 +192,7 @@ impl View {
         let name = path.file_name().unwrap_or_default();
         let data = {
             let mut f = file.lock();
-            if !f.dirty {
+            if !f.dirty || f.orphan {
                 return Ok(());
             }
             f.dirty = false;
@@ -291,12 +291,18 @@ impl View {
         else {
             return Ok(());
         };
-        let last = {
+        let (last, orphan) = {
             let mut f = file.lock();
             f.opens = f.opens.saturating_sub(1);
-            f.opens == 0
+            (f.opens == 0, f.orphan)
         };
         if !last {
+            return Ok(());
+        }
+        if orphan {
+            let mut f = file.lock();
+            self.writer()?.unreserve(f.data.len() as u64);
+            f.data = Vec::new();
             return Ok(());
         }
         let committed = self.commit_scratch(node, file);

@@ -31,6 +31,22 @@ pub struct Scratch {
     pub(super) opens: u32,
     /// Written since it was opened or created: commit it on the last close.
     pub(super) dirty: bool,
+    /// Its name was taken away (unlinked, or replaced) while it was open: its handles
+    /// keep working, and the last close drops it without committing anything.
+    pub(super) orphan: bool,
+}
+
+impl Scratch {
+    /// Taken out of the name table: the bytes to unreserve now (none while it is open;
+    /// the last close gives them back).
+    fn unnamed(&mut self) -> u64 {
+        if self.opens > 0 {
+            self.orphan = true;
+            0
+        } else {
+            self.data.len() as u64
+        }
+    }
 }
 
 /// The write side of a view.
@@ -40,7 +56,8 @@ pub struct Writer {
     pub(super) scratch: Mutex<HashMap<PathBuf, Arc<Mutex<Scratch>>>>,
     pub(super) scratch_bytes: AtomicU64,
     pub(super) scratch_limit: u64,
-    /// Key directories made by `mkdir` that hold no chunk yet: (array, prefix).
+    /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
+    /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
     pub(super) vdirs: Mutex<HashSet<(PathBuf, Vec<u64>)>>,
     pub(super) chunks_per_shard: Option<Vec<u64>>,
     pub(super) shard_target: u64,
@@ -116,9 +133,14 @@ impl Writer {
         opens: u32,
     ) -> Result<Arc<Mutex<Scratch>>> {
         self.reserve(data.len() as u64)?;
-        let file = Arc::new(Mutex::new(Scratch { data, opens, dirty }));
+        let file = Arc::new(Mutex::new(Scratch {
+            data,
+            opens,
+            dirty,
+            orphan: false,
+        }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
-            self.unreserve(old.lock().data.len() as u64);
+            self.unreserve(old.lock().unnamed());
         }
         Ok(file)
     }
@@ -135,7 +157,7 @@ impl Writer {
     /// data they have.
     pub(super) fn remove_scratch(&self, path: &Path) {
         if let Some(file) = self.scratch.lock().remove(path) {
-            self.unreserve(file.lock().data.len() as u64);
+            self.unreserve(file.lock().unnamed());
         }
     }
 

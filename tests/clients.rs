@@ -1,0 +1,194 @@
+//! What clients do to the tree (issue 20): the file-system behaviour that zarr-python's
+//! and zarr 2's own test suites, pytest and shell tools rely on, beyond reading and
+//! writing chunks.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use shardfs::{Mount, MountOptions};
+
+fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(store, mnt.path(), &MountOptions::default()).unwrap();
+    (mnt, mount)
+}
+
+/// A new 3-D uint8 array `name` made through the mount (as a legacy tool makes one: an
+/// unsharded `zarr.json`, then chunk files), shape 4×4×4 in 2×2×2 chunks, every chunk
+/// written with its own fill.
+fn make_3d_array(mnt: &Path, name: &str) {
+    let dir = mnt.join(name);
+    fs::create_dir(&dir).unwrap();
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4, 4, 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    fs::write(dir.join("zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    for i in 0..2u8 {
+        for j in 0..2u8 {
+            fs::create_dir_all(dir.join(format!("c/{i}/{j}"))).unwrap();
+            for k in 0..2u8 {
+                fs::write(
+                    dir.join(format!("c/{i}/{j}/{k}")),
+                    [1 + i * 4 + j * 2 + k; 8],
+                )
+                .unwrap();
+            }
+        }
+    }
+}
+
+fn shard_files(store: &Path, array: &str) -> Vec<String> {
+    let dir = store.join(array);
+    if !dir.exists() {
+        return Vec::new();
+    }
+    common::files_under(&dir)
+        .into_iter()
+        .filter(|f| f != "zarr.json")
+        .collect()
+}
+
+#[test]
+fn rm_rf_removes_an_array_of_any_rank() {
+    if !common::can_mount("rm_rf_removes_an_array_of_any_rank") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    {
+        let (mnt, _m) = mount_rw(store.path());
+        make_3d_array(mnt.path(), "a3");
+        File::open(mnt.path()).unwrap().sync_all().unwrap();
+        assert!(!shard_files(store.path(), "a3").is_empty(), "chunks stored");
+        // Emptying the last-level directories one by one leaves the parents in place
+        // (as on any file system) until they are removed themselves.
+        let c0 = mnt.path().join("a3/c/0");
+        for j in 0..2 {
+            for k in 0..2 {
+                fs::remove_file(c0.join(format!("{j}/{k}"))).unwrap();
+            }
+        }
+        let mut left: Vec<_> = fs::read_dir(&c0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            ["0", "1"],
+            "emptied key directories stay until removed"
+        );
+        fs::remove_dir(c0.join("0")).unwrap();
+        fs::remove_dir(c0.join("1")).unwrap();
+        assert_eq!(fs::read_dir(&c0).unwrap().count(), 0);
+        // `rm -rf` of the whole array, as shutil.rmtree and zarr's `rmdir` do it.
+        let st = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(mnt.path().join("a3"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "rm -rf of a 3-D array");
+        assert!(!mnt.path().join("a3").exists());
+    }
+    assert_eq!(shard_files(store.path(), "a3"), Vec::<String>::new());
+    assert!(
+        !store.path().join("a3").exists(),
+        "nothing left in the store"
+    );
+}
+
+#[test]
+fn an_empty_key_directory_is_not_listed_after_a_remount() {
+    if !common::can_mount("an_empty_key_directory_is_not_listed_after_a_remount") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    {
+        let (mnt, _m) = mount_rw(store.path());
+        make_3d_array(mnt.path(), "a3");
+        for j in 0..2 {
+            for k in 0..2 {
+                fs::remove_file(mnt.path().join(format!("a3/c/1/{j}/{k}"))).unwrap();
+            }
+        }
+    }
+    let (mnt, _m) = mount_rw(store.path());
+    let names: Vec<_> = fs::read_dir(mnt.path().join("a3/c"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, ["0"], "c/1 holds no chunk: it is not shown");
+    assert!(!mnt.path().join("a3/c/1").exists());
+    assert!(!mnt.path().join("a3/c/1/0").exists());
+    assert_eq!(fs::read(mnt.path().join("a3/c/0/1/1")).unwrap(), [4u8; 8]);
+}
+
+/// `tempfile.TemporaryFile` (and pytest's output capture with it): create, unlink, then
+/// use the descriptor.
+fn use_unlinked(dir: &Path) {
+    let p = dir.join("tmp-unlinked");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    fs::remove_file(&p).unwrap();
+    assert!(!p.exists(), "{}: the name is gone", p.display());
+    f.write_all(b"hello world").unwrap();
+    let m = f.metadata().unwrap();
+    assert_eq!((m.len(), m.nlink()), (11, 0), "{}: fstat", p.display());
+    f.set_len(5).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 5, "{}: ftruncate", p.display());
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut back = String::new();
+    f.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "hello");
+    drop(f);
+    assert!(
+        !p.exists(),
+        "{}: closing does not bring it back",
+        p.display()
+    );
+}
+
+#[test]
+fn a_file_unlinked_while_open_lives_on_for_its_descriptor() {
+    if !common::can_mount("a_file_unlinked_while_open_lives_on_for_its_descriptor") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    {
+        let (mnt, _m) = mount_rw(store.path());
+        make_3d_array(mnt.path(), "a3");
+        use_unlinked(mnt.path());
+        use_unlinked(&mnt.path().join("a3"));
+        // A chunk opened for writing, unlinked, written and closed: the chunk is gone,
+        // also after the close (the write does not bring it back).
+        let chunk = mnt.path().join("a3/c/0/0/0");
+        let mut f = OpenOptions::new().write(true).open(&chunk).unwrap();
+        fs::remove_file(&chunk).unwrap();
+        f.write_all(&[9; 8]).unwrap();
+        assert_eq!(f.metadata().unwrap().nlink(), 0);
+        drop(f);
+        assert!(!chunk.exists());
+        File::open(mnt.path()).unwrap().sync_all().unwrap();
+    }
+    let (mnt, _m) = mount_rw(store.path());
+    assert!(
+        !mnt.path().join("a3/c/0/0/0").exists(),
+        "deleted in the store"
+    );
+    assert_eq!(fs::read(mnt.path().join("a3/c/0/0/1")).unwrap(), [2u8; 8]);
+    let names: Vec<_> = fs::read_dir(mnt.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["a3"], "no temporary file left behind");
+}
