@@ -3,11 +3,14 @@
 
   write_interop.py write --mount MNT --expect FILE.npz
       zarr-python 3 writes regions of existing sharded arrays (seen unsharded through the
-      mount) and creates a new array through the mount; tensorstore does the same. The
+      mount) and creates new arrays through the mount, unsharded (stored sharded by
+      shardfs) and sharded (shown as stored while that mount lives); tensorstore does the same. The
       values every array should now hold are saved to FILE.npz.
   write_interop.py check --store STORE --expect FILE.npz
       after unmounting: zarr-python 3 and tensorstore read the store *directly* (sharded)
       and must see exactly the saved values; every written array must be sharded.
+  write_interop.py view --mount MNT --expect FILE.npz
+      through a later mount: every written array is shown unsharded, with those values.
 
 Prints one line per check and `write_interop: N passed, M failed`; exits non-zero on any
 failure.
@@ -95,7 +98,46 @@ def do_write(mnt, expect_path):
     expected["made_by_ts"] = d2
     report(np.array_equal(t2.read().result(), d2), "tensorstore create made_by_ts: read-your-writes")
 
+    # zarr-python 3 creates a *sharded* array through the mount and writes parts of
+    # shards (it reads each shard back to merge): it must read exactly its own writes,
+    # through the same array object and a fresh one (issue 20, item 1).
+    sh = zarr.create_array(store=store, name="sharded_by_zarr", shape=(40, 30), chunks=(5, 5),
+                           shards=(10, 10), dtype="int32", fill_value=0)
+    d3 = pattern((40, 30), 6, "int32")
+    sh[:] = d3
+    d3[3:17, 2:9] = -1
+    sh[3:17, 2:9] = -1
+    report(np.array_equal(sh[:], d3), "zarr create sharded_by_zarr: read-your-writes (same object)")
+    again = zarr.open_array(store=store, path="sharded_by_zarr", mode="r")
+    report(np.array_equal(again[:], d3), "zarr create sharded_by_zarr: read-your-writes (reopened)")
+    expected["sharded_by_zarr"] = d3
+
+    # tensorstore creates a sharded array through the mount, writes, rewrites a region.
+    t3 = ts.open(ts_spec(os.path.join(mnt, "sharded_by_ts"), create=True, dtype=ts.uint16, metadata={
+        "shape": [24, 16], "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [8, 8]}},
+        "codecs": [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [4, 4], "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]}}],
+    })).result()
+    d4 = pattern((24, 16), 7, "uint16")
+    t3.write(d4).result()
+    d4[5:11, 3:14] = 1
+    t3[5:11, 3:14].write(d4[5:11, 3:14]).result()
+    report(np.array_equal(t3.read().result(), d4), "tensorstore create sharded_by_ts: read-your-writes")
+    expected["sharded_by_ts"] = d4
+
     np.savez(expect_path, **expected)
+
+
+def do_view(mnt, expect_path):
+    """A later mount shows every written array unsharded, with the saved values."""
+    expected = np.load(expect_path)
+    store = zarr.storage.LocalStore(mnt, read_only=True)
+    for name in expected.files:
+        meta = json.load(open(os.path.join(mnt, name, "zarr.json")))
+        report("sharding_indexed" not in json.dumps(meta["codecs"]), f"later mount {name}: shown unsharded")
+        got = zarr.open_array(store=store, path=name, mode="r")[:]
+        report(np.array_equal(got, expected[name]), f"later mount {name}: zarr reads the saved values")
 
 
 def do_check(store_dir, expect_path):
@@ -123,13 +165,15 @@ def do_check(store_dir, expect_path):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["write", "check"])
+    p.add_argument("mode", choices=["write", "check", "view"])
     p.add_argument("--mount")
     p.add_argument("--store")
     p.add_argument("--expect", required=True)
     args = p.parse_args()
     if args.mode == "write":
         do_write(args.mount, args.expect)
+    elif args.mode == "view":
+        do_view(args.mount, args.expect)
     else:
         do_check(args.store, args.expect)
     print(f"write_interop: {RESULTS['passed']} passed, {RESULTS['failed']} failed")

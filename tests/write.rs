@@ -438,6 +438,17 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
             expect.as_os_str(),
         ],
     );
+    let (mnt, _m) = mount_rw(&store);
+    run_write_interop(
+        &python,
+        &[
+            "view".as_ref(),
+            "--mount".as_ref(),
+            mnt.path().as_os_str(),
+            "--expect".as_ref(),
+            expect.as_os_str(),
+        ],
+    );
 }
 
 #[test]

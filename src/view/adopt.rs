@@ -119,7 +119,18 @@ impl View {
             return Ok(());
         };
         if !matches!(meta.presentation, format::Presentation::Plain) {
+            // A client writing a sharded array writes its shard files itself, at the
+            // shard keys, and reads them back (partial shard writes): it is shown the
+            // store as it is for the rest of this mount. Later mounts show it unsharded.
+            if matches!(meta.presentation, format::Presentation::Sharded(_)) {
+                w.raw.lock().insert(dir.to_path_buf());
+                self.arrays.remove(dir);
+                self.refresh_subtree(dir);
+            }
             return Ok(());
+        }
+        if w.raw.lock().remove(dir) {
+            self.refresh_subtree(dir);
         }
         let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target)
         else {

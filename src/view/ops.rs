@@ -293,7 +293,10 @@ impl View {
         let (_, path, node) = self.existing_child(parent, name)?;
         let w = self.writer()?;
         match &node {
-            Node::Dir { rel } => self.store.remove_dir(rel)?,
+            Node::Dir { rel } => {
+                self.store.remove_dir(rel)?;
+                w.raw.lock().remove(rel);
+            }
             Node::ArrayDir { array } => {
                 self.flush_array(array)?;
                 self.store.remove_dir(&array.rel)?;

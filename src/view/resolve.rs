@@ -279,6 +279,13 @@ impl View {
 
     /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Option<Node> {
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.raw.lock().contains(&rel))
+        {
+            return Some(Node::Dir { rel });
+        }
         match self.load_array(&rel, dir_meta) {
             Ok(array) => {
                 let array = Arc::new(array);

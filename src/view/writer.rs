@@ -59,6 +59,10 @@ pub struct Writer {
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
     /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
     pub(super) vdirs: Mutex<HashSet<(PathBuf, Vec<u64>)>>,
+    /// Arrays whose sharded `zarr.json` was written through this mount (zarr-python 3
+    /// or tensorstore creating a sharded array): shown as stored, shard files at their
+    /// keys, for the rest of the mount, so that their writer reads back what it wrote.
+    pub(super) raw: Mutex<HashSet<PathBuf>>,
     pub(super) chunks_per_shard: Option<Vec<u64>>,
     pub(super) shard_target: u64,
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
@@ -85,6 +89,7 @@ impl Writer {
             scratch_bytes: AtomicU64::new(0),
             scratch_limit: config.write_buffer.max(1 << 20),
             vdirs: Mutex::new(HashSet::new()),
+            raw: Mutex::new(HashSet::new()),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
