@@ -151,6 +151,43 @@ def write(args) -> None:
     d[8, :] = 1
     exp["w_plain"] = d[...]
 
+    # Shrink, then grow: zarr 2 writes the smaller .zarray, then deletes the chunks
+    # outside it; their old bytes must not come back with the grow (issue 20, item 5).
+    g = root.create_dataset("w_shrink", shape=(12, 12), chunks=(4, 4), dtype="<i2",
+                            compressor=None, fill_value=0)
+    g[:] = 5
+    g.resize(4, 4)
+    g.resize(12, 12)
+    shrunk = np.zeros((12, 12), "<i2")
+    shrunk[:4, :4] = 5
+    if not same(g[...], shrunk):
+        fail("w_shrink: shrink then grow brought old chunks back")
+    exp["w_shrink"] = g[...]
+
+    # Deleting arrays and groups, as zarr 2 does it (a recursive removal of the
+    # directory whose listing was taken first), and overwrite=True (item 4).
+    h = root.create_dataset("w_del", shape=(8, 8), chunks=(4, 4), dtype="u1", compressor=None)
+    h[:] = 1
+    h.attrs["a"] = 1
+    del root["w_del"]
+    if "w_del" in root or os.path.exists(os.path.join(m, "w_del")):
+        fail("w_del: still there after del")
+    sub = root.create_group("w_delgrp")
+    sub.attrs["x"] = 1
+    sub.create_dataset("a", shape=(4,), chunks=(2,), dtype="u1")[:] = 3
+    del root["w_delgrp"]
+    if "w_delgrp" in root or os.path.exists(os.path.join(m, "w_delgrp")):
+        fail("w_delgrp: still there after del")
+    o = root.create_dataset("w_over", shape=(8, 8), chunks=(4, 4), dtype="u1", compressor=None)
+    o[:] = 2
+    o.attrs["old"] = True
+    o = root.create_dataset("w_over", shape=(6,), chunks=(3,), dtype="<f4", overwrite=True,
+                            compressor=None, fill_value=0)
+    o[:] = 1.5
+    if dict(o.attrs):
+        fail(f"w_over: attributes of the overwritten array survived: {dict(o.attrs)}")
+    exp["w_over"] = o[...]
+
     # An array that was there before: partial overwrite and attributes.
     if "inner_gzip" in root:
         e = root["inner_gzip"]

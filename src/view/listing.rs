@@ -39,6 +39,7 @@ impl View {
             self.format
                 .array_files()
                 .iter()
+                .filter(|&&f| self.meta_shown(array, f))
                 .map(|f| file(f.name().into())),
         );
         if ndim == 0 {
@@ -200,8 +201,8 @@ impl View {
     }
 
     /// Whether `found` holds for a shard whose leading coordinates are `shard`, walking
-    /// the store's shard directories depth first; stops at the first.
-    fn any_shard_below(
+    /// the store's shard directories depth first; stops at the first (a `found` that never holds visits them all).
+    pub(super) fn any_shard_below(
         &self,
         array: &ShardedArray,
         shard: &mut Vec<u64>,
@@ -242,7 +243,7 @@ impl View {
 
     /// Reload a shard's index if its file changed since it was cached (a listing is where
     /// a reader first meets chunks written by someone else).
-    fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) -> Arc<Shard> {
+    pub(super) fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) -> Arc<Shard> {
         let rel = array.shard_rel(shard);
         self.shards
             .get(self.store.as_ref(), &rel, &array.layout, true)

@@ -105,9 +105,57 @@ impl View {
         {
             return Err(invalid(format!("its chunks could never be stored: {e}")));
         }
+        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
+            && let format::Presentation::Sharded(layout) = &new.presentation
+        {
+            self.delete_outside(&array, layout.chunk_counts())?;
+        }
         self.flush_array(&array)?;
         self.store.write_atomically(&array.meta_rel, &out)?;
         self.reload_array(&array.rel)
+    }
+
+    /// A shrink: the chunks that `array` stores outside a grid of `counts` chunks are
+    /// deleted with the metadata change (as zarr-python's `resize` and zarr 2's do), so
+    /// that a later grow does not bring their old bytes back. Their deletes are staged
+    /// under the old layout and committed by the flush that precedes the new metadata.
+    fn delete_outside(&self, array: &ShardedArray, counts: &[u64]) -> Result<()> {
+        let layout = &array.layout;
+        let outside = |c: &[u64]| c.iter().zip(counts).any(|(c, n)| c >= n);
+        let shrinks = counts.len() == layout.ndim()
+            && layout
+                .chunk_counts()
+                .iter()
+                .zip(counts)
+                .any(|(old, new)| new < old);
+        if !shrinks {
+            return Ok(());
+        }
+        let mut gone = Vec::new();
+        self.any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
+            let index = view.refresh_shard(array, shard);
+            for c in layout.chunks_of_shard(shard) {
+                if outside(&c)
+                    && layout
+                        .locate(&c)
+                        .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
+                {
+                    gone.push(c);
+                }
+            }
+            Ok(false)
+        })?;
+        if let Some(w) = &self.writer {
+            for (c, exists) in w.staging.under(&array.rel, &[]) {
+                if exists && outside(&c) {
+                    gone.push(c);
+                }
+            }
+        }
+        for c in gone {
+            self.commit_chunk(array, c, None)?;
+        }
+        Ok(())
     }
 
     pub(super) fn reload_array(&self, rel: &Path) -> Result<Arc<ShardedArray>> {

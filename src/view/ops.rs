@@ -251,7 +251,33 @@ impl View {
                 array,
                 file: MetaFile::Zattrs,
             } => {
-                self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                if let Some(h) = w.headless.lock().get_mut(&array.rel) {
+                    h.zattrs = false;
+                } else {
+                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                }
+                self.inodes.detach(&path);
+                return Ok(());
+            }
+            Node::ArrayMeta {
+                array,
+                file: MetaFile::Zarray,
+            } => {
+                // zarr 2 removes an array recursively from a listing taken first, where
+                // `.zarray` comes before `.zattrs` and the chunks: the metadata leaves
+                // the store now, the other names stay until each is removed, and the
+                // directory goes with `rmdir`.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                self.store.remove_file(&array.meta_rel)?;
+                w.headless.lock().insert(
+                    array.rel.clone(),
+                    super::writer::Headless {
+                        array: array.clone(),
+                        zattrs: true,
+                    },
+                );
+                self.inodes.detach(&path);
                 return Ok(());
             }
             Node::GroupMeta { dir, file } => {
@@ -296,6 +322,21 @@ impl View {
             Node::Dir { rel } => {
                 self.store.remove_dir(rel)?;
                 w.raw.lock().remove(rel);
+            }
+            Node::ArrayDir { array } if w.headless.lock().contains_key(&array.rel) => {
+                let ino = self.inodes.intern(path.clone(), node.clone());
+                let empty = self.readdir(ino).map(|e| e.is_empty());
+                self.inodes.forget(ino, 1);
+                if !empty? {
+                    return Err(ViewError::NotEmpty);
+                }
+                self.flush_array(array)?;
+                // What is left are emptied key directories (and shards of nothing).
+                self.store.remove_tree(&array.rel)?;
+                w.headless.lock().remove(&array.rel);
+                self.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
             }
             Node::ArrayDir { array } => {
                 self.flush_array(array)?;

@@ -72,7 +72,7 @@ impl View {
                 if let Some(file) = MetaFile::from_name(name)
                     && self.format.array_files().contains(&file)
                 {
-                    return Ok(Some(Node::ArrayMeta {
+                    return Ok(self.meta_shown(array, file).then(|| Node::ArrayMeta {
                         array: array.clone(),
                         file,
                     }));
@@ -271,6 +271,16 @@ impl View {
         }
     }
 
+    /// Whether metadata file `file` of `array` is shown: not after `.zarray` was unlinked
+    /// (then `.zattrs` only until it is unlinked too).
+    pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
+        let Some(w) = &self.writer else { return true };
+        match w.headless.lock().get(&array.rel) {
+            Some(h) => file == MetaFile::Zattrs && h.zattrs,
+            None => true,
+        }
+    }
+
     /// What a store directory is: a presentable sharded array, or a plain directory.
     pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
         self.classify(rel.clone(), dir_meta)
@@ -279,12 +289,15 @@ impl View {
 
     /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Option<Node> {
-        if self
-            .writer
-            .as_ref()
-            .is_some_and(|w| w.raw.lock().contains(&rel))
-        {
-            return Some(Node::Dir { rel });
+        if let Some(w) = &self.writer {
+            if w.raw.lock().contains(&rel) {
+                return Some(Node::Dir { rel });
+            }
+            if let Some(h) = w.headless.lock().get(&rel) {
+                return Some(Node::ArrayDir {
+                    array: h.array.clone(),
+                });
+            }
         }
         match self.load_array(&rel, dir_meta) {
             Ok(array) => {

@@ -63,11 +63,22 @@ pub struct Writer {
     /// or tensorstore creating a sharded array): shown as stored, shard files at their
     /// keys, for the rest of the mount, so that their writer reads back what it wrote.
     pub(super) raw: Mutex<HashSet<PathBuf>>,
+    /// Arrays of the v2 view whose `.zarray` was unlinked: the store no longer holds
+    /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
+    /// each is removed, and the directory until `rmdir` (see `View::unlink`).
+    pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
     pub(super) chunks_per_shard: Option<Vec<u64>>,
     pub(super) shard_target: u64,
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
     /// a request, where the kernel may hold the directory's lock).
     pub(super) invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+}
+
+/// An array whose metadata was unlinked while its other names are still shown.
+pub(super) struct Headless {
+    pub(super) array: Arc<ShardedArray>,
+    /// `.zattrs` is still listed.
+    pub(super) zattrs: bool,
 }
 
 /// A kernel cache entry to drop.
@@ -90,6 +101,7 @@ impl Writer {
             scratch_limit: config.write_buffer.max(1 << 20),
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
+            headless: Mutex::new(HashMap::new()),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
