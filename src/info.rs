@@ -320,6 +320,16 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
                 if a.nesting_levels == 1 { "" } else { "s" }
             );
             let _ = writeln!(s, "  inner codecs {}", a.codecs.join(", "));
+            if a
+                .codecs
+                .iter()
+                .any(|c| c.starts_with(crate::format::v2::NUMCODECS))
+            {
+                let _ = writeln!(
+                    s,
+                    "  numcodecs.* codecs: zarr-python 3 (with numcodecs) and zarr 2 through the v2 view read this array; tensorstore and zarrs may not"
+                );
+            }
             let _ = writeln!(
                 s,
                 "  {} shards, {} stored inner chunks, {} bytes ({} live, {} dead)",

@@ -14,6 +14,12 @@
 //! | `transpose` with order `[n-1, .., 0]` first    | `order: "F"` (no transpose: `"C"`)   |
 //! | bytes→bytes codecs `b1 .. bn`                  | `filters: [b1 .. bn-1]`, `compressor: bn` |
 //! | `gzip`, `zstd`, `blosc`, `crc32c`              | numcodecs `gzip`, `zstd`, `blosc`, `crc32c` |
+//! | `numcodecs.zlib`, `.bz2`, `.lzma`, `.lz4`      | numcodecs `zlib`, `bz2`, `lzma`, `lz4` |
+//!
+//! The `numcodecs.*` names are how zarr-python 3 (with numcodecs ≥ 0.14) writes and reads
+//! the numcodecs compressors that have no v3 codec of their own; the configuration is
+//! numcodecs's own, less `id`. Other v3 readers (tensorstore, zarrs) may not know them:
+//! `shardfs info` says so.
 //!
 //! Anything else (another transpose, `vlen-*`, `sharding_indexed` inside, string or
 //! extension data types) has no exact v2 equivalent: [`zarray`] says why.
@@ -195,7 +201,14 @@ fn to_numcodecs(codec: &Value) -> Result<Value, String> {
                    "shuffle": shuffle, "blocksize": config.get("blocksize").cloned().unwrap_or(0.into())})
         }
         "crc32c" => json!({"id": "crc32c"}),
-        other => return Err(format!("codec {other:?} has no Zarr v2 equivalent")),
+        other => match other.strip_prefix(NUMCODECS) {
+            Some(id) if NUMCODECS_COMPRESSORS.contains(&id) => {
+                let mut c = config.clone();
+                c.insert("id".into(), id.into());
+                Value::Object(c)
+            }
+            _ => return Err(format!("codec {other:?} has no Zarr v2 equivalent")),
+        },
     })
 }
 
@@ -234,8 +247,19 @@ pub(crate) fn codec_chain(
     Ok(codecs)
 }
 
+/// The prefix zarr-python 3 gives numcodecs codecs that have no v3 name of their own.
+pub const NUMCODECS: &str = "numcodecs.";
+
+/// numcodecs compressors (bytes→bytes) stored under their `numcodecs.<id>` v3 name.
+const NUMCODECS_COMPRESSORS: &[&str] = &["zlib", "bz2", "lzma", "lz4"];
+
 fn from_numcodecs(codec: &Value, itemsize: u32) -> Result<Value, String> {
     let id = codec.get("id").and_then(Value::as_str).unwrap_or("");
+    if NUMCODECS_COMPRESSORS.contains(&id) {
+        let mut config = codec.as_object().cloned().unwrap_or_default();
+        config.remove("id");
+        return Ok(json!({"name": format!("{NUMCODECS}{id}"), "configuration": config}));
+    }
     v3_codec(id, |k| codec.get(k).cloned(), itemsize).map_err(|e| format!("numcodecs {e}"))
 }
 

@@ -145,12 +145,23 @@ fn zarray_from_zarr_python_2_becomes_a_v3_array() {
     );
     for bad in [
         &br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|O", "order": "C"}"#[..],
-        br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2", "compressor": {"id": "zlib"}}"#,
+        br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2", "compressor": {"id": "imagecodecs_jpeg"}}"#,
         br#"{"zarr_format": 2, "shape": [4], "chunks": [0], "dtype": "<u2"}"#,
         br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": [["a", "<u2"]]}"#,
         b"{]",
     ] {
         assert!(v3_from_zarray(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+    // numcodecs compressors without a v3 name of their own: `numcodecs.<id>`, both ways.
+    for (id, config) in [("zlib", json!({"level": 4})), ("bz2", json!({"level": 9}))] {
+        let mut c = config.clone();
+        c["id"] = id.into();
+        let zarray = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2",
+            "compressor": c, "fill_value": 0, "order": "C", "filters": null});
+        let d = v3_from_zarray(zarray.to_string().as_bytes()).unwrap();
+        let want = json!({"name": format!("numcodecs.{id}"), "configuration": config});
+        assert_eq!(d["codecs"][1], want);
+        assert_eq!(to_numcodecs(&want).unwrap(), c);
     }
     let resized = z.to_vec();
     let resized = String::from_utf8(resized)
