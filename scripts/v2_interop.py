@@ -195,6 +195,13 @@ def write(args) -> None:
         z[:] = np.arange(90, dtype="<u4").reshape(10, 9)
         exp[name] = z[...]
 
+    # A 1-D array in Fortran order keeps its order (issue 20, item 7).
+    f1 = zarr.open_array(m + "/w_f1d", mode="w", shape=(10,), chunks=(4,), dtype="<i4", order="F")
+    f1[:] = np.arange(10, dtype="<i4")
+    if zarr.open_array(m + "/w_f1d", mode="r").order != "F":
+        fail("w_f1d: order F of a 1-D array reads back as C")
+    exp["w_f1d"] = f1[...]
+
     # An array that was there before: partial overwrite and attributes.
     if "inner_gzip" in root:
         e = root["inner_gzip"]

@@ -78,7 +78,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
-        atime: a.mtime,
+        atime: a.atime,
         mtime: a.mtime,
         ctime: a.ctime,
         crtime: UNIX_EPOCH,
@@ -111,6 +111,7 @@ fn negative_attr() -> FileAttr {
         nlink: 0,
         uid: 0,
         gid: 0,
+        atime: UNIX_EPOCH,
         mtime: UNIX_EPOCH,
         ctime: UNIX_EPOCH,
         volatile: false,
@@ -345,8 +346,8 @@ impl Filesystem for ShardFs {
         _uid: Option<u32>,
         _gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -355,12 +356,22 @@ impl Filesystem for ShardFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // Only the size is meaningful in the view; modes, owners and times of virtual
-        // files are derived from the store and a change to them is accepted and dropped.
-        let res = match size {
-            Some(size) => self.view.set_size_open(ino.0, size, fh.map(|f| f.0)),
-            None => self.view.getattr_open(ino.0, fh.map(|f| f.0)),
+        // Size and times are meaningful in the view; modes and owners of virtual files
+        // are derived from the store and a change to them is accepted and dropped.
+        let fh = fh.map(|f| f.0);
+        let mut res = match size {
+            Some(size) => self.view.set_size_open(ino.0, size, fh),
+            None => self.view.getattr_open(ino.0, fh),
         };
+        if res.is_ok() && (atime.is_some() || mtime.is_some()) {
+            let time = |t: Option<TimeOrNow>| {
+                t.map(|t| match t {
+                    TimeOrNow::SpecificTime(t) => t,
+                    TimeOrNow::Now => SystemTime::now(),
+                })
+            };
+            res = self.view.set_times(ino.0, time(atime), time(mtime));
+        }
         match res {
             Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),

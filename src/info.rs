@@ -320,8 +320,7 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
                 if a.nesting_levels == 1 { "" } else { "s" }
             );
             let _ = writeln!(s, "  inner codecs {}", a.codecs.join(", "));
-            if a
-                .codecs
+            if a.codecs
                 .iter()
                 .any(|c| c.starts_with(crate::format::v2::NUMCODECS))
             {

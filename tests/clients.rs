@@ -192,3 +192,46 @@ fn a_file_unlinked_while_open_lives_on_for_its_descriptor() {
         .collect();
     assert_eq!(names, ["a3"], "no temporary file left behind");
 }
+
+#[test]
+fn times_set_through_the_mount_are_what_stat_returns() {
+    if !common::can_mount("times_set_through_the_mount_are_what_stat_returns") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let (mnt, _m) = mount_rw(store.path());
+    make_3d_array(mnt.path(), "a3");
+    fs::write(mnt.path().join("notes.txt"), b"x").unwrap();
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    for rel in ["a3/c/0/1/1", "a3/zarr.json", "notes.txt"] {
+        let p = mnt.path().join(rel);
+        // `touch -d` (utimensat on the name), as rsync -a does after copying.
+        let st = std::process::Command::new("touch")
+            .arg("-d")
+            .arg("@1500000000")
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(st.success(), "touch -d {rel}");
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.modified().unwrap(), when, "{rel}: mtime");
+        assert_eq!(m.accessed().unwrap(), when, "{rel}: atime");
+    }
+    // A chunk written after its time was set shows the time of the write again.
+    let chunk = mnt.path().join("a3/c/0/1/1");
+    fs::write(&chunk, [7u8; 8]).unwrap();
+    File::open(mnt.path()).unwrap().sync_all().unwrap();
+    let m = fs::metadata(&chunk).unwrap();
+    assert!(m.modified().unwrap() > when, "rewritten: a new mtime");
+    // `utimensat` through an open descriptor (futimens).
+    let f = File::options()
+        .write(true)
+        .open(mnt.path().join("notes.txt"))
+        .unwrap();
+    f.set_modified(when + std::time::Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(
+        f.metadata().unwrap().modified().unwrap(),
+        when + std::time::Duration::from_secs(60)
+    );
+}

@@ -11,7 +11,7 @@
 //! | v3 inner chain                                 | v2                                   |
 //! |------------------------------------------------|--------------------------------------|
 //! | `bytes` (endian)                               | `dtype` byte order (`<`, `>`, `\|`)   |
-//! | `transpose` with order `[n-1, .., 0]` first    | `order: "F"` (no transpose: `"C"`)   |
+//! | `transpose` with order `[n-1, .., 0]` first    | `order: "F"` (no transpose: `"C"`; 1-D: `[0]` is `"F"`) |
 //! | bytes→bytes codecs `b1 .. bn`                  | `filters: [b1 .. bn-1]`, `compressor: bn` |
 //! | `gzip`, `zstd`, `blosc`, `crc32c`              | numcodecs `gzip`, `zstd`, `blosc`, `crc32c` |
 //! | `numcodecs.zlib`, `.bz2`, `.lzma`, `.lz4`      | numcodecs `zlib`, `bz2`, `lzma`, `lz4` |
@@ -111,9 +111,10 @@ pub fn zarray(
         let perm = perm.ok_or("transpose has no order")?;
         let identity: Vec<u64> = (0..ndim as u64).collect();
         let reversed: Vec<u64> = identity.iter().rev().copied().collect();
-        if perm == identity {
-        } else if perm == reversed {
+        // A 1-D array's transpose `[0]` changes nothing but remembers `order: "F"`.
+        if perm == reversed && ndim >= 1 {
             order = "F";
+        } else if perm == identity {
         } else {
             return Err(format!("transpose order {perm:?} is neither C nor F order"));
         }
@@ -227,7 +228,9 @@ pub(crate) fn codec_chain(
     match meta.get(order_key).and_then(Value::as_str) {
         Some("C") | None => {}
         Some("F") => {
-            if ndim > 1 {
+            if ndim >= 1 {
+                // Also for one dimension, where it changes nothing: so that the
+                // array's `order` reads back as written.
                 let rev: Vec<u64> = (0..ndim as u64).rev().collect();
                 codecs.push(json!({"name": "transpose", "configuration": {"order": rev}}));
             }

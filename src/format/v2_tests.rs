@@ -163,6 +163,18 @@ fn zarray_from_zarr_python_2_becomes_a_v3_array() {
         assert_eq!(d["codecs"][1], want);
         assert_eq!(to_numcodecs(&want).unwrap(), c);
     }
+    // A 1-D array keeps order F through a transpose [0].
+    let f1 =
+        br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<u2", "compressor": null,
+        "fill_value": 0, "order": "F", "filters": null}"#;
+    let d = v3_from_zarray(f1).unwrap();
+    assert_eq!(
+        d["codecs"][0],
+        json!({"name": "transpose", "configuration": {"order": [0]}})
+    );
+    let codecs = d["codecs"].as_array().unwrap().clone();
+    let back = zarray(&d, &[4], &[2], &codecs, shown_keys(SLASH));
+    assert_eq!(back.unwrap()["order"], "F");
     let resized = z.to_vec();
     let resized = String::from_utf8(resized)
         .unwrap()

@@ -107,6 +107,7 @@ mod tests {
             nlink: 1,
             uid: 0,
             gid: 0,
+            atime: SystemTime::UNIX_EPOCH,
             mtime: SystemTime::UNIX_EPOCH,
             ctime: SystemTime::UNIX_EPOCH,
             volatile,

@@ -425,7 +425,24 @@ impl View {
         self.store.stat(rel)?.ok_or(ViewError::NotFound)
     }
 
+    /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
     fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
+        let mut a = self.attr_of(ino, node)?;
+        if let Some(w) = &self.writer {
+            let times = w.times.lock();
+            if !times.is_empty()
+                && let Some((path, _)) = self.inodes.get(ino)
+                && let Some(t) = times.get(&path)
+                && t.base == a.mtime
+            {
+                a.atime = t.atime;
+                a.mtime = t.mtime;
+            }
+        }
+        Ok(a)
+    }
+
+    fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
         Ok(match node {
             Node::Stats => {
                 let mut m = self.stat_rel(Path::new(""))?;

@@ -228,6 +228,7 @@ pub struct Attr {
     pub nlink: u32,
     pub uid: u32,
     pub gid: u32,
+    pub atime: SystemTime,
     pub mtime: SystemTime,
     pub ctime: SystemTime,
     /// Changes at every look (the stats file): the kernel must not cache these
@@ -245,6 +246,7 @@ impl Attr {
             nlink: if kind == Kind::Dir { 2 } else { 1 },
             uid: m.uid,
             gid: m.gid,
+            atime: m.mtime,
             mtime: m.mtime,
             ctime: m.ctime,
             volatile: false,

@@ -105,6 +105,36 @@ impl View {
     }
 
     /// Truncate (or extend) a file.
+    /// `utimensat`: times that `stat` returns while the file is unchanged, for the
+    /// mount's lifetime (chunks have no times of their own in a shard; see
+    /// docs/SEMANTICS.md). `None` keeps that time.
+    pub fn set_times(
+        &self,
+        ino: u64,
+        atime: Option<std::time::SystemTime>,
+        mtime: Option<std::time::SystemTime>,
+    ) -> Result<Attr> {
+        let w = self.writer()?;
+        let (path, _) = self.node(ino)?;
+        let now = self.getattr(ino)?;
+        let base = {
+            let times = w.times.lock();
+            times
+                .get(&path)
+                .filter(|t| t.base == now.mtime || t.mtime == now.mtime)
+                .map_or(now.mtime, |t| t.base)
+        };
+        w.times.lock().insert(
+            path,
+            super::writer::SetTimes {
+                base,
+                atime: atime.unwrap_or(now.atime),
+                mtime: mtime.unwrap_or(now.mtime),
+            },
+        );
+        self.getattr(ino)
+    }
+
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
         let (path, node) = self.node(ino)?;
         let w = self.writer()?;

@@ -67,6 +67,9 @@ pub struct Writer {
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
     /// each is removed, and the directory until `rmdir` (see `View::unlink`).
     pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
+    /// Times set by `utimensat` (`touch -d`, `rsync -a`), by view path: kept for the
+    /// mount's lifetime and shown while the file is unchanged since.
+    pub(super) times: Mutex<HashMap<PathBuf, SetTimes>>,
     pub(super) chunks_per_shard: Option<Vec<u64>>,
     pub(super) shard_target: u64,
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
@@ -79,6 +82,14 @@ pub(super) struct Headless {
     pub(super) array: Arc<ShardedArray>,
     /// `.zattrs` is still listed.
     pub(super) zattrs: bool,
+}
+
+/// Times set on a file: shown while its own modification time is still `base`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SetTimes {
+    pub(super) base: std::time::SystemTime,
+    pub(super) atime: std::time::SystemTime,
+    pub(super) mtime: std::time::SystemTime,
 }
 
 /// A kernel cache entry to drop.
@@ -102,6 +113,7 @@ impl Writer {
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
             headless: Mutex::new(HashMap::new()),
+            times: Mutex::new(HashMap::new()),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
