@@ -11,16 +11,29 @@ pub fn fixtures() -> PathBuf {
 }
 
 /// A copy of fixture store `fixture` at `<returned dir>/s`, for tests that change it.
+/// Copied in-process: a child forked while another test thread holds a file of its
+/// mount open inherits that descriptor, and the two then wait on each other at exit.
 pub fn store_copy(fixture: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let st = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(fixtures().join(fixture))
-        .arg(dir.path().join("s"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    copy_tree(&fixtures().join(fixture), &dir.path().join("s"));
     dir
+}
+
+/// Copy directory `from` to `to` (files, directories and symbolic links).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            copy_tree(&src, &dst);
+        } else if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
 }
 
 /// The fixture manifest written by `scripts/make_fixtures.py`.
