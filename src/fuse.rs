@@ -393,6 +393,23 @@ impl Filesystem for ShardFs {
         }
     }
 
+    /// Sockets, FIFOs and device nodes have no place in a Zarr store: `EPERM`, which
+    /// mknod(2) documents for a file system that does not support the type (regular
+    /// files come through `create`).
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        log::debug!("mknod {name:?} (mode {mode:o}) refused: EPERM");
+        reply.error(Errno::EPERM);
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         done(reply, self.view.unlink(parent.0, name))
     }

@@ -235,3 +235,62 @@ fn times_set_through_the_mount_are_what_stat_returns() {
         when + std::time::Duration::from_secs(60)
     );
 }
+
+#[test]
+fn an_array_directory_holds_other_directories_and_refuses_sockets() {
+    if !common::can_mount("an_array_directory_holds_other_directories_and_refuses_sockets") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let (mnt, _m) = mount_rw(store.path());
+    make_3d_array(mnt.path(), "a3");
+    // A directory outside the key namespace of an array's directory passes through (a
+    // zarr store nested in another's root, as zarr-python's own tests make one).
+    let nested = mnt.path().join("a3/store2");
+    fs::create_dir(&nested).unwrap();
+    fs::write(nested.join("x"), b"y").unwrap();
+    assert_eq!(fs::read(store.path().join("a3/store2/x")).unwrap(), b"y");
+    fs::remove_dir_all(&nested).unwrap();
+    fs::create_dir(&nested).unwrap();
+    // ... but not inside the key namespace.
+    let e = fs::create_dir(mnt.path().join("a3/c/0/zz")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    // A socket (multiprocessing's forkserver binds one in TMPDIR): EPERM, as mknod(2)
+    // says for a file system that does not support the type.
+    let e = std::os::unix::net::UnixListener::bind(mnt.path().join("sock")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+}
+
+#[test]
+fn a_shrink_then_removing_the_chunks_outside_succeeds() {
+    if !common::can_mount("a_shrink_then_removing_the_chunks_outside_succeeds") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let (mnt, _m) = mount_rw(store.path());
+    make_3d_array(mnt.path(), "a3");
+    let a = mnt.path().join("a3");
+    let outside: Vec<_> = (0..2)
+        .flat_map(|j| (0..2).map(move |k| format!("c/1/{j}/{k}")))
+        .collect();
+    for o in &outside {
+        assert!(a.join(o).is_file(), "{o} before the shrink");
+    }
+    // zarr 2's and zarr-python 3's resize: the smaller metadata first, then delete each
+    // chunk outside the new shape if it is (still) there. The mount deleted them with
+    // the metadata change; a name the kernel still had cached must not fail the delete.
+    let meta = fs::read(a.join("zarr.json")).unwrap();
+    let mut shrunk: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+    shrunk["shape"] = serde_json::json!([2, 4, 4]);
+    fs::write(a.join("zarr.json"), serde_json::to_vec(&shrunk).unwrap()).unwrap();
+    for o in &outside {
+        if a.join(o).is_file() {
+            fs::remove_file(a.join(o)).unwrap_or_else(|e| panic!("remove {o}: {e}"));
+        }
+    }
+    fs::write(a.join("zarr.json"), meta).unwrap();
+    for o in &outside {
+        assert!(!a.join(o).exists(), "{o}: not back after the grow");
+    }
+    assert_eq!(fs::read(a.join("c/0/1/1")).unwrap(), [4u8; 8]);
+}

@@ -220,6 +220,19 @@ impl View {
                             .insert((array.rel.clone(), coords.clone()));
                         Node::KeyDir { array, coords }
                     }
+                    // A name outside the key namespace of the array's own directory: a
+                    // store directory, as any other file there passes through (a store
+                    // nested in an array's directory, as zarr-python's tests make).
+                    None if prefix.is_none()
+                        && !array.draft
+                        && !self.hidden_in_array(&array, name) =>
+                    {
+                        self.writer()?;
+                        let rel = array.rel.join(name);
+                        self.store.create_dir(&rel)?;
+                        let meta = self.stat_rel(&rel)?;
+                        self.classify_dir(rel, meta)
+                    }
                     _ => {
                         let why = format!(
                             "{}: not a chunk key directory of this array",
@@ -237,6 +250,25 @@ impl View {
     }
 
     /// The parent's path, the child's path and the child's node; `NotFound` if absent.
+    /// Whether `name` in directory `parent` is a chunk key of an array (inside its
+    /// grid or not).
+    fn is_chunk_key(&self, parent: u64, name: &OsStr) -> bool {
+        let Ok((_, pnode)) = self.node(parent) else {
+            return false;
+        };
+        let (array, prefix) = match &pnode {
+            Node::ArrayDir { array } => (self.current(array), None),
+            Node::KeyDir { array, coords } => (self.current(array), Some(coords.as_slice())),
+            _ => return false,
+        };
+        let ndim = array.layout.ndim();
+        matches!(
+            name.to_str()
+                .and_then(|n| array.encoding().child(ndim, prefix, n)),
+            Some(KeyPath::Chunk(_))
+        )
+    }
+
     fn existing_child(&self, parent: u64, name: &OsStr) -> Result<(PathBuf, PathBuf, Node)> {
         let (ppath, pnode) = self.node(parent)?;
         let node = self
@@ -247,7 +279,22 @@ impl View {
     }
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
-        let (ppath, path, node) = self.existing_child(parent, name)?;
+        let (ppath, path, node) = match self.existing_child(parent, name) {
+            Err(ViewError::NotFound)
+                if self.is_chunk_key(parent, name)
+                    && let Ok((ppath, _)) = self.node(parent)
+                    && self.inodes.peek(&ppath.join(name)).is_some() =>
+            {
+                // The kernel still knows the name (an unlink comes without a lookup when
+                // the dentry is cached) but the chunk is gone: deleted by the mount
+                // itself just now (a shape shrink), its invalidation still on the way.
+                // Deleting what is not there is done; the stale entry goes.
+                self.writer()?;
+                self.inodes.detach(&ppath.join(name));
+                return Ok(());
+            }
+            other => other?,
+        };
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
