@@ -75,12 +75,16 @@ pub(crate) fn for_each_array(
     dir: PathBuf,
     visit: &mut dyn FnMut(PathBuf, ArrayMeta) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    if let Some(bytes) = store.read_all(&dir.join("zarr.json"))? {
-        match format::metadata::parse(&bytes) {
+    match store.read_all(&dir.join("zarr.json")) {
+        Ok(Some(bytes)) => match format::metadata::parse(&bytes) {
             Ok(Node::Array(meta)) => return visit(dir, *meta),
             Ok(Node::Group) => {}
             Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
-        }
+        },
+        Ok(None) => {}
+        // A zarr.json that cannot be read (a directory, say): this one node is left
+        // out, the rest of the store is still walked.
+        Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
     }
     let mut entries = store.list(&dir)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
@@ -241,7 +245,8 @@ pub fn shard_coords(
     if ndim == 0 || !enc.nested() {
         for e in store.list(dir).unwrap_or_default() {
             let parsed = e.name.to_str().and_then(|n| enc.child(ndim, None, n));
-            if let (EntryKind::File, Some(KeyPath::Chunk(c))) = (e.kind, parsed)
+            // Any kind: a shard path that is not a regular file is reported, not skipped.
+            if let Some(KeyPath::Chunk(c)) = parsed
                 && layout.shard_in_grid(&c)
             {
                 out.push(c);
@@ -281,7 +286,9 @@ fn descend(
         }
         prefix.push(c);
         match (last, e.kind) {
-            (true, EntryKind::File) => out.push(prefix.clone()),
+            // Any kind at the shard level: a shard path that is not a regular file is
+            // reported by `verify` (and read as EIO by a mount), never silently skipped.
+            (true, _) => out.push(prefix.clone()),
             (false, EntryKind::Dir) => {
                 descend(store, &dir.join(&e.name), enc, ndim, prefix, layout, out)
             }

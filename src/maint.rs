@@ -52,6 +52,9 @@ pub struct VerifyReport {
     pub repaired: Vec<Problem>,
     /// Sharded arrays whose shards cannot be checked (the view passes them through).
     pub unchecked_arrays: Vec<Problem>,
+    /// Unusual but readable: index entries that share one chunk's bytes, chunks of
+    /// length 0 (the spec allows both; other writers rarely make them).
+    pub warnings: Vec<Problem>,
 }
 
 impl VerifyReport {
@@ -141,6 +144,7 @@ struct Checked {
     /// The outermost index itself does not read (the case a torn tail shows).
     outer_unreadable: bool,
     problems: Vec<String>,
+    warnings: Vec<String>,
     /// Stored chunks at the outermost level.
     stored: usize,
 }
@@ -150,9 +154,10 @@ fn check(file: &File, len: u64, layout: &ShardLayout) -> Checked {
     let mut c = Checked {
         outer_unreadable: false,
         problems: Vec::new(),
+        warnings: Vec::new(),
         stored: 0,
     };
-    match check_block(file, layout, 0, 0, len, "", &mut c.problems) {
+    match check_block(file, layout, 0, 0, len, "", &mut c) {
         Ok(Some(index)) => c.stored = index.stored(),
         Ok(None) => c.outer_unreadable = true,
         Err(e) => c.problems.push(format!("I/O error: {e}")),
@@ -169,36 +174,52 @@ fn check_block(
     base: u64,
     len: u64,
     at: &str,
-    problems: &mut Vec<String>,
+    c: &mut Checked,
 ) -> io::Result<Option<ShardIndex>> {
     let index = match append::read_index(file, &layout.levels[l], base, len) {
         Ok(index) => index,
         Err(ReadError::Index(e)) => {
-            problems.push(format!("{at}index: {e}"));
+            c.problems.push(format!("{at}index: {e}"));
             return Ok(None);
         }
         Err(ReadError::Io(e)) => return Err(e),
     };
     if let Some((a, b)) = overlap(&index) {
-        problems.push(format!("{at}inner chunks {a} and {b} overlap"));
+        c.problems
+            .push(format!("{at}inner chunks {a} and {b} overlap"));
     }
+    c.warnings
+        .extend(unusual(&index).into_iter().map(|w| format!("{at}{w}")));
     if l + 1 < layout.levels.len() {
         for (slot, r) in index.entries().iter().enumerate() {
             if let Some(r) = r {
                 let at = format!("{at}nested shard {slot} (level {}): ", l + 1);
-                check_block(
-                    file,
-                    layout,
-                    l + 1,
-                    base + r.offset,
-                    r.nbytes,
-                    &at,
-                    problems,
-                )?;
+                check_block(file, layout, l + 1, base + r.offset, r.nbytes, &at, c)?;
             }
         }
     }
     Ok(Some(index))
+}
+
+/// Readable but unusual entries: slots that share one chunk's bytes, and chunks of
+/// length 0 (not the empty marker: a reader decodes zero bytes for them).
+fn unusual(index: &ShardIndex) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    for (slot, r) in index.entries().iter().enumerate() {
+        let Some(r) = r else { continue };
+        if r.nbytes == 0 {
+            out.push(format!(
+                "inner chunk {slot} has length 0 at offset {} (stored, but empty)",
+                r.offset
+            ));
+        } else if let Some(first) = seen.insert((r.offset, r.nbytes), slot) {
+            out.push(format!(
+                "inner chunks {first} and {slot} share the same bytes (a duplicate index entry)"
+            ));
+        }
+    }
+    out
 }
 
 /// Two stored chunks whose bytes overlap. Identical ranges (one chunk's bytes shared by
@@ -285,6 +306,12 @@ pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport,
                     what,
                 });
             }
+            for what in found.warnings {
+                report.warnings.push(Problem {
+                    shard: rel.clone(),
+                    what,
+                });
+            }
         }
     }
     bar.finish_and_clear();
@@ -295,6 +322,25 @@ pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport,
 
 /// Check one shard under its directory's shared lock (no update is half-way).
 fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, WriteError> {
+    // Never opened unless a regular file: a FIFO would block, a symbolic link may lead
+    // out of the store, and a mount reads the chunks of either as EIO.
+    match std::fs::symlink_metadata(root.join(rel)) {
+        Ok(m) if !m.file_type().is_file() => {
+            let what = if m.is_dir() {
+                "a directory"
+            } else if m.file_type().is_symlink() {
+                "a symbolic link (never followed)"
+            } else {
+                "a special file (FIFO, socket or device)"
+            };
+            let mut c = check_nothing();
+            c.problems.push(format!(
+                "the shard path is {what}, not a regular file: its chunks read as EIO"
+            ));
+            return Ok(c);
+        }
+        _ => {}
+    }
     let (dir_rel, name) = recover::split_rel(rel)?;
     let file = match ShardDir::open(root, dir_rel, false, Lock::Shared)? {
         Some(dir) => dir.open_file(name, OFlags::RDONLY, 0)?,
@@ -312,6 +358,7 @@ fn check_nothing() -> Checked {
     Checked {
         outer_unreadable: false,
         problems: Vec::new(),
+        warnings: Vec::new(),
         stored: 0,
     }
 }
@@ -451,6 +498,9 @@ impl fmt::Display for VerifyReport {
         }
         for p in &self.unchecked_arrays {
             writeln!(f, "skipped array {}: {}", p.shard.display(), p.what)?;
+        }
+        for p in &self.warnings {
+            writeln!(f, "warning  {}: {}", p.shard.display(), p.what)?;
         }
         writeln!(
             f,

@@ -287,3 +287,56 @@ fn mount_points_that_would_hang_stack_or_hide_are_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
+    if !common::can_mount("a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let c = store.join("u16_default_sparse/c");
+    // Shard c/1/2 becomes a directory, c/2/0 a FIFO, c/2/2 a symbolic link out of the
+    // store (to a valid shard, which must not be followed).
+    fs::remove_file(c.join("1/2")).unwrap();
+    fs::create_dir(c.join("1/2")).unwrap();
+    fs::remove_file(c.join("2/0")).unwrap();
+    let fifo = std::ffi::CString::new(c.join("2/0").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir().unwrap();
+    fs::rename(c.join("2/2"), outside.path().join("shard")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("shard"), c.join("2/2")).unwrap();
+    for read_only in [true, false] {
+        let mnt = tempfile::tempdir().unwrap();
+        let opts = MountOptions {
+            read_only,
+            ..MountOptions::default()
+        };
+        let _m = Mount::new(&store, mnt.path(), &opts).unwrap();
+        let arr = mnt.path().join("u16_default_sparse");
+        // Listed (not vanished), and EIO to read; the chunks of regular shards read.
+        let mut eio = 0;
+        for dir in fs::read_dir(arr.join("c")).unwrap() {
+            for chunk in fs::read_dir(dir.unwrap().path()).unwrap() {
+                let p = chunk.unwrap().path();
+                match fs::read(&p) {
+                    Ok(_) => {}
+                    Err(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{}", p.display());
+                        eio += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            eio >= 3,
+            "chunks of the three odd shards read as EIO ({eio})"
+        );
+        assert!(fs::read(arr.join("c/0/0")).is_ok(), "a regular shard reads");
+    }
+    assert!(
+        outside.path().join("shard").exists(),
+        "the link's target untouched"
+    );
+}

@@ -161,10 +161,22 @@ fn verify_names_each_kind_of_corruption() {
 
     std::fs::write(root.join("a/c/0"), craft(&[(0, 4), (4, 999)])).unwrap();
     std::fs::write(root.join("a/c/1"), &craft(&[(0, 4)])[..10]).unwrap();
-    // Shared identical ranges and zero-length chunks are fine.
+    // Shared identical ranges and zero-length chunks read fine: warnings, not problems.
     std::fs::write(root.join("a/c/2"), craft(&[(0, 4), (0, 4), (2, 0)])).unwrap();
     std::fs::write(root.join("a/c/3"), craft(&[(EMPTY - 1, 4)])).unwrap();
-    let found = problems_of(&verify(root, false, false).unwrap());
+    let report = verify(root, false, false).unwrap();
+    let warned: Vec<_> = report.warnings.iter().map(|w| w.what.clone()).collect();
+    assert_eq!(warned.len(), 2, "{warned:?}");
+    assert!(
+        warned[0].contains("0 and 1 share the same bytes"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[1].contains("inner chunk 2 has length 0"),
+        "{warned:?}"
+    );
+    assert!(report.to_string().contains("warning  a/c/2"), "{report}");
+    let found = problems_of(&report);
     assert_eq!(found.len(), 3, "{found:?}");
     assert!(
         found[0].0 == "a/c/0" && found[0].1.contains("beyond"),
@@ -498,4 +510,41 @@ fn overlap_finds_partial_overlaps_only() {
     assert_eq!(overlap(&idx(&[(10, 4), (0, 20)])), Some((0, 1)));
     assert_eq!(overlap(&idx(&[(0, 4), (4, 4), (6, 4)])), Some((1, 2)));
     assert_eq!(overlap(&idx(&[(0, 10), (12, 3), (5, 2)])), Some((0, 2)));
+}
+
+#[test]
+fn verify_reports_shard_paths_that_are_not_files_and_carries_on_past_a_broken_zarr_json() {
+    let (dir, layout) = store(IndexLocation::End, true, Endian::Little);
+    let root = dir.path();
+    for s in 0..4 {
+        put(root, &format!("a/c/{s}"), &layout, &[(0, b"0000")]);
+    }
+    std::fs::remove_file(root.join("a/c/1")).unwrap();
+    std::fs::create_dir(root.join("a/c/1")).unwrap();
+    std::fs::remove_file(root.join("a/c/2")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("a/c/2").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::rename(root.join("a/c/3"), outside.path().join("shard")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("shard"), root.join("a/c/3")).unwrap();
+    // A zarr.json that is a directory, beside the array: left out, the walk goes on.
+    std::fs::create_dir_all(root.join("b/zarr.json")).unwrap();
+    let report = verify(root, false, false).unwrap();
+    let found = problems_of(&report);
+    assert_eq!(found.len(), 3, "{report}");
+    assert!(
+        found[0].0 == "a/c/1" && found[0].1.contains("a directory"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].0 == "a/c/2" && found[1].1.contains("special file"),
+        "{found:?}"
+    );
+    assert!(
+        found[2].0 == "a/c/3" && found[2].1.contains("symbolic link"),
+        "{found:?}"
+    );
+    assert_eq!(report.shards_checked, 4);
 }

@@ -81,14 +81,9 @@ impl View {
         };
         let mut shard_coords: Vec<u64> = listed
             .into_iter()
-            .filter(|e| {
-                e.kind
-                    == if last {
-                        EntryKind::File
-                    } else {
-                        EntryKind::Dir
-                    }
-            })
+            // Any kind at the shard level: a shard path that is not a regular file
+            // lists its chunks, which read as EIO (never vanish silently).
+            .filter(|e| last || e.kind == EntryKind::Dir)
             .filter_map(|e| {
                 e.name
                     .to_str()
@@ -156,9 +151,6 @@ impl View {
             other => other?,
         };
         for e in listed {
-            if e.kind != EntryKind::File {
-                continue;
-            }
             let shard = match e
                 .name
                 .to_str()
@@ -214,18 +206,16 @@ impl View {
             return found(self, shard);
         }
         let dir = array.shard_dir_rel(shard);
-        let want = if k + 1 == layout.ndim() {
-            EntryKind::File
-        } else {
-            EntryKind::Dir
-        };
+        let last = k + 1 == layout.ndim();
         let listed = match self.store.list(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             other => other?,
         };
         for e in listed {
             let s = match e.name.to_str() {
-                Some(n) if e.kind == want => array.store_keys.parse_component(k, n),
+                Some(n) if last || e.kind == EntryKind::Dir => {
+                    array.store_keys.parse_component(k, n)
+                }
                 _ => None,
             };
             let Some(s) = s.filter(|&s| s < layout.shard_counts()[k]) else {

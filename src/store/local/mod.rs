@@ -191,14 +191,20 @@ impl Store for LocalStore {
     }
 
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
-        match self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW) {
+        // NONBLOCK: opening a FIFO must not block (no effect on regular files).
+        match self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK) {
             Ok(fd) => {
                 let f = File::from(fd);
                 if !f.metadata()?.is_file() {
-                    return Err(io::Error::from_raw_os_error(libc::EISDIR));
+                    return Err(io::Error::other(
+                        "not a regular file (a directory, FIFO, socket or device)",
+                    ));
                 }
                 Ok(Some(Box::new(LocalFile(f))))
             }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => Err(io::Error::other(
+                "a symbolic link, not a regular file (never followed)",
+            )),
             Err(e) if is_absent(&e) => Ok(None),
             Err(e) => Err(e),
         }

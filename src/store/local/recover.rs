@@ -236,7 +236,9 @@ impl ShardDir {
         flags: OFlags,
         mode: u32,
     ) -> Result<Option<File>, WriteError> {
-        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        // NONBLOCK: a FIFO at a shard's path must not block the opener (it changes
+        // nothing for regular files).
+        let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
         match rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode)) {
             Ok(fd) => Ok(Some(File::from(fd))),
             Err(rustix::io::Errno::NOENT) if !flags.contains(OFlags::CREATE) => Ok(None),
