@@ -294,3 +294,35 @@ fn a_shrink_then_removing_the_chunks_outside_succeeds() {
     }
     assert_eq!(fs::read(a.join("c/0/1/1")).unwrap(), [4u8; 8]);
 }
+
+#[test]
+fn a_file_larger_than_the_write_buffer_is_efbig() {
+    if !common::can_mount("a_file_larger_than_the_write_buffer_is_efbig") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        write_buffer: 4 << 20,
+        ..MountOptions::default()
+    };
+    let _m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+    make_3d_array(mnt.path(), "a3");
+    let chunk = mnt.path().join("a3/c/0/0/0");
+    // A truncate far past what one staged file may hold, and a write past it: EFBIG
+    // (ENOSPC would say the buffer is busy; the truncate must not allocate 1 TiB).
+    let e = OpenOptions::new()
+        .write(true)
+        .open(&chunk)
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    assert_eq!(fs::read(&chunk).unwrap().len(), 8, "the chunk is as it was");
+    let mut f = OpenOptions::new().write(true).open(&chunk).unwrap();
+    let e = f.write_all(&vec![1u8; 5 << 20]).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+    drop(f);
+    // What was written up to the limit stays, as with any file-size limit.
+    assert!(fs::read(&chunk).unwrap().len() <= 4 << 20);
+}

@@ -295,7 +295,7 @@ impl View {
                 let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
                 let mut f = file.lock();
                 if size > f.data.len() {
-                    w.reserve((size - f.data.len()) as u64)?;
+                    w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
                 } else {
                     w.unreserve((f.data.len() - size) as u64);
                 }

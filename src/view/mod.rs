@@ -81,6 +81,8 @@ pub enum ViewError {
     Unsupported(String),
     #[error("write buffer full")]
     NoSpace,
+    #[error("a file larger than the write buffer ({0} bytes, --write-buffer) cannot be staged")]
+    TooBig(u64),
     #[error("flush failed: {0}")]
     Flush(#[from] crate::write::flush::FlushError),
 }
@@ -100,6 +102,7 @@ impl ViewError {
             ViewError::Exists => libc::EEXIST,
             ViewError::Unsupported(_) => libc::EXDEV,
             ViewError::NoSpace => libc::ENOSPC,
+            ViewError::TooBig(_) => libc::EFBIG,
             ViewError::Flush(e) => e.errno(),
         }
     }

@@ -83,7 +83,7 @@ impl View {
                 let end = start.checked_add(data.len()).ok_or(ViewError::NoSpace)?;
                 let len = f.data.len();
                 if end > len {
-                    w.reserve((end - len) as u64)?;
+                    w.reserve_growth(end as u64, (end - len) as u64)?;
                 }
                 // Bytes past the end are appended, not zero-filled and then overwritten
                 // (a 1 MiB chunk arrives in one request: the fill was a second pass).
@@ -144,9 +144,9 @@ impl View {
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let mut f = file.lock();
-                let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
+                let size = usize::try_from(size).map_err(|_| ViewError::TooBig(u64::MAX))?;
                 if size > f.data.len() {
-                    w.reserve((size - f.data.len()) as u64)?;
+                    w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
                 } else {
                     w.unreserve((f.data.len() - size) as u64);
                 }
@@ -156,11 +156,19 @@ impl View {
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
                 self.writable(&array)?;
+                // Never more than a file may hold while staged (`truncate -s 1T` of a
+                // chunk must not try to allocate a terabyte).
+                if size > w.scratch_limit {
+                    return Err(ViewError::TooBig(w.scratch_limit));
+                }
                 let mut data = self.chunk_bytes(&array, coords)?;
-                data.resize(usize::try_from(size).map_err(|_| ViewError::NoSpace)?, 0);
+                data.resize(size as usize, 0);
                 self.commit_chunk(&array, coords.clone(), Some(data))?;
             }
             Node::ArrayMeta { .. } => {
+                if size > w.scratch_limit {
+                    return Err(ViewError::TooBig(w.scratch_limit));
+                }
                 let h = self.open_for_write(ino, &path, &node, false)?;
                 if let Handle::Scratch { file, node, .. } = h {
                     file.lock().data.resize(size as usize, 0);

@@ -204,6 +204,16 @@ impl Writer {
         Some(data)
     }
 
+    /// Room for a file growing to `size` bytes by `n`: `EFBIG` when one file of that
+    /// size could never be staged (larger than the whole write buffer), `ENOSPC` while
+    /// the buffer is full of other files.
+    pub(super) fn reserve_growth(&self, size: u64, n: u64) -> Result<()> {
+        if size > self.scratch_limit {
+            return Err(ViewError::TooBig(self.scratch_limit));
+        }
+        self.reserve(n)
+    }
+
     pub(super) fn reserve(&self, n: u64) -> Result<()> {
         let now = self.scratch_bytes.fetch_add(n, Ordering::Relaxed) + n;
         if now > self.scratch_limit {
