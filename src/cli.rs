@@ -31,6 +31,7 @@ pub enum Command {
     Mount(MountArgs),
     /// Unmount a shardfs mount.
     Unmount {
+        /// Where the store is mounted.
         mountpoint: PathBuf,
         /// Detach now even if the mount is busy; it goes away when no longer used.
         #[arg(long, short = 'z')]
@@ -38,6 +39,7 @@ pub enum Command {
     },
     /// Show every array of a store: shapes, codecs, shards, stored chunks, bytes.
     Info {
+        /// The store: a directory with a Zarr v3 hierarchy (or the 2022 draft layout).
         store: PathBuf,
         /// Print JSON for scripts.
         #[arg(long)]
@@ -46,6 +48,7 @@ pub enum Command {
     /// Check every shard: index decodes, checksums match, chunks lie inside the file and
     /// overlap neither each other nor the index. Exits non-zero listing each problem.
     Verify {
+        /// The store: a directory with a Zarr v3 hierarchy.
         store: PathBuf,
         /// Recover interrupted updates and cut torn tails back to the last complete state.
         #[arg(long)]
@@ -56,6 +59,7 @@ pub enum Command {
     },
     /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio.
     Compact {
+        /// The store: a directory with a Zarr v3 hierarchy (unmounted, or mounted read-only).
         store: PathBuf,
         /// Rewrite shards with more than this fraction of dead bytes.
         #[arg(long, default_value_t = 0.25, value_name = "RATIO")]
@@ -67,6 +71,7 @@ pub enum Command {
     /// Counters of a live mount: chunks and bytes read, index cache hits, chunks staged
     /// and flushed, compaction and flush time.
     Stats {
+        /// Where a store is mounted.
         mountpoint: PathBuf,
         /// Print JSON for scripts.
         #[arg(long)]
@@ -258,6 +263,12 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             "format=v3" => {
                 opts.view.format = ViewFormat::V3;
                 continue;
+            }
+            other if other.starts_with("format=") => {
+                return Err(format!(
+                    "unknown format {:?} in -o {other}: the views are format=v3 (the default) and format=v2",
+                    &other["format=".len()..]
+                ));
             }
             ""
             | "defaults"

@@ -28,6 +28,18 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
         Command::Mount(m) => run_mount(m, args),
         Command::Unmount { mountpoint, lazy } => {
+            let abs = std::path::absolute(&mountpoint)?;
+            if !mount::is_mount_point(&abs)
+                && !std::fs::canonicalize(&abs).is_ok_and(|c| mount::is_mount_point(&c))
+            {
+                match std::fs::symlink_metadata(&abs) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        bail!("{}: no such directory", mountpoint.display())
+                    }
+                    _ => bail!("nothing is mounted at {}", mountpoint.display()),
+                }
+            }
+            let daemons = mount::daemon_pids(&abs);
             // fsync of the mount's root makes everything staged durable first, so that
             // nothing depends on the daemon finishing after the unmount.
             let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
@@ -41,8 +53,23 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                     mountpoint.display()
                 );
             }
-            mount::unmount_path(&mountpoint, lazy)
-                .with_context(|| format!("unmounting {}", mountpoint.display()))?;
+            match mount::unmount_path(&mountpoint, lazy) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
+                    "{} is busy: a process has a file or its working directory there \
+                     (`fuser -vm {0}` or `lsof {0}` names it); `shardfs unmount --lazy {0}` \
+                     detaches it now, and it goes once no longer used",
+                    mountpoint.display()
+                ),
+                other => other.with_context(|| format!("unmounting {}", mountpoint.display()))?,
+            }
+            // The daemon flushes and exits after the unmount: wait for it, so that a new
+            // mount at this path cannot be taken down by the old daemon.
+            if !lazy && !mount::wait_for_exit(&daemons, std::time::Duration::from_secs(30)) {
+                eprintln!(
+                    "shardfs: unmounted {}, but its daemon (pid {daemons:?}) has not exited yet",
+                    mountpoint.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Info { store: path, json } => {
@@ -125,12 +152,18 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         if !m.store.is_dir() {
             bail!("store {} is not a directory", m.store.display());
         }
+        if let Some(why) = mount::not_zarr_warning(&m.store) {
+            eprintln!("shardfs: warning: {why}");
+        }
         return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(msg) => bail!("{msg}"),
         };
     }
     init_logging("info");
+    if let Some(why) = mount::not_zarr_warning(&m.store) {
+        log::warn!("{why}");
+    }
     daemon::block_signals();
     match mount::Mount::new(&m.store, &m.mountpoint, &opts) {
         Ok(mnt) => {

@@ -504,8 +504,9 @@ impl fmt::Display for VerifyReport {
         }
         writeln!(
             f,
-            "{} arrays, {} shards checked: {} problem{}, {} repaired",
+            "{} array{}, {} shards checked: {} problem{}, {} repaired",
             self.arrays,
+            if self.arrays == 1 { "" } else { "s" },
             self.shards_checked,
             self.problem_count,
             if self.problem_count == 1 { "" } else { "s" },
@@ -520,10 +521,11 @@ impl fmt::Display for CompactReport {
             writeln!(f, "{}: {}", p.shard.display(), p.what)?;
         }
         for a in &self.arrays {
+            let path = a.path.display().to_string();
             writeln!(
                 f,
                 "{}: {} shards, {} bytes, {} dead before; {} shards rewritten, {} bytes reclaimed",
-                a.path.display(),
+                if path.is_empty() { "/" } else { &path },
                 a.shards,
                 a.bytes,
                 a.dead_bytes,

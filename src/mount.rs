@@ -10,6 +10,7 @@
 //! ```
 
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,8 +166,28 @@ fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(
     Ok(())
 }
 
+/// Why `store` does not look like a Zarr store (files, but no `zarr.json`, `.zgroup` or
+/// `.zarray` at its top or one level down), for a warning at mount; `None` if it does
+/// or is empty (a new store).
+pub fn not_zarr_warning(store: &Path) -> Option<String> {
+    const META: [&str; 3] = ["zarr.json", ".zgroup", ".zarray"];
+    let has_meta = |dir: &Path| META.iter().any(|m| dir.join(m).exists());
+    if has_meta(store) {
+        return None;
+    }
+    let entries: Vec<_> = std::fs::read_dir(store).ok()?.flatten().collect();
+    if entries.is_empty() || entries.iter().any(|e| has_meta(&e.path())) {
+        return None;
+    }
+    Some(format!(
+        "{} holds no zarr.json (nor v2 metadata) at its top or one level down: is it a Zarr store? \
+         Its files pass through unchanged",
+        store.display()
+    ))
+}
+
 /// Whether `path` (canonical) is the mount point of a mount of this process's namespace.
-fn is_mount_point(path: &Path) -> bool {
+pub fn is_mount_point(path: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
     };
@@ -434,6 +455,65 @@ impl Drop for Mount {
             // Last resort, so that a failed test never leaves a mount behind.
             let _ = unmount_path(&self.mountpoint, true);
         }
+    }
+}
+
+/// The shardfs daemons (`shardfs mount ... --foreground`, as `shardfs mount` starts them)
+/// serving `mountpoint` (absolute), found in /proc: `shardfs unmount` waits for them to
+/// exit, so that a new mount at the same path is never taken down by the old daemon.
+pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
+    let lexical = |p: &Path| -> PathBuf { p.components().collect() };
+    let want = [
+        lexical(mountpoint),
+        std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf()),
+    ];
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_daemon = args.first().is_some_and(|a| a.ends_with(b"shardfs"))
+            && args.iter().any(|a| *a == b"--foreground")
+            && args.iter().any(|a| *a == b"mount");
+        if !is_daemon {
+            continue;
+        }
+        let cwd = std::fs::read_link(e.path().join("cwd")).unwrap_or_default();
+        let serves = args.iter().any(|a| {
+            let p = Path::new(std::ffi::OsStr::from_bytes(a));
+            want.contains(&lexical(&cwd.join(p)))
+        });
+        if serves {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Wait up to `limit` for processes `pids` to exit; whether they all did.
+pub fn wait_for_exit(pids: &[u32], limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let alive = pids
+            .iter()
+            .any(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -340,3 +340,68 @@ fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
         "the link's target untouched"
     );
 }
+
+#[test]
+fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
+    if !common::can_mount("the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon") {
+        return;
+    }
+    let shardfs = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let mnt = tempfile::tempdir().unwrap();
+    let (m, s) = (mnt.path().as_os_str(), store.as_os_str());
+    let (ok, err) = shardfs(&["unmount".as_ref(), m]);
+    assert!(!ok && err.contains("nothing is mounted at"), "{err}");
+    let missing = tmp.path().join("nowhere");
+    let (ok, err) = shardfs(&["unmount".as_ref(), missing.as_os_str()]);
+    assert!(!ok && err.contains("no such directory"), "{err}");
+    let (ok, err) = shardfs(&["mount".as_ref(), s, m, "-o".as_ref(), "format=v4".as_ref()]);
+    assert!(
+        !ok && err.contains("format=v3") && err.contains("format=v2"),
+        "{err}"
+    );
+
+    let (ok, err) = shardfs(&["mount".as_ref(), s, m]);
+    assert!(ok, "{err}");
+    let daemons = shardfs::mount::daemon_pids(mnt.path());
+    assert_eq!(daemons.len(), 1, "the daemon serving the mount is found");
+    let held = fs::File::open(mnt.path().join("u16_default_sparse")).unwrap();
+    let (ok, err) = shardfs(&["unmount".as_ref(), m]);
+    assert!(
+        !ok && err.contains("busy") && err.contains("--lazy"),
+        "{err}"
+    );
+    drop(held);
+    let (ok, err) = shardfs(&["unmount".as_ref(), m]);
+    assert!(ok, "{err}");
+    // `unmount` returned after the daemon exited.
+    for pid in daemons {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "daemon {pid} still there"
+        );
+    }
+
+    // A directory with files but no Zarr metadata: mounted, with a warning.
+    let plain = tempfile::tempdir().unwrap();
+    fs::write(plain.path().join("notes.txt"), b"x").unwrap();
+    let mnt2 = tempfile::tempdir().unwrap();
+    let (ok, err) = shardfs(&[
+        "mount".as_ref(),
+        plain.path().as_os_str(),
+        mnt2.path().as_os_str(),
+    ]);
+    assert!(ok && err.contains("is it a Zarr store"), "{err}");
+    let (ok, err) = shardfs(&["unmount".as_ref(), mnt2.path().as_os_str()]);
+    assert!(ok, "{err}");
+}
