@@ -5,6 +5,8 @@
 //! `docs/FORMAT.md`.
 
 pub mod draft;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod index;
 pub mod key;
 pub mod layout;
