@@ -405,3 +405,41 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
     let (ok, err) = shardfs(&["unmount".as_ref(), mnt2.path().as_os_str()]);
     assert!(ok, "{err}");
 }
+
+#[test]
+fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
+    if !common::can_mount("the_daemon_never_follows_a_symbolic_link_out_of_the_store") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let outside = tempfile::tempdir().unwrap();
+    // A sharded array whose zarr.json is a link to a valid document outside the store.
+    let arr = store.join("u16_default_sparse");
+    fs::rename(arr.join("zarr.json"), outside.path().join("zarr.json")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("zarr.json"), arr.join("zarr.json")).unwrap();
+    // A plain link beside it.
+    std::os::unix::fs::symlink("../index_nocrc/zarr.json", store.join("link")).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&store, mnt.path(), &MountOptions::default()).unwrap();
+    // Links are shown as links, with their stored target (the kernel resolves them, as
+    // on any file system, inside the mount).
+    assert_eq!(
+        fs::read_link(mnt.path().join("link")).unwrap(),
+        Path::new("../index_nocrc/zarr.json")
+    );
+    // The daemon does not read through the link: the directory is not shown as an
+    // unsharded array (its shard files pass through as they are).
+    let shown = mnt.path().join("u16_default_sparse");
+    assert!(
+        fs::symlink_metadata(shown.join("zarr.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "zarr.json is shown as the link it is"
+    );
+    assert!(
+        fs::metadata(shown.join("c/0/0")).unwrap().is_file(),
+        "the shard, as stored"
+    );
+}
