@@ -114,3 +114,42 @@ pub fn serve(mount: Mount) -> io::Result<Option<i32>> {
         }
     }
 }
+
+/// Where a daemonized mount without `--log-file` logs: the system log, as mountpoint-s3
+/// does (RFC 3164 datagrams to `/dev/log`, facility daemon; journald reads them too).
+/// `SHARDFS_SYSLOG_SOCKET` names another socket (tests). `None` when there is no system
+/// log to reach.
+pub fn syslog_writer() -> Option<SyslogWriter> {
+    let path = std::env::var_os("SHARDFS_SYSLOG_SOCKET").unwrap_or_else(|| "/dev/log".into());
+    let socket = std::os::unix::net::UnixDatagram::unbound().ok()?;
+    socket.connect(&path).ok()?;
+    Some(SyslogWriter { socket })
+}
+
+/// One log record per write, sent as one datagram.
+pub struct SyslogWriter {
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl std::io::Write for SyslogWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // A log line must never fail or block the daemon: a full or gone log is ignored.
+        let _ = self.socket.send(buf.strip_suffix(b"\n").unwrap_or(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The syslog priority of a record of `level` (facility daemon, 3).
+pub fn syslog_priority(level: log::Level) -> u8 {
+    let severity = match level {
+        log::Level::Error => 3,
+        log::Level::Warn => 4,
+        log::Level::Info => 6,
+        log::Level::Debug | log::Level::Trace => 7,
+    };
+    3 * 8 + severity
+}

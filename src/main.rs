@@ -24,6 +24,23 @@ fn init_logging(default: &str) {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default)).init();
 }
 
+/// A daemonized mount without `--log-file`: warnings and errors (`RUST_LOG` changes
+/// that) to the system log; stderr (nowhere) if there is none.
+fn init_syslog(default: &str) {
+    use std::io::Write;
+    let Some(w) = daemon::syslog_writer() else {
+        return init_logging(default);
+    };
+    let pid = std::process::id();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format(move |buf, record| {
+            let pri = daemon::syslog_priority(record.level());
+            writeln!(buf, "<{pri}>shardfs[{pid}]: {}", record.args())
+        })
+        .target(env_logger::Target::Pipe(Box::new(w)))
+        .init();
+}
+
 fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
         Command::Mount(m) => run_mount(m, args),
@@ -160,7 +177,11 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             Err(msg) => bail!("{msg}"),
         };
     }
-    init_logging("info");
+    if m.notify_fd.is_some() && m.log_file.is_none() {
+        init_syslog("warn");
+    } else {
+        init_logging("info");
+    }
     if let Some(why) = mount::not_zarr_warning(&m.store) {
         log::warn!("{why}");
     }

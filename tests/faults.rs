@@ -443,3 +443,41 @@ fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
         "the shard, as stored"
     );
 }
+
+#[test]
+fn a_daemonized_mount_logs_warnings_to_the_system_log() {
+    if !common::can_mount("a_daemonized_mount_logs_warnings_to_the_system_log") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log_socket = dir.path().join("log");
+    let log = std::os::unix::net::UnixDatagram::bind(&log_socket).unwrap();
+    log.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // A store with files but no Zarr metadata: the daemon warns about it.
+    let plain = tempfile::tempdir().unwrap();
+    fs::write(plain.path().join("notes.txt"), b"x").unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_shardfs");
+    let st = Command::new(bin)
+        .arg("mount")
+        .arg(plain.path())
+        .arg(mnt.path())
+        .env("SHARDFS_SYSLOG_SOCKET", &log_socket)
+        .env_remove("RUST_LOG")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut buf = [0u8; 4096];
+    let got = log.recv(&mut buf);
+    let st = Command::new(bin)
+        .arg("unmount")
+        .arg(mnt.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let n = got.expect("a datagram on the system log socket");
+    let line = String::from_utf8_lossy(&buf[..n]);
+    // Facility daemon (3), severity warning (4): <28>.
+    assert!(line.starts_with("<28>shardfs["), "{line}");
+    assert!(line.contains("is it a Zarr store"), "{line}");
+}
