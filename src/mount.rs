@@ -308,7 +308,9 @@ impl Mount {
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname.display().to_string()),
-            MountOption::Subtype("shardfs".into()),
+            // A kernel option (fuser hands `Subtype` only to fusermount): /proc/mounts then
+            // shows the type as `fuse.shardfs`.
+            MountOption::CUSTOM("subtype=shardfs".into()),
             MountOption::DefaultPermissions,
         ];
         if opts.read_only || view.is_draft() {
