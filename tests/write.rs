@@ -191,6 +191,10 @@ fn metadata_writes_keep_the_sharding_and_refuse_layout_changes() {
         .open(&meta_path)
         .unwrap();
     f.write_all(&serde_json::to_vec(&bad).unwrap()).unwrap();
+    // While it is open, every other reader sees the stored document, whole.
+    let during: serde_json::Value = serde_json::from_slice(&fs::read(&meta_path).unwrap())
+        .expect("the stored document, not a cut one");
+    assert_eq!(during["data_type"], "uint16", "a pending write is not seen");
     assert_eq!(errno_of(f.sync_all()), libc::EINVAL);
     drop(f);
     let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta_path).unwrap()).unwrap();

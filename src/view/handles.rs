@@ -132,6 +132,9 @@ impl View {
                     }
                 }
             }
+            Node::Scratch { .. } if let Some((array, file)) = self.pending_meta(&node) => {
+                (Handle::Bytes(array.meta_bytes(file)), false)
+            }
             Node::Scratch { ref path, .. } => {
                 let Some(file) = self.writer()?.open_scratch(path) else {
                     return self.reader(ino, self.settled(ino)?, at_open);

@@ -494,6 +494,10 @@ impl View {
                 }
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }
+            Node::Scratch { .. } if let Some((array, file)) = self.pending_meta(node) => {
+                let len = array.meta_bytes(file).len() as u64;
+                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
+            }
             Node::Scratch { path, array, .. } => {
                 let Some(len) = self.writer()?.scratch_len(path) else {
                     return self.attr(ino, &self.settled(ino)?);

@@ -364,6 +364,24 @@ impl View {
     }
 
     /// What a name in an array's namespace is, for a write.
+    /// The array metadata file that scratch node `node` is a pending write of: until its
+    /// last close accepts it, every other reader sees the stored document (a refused
+    /// write is never seen; an accepted one is seen from its close on).
+    pub(super) fn pending_meta(&self, node: &Node) -> Option<(Arc<ShardedArray>, MetaFile)> {
+        let Node::Scratch {
+            path,
+            array,
+            parent: None,
+        } = node
+        else {
+            return None;
+        };
+        match self.target(array, None, path.file_name()?) {
+            Ok(Target::Meta(file)) => Some((self.current(array), file)),
+            _ => None,
+        }
+    }
+
     pub(super) fn target(
         &self,
         array: &Arc<ShardedArray>,
