@@ -5,7 +5,9 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::{Attr, Handle, MetaFile, Node, Opened, Result, View, ViewError};
+use std::sync::Arc;
+
+use super::{Attr, Handle, MetaFile, Node, Opened, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
 
 use super::write::Target;
@@ -311,16 +313,7 @@ impl View {
                 array,
                 parent,
             } => {
-                w.remove_scratch(path);
-                // A chunk being rewritten: what its shard holds goes too.
-                let name = path.file_name().unwrap_or_default();
-                if let Target::Chunk(coords) = self.target(array, parent.as_deref(), name)? {
-                    let array = self.current(array);
-                    self.commit_chunk(&array, coords.clone(), None)?;
-                    if let Some((_, parent)) = coords.split_last() {
-                        w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
-                    }
-                }
+                self.unname_scratch(path, array, parent.as_deref())?;
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -577,24 +570,37 @@ impl View {
         }
     }
 
-    pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
+    /// The name of scratch file `path` goes (unlink, or renamed away): open handles keep
+    /// it, and a chunk being rewritten there is deleted too, so that the name does not
+    /// show the stored chunk again. Its key directory stays until removed.
+    fn unname_scratch(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+    ) -> Result<()> {
         let w = self.writer()?;
+        w.remove_scratch(path);
+        let name = path.file_name().unwrap_or_default();
+        if let Target::Chunk(coords) = self.target(array, parent, name)? {
+            let array = self.current(array);
+            self.commit_chunk(&array, coords.clone(), None)?;
+            if let Some((_, parent)) = coords.split_last() {
+                w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
+        self.writer()?;
         match src {
             Node::Scratch {
                 path,
                 array,
                 parent,
             } => {
-                w.remove_scratch(path);
-                // A chunk being rewritten: what its shard holds goes too.
-                let name = path.file_name().unwrap_or_default();
-                if let Target::Chunk(coords) = self.target(array, parent.as_deref(), name)? {
-                    let array = self.current(array);
-                    self.commit_chunk(&array, coords.clone(), None)?;
-                    if let Some((_, parent)) = coords.split_last() {
-                        w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
-                    }
-                }
+                self.unname_scratch(path, array, parent.as_deref())?;
             }
             Node::Chunk { array, coords } => {
                 let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
