@@ -41,6 +41,34 @@ fn init_syslog(default: &str) {
         .init();
 }
 
+/// What a mount has staged and not stored, from its stats file, for a message.
+fn unstored(mountpoint: &std::path::Path) -> String {
+    let Ok(bytes) = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)) else {
+        return String::new();
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for a in v["staged"].as_array().into_iter().flatten() {
+        let keys: Vec<&str> = a["first_keys"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|k| k.as_str())
+            .collect();
+        let n = a["chunks"].as_u64().unwrap_or(0);
+        out += &format!(
+            "\nNot stored: {n} chunk{} of array {:?} ({}{})",
+            if n == 1 { "" } else { "s" },
+            a["array"].as_str().unwrap_or(""),
+            keys.join(", "),
+            if n as usize > keys.len() { ", ..." } else { "" }
+        );
+    }
+    out
+}
+
 fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
         Command::Mount(m) => run_mount(m, args),
@@ -66,8 +94,11 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                 && e.raw_os_error() != Some(libc::ENOTCONN)
             {
                 bail!(
-                    "flushing {} before unmounting failed ({e}); not unmounted",
-                    mountpoint.display()
+                    "flushing {0} before unmounting failed ({e}); not unmounted.{1}\n\
+                     Fix the cause (free space, permissions) and run `shardfs unmount {0}` \
+                     again; `shardfs unmount --lazy {0}` unmounts and discards what is not stored.",
+                    mountpoint.display(),
+                    unstored(&mountpoint)
                 );
             }
             match mount::unmount_path(&mountpoint, lazy) {

@@ -128,8 +128,53 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     let report = shardfs::maint::verify(&store, false, false).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     let again = tempfile::tempdir().unwrap();
-    let _m = Mount::new(&store, again.path(), &opts).unwrap();
-    assert_eq!(fs::read(again.path().join("a/c/1")).unwrap(), data);
+    {
+        let _m = Mount::new(&store, again.path(), &opts).unwrap();
+        assert_eq!(fs::read(again.path().join("a/c/1")).unwrap(), data);
+    }
+
+    // `shardfs unmount` of a daemonized mount that cannot store what it holds refuses,
+    // names the chunks and the way to discard them; once there is room it unmounts.
+    let mut f = fs::File::create(&filler).unwrap();
+    while f.write_all(&block).is_ok() {}
+    drop(f);
+    let bin = env!("CARGO_BIN_EXE_shardfs");
+    let st = Command::new(bin)
+        .arg("mount")
+        .arg(&store)
+        .arg(again.path())
+        .args(["--flush-interval", "3600"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::write(again.path().join("a/c/0"), &data).unwrap();
+    let out = Command::new(bin)
+        .arg("unmount")
+        .arg(again.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let refused = !out.status.success();
+    fs::remove_file(&filler).unwrap();
+    let out = Command::new(bin)
+        .arg("unmount")
+        .arg(again.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(refused, "unmount of a mount that cannot flush");
+    assert!(
+        err.contains("No space left")
+            && err.contains("1 chunk of array \"a\" (c/0)")
+            && err.contains("--lazy"),
+        "{err}"
+    );
+    let report = shardfs::maint::verify(&store, false, false).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
 fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {

@@ -361,6 +361,26 @@ impl View {
             v["bytes_flushed"] = get(&f.bytes).into();
             v["shard_updates"] = get(&f.shards).into();
             v["chunks_superseded"] = get(&f.superseded).into();
+            // What is staged and not yet in the store, by array: what an unmount that
+            // cannot flush names (`shardfs unmount`).
+            v["staged"] = w
+                .staging
+                .arrays(None)
+                .into_iter()
+                .filter_map(|rel| {
+                    let array = self.arrays.get(&rel)?;
+                    let chunks = w.staging.under(&rel, &[]);
+                    let enc = array.encoding();
+                    let keys: Vec<String> =
+                        chunks.iter().take(8).map(|(c, _)| enc.encode(c)).collect();
+                    Some(serde_json::json!({
+                        "array": rel.display().to_string(),
+                        "chunks": chunks.len(),
+                        "first_keys": keys,
+                    }))
+                })
+                .collect::<Vec<_>>()
+                .into();
             v["compaction_seconds"] = (get(&f.compact_ns) as f64 / 1e9).into();
             v["flush_seconds"] = (get(&f.flush_ns) as f64 / 1e9).into();
             v["mean_flush_latency_ms"] = if flushes > 0 {
