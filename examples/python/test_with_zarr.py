@@ -1,0 +1,45 @@
+"""An example test file for the shardfs pytest plugin: zarr-python 3 writes an array
+through a mount in the test's temporary directory, and reads the sharded store directly.
+Run by `scripts/wheel-test` from a fresh venv with the built wheel installed."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import zarr
+
+import shardfs
+
+
+def test_zarr_writes_through_the_mount_and_the_store_is_sharded(shardfs_mount):
+    data = np.arange(48 * 40, dtype="uint16").reshape(48, 40)
+    a = zarr.create_array(str(shardfs_mount.path / "img"), shape=data.shape, chunks=(8, 8),
+                          dtype=data.dtype)
+    a[:] = data
+    # fsync of the mount's root: what the mount staged is in the store.
+    fd = os.open(shardfs_mount.path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    meta = json.loads((shardfs_mount.store / "img" / "zarr.json").read_text())
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    direct = zarr.open_array(str(shardfs_mount.store / "img"), mode="r")
+    np.testing.assert_array_equal(direct[:], data)
+
+
+def test_the_context_manager_unmounts_also_when_the_body_raises(tmp_path, shardfs_mount):
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    with pytest.raises(ZeroDivisionError):
+        with shardfs.mounted(shardfs_mount.store, mnt, read_only=True) as m:
+            assert m == mnt
+            assert os.path.ismount(m)
+            1 / 0
+    assert not os.path.ismount(mnt)
+
+
+def test_errors_carry_the_commands_message(tmp_path):
+    with pytest.raises(shardfs.MountError, match="no such directory|not a directory"):
+        shardfs.mount(tmp_path / "missing", tmp_path)

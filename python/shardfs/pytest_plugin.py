@@ -1,0 +1,71 @@
+"""pytest fixtures: a shardfs mount in the test's temporary directory, always unmounted.
+
+    def test_write(shardfs_mount):            # an empty store, mounted writable
+        ...                                   # shardfs_mount.store, shardfs_mount.path
+
+    def test_read(shardfs_mounter):           # any store, any options
+        mnt = shardfs_mounter("data.zarr", read_only=True)
+
+Where /dev/fuse cannot be opened the tests are skipped with the reason (and fail when the
+CI environment variable is set, so a CI machine without FUSE cannot pass by skipping).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+import shardfs
+
+
+@dataclass(frozen=True)
+class Mounted:
+    store: Path
+    path: Path
+
+
+def _require_fuse() -> None:
+    try:
+        os.close(os.open("/dev/fuse", os.O_RDWR))
+    except OSError as e:
+        why = f"cannot open /dev/fuse: {e}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} (CI must be able to mount)")
+        pytest.skip(why)
+
+
+@pytest.fixture
+def shardfs_mounter(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """A function `mount(store, **options) -> mountpoint` (options as for
+    `shardfs.mount`); every mount it made is unmounted at teardown."""
+    _require_fuse()
+    made: list[Path] = []
+
+    def mount(store: "os.PathLike[str] | str", **options: object) -> Path:
+        mnt = tmp_path / f"mnt{len(made)}"
+        mnt.mkdir()
+        shardfs.mount(store, mnt, **options)
+        made.append(mnt)
+        return mnt
+
+    yield mount
+    errors = []
+    for mnt in reversed(made):
+        try:
+            shardfs.unmount(mnt)
+        except shardfs.MountError as e:
+            errors.append(str(e))
+    if errors:
+        pytest.fail("; ".join(errors))
+
+
+@pytest.fixture
+def shardfs_mount(tmp_path: Path, shardfs_mounter: Callable[..., Path]) -> Mounted:
+    """An empty store (`tmp_path / "store"`), mounted writable."""
+    store = tmp_path / "store"
+    store.mkdir()
+    return Mounted(store=store, path=shardfs_mounter(store))
