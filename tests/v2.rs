@@ -309,3 +309,126 @@ fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
         before
     );
 }
+
+/// Run `scripts/ome_interop.py` with `args` under `python`; it must pass with nothing
+/// failed.
+fn ome(python: &Path, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .arg(repo().join("scripts/ome_interop.py"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{} {}:\n{stdout}", python.display(), args.join(" "));
+    assert!(
+        out.status.success() && stdout.contains(" 0 failed"),
+        "ome_interop {args:?} failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// OME-Zarr 0.4 readers open a sharded OME-Zarr 0.5 image through the v2 view (ome-zarr
+/// 0.10 with zarr 2: both levels, the label image, scales, axes, channels), and a 0.4
+/// image with labels that ome-zarr 0.10 writes through a writable v2 view is stored as
+/// 0.5, which ome-zarr-models validates and zarr-python 3 reads.
+#[test]
+fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
+    let test = "ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view";
+    if !common::can_mount(test) {
+        return;
+    }
+    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("image");
+    let source = tmp.path().join("source.npz");
+    ome(&py3, &["make", "--store", s(&store), "--out", s(&source)]);
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = Mount::new(&store, mnt.path(), &v2_options(true)).unwrap();
+        let out = ome(
+            &py2,
+            &["read", "--mount", s(mnt.path()), "--want", s(&source)],
+        );
+        assert!(out.contains(" 15 passed"), "{out}");
+        mount.unmount().unwrap();
+    }
+    let written = tmp.path().join("written");
+    std::fs::create_dir(&written).unwrap();
+    let want = tmp.path().join("written.npz");
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = Mount::new(&written, mnt.path(), &v2_options(false)).unwrap();
+        ome(
+            &py2,
+            &["write", "--mount", s(mnt.path()), "--out", s(&want)],
+        );
+        mount.unmount().unwrap();
+    }
+    let out = ome(&py3, &["check", "--store", s(&written), "--want", s(&want)]);
+    assert!(out.contains(" 11 passed"), "{out}");
+}
+
+/// The translation without Python, in the order zarr 2 does not use: a 0.4 image's group
+/// attributes written before its array. The group is stored as 0.5, the array created
+/// afterwards gets the axes as `dimension_names`, the v2 view shows 0.4 and the v3 view
+/// shows the store's 0.5 unchanged.
+#[test]
+fn ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged() {
+    let test = "ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let attrs = serde_json::json!({
+        "multiscales": [{
+            "version": "0.4",
+            "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}],
+            "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}]
+        }],
+        "mine": 1
+    });
+    let zarray = br#"{"zarr_format": 2, "shape": [8, 8], "chunks": [4, 4], "dtype": "<u2",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+        let m = mnt.path();
+        std::fs::create_dir(m.join("img")).unwrap();
+        write_and_close(m.join("img/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        write_and_close(m.join("img/.zattrs"), attrs.to_string()).unwrap();
+        std::fs::create_dir(m.join("img/0")).unwrap();
+        write_and_close(m.join("img/0/.zarray"), zarray).unwrap();
+        write_and_close(m.join("img/0/0.0"), [7u8; 32]).unwrap();
+        let shown: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(m.join("img/.zattrs")).unwrap()).unwrap();
+        assert_eq!(shown, attrs, "the v2 view shows what was written");
+        mount.unmount().unwrap();
+    }
+    let group = common::json_file(&store.join("img/zarr.json"));
+    let stored = &group["attributes"];
+    assert_eq!(stored["mine"], 1);
+    assert_eq!(stored["ome"]["version"], "0.5");
+    assert!(stored.get("multiscales").is_none(), "{stored}");
+    assert!(
+        stored["ome"]["multiscales"][0].get("version").is_none(),
+        "{stored}"
+    );
+    assert_eq!(stored["ome"]["multiscales"][0]["datasets"][0]["path"], "0");
+    let array = common::json_file(&store.join("img/0/zarr.json"));
+    assert_eq!(array["dimension_names"], serde_json::json!(["y", "x"]));
+    // The v3 view shows the store's 0.5 as it is.
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        read_only: true,
+        ..MountOptions::default()
+    };
+    let mount = Mount::new(&store, mnt.path(), &opts).unwrap();
+    let v3 = common::json_file(&mnt.path().join("img/zarr.json"));
+    assert_eq!(v3["attributes"], group["attributes"]);
+    mount.unmount().unwrap();
+}

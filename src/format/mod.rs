@@ -11,6 +11,7 @@ pub mod index;
 pub mod key;
 pub mod layout;
 pub mod metadata;
+pub mod ome;
 pub mod times;
 pub mod v2;
 

@@ -385,13 +385,15 @@ fn half_to_f64(h: u16) -> f64 {
     }
 }
 
-/// `.zattrs` of a v3 node: its attributes, with `dimension_names` as `_ARRAY_DIMENSIONS`.
+/// `.zattrs` of a v3 node: its attributes (OME-Zarr 0.5 in its 0.4 form, see
+/// [`super::ome`]), with `dimension_names` as `_ARRAY_DIMENSIONS`.
 pub fn zattrs(doc: &Map<String, Value>) -> Value {
-    let mut attrs = doc
-        .get("attributes")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let mut attrs = super::ome::to_v04(
+        doc.get("attributes")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+    );
     if let Some(Value::Array(names)) = doc.get("dimension_names")
         && !names.is_empty()
         && names.iter().all(Value::is_string)
@@ -408,16 +410,19 @@ pub fn zgroup() -> Value {
 }
 
 /// Apply a `.zattrs` written through the view to a v3 document: the attributes are
-/// replaced; `_ARRAY_DIMENSIONS` of the array's rank becomes `dimension_names`.
+/// replaced (OME-Zarr 0.4 becomes 0.5, see [`super::ome`]; `name` is the node's directory
+/// name); `_ARRAY_DIMENSIONS` of the array's rank becomes `dimension_names`.
 pub fn apply_zattrs(
     doc: &mut Map<String, Value>,
     zattrs: &[u8],
     ndim: Option<usize>,
+    name: &str,
 ) -> Result<(), String> {
     let v: Value = serde_json::from_slice(zattrs).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(mut attrs) = v else {
+    let Value::Object(attrs) = v else {
         return Err(".zattrs is not a JSON object".into());
     };
+    let mut attrs = super::ome::to_v05(attrs, name);
     if let Some(ndim) = ndim
         && let Some(Value::Array(names)) = attrs.get(ARRAY_DIMENSIONS)
         && names.len() == ndim

@@ -116,15 +116,16 @@ fn zattrs_carry_dimension_names_both_ways() {
         &mut back,
         &to_bytes(&json!({"b": 2, "_ARRAY_DIMENSIONS": ["t", "z"]})),
         Some(2),
+        "a",
     )
     .unwrap();
     assert_eq!(back["attributes"], json!({"b": 2}));
     assert_eq!(back["dimension_names"], json!(["t", "z"]));
     // Wrong rank: kept as an attribute.
     let mut g = doc(json!({}));
-    apply_zattrs(&mut g, br#"{"_ARRAY_DIMENSIONS": ["t"]}"#, Some(2)).unwrap();
+    apply_zattrs(&mut g, br#"{"_ARRAY_DIMENSIONS": ["t"]}"#, Some(2), "g").unwrap();
     assert_eq!(g["attributes"], json!({"_ARRAY_DIMENSIONS": ["t"]}));
-    assert!(apply_zattrs(&mut g, b"[1]", None).is_err());
+    assert!(apply_zattrs(&mut g, b"[1]", None, "g").is_err());
 }
 
 #[test]

@@ -69,13 +69,18 @@ impl View {
                 group
             }
             MetaFile::Zattrs => {
-                v2::apply_zattrs(&mut group, data, None).map_err(invalid)?;
+                v2::apply_zattrs(&mut group, data, None, &node_name(dir)).map_err(invalid)?;
                 group
             }
             MetaFile::Zarray => {
                 let mut doc = v2::v3_from_zarray(data).map_err(invalid)?;
                 if let Some(attrs) = group.remove("attributes") {
                     doc.insert("attributes".into(), attrs);
+                }
+                if let Some(names) = self.ome_axis_names(dir)
+                    && doc.get("shape").and_then(Value::as_array).map(Vec::len) == Some(names.len())
+                {
+                    doc.insert("dimension_names".into(), names.into());
                 }
                 doc
             }
@@ -85,10 +90,65 @@ impl View {
             serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
         bytes.push(b'\n');
         self.store.write_atomically(&json_path, &bytes)?;
-        if file == MetaFile::Zarray {
-            self.adopt_new_array(dir)?;
+        match file {
+            MetaFile::Zarray => self.adopt_new_array(dir)?,
+            MetaFile::Zattrs => self.name_ome_dimensions(dir),
+            _ => {}
         }
         Ok(())
+    }
+
+    /// The axis names that the OME-Zarr multiscale image in the parent group of store
+    /// directory `dir` gives the array there, if it lists it.
+    fn ome_axis_names(&self, dir: &Path) -> Option<Vec<String>> {
+        let parent = self.store_group(dir.parent()?).ok()??;
+        let attrs = parent.get("attributes")?.as_object()?;
+        format::ome::axis_names_of(attrs, &node_name(dir))
+    }
+
+    /// OME-Zarr 0.5 wants every array of a multiscale image to carry the axis names as
+    /// `dimension_names`; zarr 2 writes none. After a group's attributes were written
+    /// through the v2 view, the image's arrays that have none get them (the arrays that are
+    /// written later get them at creation, from [`Self::ome_axis_names`]).
+    fn name_ome_dimensions(&self, dir: &Path) {
+        let Ok(Some(group)) = self.store_group(dir) else {
+            return;
+        };
+        let Some(Value::Object(ome)) = group.get("attributes").and_then(|a| a.get("ome")) else {
+            return;
+        };
+        let Some(Value::Array(multiscales)) = ome.get("multiscales") else {
+            return;
+        };
+        let paths = multiscales
+            .iter()
+            .filter_map(|m| m.get("datasets")?.as_array())
+            .flatten()
+            .filter_map(|d| d.get("path")?.as_str());
+        for path in paths {
+            let Some(names) = format::ome::axis_names_of(ome, path) else {
+                continue;
+            };
+            let rel = dir.join(path);
+            let Ok(array) = self.reload_array(&rel) else {
+                continue;
+            };
+            if array.meta.doc.contains_key("dimension_names") || array.layout.ndim() != names.len()
+            {
+                continue;
+            }
+            let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(&array.json) else {
+                continue;
+            };
+            doc.insert("dimension_names".into(), names.into());
+            let bytes = serde_json::to_vec(&Value::Object(doc)).unwrap_or_default();
+            if let Err(e) = self.update_metadata(&array, &bytes) {
+                log::warn!(
+                    "{}: dimension names from OME-Zarr axes not set: {e}",
+                    rel.display()
+                );
+            }
+        }
     }
 
     /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
@@ -280,4 +340,12 @@ fn remove_empty_dirs(store: &dyn Store, dir: &Path, keep: &Path) {
             let _ = store.remove_dir(&p);
         }
     }
+}
+
+/// The last component of a store directory (empty for the root).
+fn node_name(dir: &Path) -> String {
+    dir.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
 }

@@ -57,7 +57,9 @@ impl View {
                 );
             }
             MetaFile::Zattrs => {
-                v2::apply_zattrs(&mut doc, bytes, Some(array.layout.ndim())).map_err(invalid)?
+                let name = array.rel.file_name().unwrap_or_default().to_string_lossy();
+                v2::apply_zattrs(&mut doc, bytes, Some(array.layout.ndim()), &name)
+                    .map_err(invalid)?
             }
         }
         let bytes = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;

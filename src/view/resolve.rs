@@ -168,7 +168,9 @@ impl View {
             return Ok(match file {
                 MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
                 MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
-                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(group.attrs.clone())),
+                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(format::ome::to_v04(
+                    group.attrs.clone(),
+                ))),
                 MetaFile::Zarray => return Err(ViewError::NotFound),
             });
         }
