@@ -432,3 +432,71 @@ fn ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged() {
     assert_eq!(v3["attributes"], group["attributes"]);
     mount.unmount().unwrap();
 }
+
+/// Arrays and groups that are added to a draft-layout store after it was mounted (as
+/// zarr 2.18 adds them) are seen by the mount within twice `--ttl`, by a lookup of their
+/// name and in listings, with their chunks.
+#[test]
+fn draft_arrays_added_after_the_mount_are_seen() {
+    let test = "draft_arrays_added_after_the_mount_are_seen";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("draft");
+    common::copy_tree(&repo().join("tests/fixtures-draft/draft"), &store);
+    let mnt = tempfile::tempdir().unwrap();
+    let mut opts = v2_options(true);
+    opts.ttl = Some(std::time::Duration::from_millis(200));
+    let mount = Mount::new(&store, mnt.path(), &opts).unwrap();
+    let m = mnt.path();
+    assert!(m.join("u8/.zarray").is_file());
+    assert!(!m.join("u8b").exists());
+    // Another writer adds an array (a copy of u8) and a group to the store.
+    let meta = store.join("meta/root");
+    std::fs::copy(meta.join("u8.array.json"), meta.join("u8b.array.json")).unwrap();
+    common::copy_tree(&store.join("data/root/u8"), &store.join("data/root/u8b"));
+    std::fs::copy(meta.join("grp.group.json"), meta.join("grp2.group.json")).unwrap();
+    // Seen by a lookup of its name (no listing first), then listed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !m.join("u8b/.zarray").is_file() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "u8b not seen after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let names = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    while !names(m).contains(&"grp2".to_string()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "grp2 not listed after 10 s: {:?}",
+            names(m)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(names(m).contains(&"u8b".to_string()), "{:?}", names(m));
+    assert!(m.join("grp2/.zgroup").is_file());
+    assert_eq!(
+        std::fs::read(m.join("u8b/.zarray")).unwrap(),
+        std::fs::read(m.join("u8/.zarray")).unwrap()
+    );
+    let chunks = common::files_under(&m.join("u8"));
+    assert!(chunks.iter().any(|c| !c.starts_with('.')), "{chunks:?}");
+    assert_eq!(common::files_under(&m.join("u8b")), chunks);
+    for c in &chunks {
+        assert_eq!(
+            std::fs::read(m.join("u8b").join(c)).unwrap(),
+            std::fs::read(m.join("u8").join(c)).unwrap(),
+            "{c}"
+        );
+    }
+    mount.unmount().unwrap();
+}

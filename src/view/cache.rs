@@ -48,6 +48,11 @@ impl CachePolicy {
         }
     }
 
+    /// The mount's `--ttl`.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// How long the kernel may cache these attributes (and the entry that carries them).
     pub fn attr_ttl(&self, a: &Attr) -> Duration {
         if a.volatile { Duration::ZERO } else { self.ttl }

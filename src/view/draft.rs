@@ -1,11 +1,14 @@
 //! Stores of the 2022 draft layout (`meta/root/...`, `data/root/...`): the hierarchy is
-//! read from the metadata documents once, at mount, and shown as directories; each
-//! array is presented like a final sharded array. Such a view is read-only.
+//! read from the metadata documents at mount, and read again when a name is not found
+//! or a group is listed, at most once per `--ttl` (so arrays and groups that zarr 2 adds
+//! to the store later are seen); it is shown as directories, and each array is
+//! presented like a final sharded array. Such a view is read-only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{Map, Value};
 
@@ -40,8 +43,47 @@ impl DraftTree {
     }
 }
 
+/// The hierarchy as last read, and when.
+pub(super) struct DraftState {
+    tree: parking_lot::RwLock<Arc<DraftTree>>,
+    /// When `tree` was read; held while it is read again.
+    read_at: parking_lot::Mutex<Instant>,
+}
+
+impl DraftState {
+    pub fn new(tree: DraftTree) -> Self {
+        DraftState {
+            tree: parking_lot::RwLock::new(Arc::new(tree)),
+            read_at: parking_lot::Mutex::new(Instant::now()),
+        }
+    }
+}
+
 impl View {
-    /// Read the hierarchy of a draft store (called once, when the view is made).
+    /// The hierarchy of a draft store, as last read; `None` for other stores.
+    pub(super) fn draft_tree(&self) -> Option<Arc<DraftTree>> {
+        self.draft.as_ref().map(|d| d.tree.read().clone())
+    }
+
+    /// Read the draft hierarchy again if it was read longer than `--ttl` ago (and no
+    /// other thread is reading it now). Whether it was read.
+    pub(super) fn refresh_draft(&self) -> bool {
+        let Some(state) = &self.draft else {
+            return false;
+        };
+        let Some(mut read_at) = state.read_at.try_lock() else {
+            return false;
+        };
+        if read_at.elapsed() < self.cache.ttl() {
+            return false;
+        }
+        let tree = self.load_draft_tree();
+        *state.tree.write() = Arc::new(tree);
+        *read_at = Instant::now();
+        true
+    }
+
+    /// Read the hierarchy of a draft store.
     pub(super) fn load_draft_tree(&self) -> DraftTree {
         let mut tree = DraftTree {
             dir_meta: self.store.stat(Path::new("")).ok().flatten(),
@@ -54,11 +96,6 @@ impl View {
         }
         tree.groups.insert(PathBuf::new(), root);
         self.walk_draft(&mut tree, Path::new(""));
-        log::info!(
-            "store of the 2022 draft layout: {} arrays, {} groups (read-only)",
-            tree.arrays.len(),
-            tree.groups.len()
-        );
         tree
     }
 
@@ -104,7 +141,10 @@ impl View {
                         children.insert(OsString::from(stem), Kind::Dir);
                     }
                     Err(why) => {
-                        log::warn!("{}: array left out: {why}", meta_dir.join(name).display())
+                        let meta = meta_dir.join(name);
+                        if self.arrays.first_warning(&meta) {
+                            log::warn!("{}: array left out: {why}", meta.display())
+                        }
                     }
                 }
             }

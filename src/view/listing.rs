@@ -281,7 +281,11 @@ impl View {
 
     /// A group of a draft store: its metadata files, its groups and arrays.
     pub(super) fn list_draft_group(&self, path: &Path) -> Vec<DirEntry> {
-        let Some(group) = self.draft.as_ref().and_then(|t| t.groups.get(path)) else {
+        self.refresh_draft();
+        let Some(tree) = self.draft_tree() else {
+            return Vec::new();
+        };
+        let Some(group) = tree.groups.get(path) else {
             return Vec::new();
         };
         let mut out: Vec<DirEntry> = self

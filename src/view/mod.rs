@@ -202,7 +202,7 @@ pub struct View {
     counters: ReadCounters,
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
-    draft: Option<draft::DraftTree>,
+    draft: Option<draft::DraftState>,
 }
 
 /// Where an array lives in the store.
@@ -267,7 +267,13 @@ impl View {
                     "the store has the 2022 draft layout: it is mounted read-only (writes fail with EROFS)"
                 );
             }
-            view.draft = Some(view.load_draft_tree());
+            let tree = view.load_draft_tree();
+            log::info!(
+                "store of the 2022 draft layout: {} arrays, {} groups (read-only)",
+                tree.arrays.len(),
+                tree.groups.len()
+            );
+            view.draft = Some(draft::DraftState::new(tree));
             view.inodes.update(
                 ROOT_INO,
                 Node::DraftGroup {
@@ -490,14 +496,14 @@ impl View {
             }
             Node::GroupMeta { dir, file } => {
                 let len = self.group_meta(dir, *file)?.len() as u64;
-                let m = match &self.draft {
+                let m = match self.draft_tree() {
                     Some(tree) => tree.file_meta,
                     None => self.store.stat(&dir.join("zarr.json"))?,
                 };
                 Attr::from_meta(ino, Kind::File, len, &m.ok_or(ViewError::NotFound)?)
             }
             Node::DraftGroup { .. } => {
-                let m = self.draft.as_ref().and_then(|t| t.dir_meta);
+                let m = self.draft_tree().and_then(|t| t.dir_meta);
                 Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
             }
             Node::Chunk { array, coords } => {

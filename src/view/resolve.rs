@@ -35,7 +35,7 @@ impl ArrayRegistry {
     }
 
     /// Whether this is the first refusal of `rel` (to be logged).
-    fn first_warning(&self, rel: &Path) -> bool {
+    pub(super) fn first_warning(&self, rel: &Path) -> bool {
         self.warned.lock().insert(rel.to_path_buf())
     }
 }
@@ -163,7 +163,7 @@ impl View {
     /// The bytes of a group's metadata file made by the view.
     pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
         use format::v2;
-        if let Some(tree) = &self.draft {
+        if let Some(tree) = self.draft_tree() {
             let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
             return Ok(match file {
                 MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
@@ -182,9 +182,18 @@ impl View {
         })
     }
 
-    /// A child of a group of a draft store.
+    /// A child of a group of a draft store. One not known is looked for again in the
+    /// store's metadata, where that was read longer than `--ttl` ago.
     pub(super) fn draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
-        let tree = self.draft.as_ref()?;
+        self.known_draft_child(path, name).or_else(|| {
+            self.refresh_draft()
+                .then(|| self.known_draft_child(path, name))
+                .flatten()
+        })
+    }
+
+    fn known_draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
+        let tree = self.draft_tree()?;
         if let Some(file) = MetaFile::from_name(name)
             && self.format.group_files().contains(&file)
         {
