@@ -148,7 +148,10 @@ fn v2_status(meta: &ArrayMeta, keys: format::ChunkKeyEncoding) -> String {
             Ok(_) => "shown".into(),
             Err(why) => format!("left out: {why}"),
         },
-        Presentation::Plain => "left out: not sharded".into(),
+        Presentation::Plain => match format::v2::plain_zarray(&meta.doc) {
+            Ok(_) => "shown (not sharded: its chunk files pass through at v2 keys)".into(),
+            Err(why) => format!("left out: {why}"),
+        },
         Presentation::Unsupported(why) => format!("left out: {why}"),
     }
 }

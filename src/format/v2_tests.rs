@@ -185,3 +185,88 @@ fn zarray_from_zarr_python_2_becomes_a_v3_array() {
     let other = String::from_utf8(z.to_vec()).unwrap().replace("<f8", "<f4");
     assert!(!same_but_shape(z, other.as_bytes()).unwrap());
 }
+
+#[test]
+fn unsharded_arrays_translate_keys_both_ways() {
+    use crate::format::v2::{PlainEntry as E, PlainKeys, PlainName as N};
+    let enc = |name: &str, sep: char| ChunkKeyEncoding {
+        kind: if name == "v2" {
+            KeyKind::V2
+        } else {
+            KeyKind::Default
+        },
+        separator: sep,
+    };
+    // default, nested: c/i/j <-> i/j
+    let k = PlainKeys {
+        store: enc("default", '/'),
+        ndim: 2,
+    };
+    assert_eq!(k.store_name("3"), N::Key("c/3".into()));
+    assert_eq!(k.store_name("c"), N::Hidden);
+    assert_eq!(k.store_name("zarr.json"), N::Hidden);
+    assert_eq!(k.store_name("3.abc.partial"), N::AsIs);
+    assert_eq!(k.v2_name("c"), E::Expand);
+    assert_eq!(k.v2_name("zarr.json"), E::Hidden);
+    assert_eq!(k.v2_name("notes.txt"), E::AsIs);
+    assert_eq!(k.v2_name_in_c("12"), Some("12".into()));
+    assert_eq!(k.v2_name_in_c("x"), None);
+    // 1-D nested: a key, not a directory.
+    let k = PlainKeys {
+        store: enc("default", '/'),
+        ndim: 1,
+    };
+    assert_eq!(k.store_name("7"), N::Key("c/7".into()));
+    // default, flat: c.i.j <-> i.j
+    let k = PlainKeys {
+        store: enc("default", '.'),
+        ndim: 2,
+    };
+    assert_eq!(k.store_name("1.2"), N::Key("c.1.2".into()));
+    assert_eq!(k.store_name("c.1.2"), N::Hidden);
+    assert_eq!(k.store_name("1.2.abc.partial"), N::AsIs);
+    assert_eq!(k.v2_name("c.1.2"), E::Shown("1.2".into()));
+    // A store file that looks like a v2 key would be shadowed: not shown.
+    assert_eq!(k.v2_name("1.2"), E::Hidden);
+    // 0-d: c <-> 0
+    let k = PlainKeys {
+        store: enc("default", '/'),
+        ndim: 0,
+    };
+    assert_eq!(k.store_name("0"), N::Key("c".into()));
+    assert_eq!(k.v2_name("c"), E::Shown("0".into()));
+    // v2 keys in the store: the same names.
+    let k = PlainKeys {
+        store: enc("v2", '.'),
+        ndim: 2,
+    };
+    assert_eq!(k.store_name("1.2"), N::Key("1.2".into()));
+    assert_eq!(k.v2_name("1.2"), E::Shown("1.2".into()));
+    let k = PlainKeys {
+        store: enc("v2", '/'),
+        ndim: 2,
+    };
+    assert_eq!(k.store_name("4"), N::Key("4".into()));
+    assert_eq!(k.v2_name("4"), E::Shown("4".into()));
+}
+
+#[test]
+fn an_unsharded_array_has_a_zarray() {
+    let d = doc(json!({
+        "zarr_format": 3, "node_type": "array", "shape": [10, 7], "data_type": "uint16",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
+                   {"name": "zstd", "configuration": {"level": 0, "checksum": false}}]
+    }));
+    let (z, keys) = crate::format::v2::plain_zarray(&d).unwrap();
+    assert_eq!(z["chunks"], json!([4, 4]));
+    assert_eq!(z["dtype"], "<u2");
+    assert_eq!(z["dimension_separator"], "/");
+    assert_eq!(z["compressor"]["id"], "zstd");
+    assert_eq!(keys.ndim, 2);
+    let mut odd = d.clone();
+    odd.insert("data_type".into(), json!("string"));
+    assert!(crate::format::v2::plain_zarray(&odd).is_err());
+}

@@ -38,6 +38,9 @@ impl View {
     /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
     fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         use crate::format::v2;
+        if let Some(taken) = self.take_in_plain(dir, file, data) {
+            return taken;
+        }
         let json_path = dir.join("zarr.json");
         let invalid = |why: String| ViewError::Invalid(why);
         let current: Option<serde_json::Map<String, Value>> =
@@ -91,7 +94,10 @@ impl View {
         bytes.push(b'\n');
         self.store.write_atomically(&json_path, &bytes)?;
         match file {
-            MetaFile::Zarray => self.adopt_new_array(dir)?,
+            MetaFile::Zarray => {
+                self.forget_plain(dir);
+                self.adopt_new_array(dir)?
+            }
             MetaFile::Zattrs => self.name_ome_dimensions(dir),
             _ => {}
         }
@@ -154,6 +160,10 @@ impl View {
     /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
     pub(super) fn unlink_group_meta(&self, dir: &Path, file: MetaFile) -> Result<()> {
         self.writer()?;
+        if let Some(done) = self.unlink_plain_meta(dir, file) {
+            self.refresh_subtree(dir);
+            return done;
+        }
         match file {
             MetaFile::Zattrs => {
                 self.store.write_atomically(&dir.join(file.name()), b"{}")?;

@@ -254,6 +254,9 @@ impl View {
     /// A store directory in the v2 view: `zarr.json` hidden, `.zgroup` and `.zattrs` for
     /// a group, arrays without a v2 form left out.
     pub(super) fn list_v2_dir(&self, rel: &Path) -> Result<Vec<DirEntry>> {
+        if let Some(listing) = self.list_plain(rel) {
+            return listing;
+        }
         let mut out = Vec::new();
         for e in self.list_store(rel, |n| n != "zarr.json")? {
             if e.kind == Kind::Dir {

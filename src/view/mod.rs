@@ -20,6 +20,7 @@ mod listing;
 mod meta;
 pub mod node;
 mod ops;
+mod plain;
 mod resolve;
 mod write;
 mod writer;
@@ -498,7 +499,10 @@ impl View {
                 let len = self.group_meta(dir, *file)?.len() as u64;
                 let m = match self.draft_tree() {
                     Some(tree) => tree.file_meta,
-                    None => self.store.stat(&dir.join("zarr.json"))?,
+                    None => match self.store.stat(&dir.join("zarr.json"))? {
+                        None if self.plain_keys(dir).is_some() => self.store.stat(dir)?,
+                        m => m,
+                    },
                 };
                 Attr::from_meta(ino, Kind::File, len, &m.ok_or(ViewError::NotFound)?)
             }

@@ -34,8 +34,8 @@ impl View {
         }
         let (node, handle) = match &pnode {
             Node::Dir { rel } => {
-                let rel = rel.join(name);
                 self.writer()?;
+                let rel = self.new_child_rel(rel, name)?;
                 let f = self.store.open_rw(&rel, OpenMode::CreateNew, false)?;
                 (
                     Node::File { rel: rel.clone() },
@@ -202,8 +202,8 @@ impl View {
         }
         let node = match &pnode {
             Node::Dir { rel } => {
-                let rel = rel.join(name);
                 self.writer()?;
+                let rel = self.new_child_rel(rel, name)?;
                 self.store.create_dir(&rel)?;
                 let meta = self.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)
@@ -398,7 +398,10 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => {
-                self.store.remove_dir(rel)?;
+                match self.rmdir_plain(rel) {
+                    Some(done) => done?,
+                    None => self.store.remove_dir(rel)?,
+                }
                 w.raw.lock().remove(rel);
             }
             Node::ArrayDir { array } if w.headless.lock().contains_key(&array.rel) => {
@@ -470,7 +473,7 @@ impl View {
         self.writer()?;
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
-                let dst = dst_dir.join(newname);
+                let dst = self.new_child_rel(dst_dir, newname)?;
                 self.store.rename(rel, &dst)?;
                 if let Some(file) = MetaFile::from_name(newname) {
                     self.metadata_landed(dst_dir, file)?;
@@ -515,10 +518,9 @@ impl View {
         let node = match (&src, &nnode) {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
                 self.writer()?;
-                self.store.hard_link(rel, &dst_dir.join(newname))?;
-                Node::File {
-                    rel: dst_dir.join(newname),
-                }
+                let dst = self.new_child_rel(dst_dir, newname)?;
+                self.store.hard_link(rel, &dst)?;
+                Node::File { rel: dst }
             }
             _ => {
                 let data = self.content(&src)?;
@@ -555,8 +557,8 @@ impl View {
     ) -> Result<Node> {
         match dir {
             Node::Dir { rel } => {
-                let rel = rel.join(name);
                 self.writer()?;
+                let rel = self.new_child_rel(rel, name)?;
                 self.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
                     self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;

@@ -124,6 +124,9 @@ impl View {
     /// A child of a store directory in the v2 view: `zarr.json` is hidden; a group has
     /// `.zgroup` and `.zattrs`; arrays without a v2 form are left out.
     pub(super) fn v2_dir_child(&self, rel: &Path, name: &OsStr) -> Result<Option<Node>> {
+        if let Some(child) = self.plain_child(rel, name) {
+            return child;
+        }
         match MetaFile::from_name(name) {
             Some(MetaFile::ZarrJson) => return Ok(None),
             Some(file) => {
@@ -173,6 +176,9 @@ impl View {
                 ))),
                 MetaFile::Zarray => return Err(ViewError::NotFound),
             });
+        }
+        if let Some(bytes) = self.plain_meta(dir, file) {
+            return bytes;
         }
         let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
         Ok(match file {
@@ -357,9 +363,11 @@ impl View {
         let layout = match &meta.presentation {
             Presentation::Sharded(l) => l.clone(),
             Presentation::Plain if self.format == ViewFormat::V2 => {
-                return Err(unsupported(
-                    "not sharded (the v2 view shows sharded arrays only)".into(),
-                ));
+                // Shown with its chunk files passed through at v2 keys (`plain.rs`).
+                return match format::v2::plain_zarray(&meta.doc) {
+                    Ok(_) => Err(NotShown::Plain),
+                    Err(why) => Err(unsupported(why)),
+                };
             }
             Presentation::Plain => return Err(NotShown::Plain),
             Presentation::Unsupported(why) => {

@@ -67,6 +67,8 @@ pub struct Writer {
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
     /// each is removed, and the directory until `rmdir` (see `View::unlink`).
     pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
+    /// The same for unsharded arrays of the v2 view (see `view/plain.rs`).
+    pub(super) plain_headless: Mutex<HashMap<PathBuf, super::plain::PlainHeadless>>,
     /// Times set by `utimensat` (`touch -d`, `rsync -a`), by view path: kept for the
     /// mount's lifetime and shown while the file is unchanged since.
     pub(super) times: Mutex<HashMap<PathBuf, SetTimes>>,
@@ -113,6 +115,7 @@ impl Writer {
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
             headless: Mutex::new(HashMap::new()),
+            plain_headless: Mutex::new(HashMap::new()),
             times: Mutex::new(HashMap::new()),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,

@@ -1,0 +1,299 @@
+//! Unsharded v3 arrays in the v2 view: `.zarray` and `.zattrs` made from `zarr.json`, and
+//! the chunk files passed through byte for byte at v2 keys (`c/1/2` is shown as `1/2`,
+//! `c.1.2` as `1.2`, `c` of a 0-d array as `0`; `v2` keys are the same names). Only
+//! names in the array's own directory are translated: below a key directory, every name
+//! is the store's. Writes go straight to the store files, as in any plain directory.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::node::DirEntry;
+use super::{Kind, MetaFile, Node, Result, View, ViewError, ViewFormat};
+use crate::format::v2::{self, PlainEntry, PlainKeys, PlainName};
+use crate::format::{self, Presentation};
+
+/// An unsharded array of the v2 view whose `.zarray` was unlinked: its other names stay
+/// until each is removed, and the directory until `rmdir` (as for sharded arrays).
+pub(super) struct PlainHeadless {
+    pub(super) keys: PlainKeys,
+    /// `.zattrs` is still listed.
+    pub(super) zattrs: bool,
+}
+
+impl View {
+    /// The `zarr.json` document in store directory `rel` when it is an unsharded array
+    /// with a v2 form, with its key translation (v2 view only).
+    fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
+        if self.format != ViewFormat::V2 {
+            return None;
+        }
+        let bytes = self.read_small(&rel.join("zarr.json")).ok()??;
+        let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
+            return None;
+        };
+        if !matches!(meta.presentation, Presentation::Plain) {
+            return None;
+        }
+        let (_, keys) = v2::plain_zarray(&meta.doc).ok()?;
+        Some((meta.doc, keys))
+    }
+
+    /// The key translation of store directory `rel`, if it is an unsharded array of the
+    /// v2 view (or was one, until `rmdir`).
+    pub(super) fn plain_keys(&self, rel: &Path) -> Option<PlainKeys> {
+        if self.format != ViewFormat::V2 {
+            return None;
+        }
+        if let Some(w) = &self.writer
+            && let Some(h) = w.plain_headless.lock().get(rel)
+        {
+            return Some(h.keys.clone());
+        }
+        self.plain_array(rel).map(|(_, keys)| keys)
+    }
+
+    /// The store path of child `name` of store directory `rel` as the view shows it:
+    /// translated in an unsharded array's directory of the v2 view, `None` where the
+    /// view hides the name there.
+    pub(super) fn dir_child_rel(&self, rel: &Path, name: &OsStr) -> Option<PathBuf> {
+        let Some(keys) = self.plain_keys(rel) else {
+            return Some(rel.join(name));
+        };
+        match name.to_str().map(|n| keys.store_name(n)) {
+            Some(PlainName::Key(p)) => Some(rel.join(p)),
+            Some(PlainName::Hidden) => None,
+            Some(PlainName::AsIs) | None => Some(rel.join(name)),
+        }
+    }
+
+    /// Like [`Self::dir_child_rel`], for a name about to be made: the key directory it
+    /// lies in (`c/`) is made first where missing.
+    pub(super) fn new_child_rel(&self, rel: &Path, name: &OsStr) -> Result<PathBuf> {
+        let child = self.dir_child_rel(rel, name).ok_or_else(|| {
+            ViewError::Invalid(format!(
+                "{}: the v2 view of an unsharded array keeps this name for the store's keys",
+                rel.join(name).display()
+            ))
+        })?;
+        if let Some(parent) = child.parent()
+            && parent != rel
+            && self.store.stat(parent)?.is_none()
+        {
+            self.writer()?;
+            self.store.create_dir(parent)?;
+        }
+        Ok(child)
+    }
+
+    /// A child of an unsharded array's directory in the v2 view; `None` when `rel` is no
+    /// such array.
+    pub(super) fn plain_child(&self, rel: &Path, name: &OsStr) -> Option<Result<Option<Node>>> {
+        let keys = self.plain_keys(rel)?;
+        Some((|| {
+            if let Some(file) = MetaFile::from_name(name) {
+                if !self.format.array_files().contains(&file) {
+                    return Ok(None);
+                }
+                // A v2 writer's own file (taken in when it is closed) wins.
+                if let Some(m) = self.store.stat(&rel.join(name))?
+                    && m.kind == crate::store::EntryKind::File
+                {
+                    return Ok(Some(Node::File {
+                        rel: rel.join(name),
+                    }));
+                }
+                return Ok(self.plain_meta_shown(rel, file).then(|| Node::GroupMeta {
+                    dir: rel.to_path_buf(),
+                    file,
+                }));
+            }
+            let path = match name.to_str().map(|n| keys.store_name(n)) {
+                Some(PlainName::Key(p)) => rel.join(p),
+                Some(PlainName::Hidden) => return Ok(None),
+                Some(PlainName::AsIs) | None => rel.join(name),
+            };
+            let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
+                return Ok(None);
+            };
+            self.store_child(dir, file)
+        })())
+    }
+
+    /// Whether metadata file `file` of the unsharded array at `rel` is shown.
+    fn plain_meta_shown(&self, rel: &Path, file: MetaFile) -> bool {
+        match self
+            .writer
+            .as_ref()
+            .and_then(|w| w.plain_headless.lock().get(rel).map(|h| h.zattrs))
+        {
+            Some(zattrs) => file == MetaFile::Zattrs && zattrs,
+            None => true,
+        }
+    }
+
+    /// The listing of an unsharded array's directory in the v2 view; `None` when `rel`
+    /// is no such array.
+    pub(super) fn list_plain(&self, rel: &Path) -> Option<Result<Vec<DirEntry>>> {
+        let keys = self.plain_keys(rel)?;
+        Some((|| {
+            let mut out = Vec::new();
+            for e in self.list_store(rel, |_| true)? {
+                let Some(name) = e.name.to_str() else {
+                    out.push(e);
+                    continue;
+                };
+                if MetaFile::from_name(&e.name).is_some_and(|f| f != MetaFile::ZarrJson) {
+                    // A v2 writer's own metadata file, until it is taken in.
+                    out.push(e);
+                    continue;
+                }
+                match keys.v2_name(name) {
+                    PlainEntry::Shown(n) => out.push(DirEntry {
+                        name: n.into(),
+                        ..e
+                    }),
+                    PlainEntry::Expand => {
+                        for c in self.list_store(&rel.join(name), |_| true)? {
+                            if let Some(n) = c.name.to_str().and_then(|n| keys.v2_name_in_c(n)) {
+                                out.push(DirEntry {
+                                    name: n.into(),
+                                    ..c
+                                });
+                            }
+                        }
+                    }
+                    PlainEntry::Hidden => {}
+                    PlainEntry::AsIs => out.push(e),
+                }
+            }
+            for file in self.format.array_files() {
+                if self.plain_meta_shown(rel, *file) {
+                    out.push(DirEntry {
+                        ino: 0,
+                        name: file.name().into(),
+                        kind: Kind::File,
+                    });
+                }
+            }
+            Ok(out)
+        })())
+    }
+
+    /// The bytes of `.zarray` or `.zattrs` of the unsharded array at `rel`; `None` when
+    /// `rel` is no such array.
+    pub(super) fn plain_meta(&self, rel: &Path, file: MetaFile) -> Option<Result<Vec<u8>>> {
+        self.plain_keys(rel)?;
+        let Some((doc, _)) = self.plain_array(rel) else {
+            // Headless: only `.zattrs` is left, and what it held is gone with zarr.json.
+            return Some(match file {
+                MetaFile::Zattrs => Ok(v2::to_bytes(&Value::Object(Map::new()))),
+                _ => Err(ViewError::NotFound),
+            });
+        };
+        Some(match file {
+            MetaFile::Zarray => v2::plain_zarray(&doc)
+                .map(|(z, _)| v2::to_bytes(&z))
+                .map_err(ViewError::Invalid),
+            MetaFile::Zattrs => Ok(v2::to_bytes(&v2::zattrs(&doc))),
+            _ => Err(ViewError::NotFound),
+        })
+    }
+
+    /// A `.zarray` or `.zattrs` written into the directory of the unsharded array at
+    /// `dir`: the attributes, or only the shape, change in its `zarr.json`. `None` when
+    /// `dir` is no such array.
+    pub(super) fn take_in_plain(
+        &self,
+        dir: &Path,
+        file: MetaFile,
+        data: &[u8],
+    ) -> Option<Result<()>> {
+        let (mut doc, keys) = self.plain_array(dir)?;
+        let invalid = |why: String| ViewError::Invalid(why);
+        Some((|| {
+            match file {
+                MetaFile::Zattrs => {
+                    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+                    v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(invalid)?;
+                }
+                MetaFile::Zarray => {
+                    let (shown, _) = v2::plain_zarray(&doc).map_err(invalid)?;
+                    if !v2::same_but_shape(&v2::to_bytes(&shown), data).map_err(invalid)? {
+                        return Err(invalid(
+                            "only the shape of an array may change through .zarray".into(),
+                        ));
+                    }
+                    doc.insert(
+                        "shape".into(),
+                        v2::zarray_shape(data).map_err(invalid)?.into(),
+                    );
+                }
+                _ => return Err(invalid(format!("{} is an array", dir.display()))),
+            }
+            let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
+                .map_err(|e| invalid(e.to_string()))?;
+            bytes.push(b'\n');
+            self.store
+                .write_atomically(&dir.join("zarr.json"), &bytes)?;
+            Ok(())
+        })())
+    }
+
+    /// `unlink` of `.zarray` or `.zattrs` of the unsharded array at `dir`; `None` when
+    /// `dir` is no such array. As zarr 2 removes an array (recursively, from a listing
+    /// taken first, `.zarray` first), the metadata leaves the store at once and the
+    /// other names stay until each is removed.
+    pub(super) fn unlink_plain_meta(&self, dir: &Path, file: MetaFile) -> Option<Result<()>> {
+        let keys = self.plain_keys(dir)?;
+        Some((|| {
+            let w = self.writer()?;
+            let headless = w.plain_headless.lock().contains_key(dir);
+            match (file, headless) {
+                (MetaFile::Zarray, false) => {
+                    self.store.remove_file(&dir.join("zarr.json"))?;
+                    w.plain_headless
+                        .lock()
+                        .insert(dir.to_path_buf(), PlainHeadless { keys, zattrs: true });
+                }
+                (MetaFile::Zattrs, false) => {
+                    return self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()));
+                }
+                (MetaFile::Zattrs, true) => {
+                    if let Some(h) = w.plain_headless.lock().get_mut(dir) {
+                        h.zattrs = false;
+                    }
+                }
+                _ => return Err(ViewError::NotFound),
+            }
+            Ok(())
+        })())
+    }
+
+    /// `rmdir` of the directory of an unsharded array whose `.zarray` was unlinked:
+    /// once the view shows nothing in it, it goes with what is left of it in the store
+    /// (emptied key directories). `None` when `rel` is no such array.
+    pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
+        let w = self.writer.as_ref()?;
+        if !w.plain_headless.lock().contains_key(rel) {
+            return None;
+        }
+        Some((|| {
+            let listed = self.list_plain(rel).unwrap_or(Ok(Vec::new()))?;
+            if !listed.is_empty() {
+                return Err(ViewError::NotEmpty);
+            }
+            self.store.remove_tree(rel)?;
+            w.plain_headless.lock().remove(rel);
+            Ok(())
+        })())
+    }
+
+    /// A new array was made at `rel`: it is no longer a headless unsharded one.
+    pub(super) fn forget_plain(&self, rel: &Path) {
+        if let Some(w) = &self.writer {
+            w.plain_headless.lock().remove(rel);
+        }
+    }
+}
