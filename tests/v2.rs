@@ -333,7 +333,8 @@ fn ome(python: &Path, args: &[&str]) -> String {
 /// OME-Zarr 0.4 readers open a sharded OME-Zarr 0.5 image through the v2 view (ome-zarr
 /// 0.10 with zarr 2: both levels, the label image, scales, axes, channels), and a 0.4
 /// image with labels that ome-zarr 0.10 writes through a writable v2 view is stored as
-/// 0.5, which ome-zarr-models validates and zarr-python 3 reads.
+/// 0.5, which ome-zarr-models validates and zarr-python 3 reads. A 0.5 plate opens as a
+/// 0.4 plate, its wells side by side.
 #[test]
 fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
     let test = "ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view";
@@ -371,6 +372,21 @@ fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
     }
     let out = ome(&py3, &["check", "--store", s(&written), "--want", s(&want)]);
     assert!(out.contains(" 11 passed"), "{out}");
+    // High-content screening: a 0.5 plate of two wells opens as a 0.4 plate.
+    let plate = tmp.path().join("plate");
+    let fields = tmp.path().join("plate.npz");
+    ome(
+        &py3,
+        &["make-plate", "--store", s(&plate), "--out", s(&fields)],
+    );
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(&plate, mnt.path(), &v2_options(true)).unwrap();
+    let out = ome(
+        &py2,
+        &["read-plate", "--mount", s(mnt.path()), "--want", s(&fields)],
+    );
+    assert!(out.contains(" 4 passed"), "{out}");
+    mount.unmount().unwrap();
 }
 
 /// The translation without Python, in the order zarr 2 does not use: a 0.4 image's group
