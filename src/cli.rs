@@ -39,7 +39,8 @@ pub enum Command {
     },
     /// Show every array of a store: shapes, codecs, shards, stored chunks, bytes.
     Info {
-        /// The store: a directory with a Zarr v3 hierarchy (or the 2022 draft layout).
+        /// The store: a directory with a Zarr v3 hierarchy (or the 2022 draft layout), or
+        /// s3://BUCKET/PREFIX.
         store: PathBuf,
         /// Print JSON for scripts.
         #[arg(long)]
@@ -83,7 +84,9 @@ pub enum Command {
 
 #[derive(Debug, Args, Clone)]
 pub struct MountArgs {
-    /// The store: a directory with a Zarr v3 hierarchy.
+    /// The store: a directory with a Zarr v3 hierarchy, or object storage
+    /// (s3://BUCKET/PREFIX; credentials, region and endpoint from the AWS_* environment, as
+    /// for the AWS CLI; AWS_ALLOW_HTTP=true for a plain-http endpoint).
     pub store: PathBuf,
     /// An existing empty directory.
     pub mountpoint: PathBuf,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use shardfs::cli::{self, Cli, Command, MountArgs};
-use shardfs::{daemon, info, mount, store};
+use shardfs::{daemon, info, mount};
 
 fn main() -> ExitCode {
     let args = cli::normalize_args(std::env::args_os().collect());
@@ -122,8 +122,8 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         }
         Command::Info { store: path, json } => {
             init_logging("warn");
-            let s = store::LocalStore::open(&path)?;
-            let arrays = info::inspect(&s)?;
+            let s = mount::open_store(&path)?;
+            let arrays = info::inspect(s.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&arrays)?);
             } else {
@@ -137,6 +137,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             json,
         } => {
             init_logging("warn");
+            local_only("verify", &store)?;
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let report = shardfs::maint::verify(&store, repair, progress)?;
             if json {
@@ -156,6 +157,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             json,
         } => {
             init_logging("warn");
+            local_only("compact", &store)?;
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
             let report = shardfs::maint::compact(&store, min_garbage, progress)?;
             if json {
@@ -193,15 +195,29 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     }
 }
 
+/// `verify` and `compact` work on local directories only, so far.
+fn local_only(command: &str, store: &std::path::Path) -> Result<()> {
+    if mount::object_url(store).is_some() {
+        bail!(
+            "{command} works on a local directory only, so far; {} is object storage \
+             (shards there are always written whole, without dead space)",
+            store.display()
+        );
+    }
+    Ok(())
+}
+
 fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     let opts = cli::mount_options(&m).map_err(anyhow::Error::msg)?;
     if !m.foreground {
         // Check what can be checked before detaching, for a clear message here.
-        if !m.store.is_dir() {
-            bail!("store {} is not a directory", m.store.display());
-        }
-        if let Some(why) = mount::not_zarr_warning(&m.store) {
-            eprintln!("shardfs: warning: {why}");
+        if mount::object_url(&m.store).is_none() {
+            if !m.store.is_dir() {
+                bail!("store {} is not a directory", m.store.display());
+            }
+            if let Some(why) = mount::not_zarr_warning(&m.store) {
+                eprintln!("shardfs: warning: {why}");
+            }
         }
         return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
             Ok(()) => Ok(ExitCode::SUCCESS),
@@ -213,7 +229,9 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     } else {
         init_logging("info");
     }
-    if let Some(why) = mount::not_zarr_warning(&m.store) {
+    if mount::object_url(&m.store).is_none()
+        && let Some(why) = mount::not_zarr_warning(&m.store)
+    {
         log::warn!("{why}");
     }
     daemon::block_signals();

@@ -124,6 +124,27 @@ pub enum MountError {
     Fuse { path: PathBuf, source: io::Error },
     #[error("--compactor gpu: {0}")]
     NoGpu(String),
+    #[error("cannot open store {0}")]
+    ObjectStore(String),
+}
+
+/// Whether `store` names object storage (`s3://BUCKET/PREFIX`) rather than a directory.
+pub fn object_url(store: &Path) -> Option<&str> {
+    store.to_str().filter(|s| s.starts_with("s3://"))
+}
+
+/// The store named by `store`: a local directory, or object storage (`s3://`).
+pub fn open_store(store: &Path) -> Result<Arc<dyn Store>, MountError> {
+    if let Some(url) = object_url(store) {
+        let s = crate::store::ObjectStoreStore::open_url(url)
+            .map_err(|e| MountError::ObjectStore(e.to_string()))?;
+        return Ok(Arc::new(s));
+    }
+    let local = LocalStore::open(store).map_err(|source| MountError::Store {
+        path: store.to_path_buf(),
+        source,
+    })?;
+    Ok(Arc::new(local))
 }
 
 /// Refuse a mount point that would hang or hide things: inside the store (the daemon
@@ -136,7 +157,12 @@ fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(
         why,
     };
     let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(e.to_string()));
-    let (s, m) = (canon(store)?, canon(mountpoint)?);
+    let m = canon(mountpoint)?;
+    // Object storage cannot contain the mount point, nor lie inside it.
+    let s = match object_url(store) {
+        Some(_) => PathBuf::from("\0object storage"),
+        None => canon(store)?,
+    };
     if m.starts_with(&s) {
         return Err(refuse(format!(
             "it lies inside the store {}; mount elsewhere",
@@ -255,10 +281,7 @@ impl Mount {
         opts: &MountOptions,
     ) -> Result<Mount, MountError> {
         let (store, mountpoint) = (store.as_ref(), mountpoint.as_ref());
-        let local = LocalStore::open(store).map_err(|source| MountError::Store {
-            path: store.to_path_buf(),
-            source,
-        })?;
+        let backing = open_store(store)?;
         let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
             path: mountpoint.to_path_buf(),
             why: e.to_string(),
@@ -270,8 +293,11 @@ impl Mount {
             });
         }
         check_mountpoint(store, mountpoint, opts.nonempty)?;
-        let fsname = std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf());
-        let store: Arc<dyn Store> = Arc::new(local);
+        let fsname = match object_url(store) {
+            Some(url) => PathBuf::from(url),
+            None => std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf()),
+        };
+        let store = backing;
         // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
         // a wrong choice is reported where it was made.
         let compactor = make_compactor(opts.compactor)?;

@@ -252,8 +252,6 @@ impl Store for MemoryStore {
         level: &ShardLevel,
         merge: &mut Merge<'_, '_>,
     ) -> Result<CommitOutcome, CommitError> {
-        let n = usize::try_from(level.n_chunks())
-            .map_err(|_| CommitError::BadUpdate("index too large".into()))?;
         let mut inner = self.inner.lock();
         inner.commits += 1;
         let fault = Self::fault_now(&mut inner);
@@ -262,66 +260,9 @@ impl Store for MemoryStore {
             path: rel.to_path_buf(),
             source: e,
         };
-        let (index, times, old_len) = match &current {
-            None => (ShardIndex::empty(n), CloseTimes::unknown(n), 0),
-            Some(data) => {
-                let f = MemFile { data: data.clone() };
-                let len = data.len() as u64;
-                let index = read_index(&f, level, 0, len).map_err(|e| match e {
-                    ReadIndexError::Io(e) => io_err(e),
-                    ReadIndexError::Index(err) => CommitError::Corrupt {
-                        path: rel.to_path_buf(),
-                        err,
-                    },
-                })?;
-                let times = read_times(&f, level, len, &index)
-                    .map_err(io_err)?
-                    .unwrap_or_else(|| CloseTimes::unknown(n));
-                (index, times, len)
-            }
-        };
-        let updates = merge(&ShardSnapshot {
-            index: &index,
-            times: &times,
-            exists: current.is_some(),
-        });
-        if let Some(bad) = updates.iter().find(|u| u.slot >= n) {
-            return Err(CommitError::BadUpdate(format!(
-                "slot {} of a shard with {n} chunks",
-                bad.slot
-            )));
-        }
-        let old = current.as_deref().map(Vec::as_slice).unwrap_or(&[]);
-        let mut chunks: Vec<Option<&[u8]>> = index
-            .entries()
-            .iter()
-            .map(|e| e.map(|r| &old[r.offset as usize..r.end() as usize]))
-            .collect();
-        let mut new_times = times.clone();
-        let mut changed = false;
-        for u in &updates {
-            changed |= u.data.is_some() || chunks[u.slot].is_some();
-            chunks[u.slot] = u.data;
-            new_times.set(u.slot, u.closed);
-        }
-        let mut outcome = CommitOutcome {
-            index: index.clone(),
-            old_len,
-            new_len: old_len,
-            bytes_written: 0,
-            removed: current.is_none(),
-            rewritten: false,
-            applied: updates.len(),
-            recovered: Vec::new(),
-        };
-        if !changed {
-            return Ok(outcome);
-        }
-        let removed = chunks.iter().all(Option::is_none);
-        let bytes = if removed {
-            Vec::new()
-        } else {
-            dense_shard(level, &chunks, &new_times)
+        let rewrite = rewrite_shard(rel, level, current.as_deref().map(Vec::as_slice), merge)?;
+        let Some(bytes) = rewrite.bytes else {
+            return Ok(rewrite.outcome);
         };
         match fault {
             Some(Fault::Fail { errno, .. }) => {
@@ -334,32 +275,129 @@ impl Store for MemoryStore {
             }
             None => {}
         }
-        if removed {
+        if rewrite.outcome.removed {
             inner.files.remove(rel);
-            outcome.index = ShardIndex::empty(n);
-            outcome.new_len = 0;
-            outcome.removed = true;
-            return Ok(outcome);
+            return Ok(rewrite.outcome);
         }
+        inner.bytes_written += rewrite.outcome.new_len;
+        for dir in rel.ancestors().skip(1) {
+            inner.dirs.insert(dir.to_path_buf());
+        }
+        inner.files.insert(rel.to_path_buf(), Arc::new(bytes));
+        Ok(rewrite.outcome)
+    }
+}
+
+/// A shard commit worked out on the shard's bytes as they are (`None`: no shard), as an
+/// object store makes it: the new shard written whole and densely.
+pub(crate) struct Rewrite {
+    /// What the commit does; `removed` when no chunk is left.
+    pub outcome: CommitOutcome,
+    /// The new shard (empty when removed); `None` when nothing changes.
+    pub bytes: Option<Vec<u8>>,
+    /// The close times after the commit, per slot.
+    pub times: CloseTimes,
+}
+
+/// Read the shard `current`, let `merge` decide, and make the new shard's bytes.
+pub(crate) fn rewrite_shard(
+    rel: &Path,
+    level: &ShardLevel,
+    current: Option<&[u8]>,
+    merge: &mut Merge<'_, '_>,
+) -> Result<Rewrite, CommitError> {
+    let n = usize::try_from(level.n_chunks())
+        .map_err(|_| CommitError::BadUpdate("index too large".into()))?;
+    let io_err = |e: io::Error| CommitError::Io {
+        path: rel.to_path_buf(),
+        source: e,
+    };
+    let index_of = |data: &[u8]| -> Result<ShardIndex, CommitError> {
         let f = MemFile {
-            data: Arc::new(bytes),
+            data: Arc::new(data.to_vec()),
         };
-        outcome.index = read_index(&f, level, 0, f.data.len() as u64).map_err(|e| match e {
+        read_index(&f, level, 0, data.len() as u64).map_err(|e| match e {
             ReadIndexError::Io(e) => io_err(e),
             ReadIndexError::Index(err) => CommitError::Corrupt {
                 path: rel.to_path_buf(),
                 err,
             },
-        })?;
-        outcome.new_len = f.data.len() as u64;
-        outcome.bytes_written = outcome.new_len;
-        outcome.removed = false;
-        outcome.rewritten = true;
-        inner.bytes_written += outcome.new_len;
-        for dir in rel.ancestors().skip(1) {
-            inner.dirs.insert(dir.to_path_buf());
+        })
+    };
+    let (index, times, old_len) = match current {
+        None => (ShardIndex::empty(n), CloseTimes::unknown(n), 0),
+        Some(data) => {
+            let f = MemFile {
+                data: Arc::new(data.to_vec()),
+            };
+            let len = data.len() as u64;
+            let index = index_of(data)?;
+            let times = read_times(&f, level, len, &index)
+                .map_err(io_err)?
+                .unwrap_or_else(|| CloseTimes::unknown(n));
+            (index, times, len)
         }
-        inner.files.insert(rel.to_path_buf(), f.data);
-        Ok(outcome)
+    };
+    let updates = merge(&ShardSnapshot {
+        index: &index,
+        times: &times,
+        exists: current.is_some(),
+    });
+    if let Some(bad) = updates.iter().find(|u| u.slot >= n) {
+        return Err(CommitError::BadUpdate(format!(
+            "slot {} of a shard with {n} chunks",
+            bad.slot
+        )));
     }
+    let old = current.unwrap_or(&[]);
+    let mut chunks: Vec<Option<&[u8]>> = index
+        .entries()
+        .iter()
+        .map(|e| e.map(|r| &old[r.offset as usize..r.end() as usize]))
+        .collect();
+    let mut new_times = times.clone();
+    let mut changed = false;
+    for u in &updates {
+        changed |= u.data.is_some() || chunks[u.slot].is_some();
+        chunks[u.slot] = u.data;
+        new_times.set(u.slot, u.closed);
+    }
+    let mut outcome = CommitOutcome {
+        index: index.clone(),
+        old_len,
+        new_len: old_len,
+        bytes_written: 0,
+        removed: current.is_none(),
+        rewritten: false,
+        applied: updates.len(),
+        recovered: Vec::new(),
+    };
+    if !changed {
+        return Ok(Rewrite {
+            outcome,
+            bytes: None,
+            times: new_times,
+        });
+    }
+    if chunks.iter().all(Option::is_none) {
+        outcome.index = ShardIndex::empty(n);
+        outcome.new_len = 0;
+        outcome.removed = true;
+        return Ok(Rewrite {
+            outcome,
+            bytes: Some(Vec::new()),
+            times: new_times,
+        });
+    }
+    let bytes = dense_shard(level, &chunks, &new_times);
+    outcome.index = index_of(&bytes)?;
+    outcome.new_len = bytes.len() as u64;
+    outcome.bytes_written = outcome.new_len;
+    outcome.removed = false;
+    outcome.rewritten = true;
+    Ok(Rewrite {
+        outcome,
+        bytes: Some(bytes),
+        times: new_times,
+    })
 }

@@ -16,6 +16,7 @@ pub mod commit;
 pub mod limits;
 pub mod local;
 pub mod memory;
+pub mod object;
 pub mod shard;
 
 pub(crate) use local::FileRef;
@@ -27,6 +28,7 @@ use std::time::SystemTime;
 pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use object::ObjectStoreStore;
 
 /// Kind of a store entry, as `lstat` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""A local S3 endpoint for shardfs's tests, and the few bucket chores they need.
+
+    serve  [--bucket NAME ...]
+        moto's S3 server on 127.0.0.1 (a free port), serving ONE REQUEST AT A TIME:
+        moto's default threaded server checks If-Match without a lock, so two racing
+        conditional PUTs could both succeed, which real S3 never allows. Creates the
+        buckets, prints "ready http://127.0.0.1:PORT" and serves until killed.
+    upload   --endpoint URL --to BUCKET/PREFIX DIR     every file of DIR, as objects
+    download --endpoint URL --from BUCKET/PREFIX DIR   every object below PREFIX, as files
+    keys     --endpoint URL --from BUCKET/PREFIX       the keys below PREFIX, one a line
+
+Credentials are moto's dummies (any key is accepted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+
+def client(endpoint: str):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    )
+
+
+def serve(args) -> None:
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server("127.0.0.1", 0, app, threaded=False)
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    s3 = client(endpoint)
+    for bucket in args.bucket or []:
+        s3.create_bucket(Bucket=bucket)
+    print(f"ready {endpoint}", flush=True)
+    thread.join()
+
+
+def split(target: str) -> tuple[str, str]:
+    bucket, _, prefix = target.partition("/")
+    return bucket, prefix.strip("/")
+
+
+def upload(args) -> None:
+    s3 = client(args.endpoint)
+    bucket, prefix = split(args.to)
+    n = 0
+    for dirpath, _, files in os.walk(args.dir):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            rel = os.path.relpath(path, args.dir)
+            key = f"{prefix}/{rel}" if prefix else rel
+            with open(path, "rb") as fh:
+                s3.put_object(Bucket=bucket, Key=key, Body=fh.read())
+            n += 1
+    print(f"uploaded {n} objects")
+
+
+def objects(endpoint: str, target: str):
+    s3 = client(endpoint)
+    bucket, prefix = split(target)
+    pages = s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=f"{prefix}/" if prefix else ""
+    )
+    for page in pages:
+        for o in page.get("Contents", []):
+            yield s3, bucket, o["Key"], o["Key"][len(prefix) + 1 if prefix else 0 :]
+
+
+def download(args) -> None:
+    n = 0
+    for s3, bucket, key, rel in objects(args.endpoint, args.source):
+        path = os.path.join(args.dir, rel)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        n += 1
+    print(f"downloaded {n} objects")
+
+
+def keys(args) -> None:
+    for _, _, _, rel in objects(args.endpoint, args.source):
+        print(rel)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("serve")
+    p.add_argument("--bucket", action="append")
+    p = sub.add_parser("upload")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--to", required=True)
+    p.add_argument("dir")
+    p = sub.add_parser("download")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--from", dest="source", required=True)
+    p.add_argument("dir")
+    p = sub.add_parser("keys")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--from", dest="source", required=True)
+    args = ap.parse_args()
+    {"serve": serve, "upload": upload, "download": download, "keys": keys}[args.cmd](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
