@@ -359,8 +359,10 @@ impl Mount {
             })?;
         let _ = notifier.set(session.notifier());
         log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
+        // Object storage has no half-done commits to recover (a PUT is atomic).
         let recovery = view
             .write_side()
+            .filter(|_| object_url(&fsname).is_none())
             .and_then(|_| recovery_walk(fsname.clone()));
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();

@@ -356,3 +356,66 @@ fn s3_mount_failures_say_why() {
         "is not an http:// or https:// URL",
     );
 }
+
+/// An array that zarr-python 3 writes through an s3 mount (a legacy, unsharded writer)
+/// lands in the bucket sharded, with no temporary object left, and zarr-python 3 and
+/// tensorstore read the stored shards back equal.
+#[test]
+fn a_new_array_written_through_an_s3_mount_lands_sharded() {
+    let test = "a_new_array_written_through_an_s3_mount_lands_sharded";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = s3.mount("s3://bucket/new", &mnt, &[]);
+    let write = "import zarr, numpy as np, sys\n\
+        g = zarr.open_group(sys.argv[1], mode='w')\n\
+        a = g.create_array('img', shape=(64, 48), chunks=(16, 16), dtype='uint16')\n\
+        a[...] = np.arange(64 * 48, dtype='uint16').reshape(64, 48)\n\
+        assert (a[...] == np.arange(64 * 48).reshape(64, 48)).all()\n";
+    let out = Command::new(&py)
+        .args(["-c", write])
+        .arg(mnt.join("g"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    m.unmount();
+    let keys = s3.tool(&["keys", "--from", "bucket/new"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(
+        keys.contains(&"g/img/zarr.json") && keys.contains(&"g/zarr.json"),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter().filter(|k| k.starts_with("g/img/c/")).count() < 12,
+        "12 chunks went into fewer shards: {keys:?}"
+    );
+    let local = tmp.path().join("downloaded");
+    s3.tool(&["download", "--from", "bucket/new", local.to_str().unwrap()]);
+    let read = "import zarr, numpy as np, sys, tensorstore as ts\n\
+        want = np.arange(64 * 48, dtype='uint16').reshape(64, 48)\n\
+        a = zarr.open_array(sys.argv[1] + '/g/img', mode='r')\n\
+        assert a.shards is not None, a.metadata\n\
+        assert (a[...] == want).all()\n\
+        t = ts.open({'driver': 'zarr3', 'kvstore': {'driver': 'file', 'path': sys.argv[1] + '/g/img'}}).result()\n\
+        assert (t.read().result() == want).all()\n\
+        print('ok')\n";
+    let out = Command::new(&py)
+        .args(["-c", read])
+        .arg(&local)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
