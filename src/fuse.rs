@@ -39,6 +39,17 @@ impl ShardFs {
     }
 
     /// Where the mount puts the session's notifier once the session runs.
+    /// Before replying to a close or fsync: let the kernel drop what this request's
+    /// changes made stale (chunks a shrink deleted, nodes whose kind changed), so the
+    /// writer's next lookup sees the change. Safe here, as these requests hold no
+    /// directory lock (the kernel takes the parent's to drop an entry); bounded, so a
+    /// stuck kernel cannot hang the close.
+    fn settle(&self) {
+        if let Some(w) = self.view.write_side() {
+            w.settle_invalidations(std::time::Duration::from_secs(1));
+        }
+    }
+
     pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
         self.notifier.clone()
     }
@@ -225,7 +236,9 @@ impl Filesystem for ShardFs {
             // Nothing commits on a read-only view; the kernel stops sending flushes.
             return reply.error(Errno::ENOSYS);
         }
-        done(reply, self.view.flush_handle(fh.0))
+        let r = self.view.flush_handle(fh.0);
+        self.settle();
+        done(reply, r)
     }
 
     fn release(
@@ -238,7 +251,9 @@ impl Filesystem for ShardFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        done(reply, self.view.release(fh.0))
+        let r = self.view.release(fh.0);
+        self.settle();
+        done(reply, r)
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -463,7 +478,9 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        done(reply, self.view.fsync(ino.0))
+        let r = self.view.fsync(ino.0);
+        self.settle();
+        done(reply, r)
     }
 
     fn fsyncdir(

@@ -367,6 +367,7 @@ impl Mount {
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
             w.set_invalidations(tx);
+            let done = w.invalidations_done();
             let notifier = session.notifier();
             std::thread::spawn(move || {
                 for i in rx {
@@ -377,6 +378,7 @@ impl Mount {
                             notifier.inval_entry(INodeNo(parent), &name)
                         }
                     };
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             });
             let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

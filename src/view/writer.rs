@@ -77,6 +77,9 @@ pub struct Writer {
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
     /// a request, where the kernel may hold the directory's lock).
     pub(super) invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+    /// Invalidations sent, and (counted by the sending thread) delivered to the kernel.
+    invalidations_queued: AtomicU64,
+    invalidations_done: Arc<AtomicU64>,
 }
 
 /// An array whose metadata was unlinked while its other names are still shown.
@@ -120,6 +123,8 @@ impl Writer {
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
+            invalidations_queued: AtomicU64::new(0),
+            invalidations_done: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -141,8 +146,30 @@ impl Writer {
     }
 
     pub(super) fn invalidate(&self, i: Invalidation) {
-        if let Some(tx) = self.invalidations.lock().as_ref() {
-            let _ = tx.send(i);
+        if let Some(tx) = self.invalidations.lock().as_ref()
+            && tx.send(i).is_ok()
+        {
+            self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The counter the sending thread bumps after each invalidation it delivered.
+    pub fn invalidations_done(&self) -> Arc<AtomicU64> {
+        self.invalidations_done.clone()
+    }
+
+    /// Wait (at most `timeout`) until every invalidation sent so far reached the kernel.
+    /// Only from a request that holds no directory lock in the kernel (`flush`,
+    /// `release`, `fsync`): the kernel takes the parent's lock to drop an entry.
+    pub fn settle_invalidations(&self, timeout: std::time::Duration) {
+        let target = self.invalidations_queued.load(Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + timeout;
+        while self.invalidations_done.load(Ordering::SeqCst) < target {
+            if std::time::Instant::now() >= deadline {
+                log::debug!("kernel cache invalidations still on the way after {timeout:?}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
 
