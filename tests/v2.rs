@@ -597,3 +597,78 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
     let out = plain(&py3, &["check", "--store", s(&store)]);
     assert!(out.contains(" 9 passed"), "{out}");
 }
+
+/// A shell's redirection (`echo ... > .zattrs`, which closes a duplicate of the still
+/// empty file before writing) stores v2 metadata like any other write: attributes of an
+/// unsharded array and of a group, a new group, and a resize through `.zarray`. And 0.4
+/// multiscales written over existing unsharded arrays give them `dimension_names`.
+#[test]
+fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
+    let test = "shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir_all(store.join("img/0")).unwrap();
+    std::fs::write(
+        store.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        store.join("img/zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    let array = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {"k": 1}
+    });
+    std::fs::write(store.join("img/0/zarr.json"), array.to_string()).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+    let m = mnt.path();
+    let sh = |script: &str| {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(m)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{script}");
+    };
+    sh(r#"echo '{"k": 2}' > img/0/.zattrs"#);
+    sh(r#"mkdir newgrp && echo '{"zarr_format": 2}' > newgrp/.zgroup"#);
+    let zarray = std::fs::read_to_string(m.join("img/0/.zarray")).unwrap();
+    let grown = zarray.replacen("4,", "6,", 1);
+    assert_ne!(grown, zarray);
+    std::fs::write(tmp.path().join("za"), &grown).unwrap();
+    sh(&format!(
+        "cat {} > img/0/.zarray",
+        tmp.path().join("za").display()
+    ));
+    let multiscales = r#"{"multiscales": [{"version": "0.4", "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}], "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}]}]}"#;
+    sh(&format!("echo '{multiscales}' > img/.zattrs"));
+    mount.unmount().unwrap();
+    let stored = common::json_file(&store.join("img/0/zarr.json"));
+    assert_eq!(stored["attributes"]["k"], 2, "{stored}");
+    assert_eq!(stored["shape"][0], 6, "{stored}");
+    assert_eq!(
+        stored["dimension_names"],
+        serde_json::json!(["y", "x"]),
+        "{stored}"
+    );
+    assert!(
+        stored["codecs"].to_string().contains("bytes"),
+        "still unsharded"
+    );
+    assert_eq!(
+        common::json_file(&store.join("newgrp/zarr.json"))["node_type"],
+        "group"
+    );
+    let img = common::json_file(&store.join("img/zarr.json"));
+    assert_eq!(img["attributes"]["ome"]["version"], "0.5", "{img}");
+}

@@ -136,6 +136,19 @@ impl View {
                 continue;
             };
             let rel = dir.join(path);
+            if let Some((mut doc, keys)) = self.plain_array(&rel) {
+                // An unsharded array: its zarr.json gets the names directly.
+                if !doc.contains_key("dimension_names") && keys.ndim == names.len() {
+                    doc.insert("dimension_names".into(), names.into());
+                    let mut bytes =
+                        serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
+                    bytes.push(b'\n');
+                    if let Err(e) = self.store.write_atomically(&rel.join("zarr.json"), &bytes) {
+                        log::warn!("{}: dimension names not set: {e}", rel.display());
+                    }
+                }
+                continue;
+            }
             let Ok(array) = self.reload_array(&rel) else {
                 continue;
             };

@@ -315,8 +315,9 @@ impl View {
         let handle = self.handles.remove(fh);
         match handle {
             Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
-            Some(Handle::StoreRw(f, _)) => {
+            Some(Handle::StoreRw(f, rel)) => {
                 drop(f);
+                self.release_store_file(&rel);
                 Ok(())
             }
             _ => Ok(()),

@@ -25,7 +25,7 @@ pub(super) struct PlainHeadless {
 impl View {
     /// The `zarr.json` document in store directory `rel` when it is an unsharded array
     /// with a v2 form, with its key translation (v2 view only).
-    fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
+    pub(super) fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
         if self.format != ViewFormat::V2 {
             return None;
         }

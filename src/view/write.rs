@@ -227,10 +227,31 @@ impl View {
         match handle {
             Some(Handle::Scratch { node, file, .. }) => self.commit_scratch(&node, &file),
             Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
+                // A shell's redirection (`echo ... > .zattrs`) closes a duplicate of the
+                // still-empty file before it writes: v2 metadata with nothing in it yet
+                // waits for the close that brings it (or for `release`).
+                Some(file)
+                    if file != MetaFile::ZarrJson
+                        && self.store.stat(&rel)?.is_some_and(|m| m.len == 0) =>
+                {
+                    Ok(())
+                }
                 Some(file) => self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file),
                 None => Ok(()),
             },
             _ => Ok(()),
+        }
+    }
+
+    /// The last handle of v2 metadata written as a store file went: what no close took in
+    /// (it was empty then) is taken in now, or refused and removed.
+    pub(super) fn release_store_file(&self, rel: &Path) {
+        if let Some(file) = self.lands_on_close(rel)
+            && file != MetaFile::ZarrJson
+            && matches!(self.store.stat(rel), Ok(Some(_)))
+            && let Err(e) = self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
+        {
+            log::warn!("{}: not taken in at release: {e}", rel.display());
         }
     }
 
