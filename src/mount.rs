@@ -158,22 +158,21 @@ fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(
     };
     let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(e.to_string()));
     let m = canon(mountpoint)?;
-    // Object storage cannot contain the mount point, nor lie inside it.
-    let s = match object_url(store) {
-        Some(_) => PathBuf::from("\0object storage"),
-        None => canon(store)?,
-    };
-    if m.starts_with(&s) {
-        return Err(refuse(format!(
-            "it lies inside the store {}; mount elsewhere",
-            s.display()
-        )));
-    }
-    if s.starts_with(&m) {
-        return Err(refuse(format!(
-            "the store {} lies inside it; mount elsewhere",
-            s.display()
-        )));
+    // Object storage can neither contain the mount point nor lie inside it.
+    if object_url(store).is_none() {
+        let s = canon(store)?;
+        if m.starts_with(&s) {
+            return Err(refuse(format!(
+                "it lies inside the store {}; mount elsewhere",
+                s.display()
+            )));
+        }
+        if s.starts_with(&m) {
+            return Err(refuse(format!(
+                "the store {} lies inside it; mount elsewhere",
+                s.display()
+            )));
+        }
     }
     if is_mount_point(&m) {
         return Err(refuse(
