@@ -326,3 +326,53 @@ fn a_file_larger_than_the_write_buffer_is_efbig() {
     // What was written up to the limit stays, as with any file-size limit.
     assert!(fs::read(&chunk).unwrap().len() <= 4 << 20);
 }
+
+/// Inode numbers belong to paths: `readdir`'s `d_ino` is what `stat` returns, and a path
+/// keeps its number after the kernel forgot it (Python's `shutil.rmtree` compares `lstat`
+/// with `fstat` of the opened directory, and the kernel may forget in between).
+#[test]
+fn inode_numbers_stay_with_their_paths() {
+    use std::os::unix::fs::DirEntryExt;
+    if !common::can_mount("inode_numbers_stay_with_their_paths") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let (mnt, _m) = mount_rw(store.path());
+    make_3d_array(mnt.path(), "a3");
+    File::open(mnt.path()).unwrap().sync_all().unwrap();
+    let paths = [
+        "a3",
+        "a3/zarr.json",
+        "a3/c",
+        "a3/c/1",
+        "a3/c/1/0",
+        "a3/c/1/0/1",
+    ];
+    // Listed before any lookup of the children, then stat'ed: the same numbers.
+    for dir in ["a3/c/1/0", "a3/c/1", "a3"] {
+        for e in fs::read_dir(mnt.path().join(dir)).unwrap() {
+            let e = e.unwrap();
+            let st = fs::symlink_metadata(e.path()).unwrap();
+            assert_eq!(e.ino(), st.ino(), "{:?}: d_ino and st_ino", e.path());
+        }
+    }
+    let before: Vec<u64> = paths
+        .iter()
+        .map(|p| fs::symlink_metadata(mnt.path().join(p)).unwrap().ino())
+        .collect();
+    let distinct: std::collections::HashSet<_> = before.iter().collect();
+    assert_eq!(distinct.len(), paths.len(), "{before:?}");
+    // Make the kernel forget what it can (root only; CI runs as root).
+    match fs::write("/proc/sys/vm/drop_caches", "2\n") {
+        Ok(()) => {}
+        Err(e) => eprintln!(
+            "inode_numbers_stay_with_their_paths: cannot drop the kernel's caches ({e}); \
+             the numbers are compared without a forget in between"
+        ),
+    }
+    let after: Vec<u64> = paths
+        .iter()
+        .map(|p| fs::symlink_metadata(mnt.path().join(p)).unwrap().ino())
+        .collect();
+    assert_eq!(before, after);
+}

@@ -522,8 +522,8 @@ fn draft_arrays_added_after_the_mount_are_seen() {
 }
 
 /// Unsharded v3 arrays of every key encoding are in the v2 view, their chunk files
-/// passed through at v2 keys: zarr 2.18 reads them, writes, resizes and sets attributes
-/// through the mount (deleting and replacing are left out: a known gap, SEMANTICS), and zarr-python 3 reads every change
+/// passed through at v2 keys: zarr 2.18 reads them, writes, resizes, sets attributes,
+/// deletes one and replaces one through the mount, and zarr-python 3 reads every change
 /// from the store, whose arrays stay unsharded with their own keys.
 #[test]
 fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
@@ -556,7 +556,7 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
             std::fs::read(store.join("nested/c/1/0")).unwrap()
         );
         let out = plain(&py2, &["write", "--mount", s(m)]);
-        assert!(out.contains(" 8 passed"), "{out}");
+        assert!(out.contains(" 9 passed"), "{out}");
         mount.unmount().unwrap();
     }
     assert!(
@@ -567,6 +567,10 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
         !store.join("flat/c.2").exists(),
         "the shrink deleted the chunk past it"
     );
+    assert!(
+        !store.join("g/three").exists(),
+        "the deleted array left nothing"
+    );
     let files = common::files_under(&store);
     assert!(
         !files
@@ -575,7 +579,7 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
         "{files:?}"
     );
     let out = plain(&py3, &["check", "--store", s(&store)]);
-    assert!(out.contains(" 8 passed"), "{out}");
+    assert!(out.contains(" 9 passed"), "{out}");
 }
 
 /// A shell's redirection (`echo ... > .zattrs`, which closes a duplicate of the still

@@ -1,17 +1,32 @@
 //! Inode numbers for the virtual tree: a path ↔ inode table with kernel lookup counts.
 //!
 //! An inode lives from the first `lookup` that returns it until the kernel `forget`s it
-//! as often as it looked it up. The same path keeps its inode while it is known, so hard
-//! link detection (`cp -a`, `tar`) sees stable numbers.
+//! as often as it looked it up. Its number is a hash of its path and kind
+//! ([`stable_ino`]), so a path the kernel forgot and looks up again gets the number it had
+//! (tools compare `lstat` with `fstat` of the opened file, as Python's `shutil.rmtree`
+//! does, and the kernel may forget an inode between the two), and `readdir` shows the
+//! number `stat` will. Only when that number is taken by another live inode (an unlinked
+//! file still open, a renamed inode, a hash collision) is a number handed out from a
+//! counter, which never meets a hashed one (their top bit is clear).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use parking_lot::RwLock;
 
-use super::node::Node;
+use super::node::{Kind, Node};
 
 pub const ROOT_INO: u64 = 1;
+
+/// The inode number `path` gets as a `kind` when that number is free: a hash with the top
+/// bit set. Stable for the life of the process.
+pub fn stable_ino(path: &Path, kind: Kind) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    path.hash(&mut h);
+    (kind as u8).hash(&mut h);
+    h.finish() | (1 << 63)
+}
 
 struct Entry {
     path: PathBuf,
@@ -66,7 +81,7 @@ impl InodeTable {
     }
 
     /// Give `path` an inode for `node` and count one kernel lookup. A path whose node
-    /// changed kind (a file became a directory) gets a fresh inode.
+    /// changed kind (a file became a directory) gets another inode.
     pub fn intern(&self, path: PathBuf, node: Node) -> u64 {
         let mut inner = self.inner.write();
         if let Some(&ino) = inner.by_path.get(&path) {
@@ -80,8 +95,14 @@ impl InodeTable {
                 return ino;
             }
         }
-        let ino = inner.next;
-        inner.next += 1;
+        let stable = stable_ino(&path, node.kind());
+        let ino = if inner.by_ino.contains_key(&stable) {
+            let ino = inner.next;
+            inner.next += 1;
+            ino
+        } else {
+            stable
+        };
         inner.by_path.insert(path.clone(), ino);
         inner.by_ino.insert(
             ino,
@@ -185,7 +206,8 @@ mod tests {
         assert!(t.get(a).is_none());
         assert_eq!(t.peek(Path::new("a")), None);
         let b = t.intern("a".into(), dir("a"));
-        assert_ne!(a, b, "inode numbers are not reused");
+        assert_eq!(a, b, "a path looked up again gets the number it had");
+        assert_eq!(a, stable_ino(Path::new("a"), Kind::Dir));
         t.forget(ROOT_INO, 100);
         assert!(t.get(ROOT_INO).is_some());
     }
@@ -200,5 +222,25 @@ mod tests {
         assert!(t.get(a).is_some());
         t.forget(a, 1);
         assert_eq!(t.peek(Path::new("a")), Some(f));
+    }
+
+    #[test]
+    fn a_taken_number_is_not_given_twice() {
+        let t = InodeTable::new(dir(""));
+        let f = Node::File { rel: "a".into() };
+        let a = t.intern("a".into(), f.clone());
+        // Unlinked while open: the inode lives on; a new file at that path is another.
+        t.detach(Path::new("a"));
+        let b = t.intern("a".into(), f.clone());
+        assert_ne!(a, b);
+        assert!(b < 1 << 63, "from the counter");
+        // Renamed: the moved inode keeps its number; the old path gets another.
+        t.rename(Path::new("a"), "c".into(), f.clone());
+        assert_eq!(t.peek(Path::new("c")), Some(b));
+        let d = t.intern("d".into(), f.clone());
+        t.rename(Path::new("d"), "e".into(), f.clone());
+        let d2 = t.intern("d".into(), f);
+        assert_ne!(d, d2);
+        assert_eq!(t.peek(Path::new("e")), Some(d));
     }
 }

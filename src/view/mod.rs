@@ -560,7 +560,7 @@ impl View {
             e.ino = self
                 .inodes
                 .peek(&child)
-                .unwrap_or_else(|| synthetic_ino(&child));
+                .unwrap_or_else(|| inode::stable_ino(&child, e.kind));
         }
         Ok(entries)
     }
@@ -587,13 +587,4 @@ impl View {
             })
             .collect())
     }
-}
-
-/// A `d_ino` for a listed entry the kernel has not looked up yet: a hash of its path
-/// with the top bit set, so it never equals an interned inode.
-fn synthetic_ino(path: &Path) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    path.hash(&mut h);
-    h.finish() | (1 << 63)
 }
