@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A local S3 endpoint for shardfs's tests, and the few bucket chores they need.
 
-    serve  [--bucket NAME ...]
+    serve  [--bucket NAME ...] [--outage-file PATH]
         moto's S3 server on 127.0.0.1 (a free port), serving ONE REQUEST AT A TIME:
         moto's default threaded server checks If-Match without a lock, so two racing
         conditional PUTs could both succeed, which real S3 never allows. Creates the
-        buckets, prints "ready http://127.0.0.1:PORT" and serves until killed.
+        buckets, prints "ready http://127.0.0.1:PORT" and serves until killed. While
+        the file PATH exists, every request is answered 503 (an outage, for tests; the
+        bucket's objects are kept).
     upload   --endpoint URL --to BUCKET/PREFIX DIR     every file of DIR, as objects
     download --endpoint URL --from BUCKET/PREFIX DIR   every object below PREFIX, as files
     keys     --endpoint URL --from BUCKET/PREFIX       the keys below PREFIX, one a line
@@ -38,6 +40,8 @@ def serve(args) -> None:
     from werkzeug.serving import make_server
 
     app = DomainDispatcherApplication(create_backend_app)
+    if args.outage_file:
+        app = with_outage(app, args.outage_file)
     server = make_server("127.0.0.1", 0, app, threaded=False)
     endpoint = f"http://127.0.0.1:{server.server_port}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -47,6 +51,21 @@ def serve(args) -> None:
         s3.create_bucket(Bucket=bucket)
     print(f"ready {endpoint}", flush=True)
     thread.join()
+
+
+def with_outage(app, path: str):
+    """`app`, answering 503 to every request while `path` exists."""
+
+    def wrapped(environ, start_response):
+        if not os.path.exists(path):
+            return app(environ, start_response)
+        start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+        return [
+            b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable"
+            b"</Code><Message>an outage made by the test</Message></Error>"
+        ]
+
+    return wrapped
 
 
 def split(target: str) -> tuple[str, str]:
@@ -101,6 +120,7 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("serve")
     p.add_argument("--bucket", action="append")
+    p.add_argument("--outage-file")
     p = sub.add_parser("upload")
     p.add_argument("--endpoint", required=True)
     p.add_argument("--to", required=True)

@@ -90,8 +90,8 @@ pub struct MountArgs {
     pub store: PathBuf,
     /// An existing empty directory.
     pub mountpoint: PathBuf,
-    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, nonempty, allow_other,
-    /// dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
+    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, nonempty,
+    /// s3_timeout=SECS, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
@@ -138,6 +138,11 @@ pub struct MountArgs {
     /// within --ttl. Writable mounts always ask at open.
     #[arg(long)]
     pub open_checks: bool,
+    /// Object storage (`s3://`): how long one request may keep failing, its retries
+    /// included, before the operation gives up with EIO (also `-o s3_timeout=SECS`). A
+    /// chunk whose commit gave up stays staged and is tried again at the next flush.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub s3_timeout: f64,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -198,6 +203,17 @@ pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
+/// `secs` as a duration, if it is a positive number.
+fn positive_secs(option: &str, secs: f64) -> Result<Duration, String> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(format!(
+            "{option} {secs} is not a positive number of seconds"
+        ))
+    }
+}
+
 /// Turn the arguments into mount options. Errors name the offending option.
 pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     let mut opts = MountOptions {
@@ -228,6 +244,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     {
         return Err("--chunks-per-shard needs positive numbers".into());
     }
+    opts.s3_timeout = positive_secs("--s3-timeout", args.s3_timeout)?;
     if let Some(ttl) = args.ttl {
         if !(ttl.is_finite() && ttl >= 0.0) {
             return Err(format!("--ttl {ttl} is not a number of seconds"));
@@ -258,6 +275,14 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             }
             "nonempty" => {
                 opts.nonempty = true;
+                continue;
+            }
+            o if o.starts_with("s3_timeout=") => {
+                let v = &o["s3_timeout=".len()..];
+                let secs = v
+                    .parse::<f64>()
+                    .map_err(|_| format!("-o {o}: {v:?} is not a number of seconds"))?;
+                opts.s3_timeout = positive_secs("-o s3_timeout", secs)?;
                 continue;
             }
             "format=v2" => {
@@ -384,6 +409,25 @@ mod tests {
             Command::Info { json: true, .. }
         ));
         assert!(matches!(parse(&["shardfs", "demo"]).command, Command::Demo));
+    }
+
+    #[test]
+    fn the_s3_timeout_is_an_option_in_both_forms() {
+        let secs = |args: &[&str]| mount_options(&mount_args(parse(args))).map(|o| o.s3_timeout);
+        assert_eq!(
+            secs(&["shardfs", "mount", "a", "b"]).unwrap(),
+            crate::store::object::DEFAULT_TIMEOUT
+        );
+        assert_eq!(
+            secs(&["shardfs", "mount", "a", "b", "-o", "ro,s3_timeout=2.5"]).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            secs(&["shardfs", "mount", "a", "b", "--s3-timeout", "4"]).unwrap(),
+            Duration::from_secs(4)
+        );
+        assert!(secs(&["shardfs", "mount", "a", "b", "-o", "s3_timeout=x"]).is_err());
+        assert!(secs(&["shardfs", "mount", "a", "b", "--s3-timeout", "0"]).is_err());
     }
 
     #[test]

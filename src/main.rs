@@ -122,7 +122,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         }
         Command::Info { store: path, json } => {
             init_logging("warn");
-            let s = mount::open_store(&path)?;
+            let s = mount::open_store(&path, shardfs::store::object::DEFAULT_TIMEOUT)?;
             let arrays = info::inspect(s.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&arrays)?);

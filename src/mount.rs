@@ -55,6 +55,8 @@ pub struct MountOptions {
     pub open_checks: bool,
     /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
     pub nonempty: bool,
+    /// Object storage: how long one request may keep failing, retries included.
+    pub s3_timeout: Duration,
 }
 
 /// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
@@ -109,6 +111,7 @@ impl Default for MountOptions {
             compactor: CompactorChoice::Auto,
             open_checks: false,
             nonempty: false,
+            s3_timeout: crate::store::object::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -134,9 +137,11 @@ pub fn object_url(store: &Path) -> Option<&str> {
 }
 
 /// The store named by `store`: a local directory, or object storage (`s3://`).
-pub fn open_store(store: &Path) -> Result<Arc<dyn Store>, MountError> {
+/// The store at `store`: a local directory, or object storage (`s3://`) whose requests
+/// give up after `s3_timeout`.
+pub fn open_store(store: &Path, s3_timeout: Duration) -> Result<Arc<dyn Store>, MountError> {
     if let Some(url) = object_url(store) {
-        let s = crate::store::ObjectStoreStore::open_url(url)
+        let s = crate::store::ObjectStoreStore::open_url(url, s3_timeout)
             .map_err(|e| MountError::ObjectStore(e.to_string()))?;
         return Ok(Arc::new(s));
     }
@@ -280,7 +285,7 @@ impl Mount {
         opts: &MountOptions,
     ) -> Result<Mount, MountError> {
         let (store, mountpoint) = (store.as_ref(), mountpoint.as_ref());
-        let backing = open_store(store)?;
+        let backing = open_store(store, opts.s3_timeout)?;
         let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
             path: mountpoint.to_path_buf(),
             why: e.to_string(),

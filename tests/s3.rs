@@ -41,9 +41,15 @@ struct S3Server {
 
 impl S3Server {
     fn start(python: &Path) -> S3Server {
+        Self::start_with(python, &[])
+    }
+
+    /// With more arguments for `s3_local.py serve` (`--outage-file PATH`).
+    fn start_with(python: &Path, args: &[&str]) -> S3Server {
         let mut child = Command::new(python)
             .arg(repo().join("scripts/s3_local.py"))
             .args(["serve", "--bucket", "bucket"])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -418,4 +424,70 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// An outage of the endpoint while chunks are staged: `fsync` fails with EIO within the
+/// `--s3-timeout`, the chunk stays readable in the mount, `shardfs unmount` refuses and
+/// names it, and once the endpoint answers again the next `fsync` stores it: nothing
+/// acknowledged is lost, and the shard holds both the old and the new chunks.
+#[test]
+fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
+    use std::os::unix::io::AsRawFd;
+    let test = "an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let outage = tmp.path().join("outage");
+    let s3 = S3Server::start_with(&py, &["--outage-file", outage.to_str().unwrap()]);
+    let fixture = common::fixtures().join("zarr_basic");
+    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
+    let mnt = tmp.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = s3.mount(
+        "s3://bucket/data",
+        &mnt,
+        &["--flush-interval", "600", "--s3-timeout", "2"],
+    );
+    let arr = mnt.join("index_start/c");
+    let old = std::fs::read(arr.join("0/1")).unwrap();
+    let new = vec![9u8; old.len()];
+    std::fs::write(arr.join("0/0"), &new).unwrap(); // staged, not yet stored
+    let dir = std::fs::File::open(&mnt).unwrap();
+    std::fs::write(&outage, b"").unwrap();
+    let started = std::time::Instant::now();
+    let err = dir.sync_all().expect_err("fsync during the outage");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "fsync gave up after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(std::fs::read(arr.join("0/0")).unwrap(), new, "still staged");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+        .arg("unmount")
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "unmount during the outage: {said}");
+    assert!(said.contains("index_start"), "names the array: {said}");
+    assert!(is_mounted(&mnt));
+    std::fs::remove_file(&outage).unwrap();
+    // SAFETY: fsync on a descriptor we own.
+    assert_eq!(
+        unsafe { libc::fsync(dir.as_raw_fd()) },
+        0,
+        "fsync after the outage"
+    );
+    drop(dir);
+    m.unmount();
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let m = s3.mount("s3://bucket/data", &ro, &["-o", "ro"]);
+    let arr = ro.join("index_start/c");
+    assert_eq!(std::fs::read(arr.join("0/0")).unwrap(), new);
+    assert_eq!(std::fs::read(arr.join("0/1")).unwrap(), old);
+    m.unmount();
 }

@@ -41,6 +41,12 @@ use crate::format::ShardLevel;
 /// How often a shard commit tries again when another writer changed the shard first.
 const COMMIT_ATTEMPTS: u32 = 12;
 
+/// How long one request may keep failing (an unreachable endpoint, 5xx answers), its
+/// retries included, before the operation fails with EIO, unless told otherwise
+/// (`--s3-timeout`). A connection attempt itself gives up after 5 s and a request after
+/// 30 s (object_store's defaults).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A store in object storage.
 pub struct ObjectStoreStore {
     url: String,
@@ -65,8 +71,9 @@ impl ObjectStoreStore {
     /// The store at `url` (`s3://BUCKET[/PREFIX]`), configured from the environment as
     /// the AWS CLI is (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
     /// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), and
-    /// checked: the bucket must answer a listing of the prefix.
-    pub fn open_url(url: &str) -> Result<Self, OpenError> {
+    /// checked: the bucket must answer a listing of the prefix. A request that keeps
+    /// failing is retried, with backoff, for up to `timeout`.
+    pub fn open_url(url: &str, timeout: Duration) -> Result<Self, OpenError> {
         let err = |why: String| OpenError {
             url: url.to_string(),
             why,
@@ -88,7 +95,13 @@ impl ObjectStoreStore {
                 )));
             }
         }
-        let mut builder = object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+        let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(object_store::RetryConfig {
+                backoff: object_store::BackoffConfig::default(),
+                max_retries: 10,
+                retry_timeout: timeout,
+            });
         if std::env::var_os("AWS_REGION").is_none()
             && let Ok(region) = std::env::var("AWS_DEFAULT_REGION")
         {
