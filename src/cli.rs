@@ -49,16 +49,19 @@ pub enum Command {
     /// Check every shard: index decodes, checksums match, chunks lie inside the file and
     /// overlap neither each other nor the index. Exits non-zero listing each problem.
     Verify {
-        /// The store: a directory with a Zarr v3 hierarchy.
+        /// The store: a directory with a Zarr v3 hierarchy, or s3://BUCKET/PREFIX.
         store: PathBuf,
-        /// Recover interrupted updates and cut torn tails back to the last complete state.
+        /// Recover interrupted updates and cut torn tails back to the last complete state
+        /// (local directories: object storage has no half-done updates).
         #[arg(long)]
         repair: bool,
         /// Print JSON for scripts.
         #[arg(long)]
         json: bool,
     },
-    /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio.
+    /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio
+    /// (local directories; shardfs writes an object storage shard whole, without dead
+    /// space, at every commit).
     Compact {
         /// The store: a directory with a Zarr v3 hierarchy (unmounted, or mounted read-only).
         store: PathBuf,

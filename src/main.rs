@@ -137,9 +137,20 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             json,
         } => {
             init_logging("warn");
-            local_only("verify", &store)?;
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let report = shardfs::maint::verify(&store, repair, progress)?;
+            let report = if mount::object_url(&store).is_some() {
+                if repair {
+                    bail!(
+                        "--repair works on a local directory only: {} is object storage, \
+                         where a shard is replaced whole by one PUT, never left half done",
+                        store.display()
+                    );
+                }
+                let s = mount::open_store(&store, shardfs::store::object::DEFAULT_TIMEOUT)?;
+                shardfs::maint::verify_store(s.as_ref(), &store, progress)?
+            } else {
+                shardfs::maint::verify(&store, repair, progress)?
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -195,12 +206,12 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     }
 }
 
-/// `verify` and `compact` work on local directories only, so far.
+/// `compact` works on local directories only.
 fn local_only(command: &str, store: &std::path::Path) -> Result<()> {
     if mount::object_url(store).is_some() {
         bail!(
-            "{command} works on a local directory only, so far; {} is object storage \
-             (shards there are always written whole, without dead space)",
+            "{command} works on a local directory only; {} is object storage, where \
+             shardfs writes every shard whole, without dead space, at each commit",
             store.display()
         );
     }

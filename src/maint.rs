@@ -17,7 +17,6 @@ mod scan;
 mod tests;
 
 use std::fmt;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -27,9 +26,10 @@ use serde::Serialize;
 
 use crate::format::{self, Presentation, ShardIndex, ShardLayout};
 use crate::info::{for_each_array, shard_coords};
-use crate::store::LocalStore;
+use crate::store::local::FileRef;
 use crate::store::local::append::{self, Current, ReadError, Source, WriteError};
 use crate::store::local::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
+use crate::store::{LocalStore, Store, StoreFile};
 
 /// One finding about one shard (store-relative path).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -100,7 +100,7 @@ struct Array {
 
 /// Every presentable sharded array under the store root (path order); the others that
 /// hold `sharding_indexed` go to `unchecked`.
-fn sharded_arrays(store: &LocalStore, unchecked: &mut Vec<Problem>) -> io::Result<Vec<Array>> {
+fn sharded_arrays(store: &dyn Store, unchecked: &mut Vec<Problem>) -> io::Result<Vec<Array>> {
     let mut out = Vec::new();
     for_each_array(store, PathBuf::new(), &mut |dir, meta| {
         match &meta.presentation {
@@ -150,7 +150,7 @@ struct Checked {
 }
 
 /// Check the shard in `file` as if it were `len` bytes long, at every nesting level.
-fn check(file: &File, len: u64, layout: &ShardLayout) -> Checked {
+fn check(file: &dyn StoreFile, len: u64, layout: &ShardLayout) -> Checked {
     let mut c = Checked {
         outer_unreadable: false,
         problems: Vec::new(),
@@ -168,7 +168,7 @@ fn check(file: &File, len: u64, layout: &ShardLayout) -> Checked {
 /// Check the block `base..base+len` as a shard of level `l` (and below); `None` when its
 /// index does not read.
 fn check_block(
-    file: &File,
+    file: &dyn StoreFile,
     layout: &ShardLayout,
     l: usize,
     base: u64,
@@ -176,7 +176,7 @@ fn check_block(
     at: &str,
     c: &mut Checked,
 ) -> io::Result<Option<ShardIndex>> {
-    let index = match append::read_index(file, &layout.levels[l], base, len) {
+    let index = match crate::store::shard::read_index(file, &layout.levels[l], base, len) {
         Ok(index) => index,
         Err(ReadError::Index(e)) => {
             c.problems.push(format!("{at}index: {e}"));
@@ -320,6 +320,49 @@ pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport,
     Ok(report)
 }
 
+/// Check every shard of every sharded array of `store`, which has no interrupted updates
+/// to look for (object storage: a PUT is atomic), reading each shard through the store
+/// (ranged reads of its index and nested indices, never the chunks). `name` is what the
+/// report calls the store.
+pub fn verify_store(store: &dyn Store, name: &Path, progress: bool) -> io::Result<VerifyReport> {
+    let mut report = VerifyReport {
+        store: name.to_path_buf(),
+        ..Default::default()
+    };
+    let arrays = sharded_arrays(store, &mut report.unchecked_arrays)?;
+    report.arrays = arrays.len() as u64;
+    let bar = progress_bar(
+        progress,
+        arrays.iter().map(|a| a.shards.len()).sum(),
+        "verify",
+    );
+    for array in &arrays {
+        for rel in &array.shards {
+            bar.inc(1);
+            report.shards_checked += 1;
+            let Some(file) = store.open(rel)? else {
+                continue; // listed a moment ago, gone now
+            };
+            let found = check(file.as_ref(), file.meta()?.len, &array.layout);
+            for what in found.problems {
+                report.problems.push(Problem {
+                    shard: rel.clone(),
+                    what,
+                });
+            }
+            for what in found.warnings {
+                report.warnings.push(Problem {
+                    shard: rel.clone(),
+                    what,
+                });
+            }
+        }
+    }
+    bar.finish_and_clear();
+    report.problem_count = report.problems.len() as u64;
+    Ok(report)
+}
+
 /// Check one shard under its directory's shared lock (no update is half-way).
 fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, WriteError> {
     // Never opened unless a regular file: a FIFO would block, a symbolic link may lead
@@ -351,7 +394,7 @@ fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked
         return Ok(check_nothing());
     };
     let len = file.metadata().map_err(io_at(root.join(rel)))?.len();
-    Ok(check(&file, len, layout))
+    Ok(check(&FileRef(&file), len, layout))
 }
 
 fn check_nothing() -> Checked {
@@ -385,12 +428,12 @@ fn repair_tail(
     };
     let path = dir.path_of(name);
     let len = file.metadata().map_err(io_at(&path))?.len();
-    if !check(&file, len, layout).outer_unreadable {
+    if !check(&FileRef(&file), len, layout).outer_unreadable {
         return Ok(None); // changed since it was checked
     }
     let candidates = scan::crc_candidates(&file, len, level.index_len()).map_err(io_at(&path))?;
     for &p in candidates.iter().rev() {
-        let c = check(&file, p, layout);
+        let c = check(&FileRef(&file), p, layout);
         if c.problems.is_empty() && c.stored > 0 {
             file.set_len(p).map_err(io_at(&path))?;
             file.sync_all().map_err(io_at(&path))?;

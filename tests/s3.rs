@@ -491,3 +491,70 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     assert_eq!(std::fs::read(arr.join("0/1")).unwrap(), old);
     m.unmount();
 }
+
+/// `shardfs verify s3://...` checks every shard through ranged reads: a clean prefix
+/// passes, a shard whose index checksum is wrong is named; `--repair` and `compact` say
+/// that they are for local directories.
+#[test]
+fn verify_checks_an_s3_prefix() {
+    let test = "verify_checks_an_s3_prefix";
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("copy");
+    let fixture = common::fixtures().join("zarr_basic");
+    let st = Command::new("cp")
+        .arg("-r")
+        .arg(&fixture)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    s3.tool(&["upload", "--to", "bucket/good", copy.to_str().unwrap()]);
+    let shard = copy.join("index_bigendian/c/0/0");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    *bytes.last_mut().unwrap() ^= 0xff; // the index's crc32c (index at the end)
+    std::fs::write(&shard, &bytes).unwrap();
+    s3.tool(&["upload", "--to", "bucket/bad", copy.to_str().unwrap()]);
+    let verify = |args: &[&str]| {
+        let out = s3.shardfs().arg("verify").args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, stderr) = verify(&["--json", "s3://bucket/good"]);
+    assert!(ok, "{stdout}{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let local: serde_json::Value = serde_json::from_slice(
+        &s3.shardfs()
+            .args(["verify", "--json"])
+            .arg(&fixture)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        report["shards_checked"], local["shards_checked"],
+        "{stdout}"
+    );
+    assert!(report["shards_checked"].as_u64().unwrap() > 10, "{stdout}");
+    let (ok, stdout, _) = verify(&["s3://bucket/bad"]);
+    assert!(!ok, "a corrupt shard passed: {stdout}");
+    assert!(stdout.contains("index_bigendian/c/0/0"), "{stdout}");
+    assert_eq!(stdout.matches("index_bigendian/c/").count(), 1, "{stdout}");
+    let (ok, _, stderr) = verify(&["--repair", "s3://bucket/bad"]);
+    assert!(!ok && stderr.contains("local directory only"), "{stderr}");
+    let out = s3
+        .shardfs()
+        .args(["compact", "s3://bucket/good"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("local directory only"),
+        "{stderr}"
+    );
+}
