@@ -94,7 +94,7 @@ pub struct MountArgs {
     /// An existing empty directory.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, nonempty,
-    /// s3_timeout=SECS, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
+    /// s3_timeout=SECS, s3_cache=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
@@ -146,6 +146,11 @@ pub struct MountArgs {
     /// chunk whose commit gave up stays staged and is tried again at the next flush.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub s3_timeout: f64,
+    /// Object storage (`s3://`): memory, in MiB, that all open shards together may hold
+    /// read ahead while reads go forward through them (also `-o s3_cache=MIB`). A read
+    /// that jumps around fetches only what it asks for.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    pub s3_cache: u64,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -247,7 +252,8 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     {
         return Err("--chunks-per-shard needs positive numbers".into());
     }
-    opts.s3_timeout = positive_secs("--s3-timeout", args.s3_timeout)?;
+    opts.s3.timeout = positive_secs("--s3-timeout", args.s3_timeout)?;
+    opts.s3.read_ahead = args.s3_cache.saturating_mul(1 << 20);
     if let Some(ttl) = args.ttl {
         if !(ttl.is_finite() && ttl >= 0.0) {
             return Err(format!("--ttl {ttl} is not a number of seconds"));
@@ -285,7 +291,15 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
                 let secs = v
                     .parse::<f64>()
                     .map_err(|_| format!("-o {o}: {v:?} is not a number of seconds"))?;
-                opts.s3_timeout = positive_secs("-o s3_timeout", secs)?;
+                opts.s3.timeout = positive_secs("-o s3_timeout", secs)?;
+                continue;
+            }
+            o if o.starts_with("s3_cache=") => {
+                let v = &o["s3_cache=".len()..];
+                let mib = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
+                opts.s3.read_ahead = mib.saturating_mul(1 << 20);
                 continue;
             }
             "format=v2" => {
@@ -416,7 +430,7 @@ mod tests {
 
     #[test]
     fn the_s3_timeout_is_an_option_in_both_forms() {
-        let secs = |args: &[&str]| mount_options(&mount_args(parse(args))).map(|o| o.s3_timeout);
+        let secs = |args: &[&str]| mount_options(&mount_args(parse(args))).map(|o| o.s3.timeout);
         assert_eq!(
             secs(&["shardfs", "mount", "a", "b"]).unwrap(),
             crate::store::object::DEFAULT_TIMEOUT
@@ -431,6 +445,17 @@ mod tests {
         );
         assert!(secs(&["shardfs", "mount", "a", "b", "-o", "s3_timeout=x"]).is_err());
         assert!(secs(&["shardfs", "mount", "a", "b", "--s3-timeout", "0"]).is_err());
+        let cache =
+            |args: &[&str]| mount_options(&mount_args(parse(args))).map(|o| o.s3.read_ahead);
+        assert_eq!(cache(&["shardfs", "mount", "a", "b"]).unwrap(), 256 << 20);
+        assert_eq!(
+            cache(&["shardfs", "mount", "a", "b", "-o", "s3_cache=8"]).unwrap(),
+            8 << 20
+        );
+        assert_eq!(
+            cache(&["shardfs", "mount", "a", "b", "--s3-cache", "0"]).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -122,7 +122,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         }
         Command::Info { store: path, json } => {
             init_logging("warn");
-            let s = mount::open_store(&path, shardfs::store::object::DEFAULT_TIMEOUT)?;
+            let s = mount::open_store(&path, &Default::default())?;
             let arrays = info::inspect(s.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&arrays)?);
@@ -146,7 +146,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                         store.display()
                     );
                 }
-                let s = mount::open_store(&store, shardfs::store::object::DEFAULT_TIMEOUT)?;
+                let s = mount::open_store(&store, &Default::default())?;
                 shardfs::maint::verify_store(s.as_ref(), &store, progress)?
             } else {
                 shardfs::maint::verify(&store, repair, progress)?

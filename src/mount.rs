@@ -55,8 +55,8 @@ pub struct MountOptions {
     pub open_checks: bool,
     /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
     pub nonempty: bool,
-    /// Object storage: how long one request may keep failing, retries included.
-    pub s3_timeout: Duration,
+    /// Object storage: request timeouts, read-ahead memory.
+    pub s3: crate::store::object::S3Options,
 }
 
 /// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
@@ -111,7 +111,7 @@ impl Default for MountOptions {
             compactor: CompactorChoice::Auto,
             open_checks: false,
             nonempty: false,
-            s3_timeout: crate::store::object::DEFAULT_TIMEOUT,
+            s3: Default::default(),
         }
     }
 }
@@ -137,11 +137,13 @@ pub fn object_url(store: &Path) -> Option<&str> {
 }
 
 /// The store named by `store`: a local directory, or object storage (`s3://`).
-/// The store at `store`: a local directory, or object storage (`s3://`) whose requests
-/// give up after `s3_timeout`.
-pub fn open_store(store: &Path, s3_timeout: Duration) -> Result<Arc<dyn Store>, MountError> {
+/// The store at `store`: a local directory, or object storage (`s3://`) as `s3` says.
+pub fn open_store(
+    store: &Path,
+    s3: &crate::store::object::S3Options,
+) -> Result<Arc<dyn Store>, MountError> {
     if let Some(url) = object_url(store) {
-        let s = crate::store::ObjectStoreStore::open_url(url, s3_timeout)
+        let s = crate::store::ObjectStoreStore::open_url(url, s3)
             .map_err(|e| MountError::ObjectStore(e.to_string()))?;
         return Ok(Arc::new(s));
     }
@@ -285,7 +287,17 @@ impl Mount {
         opts: &MountOptions,
     ) -> Result<Mount, MountError> {
         let (store, mountpoint) = (store.as_ref(), mountpoint.as_ref());
-        let backing = open_store(store, opts.s3_timeout)?;
+        // What a HEAD or listing found is used again for the TTL on a read-only mount (the
+        // kernel keeps attributes that long anyway), for at most 1 s on a writable one.
+        let s3 = crate::store::object::S3Options {
+            meta_ttl: if opts.read_only {
+                opts.ttl()
+            } else {
+                opts.ttl().min(Duration::from_secs(1))
+            },
+            ..opts.s3.clone()
+        };
+        let backing = open_store(store, &s3)?;
         let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
             path: mountpoint.to_path_buf(),
             why: e.to_string(),

@@ -47,6 +47,93 @@ const COMMIT_ATTEMPTS: u32 = 12;
 /// 30 s (object_store's defaults).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Memory for read-ahead of all open objects together, unless told otherwise
+/// (`--s3-cache`).
+pub const DEFAULT_READ_AHEAD: u64 = 256 << 20;
+
+/// How a mount talks to object storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Options {
+    /// How long one request may keep failing, its retries included.
+    pub timeout: Duration,
+    /// Bytes all open objects together may hold read ahead.
+    pub read_ahead: u64,
+    /// How long what a HEAD or a listing found about a name is used again without
+    /// asking ([`MetaCache`]); zero: ask every time.
+    pub meta_ttl: Duration,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            timeout: DEFAULT_TIMEOUT,
+            read_ahead: DEFAULT_READ_AHEAD,
+            meta_ttl: Duration::ZERO,
+        }
+    }
+}
+
+/// What HEADs and listings found, used again for a while: one lookup and read of a chunk
+/// asks about its shard several times (its attributes, its key directory, the open), and
+/// a pass over many chunks asks about one shard for each. This store's own writes and
+/// deletes update it at once, and a read that finds its object changed (412) drops the
+/// name, so only other writers' changes wait up to the TTL.
+struct MetaCache {
+    ttl: Duration,
+    heads: Timed<Option<object_store::ObjectMeta>>,
+    children: Timed<bool>,
+    listings: Timed<Arc<Vec<ListEntry>>>,
+}
+
+/// Answers per name, with when they were had.
+type Timed<T> = Mutex<HashMap<PathBuf, (std::time::Instant, T)>>;
+
+/// Entries kept at most; past that the cache starts again empty.
+const META_CACHE_ENTRIES: usize = 100_000;
+
+impl MetaCache {
+    fn new(ttl: Duration) -> Self {
+        MetaCache {
+            ttl,
+            heads: Mutex::default(),
+            children: Mutex::default(),
+            listings: Mutex::default(),
+        }
+    }
+
+    fn fresh<T: Clone>(&self, map: &Timed<T>, rel: &Path) -> Option<T> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let map = map.lock();
+        let (at, v) = map.get(rel)?;
+        (at.elapsed() < self.ttl).then(|| v.clone())
+    }
+
+    fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut map = map.lock();
+        if map.len() >= META_CACHE_ENTRIES {
+            map.clear();
+        }
+        map.insert(rel.to_path_buf(), (std::time::Instant::now(), v));
+    }
+
+    /// `rel` was written or deleted here (or found changed): forget what was known of it
+    /// and of its parents' listings.
+    fn forget(&self, rel: &Path) {
+        self.heads.lock().remove(rel);
+        let mut children = self.children.lock();
+        let mut listings = self.listings.lock();
+        for d in rel.ancestors() {
+            children.remove(d);
+            listings.remove(d);
+        }
+    }
+}
+
 /// A store in object storage.
 pub struct ObjectStoreStore {
     url: String,
@@ -57,6 +144,10 @@ pub struct ObjectStoreStore {
     dirs: Mutex<BTreeSet<PathBuf>>,
     /// Files open for writing: `stat` shows their length as written so far.
     open_rw: Mutex<HashMap<PathBuf, Weak<RwState>>>,
+    /// Memory for bytes read ahead, shared by every open object.
+    budget: Arc<Budget>,
+    counters: Arc<Counters>,
+    meta: Arc<MetaCache>,
 }
 
 /// Why an object store could not be opened, said for the person who typed the URL.
@@ -72,8 +163,8 @@ impl ObjectStoreStore {
     /// the AWS CLI is (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
     /// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), and
     /// checked: the bucket must answer a listing of the prefix. A request that keeps
-    /// failing is retried, with backoff, for up to `timeout`.
-    pub fn open_url(url: &str, timeout: Duration) -> Result<Self, OpenError> {
+    /// failing is retried, with backoff, for up to `opts.timeout`.
+    pub fn open_url(url: &str, opts: &S3Options) -> Result<Self, OpenError> {
         let err = |why: String| OpenError {
             url: url.to_string(),
             why,
@@ -100,7 +191,7 @@ impl ObjectStoreStore {
             .with_retry(object_store::RetryConfig {
                 backoff: object_store::BackoffConfig::default(),
                 max_retries: 10,
-                retry_timeout: timeout,
+                retry_timeout: opts.timeout,
             });
         if std::env::var_os("AWS_REGION").is_none()
             && let Ok(region) = std::env::var("AWS_DEFAULT_REGION")
@@ -108,7 +199,9 @@ impl ObjectStoreStore {
             builder = builder.with_region(region);
         }
         let s3 = builder.build().map_err(|e| err(e.to_string()))?;
-        let store = Self::new(Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
+        let mut store = Self::new(Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
+        store.budget = Arc::new(Budget::new(opts.read_ahead));
+        store.meta = Arc::new(MetaCache::new(opts.meta_ttl));
         store.check().map_err(err)?;
         Ok(store)
     }
@@ -127,6 +220,9 @@ impl ObjectStoreStore {
             rt,
             dirs: Mutex::new(BTreeSet::new()),
             open_rw: Mutex::new(HashMap::new()),
+            budget: Arc::new(Budget::new(DEFAULT_READ_AHEAD)),
+            counters: Arc::default(),
+            meta: Arc::new(MetaCache::new(Duration::ZERO)),
         })
     }
 
@@ -140,6 +236,16 @@ impl ObjectStoreStore {
             Ok(_) => Ok(()),
             Err(e) => Err(describe_error(&e)),
         }
+    }
+
+    /// What this store has requested so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The read-ahead memory in use and its cap.
+    pub fn read_ahead(&self) -> (u64, u64) {
+        (self.budget.used(), self.budget.cap)
     }
 
     fn key(&self, rel: &Path) -> io::Result<ObjPath> {
@@ -167,20 +273,71 @@ impl ObjectStoreStore {
         if rel.as_os_str().is_empty() {
             return Ok(None);
         }
-        match self.block_on(self.inner.head(&self.key(rel)?)) {
-            Ok(m) => Ok(Some(m)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(to_io(rel, e)),
+        if let Some(known) = self.meta.fresh(&self.meta.heads, rel) {
+            return Ok(known);
         }
+        self.counters
+            .heads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let found = match self.block_on(self.inner.head(&self.key(rel)?)) {
+            Ok(m) => Some(m),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(to_io(rel, e)),
+        };
+        self.meta.keep(&self.meta.heads, rel, found.clone());
+        Ok(found)
     }
 
-    /// Whether any object lies below `rel`.
-    fn has_children(&self, rel: &Path) -> io::Result<bool> {
+    /// The objects and common prefixes right below `rel`, as names.
+    fn list_objects(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
+        self.counters
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = self.key(rel)?;
         let l = self
             .block_on(self.inner.list_with_delimiter(Some(&key)))
             .map_err(|e| to_io(rel, e))?;
-        Ok(!l.objects.is_empty() || !l.common_prefixes.is_empty())
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for p in &l.common_prefixes {
+            if let Some(name) = p.filename()
+                && seen.insert(name.to_string())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::Dir,
+                });
+            }
+        }
+        for o in &l.objects {
+            if let Some(name) = o.location.filename()
+                && o.location != key
+                && seen.insert(name.to_string())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::File,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether any object lies below `rel`.
+    fn has_children(&self, rel: &Path) -> io::Result<bool> {
+        if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
+            return Ok(known);
+        }
+        self.counters
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = self.key(rel)?;
+        let l = self
+            .block_on(self.inner.list_with_delimiter(Some(&key)))
+            .map_err(|e| to_io(rel, e))?;
+        let any = !l.objects.is_empty() || !l.common_prefixes.is_empty();
+        self.meta.keep(&self.meta.children, rel, any);
+        Ok(any)
     }
 
     fn put(&self, rel: &Path, data: Vec<u8>, mode: PutMode) -> io::Result<()> {
@@ -189,8 +346,10 @@ impl ObjectStoreStore {
             mode,
             ..Default::default()
         };
-        self.block_on(self.inner.put_opts(&key, PutPayload::from(data), opts))
-            .map_err(|e| to_io(rel, e))?;
+        let put = self.block_on(self.inner.put_opts(&key, PutPayload::from(data), opts));
+        // Whatever happened (a lost race says the object changed), ask next time.
+        self.meta.forget(rel);
+        put.map_err(|e| to_io(rel, e))?;
         let mut dirs = self.dirs.lock();
         for d in rel.ancestors().skip(1) {
             dirs.remove(d);
@@ -310,32 +469,179 @@ fn dir_meta() -> EntryMeta {
     }
 }
 
-/// An object open for reading: ranged GETs of the version it was opened at.
+/// An object open for reading: ranged GETs of the version it was opened at, with
+/// read-ahead once reads go forward through it.
 struct ObjectFile {
     store: Arc<dyn ObjectStore>,
     handle: tokio::runtime::Handle,
     key: ObjPath,
     meta: object_store::ObjectMeta,
+    ahead: Mutex<ReadAhead>,
+    budget: Arc<Budget>,
+    counters: Arc<Counters>,
+    /// To forget this name when it turns out changed.
+    meta_cache: Arc<MetaCache>,
+    rel: PathBuf,
+}
+
+/// The smallest and largest read-ahead window.
+const MIN_WINDOW: u64 = 256 << 10;
+const MAX_WINDOW: u64 = 8 << 20;
+/// A read that starts at most this far past where the last one ended still counts as
+/// going forward (chunks a reader skipped, an index between blocks).
+const FORWARD_GAP: u64 = 64 << 10;
+
+/// Read-ahead state of one open object: where the last read ended, the window the next
+/// forward read fetches, and the bytes fetched ahead.
+#[derive(Default)]
+struct ReadAhead {
+    next: Option<u64>,
+    /// Forward reads in a row.
+    streak: u32,
+    window: u64,
+    held: Option<Held>,
+}
+
+/// Bytes fetched ahead, `start..start + bytes.len()` of the object, counted against the
+/// store's budget while held.
+struct Held {
+    start: u64,
+    bytes: Vec<u8>,
+    budget: Arc<Budget>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes.len() as u64);
+    }
+}
+
+/// The memory all open objects of a store may hold fetched ahead (`--s3-cache`): a
+/// forward read that would exceed it fetches only what was asked for.
+pub struct Budget {
+    cap: u64,
+    used: std::sync::atomic::AtomicU64,
+}
+
+impl Budget {
+    pub fn new(cap: u64) -> Self {
+        Budget {
+            cap,
+            used: Default::default(),
+        }
+    }
+
+    fn reserve(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.used
+            .fetch_update(SeqCst, SeqCst, |u| {
+                u.checked_add(n).filter(|&total| total <= self.cap)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: u64) {
+        self.used.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        self.used.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Requests this store made, and the bytes its GETs brought (for tests and `stats`).
+#[derive(Default)]
+pub struct Counters {
+    pub gets: std::sync::atomic::AtomicU64,
+    pub get_bytes: std::sync::atomic::AtomicU64,
+    pub heads: std::sync::atomic::AtomicU64,
+    pub lists: std::sync::atomic::AtomicU64,
+}
+
+impl ObjectFile {
+    /// `range` of the object, as the version this file was opened at.
+    fn fetch(&self, range: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: self.meta.e_tag.clone(),
+            ..Default::default()
+        };
+        let got = self
+            .handle
+            .block_on(async { self.store.get_opts(&self.key, opts).await?.bytes().await });
+        if let Err(
+            object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
+        ) = &got
+        {
+            self.meta_cache.forget(&self.rel);
+        }
+        let bytes = got.map_err(|e| to_io(Path::new(self.key.as_ref()), e))?;
+        self.counters.gets.fetch_add(1, Relaxed);
+        self.counters
+            .get_bytes
+            .fetch_add(bytes.len() as u64, Relaxed);
+        Ok(bytes.to_vec())
+    }
 }
 
 impl StoreFile for ObjectFile {
+    /// A read served from bytes fetched ahead, or a ranged GET: of exactly what was
+    /// asked for when reads jump around (a cold read of one chunk moves that chunk
+    /// only), of a window that doubles up to [`MAX_WINDOW`] while they go forward.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let size = self.meta.size;
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
         let end = size.min(offset + buf.len() as u64);
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(offset..end)),
-            if_match: self.meta.e_tag.clone(),
-            ..Default::default()
+        let want = (end - offset) as usize;
+        let fetch_end = {
+            let mut ra = self.ahead.lock();
+            if let Some(h) = &ra.held
+                && h.start <= offset
+                && end <= h.start + h.bytes.len() as u64
+            {
+                let at = (offset - h.start) as usize;
+                buf[..want].copy_from_slice(&h.bytes[at..at + want]);
+                ra.next = Some(end);
+                return Ok(want);
+            }
+            let forward = ra
+                .next
+                .is_some_and(|n| offset >= n && offset - n <= FORWARD_GAP);
+            // Two forward reads in a row before fetching ahead: the first chunk after an
+            // index at the start of a shard is forward too, and a cold read of one chunk
+            // must move only that chunk.
+            ra.streak = if forward { ra.streak + 1 } else { 0 };
+            ra.window = if ra.streak >= 2 {
+                (ra.window * 2).clamp(MIN_WINDOW, MAX_WINDOW)
+            } else {
+                0
+            };
+            ra.next = Some(end);
+            ra.held = None;
+            let ahead_end = size.min(offset + ra.window);
+            if ahead_end > end && self.budget.reserve(ahead_end - offset) {
+                ahead_end
+            } else {
+                end
+            }
         };
-        let bytes = self
-            .handle
-            .block_on(async { self.store.get_opts(&self.key, opts).await?.bytes().await })
-            .map_err(|e| to_io(Path::new(self.key.as_ref()), e))?;
-        let n = bytes.len().min(buf.len());
+        let bytes = self.fetch(offset..fetch_end)?;
+        let n = bytes.len().min(want);
         buf[..n].copy_from_slice(&bytes[..n]);
+        if fetch_end > end {
+            // Reserved above for the whole window; what came back is what is held.
+            let short = (fetch_end - offset) - bytes.len() as u64;
+            self.budget.release(short);
+            self.ahead.lock().held = Some(Held {
+                start: offset,
+                bytes,
+                budget: self.budget.clone(),
+            });
+        }
         Ok(n)
     }
 
@@ -360,6 +666,7 @@ struct ObjectStoreStoreRef {
     inner: Arc<dyn ObjectStore>,
     key: ObjPath,
     handle: tokio::runtime::Handle,
+    meta: Arc<MetaCache>,
 }
 
 impl ObjectFileRw {
@@ -370,10 +677,9 @@ impl ObjectFileRw {
         }
         let store = &self.store;
         let payload = PutPayload::from(d.0.clone());
-        store
-            .handle
-            .block_on(store.inner.put(&store.key, payload))
-            .map_err(|e| to_io(&self.rel, e))?;
+        let put = store.handle.block_on(store.inner.put(&store.key, payload));
+        store.meta.forget(&self.rel);
+        put.map_err(|e| to_io(&self.rel, e))?;
         d.1 = false;
         Ok(())
     }
@@ -455,33 +761,19 @@ impl Store for ObjectStoreStore {
     }
 
     fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
-        let key = self.key(rel)?;
-        let l = self
-            .block_on(self.inner.list_with_delimiter(Some(&key)))
-            .map_err(|e| to_io(rel, e))?;
-        let mut out = Vec::new();
-        let mut seen = BTreeSet::new();
-        for p in &l.common_prefixes {
-            if let Some(name) = p.filename()
-                && seen.insert(name.to_string())
-            {
-                out.push(ListEntry {
-                    name: OsString::from(name),
-                    kind: EntryKind::Dir,
-                });
+        let listed = match self.meta.fresh(&self.meta.listings, rel) {
+            Some(known) => known,
+            None => {
+                let listed = Arc::new(self.list_objects(rel)?);
+                self.meta.keep(&self.meta.listings, rel, listed.clone());
+                listed
             }
-        }
-        for o in &l.objects {
-            if let Some(name) = o.location.filename()
-                && o.location != key
-                && seen.insert(name.to_string())
-            {
-                out.push(ListEntry {
-                    name: OsString::from(name),
-                    kind: EntryKind::File,
-                });
-            }
-        }
+        };
+        let mut out = listed.as_ref().clone();
+        let mut seen: BTreeSet<String> = out
+            .iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
         for d in self.dirs.lock().iter() {
             if d.parent() == Some(rel)
                 && let Some(name) = d.file_name()
@@ -508,6 +800,11 @@ impl Store for ObjectStoreStore {
             handle: self.rt.handle().clone(),
             key: self.key(rel)?,
             meta,
+            ahead: Mutex::new(ReadAhead::default()),
+            budget: self.budget.clone(),
+            counters: self.counters.clone(),
+            meta_cache: self.meta.clone(),
+            rel: rel.to_path_buf(),
         })))
     }
 
@@ -631,6 +928,7 @@ impl Store for ObjectStoreStore {
                 inner: self.inner.clone(),
                 key: self.key(rel)?,
                 handle: self.rt.handle().clone(),
+                meta: self.meta.clone(),
             }),
             rel: rel.to_path_buf(),
             state,
@@ -657,8 +955,9 @@ impl Store for ObjectStoreStore {
         if self.head(rel)?.is_none() {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        self.block_on(self.inner.delete(&self.key(rel)?))
-            .map_err(|e| to_io(rel, e))
+        let deleted = self.block_on(self.inner.delete(&self.key(rel)?));
+        self.meta.forget(rel);
+        deleted.map_err(|e| to_io(rel, e))
     }
 
     fn remove_dir(&self, rel: &Path) -> io::Result<()> {
@@ -872,5 +1171,114 @@ mod tests {
                 .and_then(|e| e.raw_os_error()),
             Some(libc::EEXIST)
         );
+    }
+
+    /// Reading a 4 MiB object forward in 64 KiB pieces takes a handful of GETs and moves
+    /// each byte once; a jump back fetches only what it asks for; without budget every
+    /// read is its own GET; the budget is given back when the files go.
+    #[test]
+    fn forward_reads_are_fetched_ahead_within_the_budget() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+        for (cap, max_gets) in [(DEFAULT_READ_AHEAD, 8), (0, 64)] {
+            let mut s = store();
+            s.budget = Arc::new(Budget::new(cap));
+            s.write_atomically(Path::new("a/shard"), &data).unwrap();
+            let f = s.open(Path::new("a/shard")).unwrap().unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            for at in (0..data.len()).step_by(buf.len()) {
+                assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
+                assert_eq!(buf, data[at..at + buf.len()], "at {at}");
+            }
+            let gets = s.counters().gets.load(Relaxed);
+            assert!(
+                (cap == 0 && gets == 64) || (cap > 0 && gets <= max_gets),
+                "{gets} GETs with a budget of {cap}"
+            );
+            assert_eq!(s.counters().get_bytes.load(Relaxed), data.len() as u64);
+            assert!(s.read_ahead().0 <= cap);
+            // A jump back: exactly the bytes asked for.
+            let before = s.counters().get_bytes.load(Relaxed);
+            let mut small = [0u8; 100];
+            f.read_at(&mut small, 1000).unwrap();
+            assert_eq!(small[..], data[1000..1100]);
+            assert_eq!(s.counters().get_bytes.load(Relaxed) - before, 100);
+            drop(f);
+            assert_eq!(s.read_ahead().0, 0, "the budget is given back");
+        }
+    }
+
+    /// The first read of a freshly opened object moves only what it asks for (a cold
+    /// chunk read: the chunk, not a window).
+    #[test]
+    fn a_cold_read_fetches_only_what_it_asks_for() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = store();
+        s.write_atomically(Path::new("shard"), &vec![7u8; 1 << 20])
+            .unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        let mut buf = vec![0u8; 4096];
+        f.read_at(&mut buf, (1 << 20) - 4096).unwrap(); // an index at the end
+        f.read_at(&mut buf, 8192).unwrap();
+        assert_eq!(s.counters().gets.load(Relaxed), 2);
+        assert_eq!(s.counters().get_bytes.load(Relaxed), 8192);
+        // An index at the start, then the chunk right after it.
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        f.read_at(&mut buf, 0).unwrap();
+        f.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(s.counters().get_bytes.load(Relaxed), 4 * 4096);
+    }
+
+    /// With a TTL, what a HEAD or listing found is used again; this store's own writes
+    /// and deletes are seen at once; another writer's change is seen after the TTL, or
+    /// at once by the open after a read found the object changed (ESTALE).
+    #[test]
+    fn heads_and_listings_are_kept_for_the_ttl_and_own_writes_are_seen_at_once() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mem = Arc::new(object_store::memory::InMemory::new());
+        let mut s = ObjectStoreStore::new(mem.clone(), "p", "memory://test").unwrap();
+        s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+        let rel = Path::new("a/c/0");
+        s.write_atomically(rel, b"one").unwrap();
+        let asked = |s: &ObjectStoreStore| {
+            s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed)
+        };
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 3);
+        s.list(Path::new("a/c")).unwrap();
+        let before = asked(&s);
+        for _ in 0..5 {
+            assert_eq!(s.stat(rel).unwrap().unwrap().len, 3);
+            assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 1);
+            assert!(s.open(rel).unwrap().is_some());
+        }
+        assert_eq!(asked(&s), before, "answered from the cache");
+        // Our own write and delete: seen at once.
+        s.write_atomically(rel, b"four").unwrap();
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 4);
+        s.write_atomically(Path::new("a/c/1"), b"x").unwrap();
+        assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 2);
+        s.remove_file(Path::new("a/c/1")).unwrap();
+        assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 1);
+        assert!(s.stat(Path::new("a/c/1")).unwrap().is_none());
+        // Another writer: an open file of the old version reads ESTALE, and the next
+        // open sees the new version without waiting for the TTL.
+        let f = s.open(rel).unwrap().unwrap();
+        let key = ObjPath::from("p/a/c/0");
+        s.block_on(mem.put(&key, PutPayload::from(b"other!".to_vec())))
+            .unwrap();
+        let mut buf = [0u8; 4];
+        let err = f.read_at(&mut buf, 0).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ESTALE));
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 6);
+        // A change nobody here read: seen once the TTL has passed.
+        s.block_on(mem.put(&key, PutPayload::from(b"seventh".to_vec())))
+            .unwrap();
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 6, "within the TTL");
+        s.meta = Arc::new(MetaCache::new(Duration::from_millis(50)));
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 7);
+        s.block_on(mem.put(&key, PutPayload::from(b"eighth!!".to_vec())))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 8, "after the TTL");
     }
 }
