@@ -558,3 +558,82 @@ fn verify_checks_an_s3_prefix() {
         "{stderr}"
     );
 }
+
+/// The requests a read-only mount makes, as `shardfs stats` counts them: a cold read of
+/// one chunk takes at most 2 GETs after the metadata (the shard's index, the chunk) and
+/// moves at most the chunk, the index and 4 KiB; reading every chunk in order is fetched
+/// ahead (far fewer GETs than chunks) and every byte equals what zarr-python wrote.
+#[test]
+fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_fewer_than_one_per_chunk() {
+    let test = "a_cold_chunk_read_takes_two_gets_and_a_full_pass_fewer_than_one_per_chunk";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("a");
+    // 256 x 4096 uint8 in 16 KiB chunks (4 rows), 16 chunks per shard: 4 shards.
+    let out = Command::new(&py)
+        .arg("-c")
+        .arg(format!(
+            "import zarr, numpy as np\n\
+             a = zarr.create_array({:?}, shape=(256, 4096), chunks=(4, 4096), \
+             shards=(64, 4096), dtype='uint8', compressors=None)\n\
+             a[...] = (np.arange(256 * 4096) % 251).astype('uint8').reshape(256, 4096)",
+            local.to_str().unwrap()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s3.tool(&["upload", "--to", "bucket/a", local.to_str().unwrap()]);
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = s3.mount("s3://bucket/a", &mnt, &["-o", "ro"]);
+    let requests = || -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["stats", "--json"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["store_requests"].clone()
+    };
+    let delta = |a: &serde_json::Value, b: &serde_json::Value, k: &str| {
+        b[k].as_u64().unwrap() - a[k].as_u64().unwrap()
+    };
+    std::fs::read(mnt.join("zarr.json")).unwrap();
+    let before = requests();
+    // Chunk 13 lies in the 4th shard.
+    let chunk = std::fs::read(mnt.join("c/13/0")).unwrap();
+    let after = requests();
+    let want: Vec<u8> = (13 * 4 * 4096..14 * 4 * 4096)
+        .map(|i: usize| (i % 251) as u8)
+        .collect();
+    assert_eq!(chunk, want);
+    let index_len = 16 * 16 + 4;
+    println!("one cold chunk: requests {before} -> {after}");
+    assert!(delta(&before, &after, "get") <= 2, "{before} -> {after}");
+    assert!(
+        delta(&before, &after, "get_bytes") <= (chunk.len() + index_len + 4096) as u64,
+        "{before} -> {after}"
+    );
+    // Every chunk, in order.
+    let before = requests();
+    for i in 0..64 {
+        let got = std::fs::read(mnt.join(format!("c/{i}/0"))).unwrap();
+        let want: Vec<u8> = (i * 4 * 4096..(i + 1) * 4 * 4096)
+            .map(|i: usize| (i % 251) as u8)
+            .collect();
+        assert!(got == want, "chunk {i}");
+    }
+    let after = requests();
+    println!("every chunk in order: requests {before} -> {after}");
+    assert!(delta(&before, &after, "get") <= 32, "{before} -> {after}");
+    assert!(delta(&before, &after, "head") <= 8, "{before} -> {after}");
+    m.unmount();
+}

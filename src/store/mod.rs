@@ -143,6 +143,12 @@ pub trait Store: Send + Sync {
     /// A name for log lines and `fsname`.
     fn describe(&self) -> String;
 
+    /// Requests made to a remote store so far, by kind, for `shardfs stats` (object
+    /// storage: `get`, `get_bytes`, `head`, `list`); empty for a local one.
+    fn requests(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Hold the shared side of the lock shard updates take on directory `dir` (see
     /// `store::local::append`) until the returned guard drops, so that a shard is read between
     /// updates, never during one. `None` where the backend has no such lock.

@@ -360,6 +360,9 @@ impl ObjectStoreStore {
     /// The whole object and its version; `None` when there is none.
     fn get_versioned(&self, rel: &Path) -> io::Result<Option<(Vec<u8>, UpdateVersion)>> {
         let key = self.key(rel)?;
+        self.counters
+            .gets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.block_on(async {
             let r = self.inner.get(&key).await?;
             let version = UpdateVersion {
@@ -368,7 +371,12 @@ impl ObjectStoreStore {
             };
             Ok::<_, object_store::Error>((r.bytes().await?.to_vec(), version))
         }) {
-            Ok(v) => Ok(Some(v)),
+            Ok(v) => {
+                self.counters
+                    .get_bytes
+                    .fetch_add(v.0.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                Ok(Some(v))
+            }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(to_io(rel, e)),
         }
@@ -823,6 +831,17 @@ impl Store for ObjectStoreStore {
             bsize: 4096,
             namelen: 1024,
         })
+    }
+
+    fn requests(&self) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.counters;
+        vec![
+            ("get", c.gets.load(Relaxed)),
+            ("get_bytes", c.get_bytes.load(Relaxed)),
+            ("head", c.heads.load(Relaxed)),
+            ("list", c.lists.load(Relaxed)),
+        ]
     }
 
     fn describe(&self) -> String {

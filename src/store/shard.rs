@@ -423,6 +423,15 @@ impl ShardCache {
         shard
     }
 
+    /// The cached shard at `rel`, as it was loaded (no revalidation, no I/O).
+    pub fn peek(&self, rel: &Path) -> Option<Arc<Shard>> {
+        self.segment(rel)
+            .lock()
+            .lru
+            .peek(rel)
+            .map(|(s, _)| s.clone())
+    }
+
     /// Drop a cached shard (the write path calls this after changing it).
     pub fn invalidate(&self, rel: &Path) {
         let mut seg = self.segment(rel).lock();

@@ -47,7 +47,7 @@ impl View {
                 out.push(file(enc.encode(&[]).into()));
             }
         } else if let Some(root) = enc.root_component(ndim) {
-            if self.has_chunks_under(array, &[])? {
+            if self.has_chunks_under(array, &[], false)? {
                 out.push(DirEntry {
                     ino: 0,
                     name: root.into(),
@@ -99,7 +99,7 @@ impl View {
             for s in shard_coords {
                 for i in layout.inner_range(k, s) {
                     below[k] = i;
-                    if self.has_chunks_under(array, &below)? {
+                    if self.has_chunks_under(array, &below, false)? {
                         out.push(DirEntry {
                             ino: 0,
                             name: i.to_string().into(),
@@ -172,7 +172,17 @@ impl View {
     /// Whether the key directory with leading inner coordinates `prefix` has anything
     /// below it: a chunk staged by this mount, a directory made by `mkdir`, or a chunk
     /// stored in a shard (staged deletions count as gone). Stops at the first found.
-    pub(super) fn has_chunks_under(&self, array: &ShardedArray, prefix: &[u64]) -> Result<bool> {
+    ///
+    /// A `lookup` does not read a shard's index only to know this: a shard below whose
+    /// index is not cached counts as holding chunks there (a lookup of `c` would
+    /// otherwise read the first shard's index, a GET on object storage, before the
+    /// chunk asked for). A listing reads the indices, so it never shows an empty one.
+    pub(super) fn has_chunks_under(
+        &self,
+        array: &ShardedArray,
+        prefix: &[u64],
+        lookup: bool,
+    ) -> Result<bool> {
         let staged: HashMap<Vec<u64>, bool> = match &self.writer {
             Some(w) if w.has_keys_under(array, prefix) => return Ok(true),
             Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
@@ -181,6 +191,10 @@ impl View {
         let layout = &array.layout;
         let mut shard = array.shard_prefix(prefix);
         self.any_shard_below(array, &mut shard, &mut |view, shard| {
+            let cached = view.shards.peek(&array.shard_rel(shard));
+            if lookup && staged.is_empty() && cached.is_none() {
+                return Ok(true);
+            }
             let index = view.refresh_shard(array, shard);
             Ok(layout.chunks_of_shard(shard).into_iter().any(|c| {
                 c.starts_with(prefix)

@@ -357,6 +357,14 @@ impl View {
             "chunks_committed": get(&c.chunks_committed),
             "chunks_deleted": get(&c.chunks_deleted),
         });
+        let requests = self.store.requests();
+        if !requests.is_empty() {
+            v["store_requests"] = requests
+                .into_iter()
+                .map(|(k, n)| (k.to_string(), n.into()))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
         if let Some(w) = &self.writer {
             let f = &w.flusher().counters;
             let flushes = get(&f.flushes);

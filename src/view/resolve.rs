@@ -240,7 +240,7 @@ impl View {
                     .iter()
                     .zip(array.layout.chunk_counts())
                     .all(|(c, n)| c < n);
-                let exists = in_grid && self.has_chunks_under(array, &coords)?;
+                let exists = in_grid && self.has_chunks_under(array, &coords, true)?;
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,
