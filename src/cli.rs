@@ -59,11 +59,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio
-    /// (local directories; shardfs writes an object storage shard whole, without dead
-    /// space, at every commit).
+    /// Rewrite shards whose dead space (overwritten or deleted chunks) exceeds a ratio.
     Compact {
-        /// The store: a directory with a Zarr v3 hierarchy (unmounted, or mounted read-only).
+        /// The store: a directory with a Zarr v3 hierarchy (unmounted, or mounted
+        /// read-only), or s3://BUCKET/PREFIX (mounted or not: a shard is replaced only if
+        /// it did not change meanwhile).
         store: PathBuf,
         /// Rewrite shards with more than this fraction of dead bytes.
         #[arg(long, default_value_t = 0.25, value_name = "RATIO")]

@@ -168,9 +168,13 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             json,
         } => {
             init_logging("warn");
-            local_only("compact", &store)?;
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let report = shardfs::maint::compact(&store, min_garbage, progress)?;
+            let report = if mount::object_url(&store).is_some() {
+                let s = mount::open_store(&store, &Default::default())?;
+                shardfs::maint::compact_store(s.as_ref(), &store, min_garbage, progress)?
+            } else {
+                shardfs::maint::compact(&store, min_garbage, progress)?
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -204,18 +208,6 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// `compact` works on local directories only.
-fn local_only(command: &str, store: &std::path::Path) -> Result<()> {
-    if mount::object_url(store).is_some() {
-        bail!(
-            "{command} works on a local directory only; {} is object storage, where \
-             shardfs writes every shard whole, without dead space, at each commit",
-            store.display()
-        );
-    }
-    Ok(())
 }
 
 fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {

@@ -531,6 +531,93 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
     Ok(report)
 }
 
+/// [`compact`] for a store that rewrites a shard as one conditional replacement
+/// (object storage): each shard whose dead space exceeds `min_garbage` of its length is
+/// read whole and PUT back dense, if it did not change meanwhile (else read and redone).
+/// Corrupt shards are skipped and reported. `name` is what the report calls the store.
+pub fn compact_store(
+    store: &dyn Store,
+    name: &Path,
+    min_garbage: f64,
+    progress: bool,
+) -> Result<CompactReport, crate::store::CommitError> {
+    use crate::store::CommitError;
+    if !(0.0..1.0).contains(&min_garbage) {
+        return Err(CommitError::BadUpdate(format!(
+            "min_garbage {min_garbage} is not a fraction in [0, 1)"
+        )));
+    }
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source: io::Error| CommitError::Io { path, source }
+    };
+    let mut report = CompactReport {
+        store: name.to_path_buf(),
+        min_garbage,
+        ..Default::default()
+    };
+    let arrays = sharded_arrays(store, &mut Vec::new()).map_err(io_err(name))?;
+    let bar = progress_bar(
+        progress,
+        arrays.iter().map(|a| a.shards.len()).sum(),
+        "compact",
+    );
+    for array in &arrays {
+        let mut stats = ArrayCompaction {
+            path: array.rel.clone(),
+            ..Default::default()
+        };
+        let level = &array.layout.levels[0];
+        for rel in &array.shards {
+            bar.inc(1);
+            report.shards_checked += 1;
+            let Some(file) = store.open(rel).map_err(io_err(rel))? else {
+                continue;
+            };
+            let len = file.meta().map_err(io_err(rel))?.len;
+            let index = match crate::store::shard::read_index(file.as_ref(), level, 0, len) {
+                Ok(index) => index,
+                Err(crate::store::shard::ReadIndexError::Index(e)) => {
+                    report.skipped.push(Problem {
+                        shard: rel.clone(),
+                        what: format!("corrupt index, not compacted: {e}"),
+                    });
+                    continue;
+                }
+                Err(crate::store::shard::ReadIndexError::Io(e)) => return Err(io_err(rel)(e)),
+            };
+            let times = crate::store::shard::read_times(file.as_ref(), level, len, &index)
+                .map_err(io_err(rel))?;
+            let times_len = match times {
+                Some(t) if t.any() => crate::format::CloseTimes::encoded_len(level.n_chunks()),
+                _ => 0,
+            };
+            let dead = len.saturating_sub(index.live_bytes() + level.index_len() + times_len);
+            stats.shards += 1;
+            stats.bytes += len;
+            stats.dead_bytes += dead;
+            if dead == 0 || dead as f64 / len as f64 <= min_garbage {
+                continue;
+            }
+            match store.rewrite_dense(rel, level)? {
+                Some((old, new)) => {
+                    stats.shards_rewritten += 1;
+                    stats.bytes_reclaimed += old.saturating_sub(new);
+                }
+                None => report.skipped.push(Problem {
+                    shard: rel.clone(),
+                    what: "this store cannot rewrite shards here".into(),
+                }),
+            }
+        }
+        report.shards_rewritten += stats.shards_rewritten;
+        report.bytes_reclaimed += stats.bytes_reclaimed;
+        report.arrays.push(stats);
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
 impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for p in &self.repaired {

@@ -299,6 +299,38 @@ pub(crate) struct Rewrite {
     pub times: CloseTimes,
 }
 
+/// The shard `data` without dead space: every stored chunk's bytes in slot order, the
+/// same index codecs and location, its close times kept.
+pub(crate) fn densify(rel: &Path, level: &ShardLevel, data: &[u8]) -> Result<Vec<u8>, CommitError> {
+    let f = MemFile {
+        data: Arc::new(data.to_vec()),
+    };
+    let len = data.len() as u64;
+    let index = read_index(&f, level, 0, len).map_err(|e| match e {
+        ReadIndexError::Io(source) => CommitError::Io {
+            path: rel.to_path_buf(),
+            source,
+        },
+        ReadIndexError::Index(err) => CommitError::Corrupt {
+            path: rel.to_path_buf(),
+            err,
+        },
+    })?;
+    let n = index.entries().len();
+    let times = read_times(&f, level, len, &index)
+        .map_err(|source| CommitError::Io {
+            path: rel.to_path_buf(),
+            source,
+        })?
+        .unwrap_or_else(|| CloseTimes::unknown(n));
+    let chunks: Vec<Option<&[u8]>> = index
+        .entries()
+        .iter()
+        .map(|e| e.map(|r| &data[r.offset as usize..r.end() as usize]))
+        .collect();
+    Ok(dense_shard(level, &chunks, &times))
+}
+
 /// Read the shard `current`, let `merge` decide, and make the new shard's bytes.
 pub(crate) fn rewrite_shard(
     rel: &Path,

@@ -157,6 +157,20 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Rewrite the shard at `rel` without dead space (the same bytes per slot, in slot
+    /// order, the same index codecs and location, its close times kept), replacing it
+    /// atomically and only if it did not change meanwhile (read again and redone if it
+    /// did). `Ok(None)`: this store does not do it here (a local directory's `compact`
+    /// works under its directory locks, `maint::compact`). `Some((old_len, new_len))`.
+    fn rewrite_dense(
+        &self,
+        rel: &Path,
+        level: &crate::format::ShardLevel,
+    ) -> Result<Option<(u64, u64)>, CommitError> {
+        let _ = (rel, level);
+        Ok(None)
+    }
+
     /// Commit one shard: read its current state (index and close times), let `merge`
     /// decide the changes, and make them durable atomically, only on the state `merge`
     /// saw (see [`commit`]). `merge` may be called more than once (when the shard changed

@@ -34,7 +34,7 @@ use object_store::{
 use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
-use super::memory::{dense_shard, rewrite_shard};
+use super::memory::{dense_shard, densify, rewrite_shard};
 use super::{EntryKind, EntryMeta, ListEntry, OpenMode, SpaceInfo, Store, StoreFile, StoreFileRw};
 use crate::format::ShardLevel;
 
@@ -853,6 +853,36 @@ impl Store for ObjectStoreStore {
             return Ok(Some(state.data.lock().0.clone()));
         }
         Ok(self.get_versioned(rel)?.map(|(b, _)| b))
+    }
+
+    fn rewrite_dense(
+        &self,
+        rel: &Path,
+        level: &ShardLevel,
+    ) -> Result<Option<(u64, u64)>, CommitError> {
+        let io_err = |e: io::Error| CommitError::Io {
+            path: rel.to_path_buf(),
+            source: e,
+        };
+        let mut backoff = Duration::from_millis(10);
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let Some((current, version)) = self.get_versioned(rel).map_err(io_err)? else {
+                return Ok(None);
+            };
+            let dense = densify(rel, level, &current)?;
+            let lens = (current.len() as u64, dense.len() as u64);
+            match self.put(rel, dense, PutMode::Update(version)) {
+                Ok(()) => return Ok(Some(lens)),
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) && attempt < COMMIT_ATTEMPTS => {
+                    std::thread::sleep(backoff + jitter(backoff));
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Err(io_err(io::Error::other(
+            "the shard kept changing under this rewrite",
+        )))
     }
 
     fn commit_shard(
