@@ -325,7 +325,8 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     );
 }
 
-/// A missing bucket and an unreachable endpoint fail the mount, saying which.
+/// A missing bucket, an unreachable endpoint, a malformed endpoint and missing
+/// credentials fail the mount, saying which.
 #[test]
 fn s3_mount_failures_say_why() {
     let test = "s3_mount_failures_say_why";
@@ -360,6 +361,15 @@ fn s3_mount_failures_say_why() {
             .env("AWS_ENDPOINT_URL", "localhost:9")
             .args(["mount", "s3://bucket/x"]),
         "is not an http:// or https:// URL",
+    );
+    // No credentials: the client falls back to the EC2 instance metadata service,
+    // which is not there.
+    fails(
+        s3.shardfs()
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .args(["mount", "--s3-timeout", "2", "s3://bucket/x"]),
+        "no credentials",
     );
 }
 

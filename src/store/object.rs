@@ -401,6 +401,12 @@ fn describe_error(e: &object_store::Error) -> String {
         .to_string();
     let lower = text.to_lowercase();
     match e {
+        // Without credentials in the environment the client asks the EC2 instance
+        // metadata service; off EC2 that fails in ways that read like something else.
+        _ if full.contains("169.254.169.254") => format!(
+            "no credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and \
+             the instance metadata service (169.254.169.254) gave none ({text})"
+        ),
         object_store::Error::NotFound { .. } => format!("no such bucket ({text})"),
         object_store::Error::PermissionDenied { .. } => format!("access denied (403): {text}"),
         object_store::Error::Unauthenticated { .. } => {
