@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """A local S3 endpoint for shardfs's tests, and the few bucket chores they need.
 
-    serve  [--bucket NAME ...] [--outage-file PATH]
+    serve  [--bucket NAME ...] [--outage-file PATH] [--threaded] [--request-log FILE]
         moto's S3 server on 127.0.0.1 (a free port), serving ONE REQUEST AT A TIME:
         moto's default threaded server checks If-Match without a lock, so two racing
         conditional PUTs could both succeed, which real S3 never allows. Creates the
         buckets, prints "ready http://127.0.0.1:PORT" and serves until killed. While
         the file PATH exists, every request is answered 503 (an outage, for tests; the
         bucket's objects are kept).
+        --threaded: a thread per request instead (for scripts/bench_s3.py), ONLY for
+        single-writer use: two writers racing conditional PUTs to one key could both
+        win there. Readers, and one writer at a time, are served correctly.
+        --request-log FILE: append a line per request to FILE, tab-separated: method,
+        path (with its query), Range header ("-" if none), status, bytes of the
+        response body (Content-Length, or counted).
     upload   --endpoint URL --to BUCKET/PREFIX DIR     every file of DIR, as objects
     download --endpoint URL --from BUCKET/PREFIX DIR   every object below PREFIX, as files
     keys     --endpoint URL --from BUCKET/PREFIX       the keys below PREFIX, one a line
@@ -42,7 +48,9 @@ def serve(args) -> None:
     app = DomainDispatcherApplication(create_backend_app)
     if args.outage_file:
         app = with_outage(app, args.outage_file)
-    server = make_server("127.0.0.1", 0, app, threaded=False)
+    if args.request_log:
+        app = with_request_log(app, args.request_log)
+    server = make_server("127.0.0.1", 0, app, threaded=args.threaded)
     endpoint = f"http://127.0.0.1:{server.server_port}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -64,6 +72,43 @@ def with_outage(app, path: str):
             b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable"
             b"</Code><Message>an outage made by the test</Message></Error>"
         ]
+
+    return wrapped
+
+
+def with_request_log(app, path: str):
+    """`app`, appending method, path, Range, status and body bytes of each request to
+    the file `path` (one line each, tab-separated)."""
+    lock = threading.Lock()
+    log = open(path, "a", buffering=1)
+
+    def wrapped(environ, start_response):
+        seen = {}
+
+        def start(status, headers, exc_info=None):
+            seen["status"] = status.split(" ", 1)[0]
+            for k, v in headers:
+                if k.lower() == "content-length":
+                    seen["len"] = int(v)
+            return start_response(status, headers, exc_info)
+
+        body = app(environ, start)
+        chunks = list(body)
+        if hasattr(body, "close"):
+            body.close()
+        n = seen.get("len")
+        if n is None:
+            n = sum(len(c) for c in chunks)
+        if environ["REQUEST_METHOD"] == "HEAD":
+            n = 0
+        path_q = environ.get("PATH_INFO", "")
+        if environ.get("QUERY_STRING"):
+            path_q += "?" + environ["QUERY_STRING"]
+        line = "\t".join((environ["REQUEST_METHOD"], path_q, environ.get("HTTP_RANGE", "-"),
+                          seen.get("status", "?"), str(n)))
+        with lock:
+            log.write(line + "\n")
+        return chunks
 
     return wrapped
 
@@ -121,6 +166,8 @@ def main() -> int:
     p = sub.add_parser("serve")
     p.add_argument("--bucket", action="append")
     p.add_argument("--outage-file")
+    p.add_argument("--threaded", action="store_true")
+    p.add_argument("--request-log")
     p = sub.add_parser("upload")
     p.add_argument("--endpoint", required=True)
     p.add_argument("--to", required=True)
