@@ -437,8 +437,9 @@ class Bench:
                              statistics.median(lat_m) * 1e3, statistics.median(lat_d) * 1e3,
                              "zarr-python direct a[chunk] (array opened)", False, None,
                              f"shardfs: {worst['get'] + worst['head'] + worst['list']} "
-                             f"requests in a row (lookups of the directories, the shard's "
-                             f"HEAD, its index, the chunk); zarr-python: "
+                             f"requests in a row ({worst['list']} LIST, {worst['head']} HEAD "
+                             f"for the lookups, {worst['get']} GET: the index, the chunk); "
+                             f"zarr-python: "
                              f"{one_d[0]['get']} (index, chunk)"))
         self.log(f"one cold chunk: shardfs {one_m}, limit {limit}; zarr direct {one_d[0]}")
         self.oneverdict = ok

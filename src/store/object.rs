@@ -320,7 +320,22 @@ impl ObjectStoreStore {
                 });
             }
         }
+        self.keep_listed_heads(rel, &key, &l.objects);
         Ok(out)
+    }
+
+    /// A listing gives each object's size and ETag, as a HEAD would: keep them as the
+    /// HEAD answers of those objects, so opening a shard just listed asks nothing more.
+    fn keep_listed_heads(&self, rel: &Path, key: &ObjPath, objects: &[object_store::ObjectMeta]) {
+        for o in objects {
+            if let Some(name) = o.location.filename()
+                && o.location != *key
+                && o.e_tag.is_some()
+            {
+                self.meta
+                    .keep(&self.meta.heads, &rel.join(name), Some(o.clone()));
+            }
+        }
     }
 
     /// Whether any object lies below `rel`.
@@ -337,6 +352,7 @@ impl ObjectStoreStore {
             .map_err(|e| to_io(rel, e))?;
         let any = !l.objects.is_empty() || !l.common_prefixes.is_empty();
         self.meta.keep(&self.meta.children, rel, any);
+        self.keep_listed_heads(rel, &key, &l.objects);
         Ok(any)
     }
 
@@ -491,6 +507,8 @@ struct ObjectFile {
     key: ObjPath,
     meta: object_store::ObjectMeta,
     ahead: Mutex<ReadAhead>,
+    /// Signalled when a window fetch ends (readers waiting for the window in flight).
+    ahead_done: parking_lot::Condvar,
     budget: Arc<Budget>,
     counters: Arc<Counters>,
     /// To forget this name when it turns out changed.
@@ -498,8 +516,11 @@ struct ObjectFile {
     rel: PathBuf,
 }
 
-/// The smallest and largest read-ahead window.
-const MIN_WINDOW: u64 = 256 << 10;
+/// The first and the largest read-ahead window; each window is 4 times the last. On
+/// object storage a request costs about the same whatever its size up to a few MiB, so
+/// reading forward through a shard should take few of them: a 4 MiB shard read chunk by
+/// chunk takes its index, two chunks, 1 MiB and the rest.
+const MIN_WINDOW: u64 = 1 << 20;
 const MAX_WINDOW: u64 = 8 << 20;
 /// A read that starts at most this far past where the last one ended still counts as
 /// going forward (chunks a reader skipped, an index between blocks).
@@ -514,6 +535,10 @@ struct ReadAhead {
     streak: u32,
     window: u64,
     held: Option<Held>,
+    /// The window being fetched now: a reader inside it waits for it rather than
+    /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
+    /// side).
+    pending: Option<std::ops::Range<u64>>,
 }
 
 /// Bytes fetched ahead, `start..start + bytes.len()` of the object, counted against the
@@ -603,7 +628,7 @@ impl ObjectFile {
 impl StoreFile for ObjectFile {
     /// A read served from bytes fetched ahead, or a ranged GET: of exactly what was
     /// asked for when reads jump around (a cold read of one chunk moves that chunk
-    /// only), of a window that doubles up to [`MAX_WINDOW`] while they go forward.
+    /// only), of a window that grows up to [`MAX_WINDOW`] while they go forward.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let size = self.meta.size;
         if offset >= size || buf.is_empty() {
@@ -613,50 +638,86 @@ impl StoreFile for ObjectFile {
         let want = (end - offset) as usize;
         let fetch_end = {
             let mut ra = self.ahead.lock();
-            if let Some(h) = &ra.held
-                && h.start <= offset
-                && end <= h.start + h.bytes.len() as u64
-            {
-                let at = (offset - h.start) as usize;
-                buf[..want].copy_from_slice(&h.bytes[at..at + want]);
-                ra.next = Some(end);
-                return Ok(want);
+            loop {
+                if let Some(h) = &ra.held
+                    && h.start <= offset
+                    && end <= h.start + h.bytes.len() as u64
+                {
+                    let at = (offset - h.start) as usize;
+                    buf[..want].copy_from_slice(&h.bytes[at..at + want]);
+                    ra.next = Some(end);
+                    return Ok(want);
+                }
+                match &ra.pending {
+                    Some(p) if p.start <= offset && end <= p.end => self.ahead_done.wait(&mut ra),
+                    _ => break,
+                }
             }
-            let forward = ra
-                .next
-                .is_some_and(|n| offset >= n && offset - n <= FORWARD_GAP);
+            // Forward: from where the last read ended, or from the end of the window held
+            // (readers of one file side by side, as zarr-python's, take turns in it).
+            let after = |n: u64| offset >= n && offset - n <= FORWARD_GAP;
+            let forward = ra.next.is_some_and(after)
+                || ra
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| after(h.start + h.bytes.len() as u64));
             // Two forward reads in a row before fetching ahead: the first chunk after an
             // index at the start of a shard is forward too, and a cold read of one chunk
             // must move only that chunk.
             ra.streak = if forward { ra.streak + 1 } else { 0 };
             ra.window = if ra.streak >= 2 {
-                (ra.window * 2).clamp(MIN_WINDOW, MAX_WINDOW)
+                (ra.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
             } else {
                 0
             };
             ra.next = Some(end);
-            ra.held = None;
             let ahead_end = size.min(offset + ra.window);
+            if ahead_end > end {
+                // The window held gives way to the next one (and its budget with it); a
+                // read elsewhere leaves it for the readers still inside it.
+                ra.held = None;
+            }
             if ahead_end > end && self.budget.reserve(ahead_end - offset) {
+                ra.pending = Some(offset..ahead_end);
                 ahead_end
             } else {
                 end
             }
         };
-        let bytes = self.fetch(offset..fetch_end)?;
-        let n = bytes.len().min(want);
-        buf[..n].copy_from_slice(&bytes[..n]);
+        let got = self.fetch(offset..fetch_end);
+        let n = match &got {
+            Ok(bytes) => {
+                let n = bytes.len().min(want);
+                buf[..n].copy_from_slice(&bytes[..n]);
+                n
+            }
+            Err(_) => 0,
+        };
         if fetch_end > end {
-            // Reserved above for the whole window; what came back is what is held.
-            let short = (fetch_end - offset) - bytes.len() as u64;
-            self.budget.release(short);
-            self.ahead.lock().held = Some(Held {
-                start: offset,
-                bytes,
-                budget: self.budget.clone(),
-            });
+            // Reserved above for the whole window; what came back is what is held. The
+            // window is no longer in flight either way: wake its waiters.
+            let mut ra = self.ahead.lock();
+            ra.pending = None;
+            let reserved = fetch_end - offset;
+            match got {
+                Ok(bytes) => {
+                    self.budget.release(reserved - bytes.len() as u64);
+                    ra.held = Some(Held {
+                        start: offset,
+                        bytes,
+                        budget: self.budget.clone(),
+                    });
+                }
+                Err(e) => {
+                    self.budget.release(reserved);
+                    self.ahead_done.notify_all();
+                    return Err(e);
+                }
+            }
+            self.ahead_done.notify_all();
+            return Ok(n);
         }
-        Ok(n)
+        got.map(|_| n)
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
@@ -815,6 +876,7 @@ impl Store for ObjectStoreStore {
             key: self.key(rel)?,
             meta,
             ahead: Mutex::new(ReadAhead::default()),
+            ahead_done: parking_lot::Condvar::new(),
             budget: self.budget.clone(),
             counters: self.counters.clone(),
             meta_cache: self.meta.clone(),
@@ -1261,6 +1323,39 @@ mod tests {
             drop(f);
             assert_eq!(s.read_ahead().0, 0, "the budget is given back");
         }
+    }
+
+    /// Readers of one open object side by side (zarr-python reads a shard's chunks from
+    /// several threads) all get the right bytes, wait for a window in flight instead of
+    /// hanging or fetching it again, and give the budget back.
+    #[test]
+    fn readers_side_by_side_share_the_windows() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+        let s = store();
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f: Arc<dyn StoreFile> = Arc::from(s.open(Path::new("shard")).unwrap().unwrap());
+        let chunk = 64 << 10;
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (f, data) = (f.clone(), data.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; chunk];
+                    for i in (t..data.len() / chunk).step_by(4) {
+                        let at = i * chunk;
+                        assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), chunk);
+                        assert!(buf == data[at..at + chunk], "at {at}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let moved = s.counters().get_bytes.load(Relaxed);
+        assert!(moved >= data.len() as u64, "{moved}");
+        drop(f);
+        assert_eq!(s.read_ahead().0, 0, "the budget is given back");
     }
 
     /// The first read of a freshly opened object moves only what it asks for (a cold
