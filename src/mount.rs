@@ -548,13 +548,25 @@ pub fn daemon_pids(mountpoint: &Path) -> Vec<u32> {
     out
 }
 
+/// Whether process `pid` is still running: it exists and is not a zombie (a daemon
+/// started as a child of the program that unmounts it stays a zombie until that program
+/// reaps it, which it may do only after `shardfs unmount` returns).
+fn process_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S ...": the state follows the last ')' (comm may hold any bytes).
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
 /// Wait up to `limit` for processes `pids` to exit; whether they all did.
 pub fn wait_for_exit(pids: &[u32], limit: Duration) -> bool {
     let deadline = std::time::Instant::now() + limit;
     loop {
-        let alive = pids
-            .iter()
-            .any(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        let alive = pids.iter().any(|&pid| process_running(pid));
         if !alive {
             return true;
         }
@@ -652,5 +664,31 @@ mod mountpoint_tests {
         assert_eq!(unescape_mount_path(r"/a\040b\011c"), "/a b\tc");
         assert_eq!(unescape_mount_path(r"/x\"), r"/x\");
         assert_eq!(unescape_mount_path("/é\\134"), "/é\\");
+    }
+
+    /// `shardfs unmount` waits for the daemon to exit; a daemon that is the child of the
+    /// program unmounting it is a zombie until reaped, and counts as exited (it used to
+    /// hold every such unmount for the whole 30 s limit).
+    #[test]
+    fn a_zombie_has_exited_and_a_sleeper_has_not() {
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut quick = std::process::Command::new("true").spawn().unwrap();
+        let started = std::time::Instant::now();
+        // `true` exits at once and stays a zombie: nothing reaps it before the wait.
+        assert!(wait_for_exit(&[quick.id()], Duration::from_secs(10)));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(process_running(sleeper.id()));
+        assert!(!wait_for_exit(&[sleeper.id()], Duration::from_millis(100)));
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        quick.wait().unwrap();
+        assert!(!process_running(sleeper.id()));
     }
 }
