@@ -1,25 +1,37 @@
 //! The FUSE floor: the least a FUSE file system can do, for `scripts/bench` to measure
 //! what the kernel round trips alone cost on this machine.
 //!
-//! `fuse_floor MIRROR MOUNTPOINT` mounts (in the foreground, until unmounted from
-//! outside) a tree with the names and sizes of the directory MIRROR, held in memory.
-//! No bytes are kept: a read returns zeros, a write only moves the size. Every request
-//! is one hash lookup under one lock. The session is set up as shardfs sets up a
-//! writable mount (worker threads, cloned fds, `default_permissions`), and replies as
-//! shardfs does where it matters for speed: the same TTLs (10 s, misses 1 s), opens
-//! with `FOPEN_KEEP_CACHE` (a warm read is served from the page cache), and no flush
-//! request at close. So a case through this mount costs what any FUSE file system that
-//! asks its daemon at `open` would pay at best; shardfs's own work is the difference.
+//! `fuse_floor [--no-open] MIRROR MOUNTPOINT` mounts (in the foreground, until unmounted
+//! from outside) a tree with the names and sizes of the directory MIRROR, held in memory.
+//! A read of a file that came from MIRROR returns its bytes (read from MIRROR at that
+//! offset, so zarr-python and `cp` work through the floor); files written through the
+//! floor keep no bytes (a read returns zeros, a write only moves the size). Every other
+//! request is one hash lookup under one lock. The session is set up as shardfs sets up a
+//! mount (worker threads, cloned fds, `default_permissions`), and replies as shardfs
+//! does where it matters for speed: the same TTLs (10 s, misses 1 s), opens with
+//! `FOPEN_KEEP_CACHE` (a warm read is served from the page cache), and no flush request
+//! at close. So a case through this mount costs what any FUSE file system that asks its
+//! daemon at `open` would pay at best (the floor of a writable shardfs mount);
+//! shardfs's own work is the difference.
+//!
+//! `--no-open` is the floor of a read-only shardfs mount: as there, the daemon asks for
+//! `FUSE_NO_OPEN_SUPPORT` (and `FUSE_AUTO_INVAL_DATA`) at init and answers the first
+//! `open` and `flush` with `ENOSYS`, so the kernel opens and closes files without
+//! asking it. `--no-open --answer-flush` answers flushes: what a writable mount that let
+//! the kernel open files would pay at best, as it must still learn of every close (the
+//! kernel sends no release for files it opened itself, and a flush at every close).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
+    SessionACL, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -32,12 +44,17 @@ static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 struct Node {
     dir: bool,
     size: u64,
+    /// The file of MIRROR this node shows, for its bytes.
+    src: Option<PathBuf>,
 }
 
 #[derive(Default)]
 struct Tree {
     nodes: HashMap<u64, Node>,
     names: HashMap<(u64, OsString), u64>,
+    /// The names ever given in each directory, in order (a name gone from `names` since
+    /// is skipped by readdir).
+    children: HashMap<u64, Vec<OsString>>,
     next: u64,
 }
 
@@ -45,9 +62,25 @@ impl Tree {
     fn add(&mut self, parent: u64, name: &OsStr, dir: bool, size: u64) -> u64 {
         self.next += 1;
         let ino = self.next;
-        self.nodes.insert(ino, Node { dir, size });
-        self.names.insert((parent, name.to_owned()), ino);
+        self.nodes.insert(
+            ino,
+            Node {
+                dir,
+                size,
+                src: None,
+            },
+        );
+        self.link(parent, name, ino);
         ino
+    }
+
+    fn link(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        if self.names.insert((parent, name.to_owned()), ino).is_none() {
+            self.children
+                .entry(parent)
+                .or_default()
+                .push(name.to_owned());
+        }
     }
 
     fn mirror(&mut self, parent: u64, dir: &Path) -> std::io::Result<()> {
@@ -57,6 +90,8 @@ impl Tree {
             let ino = self.add(parent, &e.file_name(), meta.is_dir(), meta.len());
             if meta.is_dir() {
                 self.mirror(ino, &e.path())?;
+            } else if let Some(n) = self.nodes.get_mut(&ino) {
+                n.src = Some(e.path());
             }
         }
         Ok(())
@@ -88,7 +123,13 @@ impl Tree {
     }
 }
 
-struct Floor(Mutex<Tree>);
+struct Floor {
+    tree: Mutex<Tree>,
+    /// `--no-open`: the kernel opens files itself, as on a read-only shardfs mount.
+    no_open: bool,
+    /// `--answer-flush`: flushes are answered (else `ENOSYS`: the kernel stops sending).
+    answer_flush: bool,
+}
 
 fn negative() -> FileAttr {
     FileAttr {
@@ -115,8 +156,18 @@ fn cached_open() -> FopenFlags {
 }
 
 impl Filesystem for Floor {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.no_open {
+            let want = InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_AUTO_INVAL_DATA;
+            if let Err(missing) = config.add_capabilities(want) {
+                eprintln!("fuse_floor: the kernel lacks {missing:?}: every open asks");
+            }
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let t = self.0.lock();
+        let t = self.tree.lock();
         match t.names.get(&(parent.0, name.to_owned())) {
             Some(&ino) => reply.entry(&TTL, &t.attr(ino).expect("named"), Generation(0)),
             None => reply.entry(&NEGATIVE_TTL, &negative(), Generation(0)),
@@ -124,7 +175,7 @@ impl Filesystem for Floor {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.0.lock().attr(ino.0) {
+        match self.tree.lock().attr(ino.0) {
             Some(a) => reply.attr(&TTL, &a),
             None => reply.error(Errno::ENOENT),
         }
@@ -148,7 +199,7 @@ impl Filesystem for Floor {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mut t = self.0.lock();
+        let mut t = self.tree.lock();
         if let (Some(size), Some(n)) = (size, t.nodes.get_mut(&ino.0)) {
             n.size = size;
         }
@@ -167,7 +218,7 @@ impl Filesystem for Floor {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let mut t = self.0.lock();
+        let mut t = self.tree.lock();
         if t.names.contains_key(&(parent.0, name.to_owned())) {
             return reply.error(Errno::EEXIST);
         }
@@ -185,7 +236,7 @@ impl Filesystem for Floor {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let mut t = self.0.lock();
+        let mut t = self.tree.lock();
         let ino = match t.names.get(&(parent.0, name.to_owned())) {
             Some(&ino) => ino,
             None => t.add(parent.0, name, false, 0),
@@ -195,7 +246,51 @@ impl Filesystem for Floor {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_open {
+            return reply.error(Errno::ENOSYS);
+        }
         reply.opened(FileHandle(ino.0), cached_open());
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Only asked with --no-open (opens say FOPEN_NOFLUSH otherwise).
+        if self.answer_flush {
+            return reply.ok();
+        }
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let t = self.tree.lock();
+        let names = t.children.get(&ino.0).map_or(&[][..], |v| &v[..]);
+        for (i, name) in names.iter().enumerate().skip(offset as usize) {
+            let Some(&child) = t.names.get(&(ino.0, name.clone())) else {
+                continue;
+            };
+            let kind = if t.nodes.get(&child).is_some_and(|n| n.dir) {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            };
+            if reply.add(INodeNo(child), i as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
     }
 
     fn read(
@@ -209,9 +304,19 @@ impl Filesystem for Floor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let len = self.0.lock().nodes.get(&ino.0).map_or(0, |n| n.size);
-        let n = len.saturating_sub(offset).min(size as u64) as usize;
-        reply.data(&ZEROS[..n.min(ZEROS.len())]);
+        let (len, src) = match self.tree.lock().nodes.get(&ino.0) {
+            Some(n) => (n.size, n.src.clone()),
+            None => (0, None),
+        };
+        let n = (len.saturating_sub(offset).min(size as u64) as usize).min(ZEROS.len());
+        let Some(src) = src else {
+            return reply.data(&ZEROS[..n]);
+        };
+        let mut buf = vec![0; n];
+        match std::fs::File::open(src).and_then(|f| f.read_at(&mut buf, offset)) {
+            Ok(k) => reply.data(&buf[..k]),
+            Err(e) => reply.error(Errno::from(e)),
+        }
     }
 
     fn write(
@@ -226,7 +331,7 @@ impl Filesystem for Floor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if let Some(n) = self.0.lock().nodes.get_mut(&ino.0) {
+        if let Some(n) = self.tree.lock().nodes.get_mut(&ino.0) {
             n.size = n.size.max(offset + data.len() as u64);
         }
         reply.written(data.len() as u32);
@@ -255,10 +360,10 @@ impl Filesystem for Floor {
         _flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let mut t = self.0.lock();
+        let mut t = self.tree.lock();
         match t.names.remove(&(parent.0, name.to_owned())) {
             Some(ino) => {
-                t.names.insert((newparent.0, newname.to_owned()), ino);
+                t.link(newparent.0, newname, ino);
                 reply.ok();
             }
             None => reply.error(Errno::ENOENT),
@@ -266,7 +371,7 @@ impl Filesystem for Floor {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.0.lock().names.remove(&(parent.0, name.to_owned())) {
+        match self.tree.lock().names.remove(&(parent.0, name.to_owned())) {
             Some(_) => reply.ok(),
             None => reply.error(Errno::ENOENT),
         }
@@ -274,16 +379,32 @@ impl Filesystem for Floor {
 }
 
 fn main() -> std::io::Result<()> {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let mut flag = |name: &str| match args.iter().position(|a| a == name) {
+        Some(i) => {
+            args.remove(i);
+            true
+        }
+        None => false,
+    };
+    let no_open = flag("--no-open");
+    let answer_flush = flag("--answer-flush");
     let [mirror, mountpoint] = &args[..] else {
-        eprintln!("usage: fuse_floor MIRROR MOUNTPOINT");
+        eprintln!("usage: fuse_floor [--no-open [--answer-flush]] MIRROR MOUNTPOINT");
         std::process::exit(2);
     };
     let mut tree = Tree {
         next: ROOT,
         ..Tree::default()
     };
-    tree.nodes.insert(ROOT, Node { dir: true, size: 0 });
+    tree.nodes.insert(
+        ROOT,
+        Node {
+            dir: true,
+            size: 0,
+            src: None,
+        },
+    );
     tree.mirror(ROOT, Path::new(mirror))?;
     let mut config = Config::default();
     config.mount_options = vec![
@@ -297,5 +418,10 @@ fn main() -> std::io::Result<()> {
             .clamp(2, 16),
     );
     config.clone_fd = true;
-    fuser::mount(Floor(Mutex::new(tree)), mountpoint, &config)
+    let floor = Floor {
+        tree: Mutex::new(tree),
+        no_open,
+        answer_flush,
+    };
+    fuser::mount(floor, mountpoint, &config)
 }

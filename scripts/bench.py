@@ -7,6 +7,12 @@ For 1 MiB chunks (uint8, no compression, 64 per shard) and 16 KiB chunks (256 pe
 shard) it creates, in one temporary directory on one disk, a sharded store and its
 unsharded twin (one plain file per chunk, the same bytes), then measures:
 
+* reads as clients make them (`--only clients`): every chunk read warm with Python's
+  `open().read()`, unbuffered `open().readall()`, `os.open` + `os.readv`, zarr-python 3
+  reading the whole array and `cp -r` of the array, on plain files, the read-only mount,
+  the writable mount and each mount's FUSE floor, interleaved in one run; and the round
+  trip of the `TCGETS` ioctl behind Python's `isatty()` (every default `open()` before
+  Python 3.14 makes one);
 * read all chunks: the mount vs the twin, cold (page cache dropped, fresh daemon) and
   warm; throughput; the read cases run on a writable mount (every open asks the
   daemon) and again on a read-only one (`-o ro`: the kernel opens files itself);
@@ -341,14 +347,18 @@ class Mount:
 
 
 class Floor:
-    """`examples/fuse_floor MIRROR MNT`: a FUSE file system that keeps names and sizes
-    and nothing else, set up and replying as shardfs does where speed is concerned. What
-    a case costs through it is what the kernel round trips alone cost on this machine."""
+    """`examples/fuse_floor [--no-open] MIRROR MNT`: a FUSE file system that shows the
+    tree of MIRROR (names, sizes, and the bytes of its files read from MIRROR), set up and
+    replying as shardfs does where speed is concerned. What a case costs through it is
+    what the kernel round trips alone cost on this machine. `no_open`: the kernel opens
+    files without asking, as on a read-only shardfs mount (that mount's floor)."""
 
-    def __init__(self, mirror: Path, mnt: Path):
+    def __init__(self, mirror: Path, mnt: Path, no_open: bool = False,
+                 answer_flush: bool = False):
         mnt.mkdir(parents=True, exist_ok=True)
         self.mnt = mnt
-        self.proc = subprocess.Popen([str(FLOOR), str(mirror), str(mnt)],
+        flags = (["--no-open"] if no_open else []) + (["--answer-flush"] if answer_flush else [])
+        self.proc = subprocess.Popen([str(FLOOR), *flags, str(mirror), str(mnt)],
                                      stdin=subprocess.DEVNULL)
         LIVE_MOUNTS.append(self)
         deadline = time.monotonic() + 30
@@ -495,6 +505,7 @@ class Bench:
     root: Path
     rows: list[Row] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    client_rows: list[str] = field(default_factory=list)
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -620,6 +631,119 @@ class Bench:
                              f"the floor against plain files: {pl / fl:.3f}×"))
         self.log(f"{label} read all warm: FUSE floor {mib / fl:.0f} MiB/s, "
                  f"plain {mib / pl:.0f} MiB/s ({pl / fl:.3f}×)")
+
+    # -- reads as clients make them ----------------------------------------------------
+
+    def clients(self, g: Geometry, store: Path, twin: Path, label: str) -> None:
+        """Warm reads through the calls clients make, on five trees at once, interleaved
+        round by round (the order rotating): plain files (the twin), a read-only mount and
+        its floor (`fuse_floor --no-open`: the kernel opens files itself), a writable
+        mount and its floor (every open asks the daemon), and a floor that lets the kernel
+        open files but answers the flush of every close. One table row per call."""
+        reps = self.args.reps
+        rel = [f"arr/c/{i}/{j}" for i, j in g.keys()]
+        mnt = self.root / "mnt"
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.root
+        dest = shm / f"shardfs-bench-cp-{os.getpid()}"
+        with self.mount(store, "cro", "-o", "ro") as ro, self.mount(store, "crw") as rw, \
+                Floor(twin, mnt / "fro", no_open=True) as fro, Floor(twin, mnt / "frw") as frw, \
+                Floor(twin, mnt / "fko", no_open=True, answer_flush=True) as fko:
+            # "rw floor, kernel opens": what a writable mount would pay at best if it let
+            # the kernel open files: it must still answer a flush at every close.
+            trees = {"plain": twin, "ro floor": fro.mnt, "ro mount": ro.mnt,
+                     "rw floor": frw.mnt, "rw mount": rw.mnt,
+                     "rw floor, kernel opens": fko.mnt}
+            paths = {k: [str(v / r) for r in rel] for k, v in trees.items()}
+            expect = g.n_chunks * g.chunk_bytes
+
+            def buffered(ps: list[str]) -> int:
+                n = 0
+                for p in ps:
+                    with open(p, "rb") as f:
+                        n += len(f.read())
+                return n
+
+            def unbuffered(ps: list[str]) -> int:
+                n = 0
+                for p in ps:
+                    with open(p, "rb", buffering=0) as f:
+                        n += len(f.readall())
+                return n
+
+            mv = memoryview(bytearray(g.chunk_bytes + 4096))
+
+            def raw(ps: list[str]) -> int:
+                return sum(read_file(p, mv) for p in ps)
+
+            def whole_array(tree: Path) -> int:
+                return zarr.open_array(str(tree / "arr"), mode="r")[:].nbytes
+
+            def cp_r(tree: Path) -> int:
+                shutil.rmtree(dest, ignore_errors=True)
+                subprocess.run(["cp", "-r", str(tree / "arr"), str(dest)], check=True)
+                return dir_bytes(dest / "c")
+
+            per_file = [("`open(p,'rb').read()`", buffered),
+                        ("`open(p,'rb',buffering=0).readall()`", unbuffered),
+                        ("`os.open` + `os.readv`", raw)]
+            whole = [("zarr-python 3 `open_array(...)[:]`", whole_array),
+                     ("`cp -r` of the array (to /dev/shm)", cp_r)]
+            # Correct bytes first: zarr-python through every tree equals the plain twin.
+            want = zarr.open_array(str(twin / "arr"), mode="r")[:]
+            for k, v in trees.items():
+                if not np.array_equal(zarr.open_array(str(v / "arr"), mode="r")[:], want):
+                    raise RuntimeError(f"zarr-python reads different data through {k}")
+            order = list(trees)
+            times: dict[tuple[str, str], list[float]] = {}
+            try:
+                for name, fn in per_file + whole:
+                    arg = paths if (name, fn) in per_file else trees
+                    for k in order:  # warm every tree's page cache and dentries
+                        if fn(arg[k]) != expect:
+                            raise RuntimeError(f"{name} on {k}: wrong byte count")
+                    for rnd in range(reps):
+                        for k in order[rnd % len(order):] + order[:rnd % len(order)]:
+                            t = time.perf_counter()
+                            fn(arg[k])
+                            times.setdefault((name, k), []).append(time.perf_counter() - t)
+            finally:
+                shutil.rmtree(dest, ignore_errors=True)
+            # isatty() on an open chunk: Python < 3.14 calls it at every default open();
+            # FUSE forwards the TCGETS ioctl to the daemon each time.
+            n_tty = 2000
+            for rnd in range(reps):
+                for k in order[rnd % len(order):] + order[:rnd % len(order)]:
+                    fd = os.open(paths[k][0], os.O_RDONLY)
+                    try:
+                        t = time.perf_counter()
+                        for _ in range(n_tty):
+                            os.isatty(fd)
+                        times.setdefault(("isatty", k), []).append(
+                            (time.perf_counter() - t) / n_tty * g.n_chunks)
+                    finally:
+                        os.close(fd)
+        med = {key: statistics.median(v) for key, v in times.items()}
+        us = 1e6 / g.n_chunks
+        lines = []
+        for name, _ in per_file + whole + [("`isatty()` (TCGETS ioctl), per call", None)]:
+            key = "isatty" if name.startswith("`isatty") else name
+            m = {k: med[(key, k)] for k in order}
+            fl_ro = m["ro floor"] / m["ro mount"]
+            rw_ro = m["ro mount"] / m["rw mount"]
+            # The goals are on reads; the ioctl row is there to show its round trip.
+            goal_ro = "" if key == "isatty" else (" met" if fl_ro >= 0.9 else " MISSED")
+            goal_rw = "" if key == "isatty" else (" met" if rw_ro >= 0.8 else " MISSED")
+            lines.append(
+                f"| {name} | {label} | {m['plain'] * us:.1f} | {m['ro floor'] * us:.1f} | "
+                f"{m['ro mount'] * us:.1f} | {m['plain'] / m['ro floor']:.2f} | "
+                f"{m['plain'] / m['ro mount']:.2f} | {fl_ro:.2f}{goal_ro} | "
+                f"{m['rw floor'] * us:.1f} | {m['rw mount'] * us:.1f} | "
+                f"{m['plain'] / m['rw floor']:.2f} | {m['plain'] / m['rw mount']:.2f} | "
+                f"{rw_ro:.2f}{goal_rw} | {m['rw floor, kernel opens'] * us:.1f} |")
+            self.log(f"{label} {name}: plain {m['plain'] * us:.1f} µs/chunk, ro mount "
+                     f"{m['ro mount'] * us:.1f} (floor {m['ro floor'] * us:.1f}), rw mount "
+                     f"{m['rw mount'] * us:.1f} (floor {m['rw floor'] * us:.1f})")
+        self.client_rows.extend(lines)
 
     # -- writes --------------------------------------------------------------------
 
@@ -861,6 +985,21 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+CLIENTS_HEAD = """Reads as clients make them (`--only clients`): every chunk of the array read \
+warm, µs per chunk (the `isatty()` row: µs per call), medians, the five trees measured \
+interleaved in one run: plain files (the unsharded twin), the read-only mount and its \
+floor (`fuse_floor --no-open`: the kernel opens files itself), the writable mount and its \
+floor (every open asks the daemon), and the floor a writable mount would have if it let \
+the kernel open files (`fuse_floor --no-open --answer-flush`: the kernel then sends a \
+flush at every close, which such a mount would have to answer to learn of closes). \
+Ratios are against plain files (> 1: faster than plain); goals: read-only mount ≥ 0.9 × \
+its floor, writable ≥ 0.8 × read-only.
+
+| call | chunks | plain µs | ro floor µs | ro mount µs | ro floor / plain | ro mount / plain | ro mount vs floor (≥ 0.9) | rw floor µs | rw mount µs | rw floor / plain | rw mount / plain | rw vs ro mount (≥ 0.8) | rw floor, kernel opens µs |
+|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---:|
+"""
+
+
 def write_doc(section: str, title: str, body: str) -> Path:
     doc = REPO / "docs" / "BENCHMARKS.md"
     text = doc.read_text()
@@ -894,8 +1033,8 @@ def main() -> int:
     ap.add_argument("--title", default=None, help="heading of that section")
     ap.add_argument("--no-doc", action="store_true", help="do not touch docs/BENCHMARKS.md")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
-    ap.add_argument("--only", default="reads,writes,metadata",
-                    help="comma-separated subset of reads,writes,metadata")
+    ap.add_argument("--only", default="clients,reads,writes,metadata",
+                    help="comma-separated subset of clients,reads,writes,metadata")
     ap.add_argument("--mount-arg", action="append", default=[],
                     help="extra argument for every `shardfs mount` (repeatable)")
     args = ap.parse_args()
@@ -939,16 +1078,19 @@ def main() -> int:
     t0 = time.monotonic()
     try:
         b.log(f"data in {root}")
-        if "reads" in only or "writes" in only:
+        if only & {"reads", "writes", "clients"}:
             for g in (large, small):
                 label = "1 MiB" if g is large else "16 KiB"
-                if "reads" in only:
+                if "reads" in only or "clients" in only:
                     b.log(f"creating the {label} store and its twin "
                           f"({g.n_chunks} chunks, {g.n_chunks * g.chunk_bytes / MIB:.0f} MiB)")
                     store, twin = root / f"s-{g.name}", root / f"t-{g.name}"
                     write_store_and_twin(store / "arr", twin / "arr", g, seed=1)
-                    b.reads(g, store, twin, label, ro=False)
-                    b.reads(g, store, twin, label, ro=True)
+                    if "clients" in only:
+                        b.clients(g, store, twin, label)
+                    if "reads" in only:
+                        b.reads(g, store, twin, label, ro=False)
+                        b.reads(g, store, twin, label, ro=True)
                     shutil.rmtree(store)
                     shutil.rmtree(twin)
                 if "writes" in only:
@@ -975,8 +1117,9 @@ def main() -> int:
         f"{m['kernel']}, disk {m['disk']}. Medians of {args.reps} runs (writes: "
         f"{args.write_reps}); \"speed vs baseline\" > 1 means shardfs is faster (throughput "
         f"ratio, or baseline time / shardfs time).\n\n"
-        + table(b.rows)
+        + (table(b.rows) if b.rows else "")
         + ("\n\n" + "\n".join(f"* {e}" for e in b.extra) if b.extra else "")
+        + ("\n\n" + CLIENTS_HEAD + "\n".join(b.client_rows) if b.client_rows else "")
         + "\n"
     )
     print()
