@@ -694,6 +694,10 @@ class Bench:
                 if not np.array_equal(zarr.open_array(str(v / "arr"), mode="r")[:], want):
                     raise RuntimeError(f"zarr-python reads different data through {k}")
             order = list(trees)
+            # Each per-file timing covers at least 4,096 file reads (the 1 MiB array has
+            # 256 chunks: 16 passes), so that one timing is long enough (≥ 0.1 s) not to
+            # be decided by a stray scheduling delay on a small machine.
+            passes = max(1, 4096 // g.n_chunks)
             times: dict[tuple[str, str], list[float]] = {}
             try:
                 for name, fn in per_file + whole:
@@ -701,11 +705,14 @@ class Bench:
                     for k in order:  # warm every tree's page cache and dentries
                         if fn(arg[k]) != expect:
                             raise RuntimeError(f"{name} on {k}: wrong byte count")
+                    n = passes if arg is paths else 1
                     for rnd in range(reps):
                         for k in order[rnd % len(order):] + order[:rnd % len(order)]:
                             t = time.perf_counter()
-                            fn(arg[k])
-                            times.setdefault((name, k), []).append(time.perf_counter() - t)
+                            for _ in range(n):
+                                fn(arg[k])
+                            times.setdefault((name, k), []).append(
+                                (time.perf_counter() - t) / n)
             finally:
                 shutil.rmtree(dest, ignore_errors=True)
             # isatty() on an open chunk: Python < 3.14 calls it at every default open();

@@ -625,6 +625,37 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     assert_eq!(s["chunk_opens"], 3, "{s}");
 }
 
+/// A writable mount asks the daemon at every open (close-to-open; docs/SEMANTICS.md,
+/// "Reads on a writable mount"), but the bytes of a chunk whose shard is unchanged come
+/// from the kernel's page cache: opens reach the daemon, reads do not.
+#[test]
+fn a_writable_mount_asks_at_every_open_and_reads_cached_pages() {
+    if !common::can_mount("a_writable_mount_asks_at_every_open_and_reads_cached_pages") {
+        return;
+    }
+    let key = "u16_default_sparse/c/1/1";
+    let m = BasicMount::new(&MountOptions::default());
+    let dir = &m.dir;
+    let first = std::fs::read(dir.path().join(key)).unwrap();
+    assert_eq!(first.len(), 24);
+    let before = stats_of(dir.path());
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(dir.path().join(key)).unwrap(), first);
+    }
+    let after = stats_of(dir.path());
+    let n = |s: &serde_json::Value, k: &str| s[k].as_u64().unwrap();
+    assert_eq!(
+        n(&after, "chunk_opens") - n(&before, "chunk_opens"),
+        3,
+        "every open asks: {before} -> {after}"
+    );
+    assert_eq!(
+        n(&after, "chunk_reads"),
+        n(&before, "chunk_reads"),
+        "no read reached the daemon: {before} -> {after}"
+    );
+}
+
 /// A chunk that another program adds to a shard the mount has looked at (and found
 /// missing) shows up within the negative-entry TTL (1 s), however long `--ttl` is: a
 /// lookup that misses checks the shard on disk, and the kernel keeps the miss for at
