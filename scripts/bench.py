@@ -32,8 +32,8 @@ unsharded twin (one plain file per chunk, the same bytes), then measures:
   vs twin; the time `shardfs mount` takes to return for that store of 10,000 shards;
 * memory: the daemon's peak anonymous RSS (RssAnon sampled every 2 ms) in every case;
 * the FUSE floor: warm read all (writable-mount pass) and the chunk-by-chunk writer
-  through `examples/fuse_floor`, a FUSE file system that keeps names and sizes and
-  nothing else: what the kernel round trips alone cost here, against shardfs and
+  through `examples/fuse_floor`, a FUSE file system that shows a directory's tree and
+  does nothing else: what the kernel round trips alone cost here, against shardfs and
   against plain files.
 
 Prints a table of medians with "speed vs baseline" (>1: shardfs faster; throughput
