@@ -429,11 +429,15 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
     drop(held);
     let (ok, err) = shardfs(&["unmount".as_ref(), m]);
     assert!(ok, "{err}");
-    // `unmount` returned after the daemon exited.
+    // `unmount` returned after the daemon exited: gone, or a zombie its parent (here
+    // PID 1, the daemon detached itself) has not reaped yet.
     for pid in daemons {
+        let state = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')')?.1.trim_start().chars().next());
         assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "daemon {pid} still there"
+            matches!(state, None | Some('Z' | 'X')),
+            "daemon {pid} still running (state {state:?})"
         );
     }
 

@@ -83,6 +83,10 @@ struct MetaCache {
     heads: Timed<Option<object_store::ObjectMeta>>,
     children: Timed<bool>,
     listings: Timed<Arc<Vec<ListEntry>>>,
+    /// Bumped by every `forget`: an answer asked for before a forget (a listing in
+    /// flight while this mount wrote below it) is not kept, so it cannot bring back what
+    /// the forget dropped.
+    forgets: std::sync::atomic::AtomicU64,
 }
 
 /// Answers per name, with when they were had.
@@ -90,6 +94,9 @@ type Timed<T> = Mutex<HashMap<PathBuf, (std::time::Instant, T)>>;
 
 /// Entries kept at most; past that the cache starts again empty.
 const META_CACHE_ENTRIES: usize = 100_000;
+/// HEAD answers taken from one listing at most (a listing of a huge directory would
+/// otherwise push everything else out of the cache).
+const LISTED_HEADS: usize = 10_000;
 
 impl MetaCache {
     fn new(ttl: Duration) -> Self {
@@ -98,7 +105,13 @@ impl MetaCache {
             heads: Mutex::default(),
             children: Mutex::default(),
             listings: Mutex::default(),
+            forgets: Default::default(),
         }
+    }
+
+    /// Take before asking the store; give to [`MetaCache::keep`] with the answer.
+    fn generation(&self) -> u64 {
+        self.forgets.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn fresh<T: Clone>(&self, map: &Timed<T>, rel: &Path) -> Option<T> {
@@ -110,11 +123,17 @@ impl MetaCache {
         (at.elapsed() < self.ttl).then(|| v.clone())
     }
 
-    fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T) {
+    /// Keep `v`, asked for at `generation`, unless something was forgotten since.
+    fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T, generation: u64) {
         if self.ttl.is_zero() {
             return;
         }
         let mut map = map.lock();
+        // Checked under the map's lock, and `forget` bumps before it takes the lock: an
+        // answer kept here before the bump is removed by that forget.
+        if self.generation() != generation {
+            return;
+        }
         if map.len() >= META_CACHE_ENTRIES {
             map.clear();
         }
@@ -124,6 +143,8 @@ impl MetaCache {
     /// `rel` was written or deleted here (or found changed): forget what was known of it
     /// and of its parents' listings.
     fn forget(&self, rel: &Path) {
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.heads.lock().remove(rel);
         let mut children = self.children.lock();
         let mut listings = self.listings.lock();
@@ -276,6 +297,7 @@ impl ObjectStoreStore {
         if let Some(known) = self.meta.fresh(&self.meta.heads, rel) {
             return Ok(known);
         }
+        let generation = self.meta.generation();
         self.counters
             .heads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -284,12 +306,15 @@ impl ObjectStoreStore {
             Err(object_store::Error::NotFound { .. }) => None,
             Err(e) => return Err(to_io(rel, e)),
         };
-        self.meta.keep(&self.meta.heads, rel, found.clone());
+        self.meta
+            .keep(&self.meta.heads, rel, found.clone(), generation);
         Ok(found)
     }
 
     /// The objects and common prefixes right below `rel`, as names.
-    fn list_objects(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
+    /// And the cache generation it was asked at (for keeping the listing).
+    fn list_objects(&self, rel: &Path) -> io::Result<(Vec<ListEntry>, u64)> {
+        let generation = self.meta.generation();
         self.counters
             .lists
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -320,20 +345,30 @@ impl ObjectStoreStore {
                 });
             }
         }
-        self.keep_listed_heads(rel, &key, &l.objects);
-        Ok(out)
+        self.keep_listed_heads(rel, &key, &l.objects, generation);
+        Ok((out, generation))
     }
 
     /// A listing gives each object's size and ETag, as a HEAD would: keep them as the
     /// HEAD answers of those objects, so opening a shard just listed asks nothing more.
-    fn keep_listed_heads(&self, rel: &Path, key: &ObjPath, objects: &[object_store::ObjectMeta]) {
-        for o in objects {
+    fn keep_listed_heads(
+        &self,
+        rel: &Path,
+        key: &ObjPath,
+        objects: &[object_store::ObjectMeta],
+        generation: u64,
+    ) {
+        for o in objects.iter().take(LISTED_HEADS) {
             if let Some(name) = o.location.filename()
                 && o.location != *key
                 && o.e_tag.is_some()
             {
-                self.meta
-                    .keep(&self.meta.heads, &rel.join(name), Some(o.clone()));
+                self.meta.keep(
+                    &self.meta.heads,
+                    &rel.join(name),
+                    Some(o.clone()),
+                    generation,
+                );
             }
         }
     }
@@ -343,6 +378,7 @@ impl ObjectStoreStore {
         if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
             return Ok(known);
         }
+        let generation = self.meta.generation();
         self.counters
             .lists
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -351,8 +387,8 @@ impl ObjectStoreStore {
             .block_on(self.inner.list_with_delimiter(Some(&key)))
             .map_err(|e| to_io(rel, e))?;
         let any = !l.objects.is_empty() || !l.common_prefixes.is_empty();
-        self.meta.keep(&self.meta.children, rel, any);
-        self.keep_listed_heads(rel, &key, &l.objects);
+        self.meta.keep(&self.meta.children, rel, any, generation);
+        self.keep_listed_heads(rel, &key, &l.objects, generation);
         Ok(any)
     }
 
@@ -469,10 +505,16 @@ fn to_io(rel: &Path, e: object_store::Error) -> io::Error {
 fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    m.e_tag.hash(&mut h);
-    m.version.hash(&mut h);
+    // The ETag alone where there is one: a listing and a HEAD of one object agree on it,
+    // but not on the version (a listing has none) nor on the time's precision (a
+    // listing's has milliseconds, a HEAD's whole seconds); an answer from either must
+    // not look like a change of the object.
+    match &m.e_tag {
+        Some(e) => e.hash(&mut h),
+        None => m.version.hash(&mut h),
+    }
     let mtime = SystemTime::UNIX_EPOCH
-        + Duration::from_millis(u64::try_from(m.last_modified.timestamp_millis()).unwrap_or(0));
+        + Duration::from_secs(u64::try_from(m.last_modified.timestamp()).unwrap_or(0));
     EntryMeta {
         kind: EntryKind::File,
         len: m.size,
@@ -664,7 +706,11 @@ impl StoreFile for ObjectFile {
             // Two forward reads in a row before fetching ahead: the first chunk after an
             // index at the start of a shard is forward too, and a cold read of one chunk
             // must move only that chunk.
-            ra.streak = if forward { ra.streak + 1 } else { 0 };
+            ra.streak = if forward {
+                ra.streak.saturating_add(1)
+            } else {
+                0
+            };
             ra.window = if ra.streak >= 2 {
                 (ra.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
             } else {
@@ -697,11 +743,14 @@ impl StoreFile for ObjectFile {
             // Reserved above for the whole window; what came back is what is held. The
             // window is no longer in flight either way: wake its waiters.
             let mut ra = self.ahead.lock();
-            ra.pending = None;
+            if ra.pending == Some(offset..fetch_end) {
+                ra.pending = None;
+            }
             let reserved = fetch_end - offset;
             match got {
                 Ok(bytes) => {
-                    self.budget.release(reserved - bytes.len() as u64);
+                    self.budget
+                        .release(reserved.saturating_sub(bytes.len() as u64));
                     ra.held = Some(Held {
                         start: offset,
                         bytes,
@@ -839,8 +888,10 @@ impl Store for ObjectStoreStore {
         let listed = match self.meta.fresh(&self.meta.listings, rel) {
             Some(known) => known,
             None => {
-                let listed = Arc::new(self.list_objects(rel)?);
-                self.meta.keep(&self.meta.listings, rel, listed.clone());
+                let (listed, generation) = self.list_objects(rel)?;
+                let listed = Arc::new(listed);
+                self.meta
+                    .keep(&self.meta.listings, rel, listed.clone(), generation);
                 listed
             }
         };
@@ -1323,6 +1374,19 @@ mod tests {
             drop(f);
             assert_eq!(s.read_ahead().0, 0, "the budget is given back");
         }
+    }
+
+    /// An answer asked for before this mount forgot a name (a listing in flight while a
+    /// shard below it was written here) is not kept: it would bring the old ETag back.
+    #[test]
+    fn an_answer_from_before_a_forget_is_not_kept() {
+        let m = MetaCache::new(Duration::from_secs(600));
+        let before = m.generation();
+        m.forget(Path::new("a/c/0"));
+        m.keep(&m.children, Path::new("a"), true, before);
+        assert_eq!(m.fresh(&m.children, Path::new("a")), None);
+        m.keep(&m.children, Path::new("a"), true, m.generation());
+        assert_eq!(m.fresh(&m.children, Path::new("a")), Some(true));
     }
 
     /// Readers of one open object side by side (zarr-python reads a shard's chunks from
