@@ -383,6 +383,61 @@ fn concurrent_writers_to_one_shard_lose_nothing() {
     }
 }
 
+/// A key directory that a shard only partly covers (row 3 of a shard of rows 0-15) is
+/// not there until a chunk or a `mkdir` puts it there, whether the shard's index is
+/// cached or not. A lookup that guessed "yes" from the shard file alone made `mkdir -p`
+/// fail now and then: mkdir said EEXIST, then `stat` said ENOENT (seen with 7 threads
+/// in `concurrent_writers_to_one_shard_lose_nothing`, and tensorstore).
+#[test]
+fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
+    if !common::can_mount("a_key_directory_a_shard_only_partly_covers_is_there_only_when_made") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    fs::create_dir(&store).unwrap();
+    fs::write(
+        store.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
+    let opts = MountOptions {
+        chunks_per_shard: Some(vec![16, 16]),
+        ..MountOptions::default()
+    };
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(&store, mnt.path(), &opts).unwrap();
+        let arr = mnt.path().join("a");
+        fs::create_dir(&arr).unwrap();
+        fs::write(
+            arr.join("zarr.json"),
+            br#"{"zarr_format": 3, "node_type": "array", "shape": [64, 64], "data_type": "uint8",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
+                "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+                "codecs": [{"name": "bytes"}]}"#,
+        )
+        .unwrap();
+        fs::create_dir_all(arr.join("c/0")).unwrap();
+        fs::write(arr.join("c/0/0"), [1u8; 16]).unwrap();
+        m.unmount().unwrap();
+    }
+    // A fresh mount: no index cached.
+    let (mnt, _m) = mount_rw(&store);
+    let arr = mnt.path().join("a");
+    assert!(fs::metadata(arr.join("c/0")).unwrap().is_dir());
+    let err = fs::metadata(arr.join("c/3")).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        std::io::ErrorKind::NotFound,
+        "c/3 holds no chunk"
+    );
+    fs::create_dir(arr.join("c/3")).unwrap();
+    assert!(fs::metadata(arr.join("c/3")).unwrap().is_dir());
+    fs::write(arr.join("c/3/5"), [3u8; 16]).unwrap();
+    assert_eq!(fs::read(arr.join("c/3/5")).unwrap(), [3u8; 16]);
+}
+
 fn venv_python() -> Option<PathBuf> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     p.exists().then_some(p)

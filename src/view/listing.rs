@@ -173,10 +173,16 @@ impl View {
     /// below it: a chunk staged by this mount, a directory made by `mkdir`, or a chunk
     /// stored in a shard (staged deletions count as gone). Stops at the first found.
     ///
-    /// A `lookup` does not read a shard's index only to know this: a shard below whose
-    /// index is not cached counts as holding chunks there (a lookup of `c` would
-    /// otherwise read the first shard's index, a GET on object storage, before the
-    /// chunk asked for). A listing reads the indices, so it never shows an empty one.
+    /// A `lookup` does not read a shard's index only to know this when the shard lies
+    /// wholly inside the key directory (every chunk of it has the leading coordinates
+    /// `prefix`, as `c` and every shard, or `c/3` and the shards of row 3 when shards are
+    /// one chunk high): the shard file exists, so a chunk of it does (a lookup of `c`
+    /// would otherwise read the first shard's index, a GET on object storage, before the
+    /// chunk asked for). The answer is the same whether the index is cached or not, so
+    /// a directory never comes and goes with the cache. Where the shard reaches past the
+    /// directory (`c/3` in a shard of rows 0-15), only its index can tell: a lookup
+    /// that said yes there would make `mkdir c/3` fail with EEXIST and a `stat` right
+    /// after say ENOENT (os.makedirs, tensorstore). A listing reads the indices.
     pub(super) fn has_chunks_under(
         &self,
         array: &ShardedArray,
@@ -191,8 +197,11 @@ impl View {
         let layout = &array.layout;
         let mut shard = array.shard_prefix(prefix);
         self.any_shard_below(array, &mut shard, &mut |view, shard| {
-            let cached = view.shards.peek(&array.shard_rel(shard));
-            if lookup && staged.is_empty() && cached.is_none() {
+            let inside = (0..prefix.len()).all(|d| {
+                let r = layout.inner_range(d, shard[d]);
+                r.start == prefix[d] && r.end == prefix[d] + 1
+            });
+            if lookup && staged.is_empty() && inside {
                 return Ok(true);
             }
             let index = view.refresh_shard(array, shard);
