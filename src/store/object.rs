@@ -667,6 +667,40 @@ impl ObjectFile {
     }
 }
 
+/// A window being fetched: on drop, its in-flight mark is cleared (if still its own),
+/// what it reserved of the budget and does not hold is given back, and its waiters wake.
+struct InFlight<'a> {
+    file: &'a ObjectFile,
+    range: std::ops::Range<u64>,
+    reserved: u64,
+}
+
+impl InFlight<'_> {
+    /// The window came: hold it (what it holds stays reserved until it is dropped).
+    fn hold(mut self, bytes: Vec<u8>) {
+        let f = self.file;
+        let len = bytes.len() as u64;
+        f.ahead.lock().held = Some(Held {
+            start: self.range.start,
+            bytes,
+            budget: f.budget.clone(),
+        });
+        self.reserved = self.reserved.saturating_sub(len);
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let f = self.file;
+        let mut ra = f.ahead.lock();
+        if ra.pending.as_ref() == Some(&self.range) {
+            ra.pending = None;
+        }
+        f.budget.release(self.reserved);
+        f.ahead_done.notify_all();
+    }
+}
+
 impl StoreFile for ObjectFile {
     /// A read served from bytes fetched ahead, or a ranged GET: of exactly what was
     /// asked for when reads jump around (a cold read of one chunk moves that chunk
@@ -730,43 +764,20 @@ impl StoreFile for ObjectFile {
                 end
             }
         };
-        let got = self.fetch(offset..fetch_end);
-        let n = match &got {
-            Ok(bytes) => {
-                let n = bytes.len().min(want);
-                buf[..n].copy_from_slice(&bytes[..n]);
-                n
-            }
-            Err(_) => 0,
-        };
-        if fetch_end > end {
-            // Reserved above for the whole window; what came back is what is held. The
-            // window is no longer in flight either way: wake its waiters.
-            let mut ra = self.ahead.lock();
-            if ra.pending == Some(offset..fetch_end) {
-                ra.pending = None;
-            }
-            let reserved = fetch_end - offset;
-            match got {
-                Ok(bytes) => {
-                    self.budget
-                        .release(reserved.saturating_sub(bytes.len() as u64));
-                    ra.held = Some(Held {
-                        start: offset,
-                        bytes,
-                        budget: self.budget.clone(),
-                    });
-                }
-                Err(e) => {
-                    self.budget.release(reserved);
-                    self.ahead_done.notify_all();
-                    return Err(e);
-                }
-            }
-            self.ahead_done.notify_all();
-            return Ok(n);
+        // However the fetch of a window ends (an error, a panic), its in-flight mark goes
+        // and its waiters wake: none waits for ever.
+        let window = (fetch_end > end).then(|| InFlight {
+            file: self,
+            range: offset..fetch_end,
+            reserved: fetch_end - offset,
+        });
+        let bytes = self.fetch(offset..fetch_end)?;
+        let n = bytes.len().min(want);
+        buf[..n].copy_from_slice(&bytes[..n]);
+        if let Some(w) = window {
+            w.hold(bytes);
         }
-        got.map(|_| n)
+        Ok(n)
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
