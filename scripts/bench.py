@@ -291,7 +291,8 @@ def is_mounted(path: Path) -> bool:
 class Mount:
     """`shardfs mount --foreground` in a child we control: its pid is the daemon."""
 
-    def __init__(self, store: Path, mnt: Path, log: Path, *args: str, nofile: int | None = None):
+    def __init__(self, store: Path | str, mnt: Path, log: Path, *args: str,
+                 nofile: int | None = None, env: dict[str, str] | None = None):
         mnt.mkdir(parents=True, exist_ok=True)
         self.mnt = mnt
         self.log = open(log, "ab")
@@ -303,16 +304,16 @@ class Mount:
         self.proc = subprocess.Popen(
             [str(BIN), "mount", str(store), str(mnt), "--foreground", *args],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+            env={**(env or os.environ), "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
             preexec_fn=limit,
         )
         LIVE_MOUNTS.append(self)
         deadline = time.monotonic() + 30
         while not is_mounted(mnt):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"shardfs mount exited {self.proc.returncode}; see {log}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"shardfs mount did not come up; see {log}")
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"shardfs mount did not come up (exit status "
+                                   f"{self.proc.returncode}); see {log}")
             time.sleep(0.002)
 
     @property

@@ -147,71 +147,9 @@ class Moto:
 
 # ----- the mounts ------------------------------------------------------------------
 
-LIVE: list["S3Mount"] = []
-
-
-class S3Mount:
-    """`shardfs mount s3://BUCKET/PREFIX MNT --foreground ...` in a child (its pid is the
-    daemon); unmounted with fusermount3 -u, lazily (-uz) if that fails."""
-
-    def __init__(self, moto: Moto, prefix: str, mnt: Path, log: Path, *args: str):
-        mnt.mkdir(parents=True, exist_ok=True)
-        self.mnt = mnt
-        self.log = open(log, "ab")
-        self.proc = subprocess.Popen(
-            [str(BIN), "mount", f"s3://{BUCKET}/{prefix}", str(mnt), "--foreground", *args],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-            env={**moto.env(), "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
-        )
-        LIVE.append(self)
-        deadline = time.monotonic() + 30
-        while not is_mounted(mnt):
-            if self.proc.poll() is not None:
-                self.close()
-                raise RuntimeError(f"shardfs mount exited {self.proc.returncode}; see {log}")
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"shardfs mount did not come up; see {log}")
-            time.sleep(0.002)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def requests(self) -> dict[str, int]:
-        out = subprocess.run([str(BIN), "stats", "--json", str(self.mnt)],
-                             capture_output=True, check=True)
-        return json.loads(out.stdout)["store_requests"]
-
-    def close(self) -> None:
-        if self in LIVE:
-            LIVE.remove(self)
-        if is_mounted(self.mnt):
-            r = subprocess.run(["fusermount3", "-u", str(self.mnt)], capture_output=True)
-            if r.returncode != 0:
-                print(f"bench-s3: fusermount3 -u {self.mnt}: {r.stderr.decode().strip()}; "
-                      "unmounting lazily", file=sys.stderr)
-                subprocess.run(["fusermount3", "-uz", str(self.mnt)], capture_output=True)
-        try:
-            self.proc.wait(timeout=60)  # the daemon exits after its last flush
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def cleanup_mounts() -> None:
-    for m in list(LIVE):
-        try:
-            m.close()
-        except Exception as e:  # noqa: BLE001 - best effort at exit
-            print(f"bench-s3: cleaning up {m.mnt}: {e}", file=sys.stderr)
+def requests(m: bench.Mount) -> dict[str, int]:
+    """The requests the mount's store made so far (`shardfs stats`: store_requests)."""
+    return m.stats()["store_requests"]
 
 
 def delta(a: dict, b: dict) -> dict[str, int]:
@@ -280,10 +218,10 @@ class Bench:
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    def mount(self, prefix: str, *args: str) -> S3Mount:
+    def mount(self, prefix: str, *args: str) -> bench.Mount:
         self.n += 1
-        return S3Mount(self.moto, prefix, self.root / "mnt" / f"m{self.n}",
-                       self.root / "shardfs.log", *args)
+        return bench.Mount(f"s3://{BUCKET}/{prefix}", self.root / "mnt" / f"m{self.n}",
+                           self.root / "shardfs.log", *args, env=self.moto.env())
 
     def probe(self, g: Geometry) -> None:
         """The endpoint's cost of one request, as obstore sees it: a 64 KiB ranged GET and
@@ -329,11 +267,11 @@ class Bench:
             # every chunk file, fresh mount
             with self.mount("read", "-o", "ro") as m:
                 paths = [str(m.mnt / p) for p in rel]
-                before, mark = m.requests(), self.moto.mark()
+                before, mark = requests(m), self.moto.mark()
                 with RssSampler(m.pid) as s:
                     t_files.append(read_all(paths, g.chunk_bytes))
                 rss = max(rss, s.peak)
-                got = delta(before, m.requests())
+                got = delta(before, requests(m))
                 logged = self.moto.requests_since(mark)
                 if r == 0:
                     req_files = got
@@ -348,14 +286,14 @@ class Bench:
                             raise RuntimeError(f"{p} reads back wrong")
             # zarr-python 3 through a fresh mount
             with self.mount("read", "-o", "ro") as m:
-                before = m.requests()
+                before = requests(m)
                 with RssSampler(m.pid) as s:
                     t = time.perf_counter()
                     a = zarr.open_array(str(m.mnt / "arr"), mode="r", zarr_format=3)[:]
                     t_zmnt.append(time.perf_counter() - t)
                 rss = max(rss, s.peak)
                 if r == 0:
-                    req_zmnt = delta(before, m.requests())
+                    req_zmnt = delta(before, requests(m))
                     if not np.array_equal(a, expect):
                         raise RuntimeError("zarr-python through the mount reads wrong")
             # zarr-python 3 direct, a fresh client
@@ -406,11 +344,11 @@ class Bench:
         for r in range(reps):
             with self.mount("read", "-o", "ro") as m:
                 (m.mnt / "arr" / "zarr.json").read_bytes()
-                before = m.requests()
+                before = requests(m)
                 t = time.perf_counter()
                 got = (m.mnt / "arr" / "c" / str(i) / str(j)).read_bytes()
                 lat_m.append(time.perf_counter() - t)
-                one_m.append(delta(before, m.requests()))
+                one_m.append(delta(before, requests(m)))
                 if got != want:
                     raise RuntimeError(f"chunk {i}/{j} reads back wrong")
             a = zarr.open_array(self.moto.store("read/arr", read_only=True), mode="r",
@@ -555,7 +493,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
-    atexit.register(cleanup_mounts)
+    atexit.register(bench.cleanup_mounts)
     if not args.keep:
         atexit.register(lambda: shutil.rmtree(root, ignore_errors=True))
     machine = machine_info(root)
@@ -574,7 +512,7 @@ def main() -> int:
         print("bench-s3: interrupted; unmounting", file=sys.stderr)
         return 130
     finally:
-        cleanup_mounts()
+        bench.cleanup_mounts()
         if moto is not None:
             moto.stop()
     elapsed = time.monotonic() - t0
