@@ -87,6 +87,31 @@ pub trait StoreFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     fn meta(&self) -> io::Result<EntryMeta>;
 
+    /// Read up to `buf.len()` bytes at `offset`, which lies in the inner chunk at
+    /// `chunk` of this (shard) file: a store that fetches ahead may fetch the rest of
+    /// the chunk with it.
+    fn read_chunk_at(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        chunk: std::ops::Range<u64>,
+    ) -> io::Result<usize> {
+        let _ = chunk;
+        self.read_at(buf, offset)
+    }
+
+    /// Whether reads are going forward through the file, one after another (object
+    /// storage's read-ahead says so; a local file never does): the view then loads the
+    /// next shard ahead of the reader.
+    fn streaming(&self) -> bool {
+        false
+    }
+
+    /// Fetch the start of the file ahead, before anything reads it (a shard loaded
+    /// ahead of its reader, so that its index and chunks come in one request). Best
+    /// effort: an error here is met again, and reported, by the read that needs the bytes.
+    fn warm(&self) {}
+
     /// Read exactly `buf.len()` bytes at `offset`, or fail with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {

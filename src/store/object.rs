@@ -562,7 +562,7 @@ struct ObjectFile {
 /// object storage a request costs about the same whatever its size up to a few MiB, so
 /// reading forward through a shard should take few of them: a 4 MiB shard read chunk by
 /// chunk takes its index, two chunks, 1 MiB and the rest.
-const MIN_WINDOW: u64 = 1 << 20;
+const MIN_WINDOW: u64 = 4 << 20;
 const MAX_WINDOW: u64 = 8 << 20;
 /// A read that starts at most this far past where the last one ended still counts as
 /// going forward (chunks a reader skipped, an index between blocks).
@@ -573,8 +573,17 @@ const FORWARD_GAP: u64 = 64 << 10;
 #[derive(Default)]
 struct ReadAhead {
     next: Option<u64>,
-    /// Forward reads in a row.
+    /// The chunk (or the read, outside chunks) the last read was part of.
+    unit: Option<std::ops::Range<u64>>,
+    /// Forward steps in a row that missed the window held.
     streak: u32,
+    /// Forward steps (chunks, or reads outside chunks) in a row, whatever served them:
+    /// two or more and the file is being read through ([`StoreFile::streaming`]).
+    seq: u32,
+    /// Bytes the window held has served: once it has served as many as it holds, its
+    /// reader has most likely gone through it, and it is dropped (a shard stays cached
+    /// long after it was read; the window it held would keep the budget from the next).
+    served: u64,
     window: u64,
     held: Option<Held>,
     /// The window being fetched now: a reader inside it waits for it rather than
@@ -677,14 +686,18 @@ struct InFlight<'a> {
 
 impl InFlight<'_> {
     /// The window came: hold it (what it holds stays reserved until it is dropped).
-    fn hold(mut self, bytes: Vec<u8>) {
+    /// `served`: bytes of it the reader that fetched it has taken.
+    fn hold(mut self, bytes: Vec<u8>, served: u64) {
         let f = self.file;
         let len = bytes.len() as u64;
-        f.ahead.lock().held = Some(Held {
+        let mut ra = f.ahead.lock();
+        ra.held = Some(Held {
             start: self.range.start,
             bytes,
             budget: f.budget.clone(),
         });
+        ra.served = served;
+        drop(ra);
         self.reserved = self.reserved.saturating_sub(len);
     }
 }
@@ -701,19 +714,43 @@ impl Drop for InFlight<'_> {
     }
 }
 
-impl StoreFile for ObjectFile {
-    /// A read served from bytes fetched ahead, or a ranged GET: of exactly what was
-    /// asked for when reads jump around (a cold read of one chunk moves that chunk
-    /// only), of a window that grows up to [`MAX_WINDOW`] while they go forward.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+impl ObjectFile {
+    /// A read served from bytes fetched ahead, or a ranged GET: of what was asked for
+    /// (to the end of its chunk, when it is part of one: the kernel asks for a large
+    /// chunk in pieces, and a cold read of one chunk moves that chunk only) when reads
+    /// jump around, of a window that grows up to [`MAX_WINDOW`] while they go forward.
+    /// Forward is counted in chunks: the pieces of one chunk are one step.
+    fn read_in(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        chunk: Option<std::ops::Range<u64>>,
+    ) -> io::Result<usize> {
         let size = self.meta.size;
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
         let end = size.min(offset + buf.len() as u64);
         let want = (end - offset) as usize;
+        // What this read is part of: its chunk, or itself.
+        let unit = match chunk {
+            Some(c) if c.start <= offset && end <= c.end => c.start..c.end.min(size),
+            _ => offset..end,
+        };
+        // Forward: from where the last read's chunk ended, or from the end of the window
+        // held (readers of one file side by side, as zarr-python's, take turns in it).
+        let after = |n: u64| unit.start >= n && unit.start - n <= FORWARD_GAP;
         let fetch_end = {
             let mut ra = self.ahead.lock();
+            // The next piece of the chunk the last read was in is no new step.
+            let step = ra.unit != Some(unit.clone());
+            if step {
+                ra.seq = if ra.next.is_some_and(after) {
+                    ra.seq.saturating_add(1)
+                } else {
+                    0
+                };
+            }
             loop {
                 if let Some(h) = &ra.held
                     && h.start <= offset
@@ -721,7 +758,13 @@ impl StoreFile for ObjectFile {
                 {
                     let at = (offset - h.start) as usize;
                     buf[..want].copy_from_slice(&h.bytes[at..at + want]);
-                    ra.next = Some(end);
+                    let held = h.bytes.len() as u64;
+                    ra.next = Some(unit.end);
+                    ra.unit = Some(unit.clone());
+                    ra.served += want as u64;
+                    if ra.served >= held {
+                        ra.held = None;
+                    }
                     return Ok(want);
                 }
                 match &ra.pending {
@@ -729,29 +772,35 @@ impl StoreFile for ObjectFile {
                     _ => break,
                 }
             }
-            // Forward: from where the last read ended, or from the end of the window held
-            // (readers of one file side by side, as zarr-python's, take turns in it).
-            let after = |n: u64| offset >= n && offset - n <= FORWARD_GAP;
-            let forward = ra.next.is_some_and(after)
-                || ra
-                    .held
-                    .as_ref()
-                    .is_some_and(|h| after(h.start + h.bytes.len() as u64));
-            // Two forward reads in a row before fetching ahead: the first chunk after an
-            // index at the start of a shard is forward too, and a cold read of one chunk
-            // must move only that chunk.
-            ra.streak = if forward {
-                ra.streak.saturating_add(1)
-            } else {
-                0
-            };
-            ra.window = if ra.streak >= 2 {
-                (ra.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
-            } else {
-                0
-            };
-            ra.next = Some(end);
-            let ahead_end = size.min(offset + ra.window);
+            if step {
+                let forward = ra.next.is_some_and(after)
+                    || ra
+                        .held
+                        .as_ref()
+                        .is_some_and(|h| after(h.start + h.bytes.len() as u64));
+                // Two forward steps in a row before fetching ahead: the first chunk
+                // after an index at the start of a shard is forward too, and a cold read
+                // of one chunk must move only that chunk. Steps the window held served
+                // count.
+                ra.streak = if forward {
+                    ra.streak.saturating_add(1).max(ra.seq)
+                } else {
+                    0
+                };
+                ra.window = if ra.streak >= 2 {
+                    (ra.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
+                } else {
+                    0
+                };
+            }
+            ra.next = Some(unit.end);
+            ra.unit = Some(unit.clone());
+            // A window when going forward; else the rest of the chunk (its next pieces
+            // will be asked for next); at most MAX_WINDOW either way.
+            let window = if step { ra.window } else { 0 };
+            let ahead_end = size
+                .min(offset + window)
+                .max(unit.end.min(offset + MAX_WINDOW));
             if ahead_end > end {
                 // The window held gives way to the next one (and its budget with it); a
                 // read elsewhere leaves it for the readers still inside it.
@@ -775,13 +824,53 @@ impl StoreFile for ObjectFile {
         let n = bytes.len().min(want);
         buf[..n].copy_from_slice(&bytes[..n]);
         if let Some(w) = window {
-            w.hold(bytes);
+            w.hold(bytes, n as u64);
         }
         Ok(n)
+    }
+}
+
+impl StoreFile for ObjectFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_in(buf, offset, None)
+    }
+
+    fn read_chunk_at(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        chunk: std::ops::Range<u64>,
+    ) -> io::Result<usize> {
+        self.read_in(buf, offset, Some(chunk))
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
         Ok(meta_of(&self.meta))
+    }
+
+    fn streaming(&self) -> bool {
+        self.ahead.lock().seq >= 2
+    }
+
+    /// One GET of the object's first [`MAX_WINDOW`] bytes (all of a shard of up to 8
+    /// MiB: its index and its chunks), held as a window, when the budget allows.
+    fn warm(&self) {
+        let len = self.meta.size.min(MAX_WINDOW);
+        {
+            let mut ra = self.ahead.lock();
+            if len == 0 || ra.held.is_some() || ra.pending.is_some() || !self.budget.reserve(len) {
+                return;
+            }
+            ra.pending = Some(0..len);
+        }
+        let window = InFlight {
+            file: self,
+            range: 0..len,
+            reserved: len,
+        };
+        if let Ok(bytes) = self.fetch(0..len) {
+            window.hold(bytes, 0);
+        }
     }
 }
 
@@ -1431,6 +1520,61 @@ mod tests {
         assert!(moved >= data.len() as u64, "{moved}");
         drop(f);
         assert_eq!(s.read_ahead().0, 0, "the budget is given back");
+    }
+
+    /// A chunk the kernel asks for in pieces is fetched once, whole, and no more; the
+    /// pieces of one chunk are one step forward, and three chunks in a row make the file
+    /// say it is being read through (the view then loads the next shards ahead).
+    #[test]
+    fn a_chunk_read_in_pieces_is_one_get_and_chunks_in_a_row_stream() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 249) as u8).collect();
+        let s = store();
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        let chunk = (3u64 << 20)..(4u64 << 20);
+        let mut buf = vec![0u8; 128 << 10];
+        for at in (chunk.start..chunk.end).step_by(buf.len()) {
+            assert_eq!(
+                f.read_chunk_at(&mut buf, at, chunk.clone()).unwrap(),
+                buf.len()
+            );
+            assert!(
+                buf[..] == data[at as usize..at as usize + buf.len()],
+                "at {at}"
+            );
+            assert!(!f.streaming(), "the pieces of one chunk are one step");
+        }
+        assert_eq!(s.counters().gets.load(Relaxed), 1);
+        assert_eq!(s.counters().get_bytes.load(Relaxed), 1 << 20);
+        assert_eq!(s.read_ahead().0, 0, "a chunk read through is not held");
+        // Three small chunks in a row after it.
+        let mut small = vec![0u8; 64 << 10];
+        for k in 0..3u64 {
+            let len = small.len() as u64;
+            let at = chunk.end + k * len;
+            f.read_chunk_at(&mut small, at, at..at + len).unwrap();
+            assert!(small[..] == data[at as usize..at as usize + small.len()]);
+        }
+        assert!(f.streaming());
+    }
+
+    /// A warmed object serves its reads from one GET made before them.
+    #[test]
+    fn a_warmed_object_is_read_from_one_get() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 247) as u8).collect();
+        let s = store();
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        f.warm();
+        let mut buf = vec![0u8; 64 << 10];
+        for at in (0..data.len()).step_by(buf.len()).rev() {
+            f.read_at(&mut buf, at as u64).unwrap();
+            assert!(buf[..] == data[at..at + buf.len()], "at {at}");
+        }
+        assert_eq!(s.counters().gets.load(Relaxed), 1);
+        assert_eq!(s.read_ahead().0, 0, "read through: let go");
     }
 
     /// The first read of a freshly opened object moves only what it asks for (a cold

@@ -53,6 +53,8 @@ pub struct Shard {
     meta: Option<EntryMeta>,
     index: Result<ShardIndex, ShardError>,
     nested: Mutex<HashMap<NestedKey, Result<Arc<ShardIndex>, ShardError>>>,
+    /// Whether the shard after this one was asked to be loaded ahead ([`Shard::claim_next`]).
+    next_claimed: std::sync::atomic::AtomicBool,
 }
 
 impl Shard {
@@ -71,11 +73,23 @@ impl Shard {
         layout: &ShardLayout,
         prefix: Option<Truncated>,
     ) -> Shard {
-        let shard = Self::load_quiet(store, rel, layout, prefix);
+        Self::load_with(store, rel, layout, prefix, false)
+    }
+
+    /// [`Shard::load_prefix`]; with `warm`, the file's start is fetched ahead
+    /// ([`StoreFile::warm`]) before its index is read.
+    fn load_with(
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        prefix: Option<Truncated>,
+        warm: bool,
+    ) -> Shard {
+        let shard = Self::load_quiet(store, rel, layout, prefix, warm);
         let shard = match (&shard.index, shard.exists()) {
             (Err(_), true) => {
                 let _guard = store.read_lock(rel.parent().unwrap_or(Path::new("")));
-                Self::load_quiet(store, rel, layout, prefix)
+                Self::load_quiet(store, rel, layout, prefix, false)
             }
             _ => shard,
         };
@@ -93,6 +107,7 @@ impl Shard {
             meta: None,
             index: Err(err),
             nested: Mutex::new(HashMap::new()),
+            next_claimed: Default::default(),
         }
     }
 
@@ -101,11 +116,17 @@ impl Shard {
         rel: &Path,
         layout: &ShardLayout,
         prefix: Option<Truncated>,
+        warm: bool,
     ) -> Shard {
         let level = &layout.levels[0];
         let (file, meta, index) = match store.open(rel) {
             Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
             Ok(Some(f)) => match f.meta() {
+                Ok(meta) if warm && prefix.is_none() => {
+                    f.warm();
+                    let index = read_index(f.as_ref(), level, 0, meta.len);
+                    (Some(f), Some(meta), index.map_err(ShardError::from))
+                }
                 Ok(meta) => {
                     let len = match prefix {
                         Some(p) if p.file_len == meta.len => p.len.min(meta.len),
@@ -124,11 +145,25 @@ impl Shard {
             meta,
             index,
             nested: Mutex::new(HashMap::new()),
+            next_claimed: Default::default(),
         }
     }
 
     pub fn rel(&self) -> &Path {
         &self.rel
+    }
+
+    /// Whether its reader is going forward through the shard's file, so that the next
+    /// shard is likely read next ([`StoreFile::streaming`]).
+    pub fn streaming(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.streaming())
+    }
+
+    /// True once for this shard as loaded: the caller loads the next one ahead.
+    pub fn claim_next(&self) -> bool {
+        !self
+            .next_claimed
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a shard file exists.
@@ -209,8 +244,28 @@ impl Shard {
         let start = offset.min(range.nbytes);
         let len = (range.nbytes - start).min(u64::from(size)) as usize;
         let mut buf = vec![0; len];
-        file.read_exact_at(&mut buf, range.offset + start)
-            .map_err(|e| ShardError::Io(format!("reading {}: {e}", self.rel.display())))?;
+        let chunk = range.offset..range.end();
+        let mut n = 0;
+        while n < len {
+            let at = range.offset + start + n as u64;
+            match file.read_chunk_at(&mut buf[n..], at, chunk.clone()) {
+                Ok(0) => {
+                    return Err(ShardError::Io(format!(
+                        "reading {}: the chunk at {} ends past the end of the file",
+                        self.rel.display(),
+                        range.offset
+                    )));
+                }
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(ShardError::Io(format!(
+                        "reading {}: {e}",
+                        self.rel.display()
+                    )));
+                }
+            }
+        }
         Ok(buf)
     }
 
@@ -339,7 +394,22 @@ pub struct ShardCache {
     /// Lookups answered from the cache / that loaded the shard's index.
     pub hits: std::sync::atomic::AtomicU64,
     pub misses: std::sync::atomic::AtomicU64,
+    /// Shards loaded ahead of their reader ([`ShardCache::prefetch`]).
+    pub prefetches: std::sync::atomic::AtomicU64,
+    /// Shards being loaded ahead now; a reader of one waits for it ([`Self::loaded`]).
+    loading: Mutex<std::collections::HashSet<PathBuf>>,
+    loaded: parking_lot::Condvar,
+    /// Bumped by every [`ShardCache::invalidate`]: a shard loaded ahead across one is not
+    /// kept (it may be the version from before a commit of this mount).
+    generation: std::sync::atomic::AtomicU64,
 }
+
+/// At most this many shards are loaded ahead at once.
+const PREFETCHES: usize = 4;
+
+/// How long a reader waits for a shard being loaded ahead before loading it itself (the
+/// store's own timeouts end a load well before).
+const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 struct Segment {
     lru: LruCache<PathBuf, (Arc<Shard>, usize)>,
@@ -364,6 +434,10 @@ impl ShardCache {
             hook: None,
             hits: Default::default(),
             misses: Default::default(),
+            prefetches: Default::default(),
+            loading: Default::default(),
+            loaded: Default::default(),
+            generation: Default::default(),
         }
     }
 
@@ -390,7 +464,10 @@ impl ShardCache {
         let seg = self.segment(rel);
         // Clone out and unlock before any I/O: the stat of a revalidation must not hold
         // the segment against other readers.
-        let cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+        let mut cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+        if cached.is_none() && self.wait_for_prefetch(rel) {
+            cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+        }
         if let Some(shard) = cached {
             let fresh = !revalidate || {
                 let now = store.stat(rel).ok().flatten().map(|m| m.version());
@@ -403,14 +480,33 @@ impl ShardCache {
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.load(store, rel, layout, false)
+            .unwrap_or_else(|| unreachable!("a load that is not ahead is always kept"))
+    }
+
+    /// Load the shard at `rel` (running the hook first) and cache it. Loaded `ahead`,
+    /// its file's start is fetched with it, and it is dropped (`None`) when the cache was
+    /// invalidated meanwhile.
+    fn load(
+        &self,
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        ahead: bool,
+    ) -> Option<Arc<Shard>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let generation = self.generation.load(SeqCst);
         let prefix = match self.hook.as_ref().map(|h| h.before_load(rel)) {
-            Some(Err(err)) => return Arc::new(Shard::failed(rel, err)),
+            Some(Err(err)) => return Some(Arc::new(Shard::failed(rel, err))),
             Some(Ok(prefix)) => prefix,
             None => None,
         };
-        let shard = Arc::new(Shard::load_prefix(store, rel, layout, prefix));
+        let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, ahead));
         let weight = shard.weight();
-        let mut seg = seg.lock();
+        let mut seg = self.segment(rel).lock();
+        if ahead && (self.generation.load(SeqCst) != generation || shard.index.is_err()) {
+            return None;
+        }
         if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {
             seg.bytes -= w;
         }
@@ -420,7 +516,59 @@ impl ShardCache {
                 seg.bytes -= w;
             }
         }
-        shard
+        Some(shard)
+    }
+
+    /// Load the shard at `rel` in the background, its file's start fetched in the same
+    /// request as its index (all of a shard of up to 8 MiB on object storage), unless it
+    /// is cached or being loaded, or [`PREFETCHES`] are under way. A reader that comes
+    /// for it meanwhile waits for this load rather than making its own requests. Nothing
+    /// is kept from a load the cache was invalidated during, or that failed (the reader
+    /// then loads it, and meets the error, itself).
+    pub fn prefetch(self: &Arc<Self>, store: Arc<dyn Store>, rel: PathBuf, layout: ShardLayout) {
+        if self.peek(&rel).is_some() {
+            return;
+        }
+        {
+            let mut loading = self.loading.lock();
+            if loading.len() >= PREFETCHES || !loading.insert(rel.clone()) {
+                return;
+            }
+        }
+        let cache = self.clone();
+        let done = rel.clone();
+        let spawned = std::thread::Builder::new()
+            .name("shardfs-ahead".into())
+            .spawn(move || {
+                let _done = Loaded {
+                    cache: &cache,
+                    rel: &rel,
+                };
+                cache
+                    .prefetches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cache.load(store.as_ref(), &rel, &layout, true);
+            });
+        if spawned.is_err() {
+            drop(Loaded {
+                cache: self,
+                rel: &done,
+            });
+        }
+    }
+
+    /// Wait while the shard at `rel` is being loaded ahead; whether it was.
+    fn wait_for_prefetch(&self, rel: &Path) -> bool {
+        let mut loading = self.loading.lock();
+        let mut waited = false;
+        let until = std::time::Instant::now() + PREFETCH_WAIT;
+        while loading.contains(rel) {
+            waited = true;
+            if self.loaded.wait_until(&mut loading, until).timed_out() {
+                break;
+            }
+        }
+        waited
     }
 
     /// The cached shard at `rel`, as it was loaded (no revalidation, no I/O).
@@ -435,8 +583,114 @@ impl ShardCache {
     /// Drop a cached shard (the write path calls this after changing it).
     pub fn invalidate(&self, rel: &Path) {
         let mut seg = self.segment(rel).lock();
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if let Some((_, w)) = seg.lru.pop(rel) {
             seg.bytes -= w;
         }
+    }
+}
+
+/// The end of a load ahead, however it ends (a panic in the store included): its mark
+/// goes and the readers waiting for it wake.
+struct Loaded<'a> {
+    cache: &'a ShardCache,
+    rel: &'a Path,
+}
+
+impl Drop for Loaded<'_> {
+    fn drop(&mut self) {
+        self.cache.loading.lock().remove(self.rel);
+        self.cache.loaded.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::IndexLocation;
+    use crate::format::index::{Endian, IndexCodecs};
+    use crate::store::memory::MemoryStore;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    fn layout() -> ShardLayout {
+        let level = ShardLevel {
+            chunk_shape: vec![2],
+            chunks_per_shard: vec![2],
+            index_codecs: IndexCodecs {
+                endian: Endian::Little,
+                crc32c: true,
+            },
+            index_location: IndexLocation::End,
+        };
+        ShardLayout::new(vec![8], vec![4], vec![level], vec![]).unwrap()
+    }
+
+    /// Holds every load until opened; counts the loads.
+    #[derive(Default)]
+    struct Gate {
+        open: Mutex<bool>,
+        opened: parking_lot::Condvar,
+        loads: AtomicUsize,
+    }
+
+    impl LoadHook for Gate {
+        fn before_load(&self, _rel: &Path) -> Result<Option<Truncated>, ShardError> {
+            self.loads.fetch_add(1, SeqCst);
+            let mut open = self.open.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+            Ok(None)
+        }
+    }
+
+    impl Gate {
+        fn open(&self) {
+            *self.open.lock() = true;
+            self.opened.notify_all();
+        }
+    }
+
+    /// A reader of a shard being loaded ahead waits for that load and gets its shard (one
+    /// load, not two); a shard whose load ahead was overtaken by an invalidation (this
+    /// mount's commit) is not kept.
+    #[test]
+    fn a_load_ahead_is_waited_for_and_not_kept_across_an_invalidation() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let gate = Arc::new(Gate::default());
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        let cache = Arc::new(cache);
+        let rel = Path::new("a/c/0");
+        cache.prefetch(store.clone(), rel.to_path_buf(), layout());
+        let reader = {
+            let (cache, store) = (cache.clone(), store.clone());
+            std::thread::spawn(move || {
+                cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!reader.is_finished(), "the reader waits for the load ahead");
+        gate.open();
+        let shard = reader.join().unwrap();
+        assert_eq!(gate.loads.load(SeqCst), 1, "one load");
+        assert!(Arc::ptr_eq(&shard, &cache.peek(rel).unwrap()));
+        assert_eq!(cache.prefetches.load(SeqCst), 1);
+
+        // Overtaken by an invalidation: dropped.
+        *gate.open.lock() = false;
+        let rel = Path::new("a/c/1");
+        cache.prefetch(store.clone(), rel.to_path_buf(), layout());
+        while gate.loads.load(SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        cache.invalidate(rel);
+        gate.open();
+        cache.wait_for_prefetch(rel);
+        assert!(
+            cache.peek(rel).is_none(),
+            "a load from before the invalidation"
+        );
     }
 }

@@ -69,6 +69,9 @@ impl HandleTable {
     }
 }
 
+/// How many shards after one read forward are loaded ahead.
+const SHARDS_AHEAD: usize = 3;
+
 impl View {
     // ----- files -----------------------------------------------------------------------
 
@@ -120,8 +123,10 @@ impl View {
                 (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
             }
             Node::Chunk { array, coords } => {
-                match self.chunk(&self.current(&array), &coords, at_open)? {
+                let array = self.current(&array);
+                match self.chunk(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
+                        self.load_next_ahead(&array, &coords, &shard);
                         let now = (range, shard.meta().map(EntryMeta::version));
                         let keep = at_open && self.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
@@ -158,6 +163,43 @@ impl View {
                 return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
         })
+    }
+
+    /// A reader going forward through a shard's file (object storage's read-ahead says
+    /// so) most likely goes on into the next shard in C order, as readers of chunk files
+    /// in key order and zarr-python do: that shard is loaded in the background, its
+    /// index and (up to 8 MiB of) its bytes in one request, while this one is read; so
+    /// are the [`SHARDS_AHEAD`] after it, each in its own request, side by side (a
+    /// reader of chunk files in key order goes through a row of every shard of a row of
+    /// shards before it comes back to this one).
+    fn load_next_ahead(&self, array: &Arc<ShardedArray>, coords: &[u64], shard: &Shard) {
+        if !shard.streaming() || !shard.claim_next() {
+            return;
+        }
+        let Some(loc) = array.layout.locate(coords) else {
+            return;
+        };
+        let counts = array.layout.shard_counts();
+        let mut next = loc.shard;
+        'ahead: for _ in 0..SHARDS_AHEAD {
+            let mut d = next.len();
+            loop {
+                let Some(prev) = d.checked_sub(1) else {
+                    break 'ahead; // past the last shard
+                };
+                d = prev;
+                next[d] += 1;
+                if next[d] < counts[d] {
+                    break;
+                }
+                next[d] = 0;
+            }
+            self.shards.prefetch(
+                self.store.clone(),
+                array.shard_rel(&next),
+                array.layout.clone(),
+            );
+        }
     }
 
     pub(super) fn add_handle(&self, ino: u64, handle: Handle, keep_cache: bool) -> Opened {

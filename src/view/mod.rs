@@ -193,7 +193,7 @@ pub struct View {
     /// The array registry (see [`resolve::ArrayRegistry`]).
     arrays: resolve::ArrayRegistry,
     /// Decoded shard indices.
-    shards: ShardCache,
+    shards: Arc<ShardCache>,
     /// Open files and directories.
     handles: handles::HandleTable,
     /// What the kernel may cache, and for how long.
@@ -248,7 +248,10 @@ impl View {
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
         let mut view = View {
-            shards: ShardCache::new(config.max_cached_shards, config.index_cache_bytes),
+            shards: Arc::new(ShardCache::new(
+                config.max_cached_shards,
+                config.index_cache_bytes,
+            )),
             inodes: inode::InodeTable::new(Node::Dir {
                 rel: PathBuf::new(),
             }),
@@ -288,7 +291,9 @@ impl View {
         // view changes nothing: it reads a torn shard as it was before the update.
         let store = view.store.clone();
         if let Some(hook) = view.store.recovery_hook(view.writer.is_some(), store)? {
-            view.shards.set_load_hook(hook);
+            Arc::get_mut(&mut view.shards)
+                .expect("the shard cache is not shared before the view is made")
+                .set_load_hook(hook);
         }
         let root = view.classify_dir(PathBuf::new(), root_meta);
         view.inodes.update(ROOT_INO, root);
@@ -354,6 +359,7 @@ impl View {
             "chunk_bytes_read": get(&c.chunk_bytes_read),
             "index_cache_hits": get(&self.shards.hits),
             "index_cache_misses": get(&self.shards.misses),
+            "shards_loaded_ahead": get(&self.shards.prefetches),
             "chunks_committed": get(&c.chunks_committed),
             "chunks_deleted": get(&c.chunks_deleted),
         });
