@@ -170,6 +170,12 @@ pub trait Store: Send + Sync {
 
     /// Requests made to a remote store so far, by kind, for `shardfs stats` (object
     /// storage: `get`, `get_bytes`, `head`, `list`); empty for a local one.
+    /// Whether every read is a request to a server (object storage): worth avoiding
+    /// reads of an index only to answer a lookup.
+    fn reads_are_requests(&self) -> bool {
+        false
+    }
+
     fn requests(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }

@@ -561,24 +561,27 @@ struct ObjectFile {
 /// The first and the largest read-ahead window; each window is 4 times the last. On
 /// object storage a request costs about the same whatever its size up to a few MiB, so
 /// reading forward through a shard should take few of them: a 4 MiB shard read chunk by
-/// chunk takes its index, two chunks, 1 MiB and the rest.
+/// chunk takes its index, two chunks and the rest.
 const MIN_WINDOW: u64 = 4 << 20;
 const MAX_WINDOW: u64 = 8 << 20;
 /// A read that starts at most this far past where the last one ended still counts as
 /// going forward (chunks a reader skipped, an index between blocks).
 const FORWARD_GAP: u64 = 64 << 10;
 
-/// Read-ahead state of one open object: where the last read ended, the window the next
-/// forward read fetches, and the bytes fetched ahead.
+/// Read-ahead state of one open object: where the last read's chunk ended, the window the
+/// next forward read fetches, and the bytes fetched ahead.
 #[derive(Default)]
 struct ReadAhead {
+    /// The end of the last read's chunk (of the read, outside chunks).
     next: Option<u64>,
     /// The chunk (or the read, outside chunks) the last read was part of.
     unit: Option<std::ops::Range<u64>>,
-    /// Forward steps in a row that missed the window held.
+    /// Forward steps in a row, counted when a read misses the window held (then at
+    /// least `seq`): two or more and a window is fetched.
     streak: u32,
     /// Forward steps (chunks, or reads outside chunks) in a row, whatever served them:
-    /// two or more and the file is being read through ([`StoreFile::streaming`]).
+    /// one or more (two chunks in a row) and the file is being read through
+    /// ([`StoreFile::streaming`]).
     seq: u32,
     /// Bytes the window held has served: once it has served as many as it holds, its
     /// reader has most likely gone through it, and it is dropped (a shard stays cached
@@ -596,7 +599,7 @@ struct ReadAhead {
 /// store's budget while held.
 struct Held {
     start: u64,
-    bytes: Vec<u8>,
+    bytes: bytes::Bytes,
     budget: Arc<Budget>,
 }
 
@@ -622,10 +625,16 @@ impl Budget {
     }
 
     fn reserve(&self, n: u64) -> bool {
+        self.reserve_within(n, self.cap)
+    }
+
+    /// Reserve `n` bytes if that leaves at most `limit` in use.
+    fn reserve_within(&self, n: u64, limit: u64) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
         self.used
             .fetch_update(SeqCst, SeqCst, |u| {
-                u.checked_add(n).filter(|&total| total <= self.cap)
+                u.checked_add(n)
+                    .filter(|&total| total <= limit.min(self.cap))
             })
             .is_ok()
     }
@@ -651,7 +660,7 @@ pub struct Counters {
 
 impl ObjectFile {
     /// `range` of the object, as the version this file was opened at.
-    fn fetch(&self, range: std::ops::Range<u64>) -> io::Result<Vec<u8>> {
+    fn fetch(&self, range: std::ops::Range<u64>) -> io::Result<bytes::Bytes> {
         use std::sync::atomic::Ordering::Relaxed;
         let opts = GetOptions {
             range: Some(GetRange::Bounded(range)),
@@ -672,7 +681,7 @@ impl ObjectFile {
         self.counters
             .get_bytes
             .fetch_add(bytes.len() as u64, Relaxed);
-        Ok(bytes.to_vec())
+        Ok(bytes)
     }
 }
 
@@ -687,7 +696,7 @@ struct InFlight<'a> {
 impl InFlight<'_> {
     /// The window came: hold it (what it holds stays reserved until it is dropped).
     /// `served`: bytes of it the reader that fetched it has taken.
-    fn hold(mut self, bytes: Vec<u8>, served: u64) {
+    fn hold(mut self, bytes: bytes::Bytes, served: u64) {
         let f = self.file;
         let len = bytes.len() as u64;
         let mut ra = f.ahead.lock();
@@ -795,15 +804,18 @@ impl ObjectFile {
             }
             ra.next = Some(unit.end);
             ra.unit = Some(unit.clone());
-            // A window when going forward; else the rest of the chunk (its next pieces
-            // will be asked for next); at most MAX_WINDOW either way.
+            // A window when going forward: the window held gives way to it (and its
+            // budget with it). Else the rest of the chunk (its next pieces will be asked
+            // for next), unless a window is held: a read elsewhere leaves that for the
+            // readers still inside it (side by side, or a shard loaded ahead whole).
             let window = if step { ra.window } else { 0 };
-            let ahead_end = size
-                .min(offset + window)
-                .max(unit.end.min(offset + MAX_WINDOW));
-            if ahead_end > end {
-                // The window held gives way to the next one (and its budget with it); a
-                // read elsewhere leaves it for the readers still inside it.
+            let rest = if ra.held.is_none() {
+                unit.end.min(offset + MAX_WINDOW)
+            } else {
+                end
+            };
+            let ahead_end = size.min(offset + window).max(rest);
+            if window > 0 && ahead_end > end {
                 ra.held = None;
             }
             if ahead_end > end && self.budget.reserve(ahead_end - offset) {
@@ -849,16 +861,22 @@ impl StoreFile for ObjectFile {
     }
 
     fn streaming(&self) -> bool {
-        self.ahead.lock().seq >= 2
+        self.ahead.lock().seq >= 1
     }
 
     /// One GET of the object's first [`MAX_WINDOW`] bytes (all of a shard of up to 8
-    /// MiB: its index and its chunks), held as a window, when the budget allows.
+    /// MiB: its index and its chunks), held as a window, while it leaves half the budget
+    /// free (a shard loaded ahead and never read through keeps its window until the shard
+    /// leaves the cache: the readers' own windows always have the other half).
     fn warm(&self) {
         let len = self.meta.size.min(MAX_WINDOW);
         {
             let mut ra = self.ahead.lock();
-            if len == 0 || ra.held.is_some() || ra.pending.is_some() || !self.budget.reserve(len) {
+            if len == 0
+                || ra.held.is_some()
+                || ra.pending.is_some()
+                || !self.budget.reserve_within(len, self.budget.cap / 2)
+            {
                 return;
             }
             ra.pending = Some(0..len);
@@ -1050,6 +1068,10 @@ impl Store for ObjectStoreStore {
             bsize: 4096,
             namelen: 1024,
         })
+    }
+
+    fn reads_are_requests(&self) -> bool {
+        true
     }
 
     fn requests(&self) -> Vec<(&'static str, u64)> {

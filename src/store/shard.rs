@@ -1,6 +1,8 @@
 //! Reading shards: the index (decoded lazily, once, into a bounded cache), nested
 //! indices, and the byte range of one inner chunk. Only the index and the requested range
-//! are ever read; a shard is never copied whole.
+//! are read, except that a shard loaded ahead of its reader ([`ShardCache::prefetch`])
+//! has its file's start fetched with its index, on stores that fetch ahead
+//! ([`StoreFile::warm`]: up to 8 MiB on object storage; nothing on a local disk).
 //!
 //! A corrupt shard is loaded as a [`Shard`] whose index is an error: the error is logged
 //! once (naming the shard and the reason) and every chunk of that shard then fails alone.
@@ -504,7 +506,13 @@ impl ShardCache {
         let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, ahead));
         let weight = shard.weight();
         let mut seg = self.segment(rel).lock();
-        if ahead && (self.generation.load(SeqCst) != generation || shard.index.is_err()) {
+        // Loaded ahead: not kept across an invalidation, nor over what a reader loaded
+        // meanwhile (which may be newer), nor when it failed (the reader meets the error).
+        if ahead
+            && (self.generation.load(SeqCst) != generation
+                || shard.index.is_err()
+                || seg.lru.contains(rel))
+        {
             return None;
         }
         if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {

@@ -165,13 +165,13 @@ impl View {
         })
     }
 
-    /// A reader going forward through a shard's file (object storage's read-ahead says
-    /// so) most likely goes on into the next shard in C order, as readers of chunk files
-    /// in key order and zarr-python do: that shard is loaded in the background, its
-    /// index and (up to 8 MiB of) its bytes in one request, while this one is read; so
-    /// are the [`SHARDS_AHEAD`] after it, each in its own request, side by side (a
-    /// reader of chunk files in key order goes through a row of every shard of a row of
-    /// shards before it comes back to this one).
+    /// A reader going forward through a shard's file (two chunks in a row; object
+    /// storage's read-ahead says so) most likely goes on into the next shards in C
+    /// order, as readers of chunk files in key order and zarr-python do: the
+    /// [`SHARDS_AHEAD`] shards after this one are loaded in the background, side by
+    /// side, each its index and (up to 8 MiB of) its bytes in one request, while this
+    /// one is read (a reader of chunk files in key order goes through a row of every
+    /// shard of a row of shards before it comes back to this one).
     fn load_next_ahead(&self, array: &Arc<ShardedArray>, coords: &[u64], shard: &Shard) {
         if !shard.streaming() || !shard.claim_next() {
             return;

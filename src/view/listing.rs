@@ -182,11 +182,11 @@ impl View {
     /// a directory never comes and goes with the cache. Where the shard reaches past the
     /// directory (`c/3` in a shard of rows 0-15), only its index can tell: a lookup
     /// that said yes there would make `mkdir c/3` fail with EEXIST and a `stat` right
-    /// after say ENOENT (os.makedirs, tensorstore). A read-only view, where nothing is
-    /// made, says yes there too (the answer is still the same whatever is cached), so a
-    /// cold read of a chunk reads no index but its own shard's: a key directory a shard
-    /// covers may then be looked up although nothing of it is stored, and be empty. A
-    /// listing reads the indices.
+    /// after say ENOENT (os.makedirs, tensorstore). A read-only view of object storage,
+    /// where nothing is made and an index costs a request, says yes there too (the answer
+    /// is still the same whatever is cached), so a cold read of a chunk reads no index
+    /// but its own shard's: a key directory a shard covers may then be looked up,
+    /// although nothing of it is stored, and be empty. A listing reads the indices.
     pub(super) fn has_chunks_under(
         &self,
         array: &ShardedArray,
@@ -205,7 +205,10 @@ impl View {
                 let r = layout.inner_range(d, shard[d]);
                 r.start == prefix[d] && r.end == prefix[d] + 1
             });
-            if lookup && staged.is_empty() && (inside || view.writer.is_none()) {
+            if lookup
+                && staged.is_empty()
+                && (inside || (view.writer.is_none() && view.store.reads_are_requests()))
+            {
                 return Ok(true);
             }
             let index = view.refresh_shard(array, shard);
