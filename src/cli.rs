@@ -147,8 +147,9 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub s3_timeout: f64,
     /// Object storage (`s3://`): memory, in MiB, that all open shards together may hold
-    /// read ahead while reads go forward through them (also `-o s3_cache=MIB`). A read
-    /// that jumps around fetches only what it asks for.
+    /// read ahead while reads go forward through them, half of it at most for the next
+    /// shards loaded ahead of such a reader (also `-o s3_cache=MIB`). A read that jumps
+    /// around fetches only what it asks for.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub s3_cache: u64,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16).
