@@ -12,8 +12,9 @@ baseline measured in the same run against the same endpoint:
 * read all, cold: a fresh read-only mount (`shardfs mount s3://BUCKET/PREFIX -o ro`) per
   repetition; every chunk file read whole (open/read/close), and zarr-python 3 reading
   the whole array through the mount, against zarr-python 3 reading the sharded array
-  straight from the endpoint (`zarr.storage.ObjectStore`, obstore's S3Store). Goal:
-  >= 0.8x. Metadata (zarr.json) reads are included on both sides for the zarr cases;
+  straight from the endpoint (`zarr.storage.ObjectStore`, obstore's S3Store); and
+  zarr-python 2 (the legacy client, `.venv-zarr2`) reading the array through a fresh
+  mount's v2 view (`-o ro,format=v2`) against the same baseline. Goal: >= 0.8x. Metadata (zarr.json) reads are included on both sides for the zarr cases;
   the mount's start-up is not.
 * requests per chunk: `shardfs stats` store_requests (GETs, GET bytes, HEADs, LISTs) of
   a full read divided by the chunks read, and of one cold chunk read (after its array's
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import hashlib
 import json
 import os
 import shutil
@@ -61,6 +63,15 @@ from bench import Geometry, RssSampler, is_mounted, machine_info, read_all  # no
 REPO = bench.REPO
 BIN = bench.BIN
 S3_LOCAL = REPO / "scripts" / "s3_local.py"
+ZARR2_PY = REPO / ".venv-zarr2" / "bin" / "python"
+ZARR2_READ = (
+    "import hashlib, sys, time\n"
+    "import numpy as np, zarr\n"
+    "t = time.perf_counter()\n"
+    "a = zarr.open_array(sys.argv[1], mode='r')[:]\n"
+    "dt = time.perf_counter() - t\n"
+    "print(dt, hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest())\n"
+)
 BUCKET = "bench"
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -261,7 +272,8 @@ class Bench:
         payload = g.n_chunks * g.chunk_bytes
         index_len = g.chunks_per_shard * 16 + 4
 
-        t_files, t_zmnt, t_direct, rss = [], [], [], 0
+        t_files, t_zmnt, t_z2, t_direct, rss = [], [], [], [], 0
+        want_sha = hashlib.sha256(np.ascontiguousarray(expect).tobytes()).hexdigest()
         req_files = req_zmnt = req_direct = None
         for r in range(reps):
             # every chunk file, fresh mount
@@ -296,6 +308,17 @@ class Bench:
                     req_zmnt = delta(before, requests(m))
                     if not np.array_equal(a, expect):
                         raise RuntimeError("zarr-python through the mount reads wrong")
+            # zarr-python 2 through a fresh mount's v2 view (the legacy client: it reads
+            # the chunk files one after another)
+            with self.mount("read", "-o", "ro,format=v2") as m:
+                with RssSampler(m.pid) as s:
+                    out = subprocess.run(
+                        [str(ZARR2_PY), "-c", ZARR2_READ, str(m.mnt / "arr")],
+                        check=True, capture_output=True, text=True).stdout.split()
+                t_z2.append(float(out[0]))
+                rss = max(rss, s.peak)
+                if out[1] != want_sha:
+                    raise RuntimeError("zarr-python 2 through the v2 view reads wrong")
             # zarr-python 3 direct, a fresh client
             mark = self.moto.mark()
             t = time.perf_counter()
@@ -307,7 +330,8 @@ class Bench:
                 if not np.array_equal(a, expect):
                     raise RuntimeError("zarr-python direct reads wrong")
             self.log(f"read rep {r + 1}/{reps}: files {t_files[-1]:.3f} s, zarr via mount "
-                     f"{t_zmnt[-1]:.3f} s, zarr direct {t_direct[-1]:.3f} s")
+                     f"{t_zmnt[-1]:.3f} s, zarr 2 via v2 view {t_z2[-1]:.3f} s, zarr direct "
+                     f"{t_direct[-1]:.3f} s")
         med = statistics.median
         mib = payload / MIB
         note = (f"{g.n_chunks} chunks of {g.chunk_bytes // KIB} KiB, {mib:.0f} MiB; cold: a "
@@ -318,6 +342,11 @@ class Bench:
         self.rows.append(Row("zarr-python 3 [:] through the mount vs direct", "MiB/s",
                              mib / med(t_zmnt), mib / med(t_direct),
                              "zarr-python 3 + obstore, direct", True, 0.8, note))
+        self.rows.append(Row("zarr-python 2 [:] through the mount's v2 view vs zarr-python 3 "
+                             "direct", "MiB/s", mib / med(t_z2), mib / med(t_direct),
+                             "zarr-python 3 + obstore, direct", True, 0.8,
+                             note + "; zarr-python 2.18 in its own process, timed inside it "
+                             "(open_array and [:])"))
         n = g.n_chunks
         self.rows.append(Row("requests per chunk, read all chunk files", "GETs/chunk",
                              req_files["get"] / n, req_direct["get"] / n,

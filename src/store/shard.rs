@@ -398,9 +398,11 @@ pub struct ShardCache {
     pub misses: std::sync::atomic::AtomicU64,
     /// Shards loaded ahead of their reader ([`ShardCache::prefetch`]).
     pub prefetches: std::sync::atomic::AtomicU64,
-    /// Shards being loaded ahead now; a reader of one waits for it ([`Self::loaded`]).
+    /// Shards being loaded now; a reader of one waits for that load ([`Self::loaded`]).
     loading: Mutex<std::collections::HashSet<PathBuf>>,
     loaded: parking_lot::Condvar,
+    /// Loads ahead under way.
+    ahead_now: std::sync::atomic::AtomicUsize,
     /// Bumped by every [`ShardCache::invalidate`]: a shard loaded ahead across one is not
     /// kept (it may be the version from before a commit of this mount).
     generation: std::sync::atomic::AtomicU64,
@@ -409,9 +411,9 @@ pub struct ShardCache {
 /// At most this many shards are loaded ahead at once.
 const PREFETCHES: usize = 4;
 
-/// How long a reader waits for a shard being loaded ahead before loading it itself (the
-/// store's own timeouts end a load well before).
-const PREFETCH_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a reader waits for a shard another thread is loading before loading it
+/// itself (the store's own timeouts end a load well before).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 struct Segment {
     lru: LruCache<PathBuf, (Arc<Shard>, usize)>,
@@ -439,6 +441,7 @@ impl ShardCache {
             prefetches: Default::default(),
             loading: Default::default(),
             loaded: Default::default(),
+            ahead_now: Default::default(),
             generation: Default::default(),
         }
     }
@@ -464,26 +467,44 @@ impl ShardCache {
         revalidate: bool,
     ) -> Arc<Shard> {
         let seg = self.segment(rel);
-        // Clone out and unlock before any I/O: the stat of a revalidation must not hold
-        // the segment against other readers.
-        let mut cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
-        if cached.is_none() && self.wait_for_prefetch(rel) {
-            cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
-        }
-        if let Some(shard) = cached {
-            let fresh = !revalidate || {
-                let now = store.stat(rel).ok().flatten().map(|m| m.version());
-                now == shard.meta.map(|m| m.version())
-            };
-            if fresh {
-                self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return shard;
+        let until = std::time::Instant::now() + LOAD_WAIT;
+        // One load of a shard at a time: readers that miss it together (zarr-python's
+        // threads, a load ahead) wait for the first instead of each reading the index.
+        let mut claimed = None;
+        loop {
+            // Clone out and unlock before any I/O: the stat of a revalidation must not
+            // hold the segment against other readers.
+            let cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+            if let Some(shard) = cached {
+                let fresh = !revalidate || {
+                    let now = store.stat(rel).ok().flatten().map(|m| m.version());
+                    now == shard.meta.map(|m| m.version())
+                };
+                if fresh {
+                    self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return shard;
+                }
+            }
+            let mut loading = self.loading.lock();
+            if loading.insert(rel.to_path_buf()) {
+                claimed = Some(Loaded {
+                    cache: self,
+                    rel,
+                    ahead: false,
+                });
+                break;
+            }
+            if self.loaded.wait_until(&mut loading, until).timed_out() {
+                break; // load it unclaimed
             }
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.load(store, rel, layout, false)
-            .unwrap_or_else(|| unreachable!("a load that is not ahead is always kept"))
+        let shard = self
+            .load(store, rel, layout, false)
+            .unwrap_or_else(|| unreachable!("a load that is not ahead is always kept"));
+        drop(claimed);
+        shard
     }
 
     /// Load the shard at `rel` (running the hook first) and cache it. Loaded `ahead`,
@@ -538,10 +559,12 @@ impl ShardCache {
             return;
         }
         {
+            use std::sync::atomic::Ordering::SeqCst;
             let mut loading = self.loading.lock();
-            if loading.len() >= PREFETCHES || !loading.insert(rel.clone()) {
+            if self.ahead_now.load(SeqCst) >= PREFETCHES || !loading.insert(rel.clone()) {
                 return;
             }
+            self.ahead_now.fetch_add(1, SeqCst);
         }
         let cache = self.clone();
         let done = rel.clone();
@@ -551,6 +574,7 @@ impl ShardCache {
                 let _done = Loaded {
                     cache: &cache,
                     rel: &rel,
+                    ahead: true,
                 };
                 cache
                     .prefetches
@@ -561,22 +585,18 @@ impl ShardCache {
             drop(Loaded {
                 cache: self,
                 rel: &done,
+                ahead: true,
             });
         }
     }
 
-    /// Wait while the shard at `rel` is being loaded ahead; whether it was.
-    fn wait_for_prefetch(&self, rel: &Path) -> bool {
+    /// Wait while the shard at `rel` is being loaded.
+    #[cfg(test)]
+    fn wait_for_load(&self, rel: &Path) {
         let mut loading = self.loading.lock();
-        let mut waited = false;
-        let until = std::time::Instant::now() + PREFETCH_WAIT;
         while loading.contains(rel) {
-            waited = true;
-            if self.loaded.wait_until(&mut loading, until).timed_out() {
-                break;
-            }
+            self.loaded.wait(&mut loading);
         }
-        waited
     }
 
     /// The cached shard at `rel`, as it was loaded (no revalidation, no I/O).
@@ -599,16 +619,23 @@ impl ShardCache {
     }
 }
 
-/// The end of a load ahead, however it ends (a panic in the store included): its mark
-/// goes and the readers waiting for it wake.
+/// The end of a load, however it ends (a panic in the store included): its mark goes
+/// and the readers waiting for it wake.
 struct Loaded<'a> {
     cache: &'a ShardCache,
     rel: &'a Path,
+    /// A load ahead: one fewer under way.
+    ahead: bool,
 }
 
 impl Drop for Loaded<'_> {
     fn drop(&mut self) {
         self.cache.loading.lock().remove(self.rel);
+        if self.ahead {
+            self.cache
+                .ahead_now
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.cache.loaded.notify_all();
     }
 }
@@ -695,10 +722,38 @@ mod tests {
         }
         cache.invalidate(rel);
         gate.open();
-        cache.wait_for_prefetch(rel);
+        cache.wait_for_load(rel);
         assert!(
             cache.peek(rel).is_none(),
             "a load from before the invalidation"
         );
+    }
+
+    /// Readers that miss one shard together make one load of it (zarr-python's threads
+    /// reading chunks of a shard side by side: one index read, not one each).
+    #[test]
+    fn readers_that_miss_together_load_once() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let gate = Arc::new(Gate::default());
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        let cache = Arc::new(cache);
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (cache, store) = (cache.clone(), store.clone());
+                std::thread::spawn(move || {
+                    cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+                })
+            })
+            .collect();
+        while gate.loads.load(SeqCst) < 1 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        gate.open();
+        let shards: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert_eq!(gate.loads.load(SeqCst), 1, "one load for four readers");
+        assert!(shards.iter().all(|s| Arc::ptr_eq(s, &shards[0])));
+        assert!(cache.loading.lock().is_empty());
     }
 }
