@@ -403,21 +403,24 @@ pub struct ShardCache {
     loaded: parking_lot::Condvar,
     /// Loads ahead under way.
     ahead_now: std::sync::atomic::AtomicUsize,
-    /// Bumped by every [`ShardCache::invalidate`]: a shard loaded ahead across one is not
-    /// kept (it may be the version from before a commit of this mount).
-    generation: std::sync::atomic::AtomicU64,
+    /// Readers waiting for another's load now (for tests).
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// At most this many shards are loaded ahead at once.
 const PREFETCHES: usize = 4;
 
 /// How long a reader waits for a shard another thread is loading before loading it
-/// itself (the store's own timeouts end a load well before).
+/// itself (as it did before loads were shared; a load of a stalled object store can
+/// take longer, `--s3-timeout` per request).
 const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 struct Segment {
     lru: LruCache<PathBuf, (Arc<Shard>, usize)>,
     bytes: usize,
+    /// Bumped by every [`ShardCache::invalidate`] of a shard of this segment: a load
+    /// across one is not kept.
+    generation: u64,
 }
 
 impl ShardCache {
@@ -430,6 +433,7 @@ impl ShardCache {
                     Mutex::new(Segment {
                         lru: LruCache::new(per),
                         bytes: 0,
+                        generation: 0,
                     })
                 })
                 .collect(),
@@ -442,7 +446,7 @@ impl ShardCache {
             loading: Default::default(),
             loaded: Default::default(),
             ahead_now: Default::default(),
-            generation: Default::default(),
+            waiting: Default::default(),
         }
     }
 
@@ -471,70 +475,77 @@ impl ShardCache {
         // One load of a shard at a time: readers that miss it together (zarr-python's
         // threads, a load ahead) wait for the first instead of each reading the index.
         let mut claimed = None;
+        // A cached shard found stale once is not asked about again.
+        let mut stale: Option<Arc<Shard>> = None;
         loop {
             // Clone out and unlock before any I/O: the stat of a revalidation must not
             // hold the segment against other readers.
             let cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
-            if let Some(shard) = cached {
+            if let Some(shard) = cached
+                && !stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shard))
+            {
                 let fresh = !revalidate || {
                     let now = store.stat(rel).ok().flatten().map(|m| m.version());
                     now == shard.meta.map(|m| m.version())
                 };
                 if fresh {
                     self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return shard;
+                    return shard; // (a claim taken is given back)
                 }
+                stale = Some(shard);
+            }
+            if claimed.is_some() {
+                break; // claimed, and the cache looked at once more after the claim
             }
             let mut loading = self.loading.lock();
             if loading.insert(rel.to_path_buf()) {
+                // Looked at the cache once more before loading: a load may have ended
+                // between the look above and the claim.
                 claimed = Some(Loaded {
                     cache: self,
                     rel,
                     ahead: false,
                 });
-                break;
+                continue;
             }
-            if self.loaded.wait_until(&mut loading, until).timed_out() {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut timed_out = false;
+            while loading.contains(rel) && !timed_out {
+                timed_out = self.loaded.wait_until(&mut loading, until).timed_out();
+            }
+            self.waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            if timed_out {
                 break; // load it unclaimed
             }
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let shard = self
-            .load(store, rel, layout, false)
-            .unwrap_or_else(|| unreachable!("a load that is not ahead is always kept"));
+        let shard = self.load(store, rel, layout, false);
         drop(claimed);
         shard
     }
 
-    /// Load the shard at `rel` (running the hook first) and cache it. Loaded `ahead`,
-    /// its file's start is fetched with it, and it is dropped (`None`) when the cache was
-    /// invalidated meanwhile.
-    fn load(
-        &self,
-        store: &dyn Store,
-        rel: &Path,
-        layout: &ShardLayout,
-        ahead: bool,
-    ) -> Option<Arc<Shard>> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let generation = self.generation.load(SeqCst);
+    /// Load the shard at `rel` (running the hook first) and cache it, unless a shard of
+    /// its segment was invalidated meanwhile (this mount's commit: what was loaded may be
+    /// from before it; the caller still gets it, as a read side by side with the commit).
+    /// Loaded `ahead`, its file's start is fetched with it, and nothing is kept either
+    /// when the load failed or a reader loaded the shard meanwhile (it may be newer).
+    fn load(&self, store: &dyn Store, rel: &Path, layout: &ShardLayout, ahead: bool) -> Arc<Shard> {
+        let generation = self.segment(rel).lock().generation;
         let prefix = match self.hook.as_ref().map(|h| h.before_load(rel)) {
-            Some(Err(err)) => return Some(Arc::new(Shard::failed(rel, err))),
+            Some(Err(err)) => return Arc::new(Shard::failed(rel, err)),
             Some(Ok(prefix)) => prefix,
             None => None,
         };
         let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, ahead));
         let weight = shard.weight();
         let mut seg = self.segment(rel).lock();
-        // Loaded ahead: not kept across an invalidation, nor over what a reader loaded
-        // meanwhile (which may be newer), nor when it failed (the reader meets the error).
-        if ahead
-            && (self.generation.load(SeqCst) != generation
-                || shard.index.is_err()
-                || seg.lru.contains(rel))
+        if seg.generation != generation
+            || (ahead && (shard.index.is_err() || seg.lru.contains(rel)))
         {
-            return None;
+            return shard;
         }
         if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {
             seg.bytes -= w;
@@ -545,7 +556,7 @@ impl ShardCache {
                 seg.bytes -= w;
             }
         }
-        Some(shard)
+        shard
     }
 
     /// Load the shard at `rel` in the background, its file's start fetched in the same
@@ -611,8 +622,7 @@ impl ShardCache {
     /// Drop a cached shard (the write path calls this after changing it).
     pub fn invalidate(&self, rel: &Path) {
         let mut seg = self.segment(rel).lock();
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        seg.generation += 1;
         if let Some((_, w)) = seg.lru.pop(rel) {
             seg.bytes -= w;
         }
@@ -705,8 +715,10 @@ mod tests {
                 cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
             })
         };
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(!reader.is_finished(), "the reader waits for the load ahead");
+        while cache.waiting.load(SeqCst) < 1 {
+            std::thread::yield_now(); // the reader waits for the load ahead
+        }
+        assert!(!reader.is_finished());
         gate.open();
         let shard = reader.join().unwrap();
         assert_eq!(gate.loads.load(SeqCst), 1, "one load");
@@ -746,14 +758,42 @@ mod tests {
                 })
             })
             .collect();
-        while gate.loads.load(SeqCst) < 1 {
+        // One load under way (held at the gate), the three others waiting for it.
+        while gate.loads.load(SeqCst) < 1 || cache.waiting.load(SeqCst) < 3 {
             std::thread::yield_now();
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
         gate.open();
         let shards: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
         assert_eq!(gate.loads.load(SeqCst), 1, "one load for four readers");
         assert!(shards.iter().all(|s| Arc::ptr_eq(s, &shards[0])));
         assert!(cache.loading.lock().is_empty());
+    }
+
+    /// A reader's load that an invalidation (this mount's commit) overtook gives the
+    /// reader what it read, and keeps nothing: the next reader loads the shard again.
+    #[test]
+    fn a_load_across_an_invalidation_is_not_kept() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let gate = Arc::new(Gate::default());
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        let cache = Arc::new(cache);
+        let reader = {
+            let (cache, store) = (cache.clone(), store.clone());
+            std::thread::spawn(move || {
+                cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+            })
+        };
+        while gate.loads.load(SeqCst) < 1 {
+            std::thread::yield_now();
+        }
+        cache.invalidate(Path::new("a/c/0"));
+        gate.open();
+        let shard = reader.join().unwrap();
+        assert!(shard.index().is_ok());
+        assert!(cache.peek(Path::new("a/c/0")).is_none());
+        cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false);
+        assert_eq!(gate.loads.load(SeqCst), 2);
+        assert!(cache.peek(Path::new("a/c/0")).is_some());
     }
 }
