@@ -309,28 +309,21 @@ fn copying_an_unsharded_array_into_the_mount_shards_it() {
     );
 }
 
-#[test]
-fn concurrent_writers_to_one_shard_lose_nothing() {
-    if !common::can_mount("concurrent_writers_to_one_shard_lose_nothing") {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("s");
+/// A store directory `s` under `dir` holding an empty root group.
+fn group_store(dir: &Path) -> PathBuf {
+    let store = dir.join("s");
     fs::create_dir(&store).unwrap();
     fs::write(
         store.join("zarr.json"),
         br#"{"zarr_format": 3, "node_type": "group"}"#,
     )
     .unwrap();
-    let opts = MountOptions {
-        chunks_per_shard: Some(vec![16, 16]),
-        flush_interval: std::time::Duration::from_millis(50),
-        write_buffer: 64 << 10, // small: flushes run while others write
-        ..MountOptions::default()
-    };
-    let mnt = tempfile::tempdir().unwrap();
-    let m = Mount::new(&store, mnt.path(), &opts).unwrap();
-    let arr = mnt.path().join("a");
+    store
+}
+
+/// Array `a` (64 x 64 uint8 in 4 x 4 chunks, no compression) made through mount `mnt`.
+fn make_64x64_array(mnt: &Path) -> PathBuf {
+    let arr = mnt.join("a");
     fs::create_dir(&arr).unwrap();
     fs::write(
         arr.join("zarr.json"),
@@ -340,6 +333,25 @@ fn concurrent_writers_to_one_shard_lose_nothing() {
             "codecs": [{"name": "bytes"}]}"#,
     )
     .unwrap();
+    arr
+}
+
+#[test]
+fn concurrent_writers_to_one_shard_lose_nothing() {
+    if !common::can_mount("concurrent_writers_to_one_shard_lose_nothing") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = group_store(tmp.path());
+    let opts = MountOptions {
+        chunks_per_shard: Some(vec![16, 16]),
+        flush_interval: std::time::Duration::from_millis(50),
+        write_buffer: 64 << 10, // small: flushes run while others write
+        ..MountOptions::default()
+    };
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(&store, mnt.path(), &opts).unwrap();
+    let arr = make_64x64_array(mnt.path());
     let threads = 7;
     let per = 32; // 7 threads x 32 = rows 0..13 of the one 16x16-chunk shard
     std::thread::scope(|s| {
@@ -394,13 +406,7 @@ fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("s");
-    fs::create_dir(&store).unwrap();
-    fs::write(
-        store.join("zarr.json"),
-        br#"{"zarr_format": 3, "node_type": "group"}"#,
-    )
-    .unwrap();
+    let store = group_store(tmp.path());
     let opts = MountOptions {
         chunks_per_shard: Some(vec![16, 16]),
         ..MountOptions::default()
@@ -408,16 +414,7 @@ fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
     {
         let mnt = tempfile::tempdir().unwrap();
         let m = Mount::new(&store, mnt.path(), &opts).unwrap();
-        let arr = mnt.path().join("a");
-        fs::create_dir(&arr).unwrap();
-        fs::write(
-            arr.join("zarr.json"),
-            br#"{"zarr_format": 3, "node_type": "array", "shape": [64, 64], "data_type": "uint8",
-                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
-                "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
-                "codecs": [{"name": "bytes"}]}"#,
-        )
-        .unwrap();
+        let arr = make_64x64_array(mnt.path());
         fs::create_dir_all(arr.join("c/0")).unwrap();
         fs::write(arr.join("c/0/0"), [1u8; 16]).unwrap();
         m.unmount().unwrap();

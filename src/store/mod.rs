@@ -113,20 +113,29 @@ pub trait StoreFile: Send + Sync {
     fn warm(&self) {}
 
     /// Read exactly `buf.len()` bytes at `offset`, or fail with `UnexpectedEof`.
-    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-        while !buf.is_empty() {
-            match self.read_at(buf, offset) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => {
-                    buf = &mut buf[n..];
-                    offset += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        read_exact_with(buf, offset, |b, at| self.read_at(b, at))
     }
+}
+
+/// Fill `buf` from `offset` with `read` (a `read_at`), or fail with `UnexpectedEof`.
+pub(crate) fn read_exact_with(
+    mut buf: &mut [u8],
+    mut offset: u64,
+    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        match read(buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A store file open for reading and writing: the files outside arrays' key namespaces

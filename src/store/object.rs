@@ -1581,7 +1581,8 @@ mod tests {
         assert!(f.streaming());
     }
 
-    /// A warmed object serves its reads from one GET made before them.
+    /// A warmed object serves its reads from one GET made before them; a warm takes at
+    /// most half the read-ahead budget.
     #[test]
     fn a_warmed_object_is_read_from_one_get() {
         use std::sync::atomic::Ordering::Relaxed;
@@ -1597,6 +1598,14 @@ mod tests {
         }
         assert_eq!(s.counters().gets.load(Relaxed), 1);
         assert_eq!(s.read_ahead().0, 0, "read through: let go");
+        // A warm that would take more than half the budget fetches nothing.
+        let mut s = store();
+        s.budget = Arc::new(Budget::new(3 << 19)); // 1.5 MiB: half is less than the object
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        f.warm();
+        assert_eq!(s.counters().gets.load(Relaxed), 0);
+        assert_eq!(s.read_ahead().0, 0);
     }
 
     /// The first read of a freshly opened object moves only what it asks for (a cold

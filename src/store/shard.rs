@@ -161,6 +161,11 @@ impl Shard {
         self.file.as_ref().is_some_and(|f| f.streaming())
     }
 
+    /// Whether [`Shard::claim_next`] was done.
+    pub fn next_claimed(&self) -> bool {
+        self.next_claimed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// True once for this shard as loaded: the caller loads the next one ahead.
     pub fn claim_next(&self) -> bool {
         !self
@@ -247,27 +252,10 @@ impl Shard {
         let len = (range.nbytes - start).min(u64::from(size)) as usize;
         let mut buf = vec![0; len];
         let chunk = range.offset..range.end();
-        let mut n = 0;
-        while n < len {
-            let at = range.offset + start + n as u64;
-            match file.read_chunk_at(&mut buf[n..], at, chunk.clone()) {
-                Ok(0) => {
-                    return Err(ShardError::Io(format!(
-                        "reading {}: the chunk at {} ends past the end of the file",
-                        self.rel.display(),
-                        range.offset
-                    )));
-                }
-                Ok(k) => n += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(ShardError::Io(format!(
-                        "reading {}: {e}",
-                        self.rel.display()
-                    )));
-                }
-            }
-        }
+        super::read_exact_with(&mut buf, range.offset + start, |b, at| {
+            file.read_chunk_at(b, at, chunk.clone())
+        })
+        .map_err(|e| ShardError::Io(format!("reading {}: {e}", self.rel.display())))?;
         Ok(buf)
     }
 
@@ -690,6 +678,14 @@ mod tests {
         }
     }
 
+    /// An empty store, and a cache whose loads wait at the gate.
+    fn gated() -> (Arc<dyn Store>, Arc<Gate>, Arc<ShardCache>) {
+        let gate = Arc::new(Gate::default());
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        (Arc::new(MemoryStore::new()), gate, Arc::new(cache))
+    }
+
     impl Gate {
         fn open(&self) {
             *self.open.lock() = true;
@@ -702,11 +698,7 @@ mod tests {
     /// mount's commit) is not kept.
     #[test]
     fn a_load_ahead_is_waited_for_and_not_kept_across_an_invalidation() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let gate = Arc::new(Gate::default());
-        let mut cache = ShardCache::new(16, 1 << 20);
-        cache.set_load_hook(gate.clone());
-        let cache = Arc::new(cache);
+        let (store, gate, cache) = gated();
         let rel = Path::new("a/c/0");
         cache.prefetch(store.clone(), rel.to_path_buf(), layout());
         let reader = {
@@ -745,11 +737,7 @@ mod tests {
     /// reading chunks of a shard side by side: one index read, not one each).
     #[test]
     fn readers_that_miss_together_load_once() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let gate = Arc::new(Gate::default());
-        let mut cache = ShardCache::new(16, 1 << 20);
-        cache.set_load_hook(gate.clone());
-        let cache = Arc::new(cache);
+        let (store, gate, cache) = gated();
         let readers: Vec<_> = (0..4)
             .map(|_| {
                 let (cache, store) = (cache.clone(), store.clone());
@@ -773,11 +761,7 @@ mod tests {
     /// reader what it read, and keeps nothing: the next reader loads the shard again.
     #[test]
     fn a_load_across_an_invalidation_is_not_kept() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let gate = Arc::new(Gate::default());
-        let mut cache = ShardCache::new(16, 1 << 20);
-        cache.set_load_hook(gate.clone());
-        let cache = Arc::new(cache);
+        let (store, gate, cache) = gated();
         let reader = {
             let (cache, store) = (cache.clone(), store.clone());
             std::thread::spawn(move || {

@@ -173,7 +173,8 @@ impl View {
     /// one is read (a reader of chunk files in key order goes through a row of every
     /// shard of a row of shards before it comes back to this one).
     fn load_next_ahead(&self, array: &Arc<ShardedArray>, coords: &[u64], shard: &Shard) {
-        if !shard.streaming() || !shard.claim_next() {
+        // The claim's flag first: after the first time this is one atomic load per read.
+        if shard.next_claimed() || !shard.streaming() || !shard.claim_next() {
             return;
         }
         let Some(loc) = array.layout.locate(coords) else {
