@@ -376,3 +376,70 @@ fn inode_numbers_stay_with_their_paths() {
         .collect();
     assert_eq!(before, after);
 }
+
+/// A writable mount with `kernel_opens` (the kernel opens files itself; the daemon hears
+/// of a close only at the release of a file it created): an array made file by file, as
+/// a legacy tool makes one (an unsharded `zarr.json` written in place, then key
+/// directories and chunk files), is adopted at the write of its `zarr.json`, reads back
+/// at once, and is stored sharded; metadata rewritten in place reads back whole.
+#[test]
+fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
+    if !common::can_mount(
+        "an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded",
+    ) {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let want = |i: u8, j: u8, k: u8| [1 + i * 4 + j * 2 + k; 8];
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let opts = MountOptions {
+            kernel_opens: true,
+            ..MountOptions::default()
+        };
+        let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+        make_3d_array(mnt.path(), "a3");
+        for (i, j, k) in
+            (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+        {
+            let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
+            assert_eq!(fs::read(&p).unwrap(), want(i, j, k), "{}", p.display());
+        }
+        // The array's metadata rewritten in place, again and again (attributes of
+        // several lengths): every read right after a write is a whole document.
+        let meta = mnt.path().join("a3/zarr.json");
+        for n in 0..20 {
+            let mut doc: serde_json::Value =
+                serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+            doc["attributes"] = serde_json::json!({ "note": "x".repeat(n % 7), "n": n });
+            fs::write(&meta, serde_json::to_vec(&doc).unwrap()).unwrap();
+            let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap())
+                .unwrap_or_else(|e| panic!("write {n}: not a whole document: {e}"));
+            assert_eq!(shown["attributes"]["n"], n, "write {n}");
+        }
+        m.unmount().unwrap();
+    }
+    assert!(
+        !shard_files(store.path(), "a3").is_empty(),
+        "stored sharded"
+    );
+    assert!(
+        !store.path().join("a3/c/1/1/1").exists(),
+        "no chunk file left in the store"
+    );
+    let (mnt, _m) = mount_rw(store.path());
+    for (i, j, k) in
+        (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+    {
+        let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            want(i, j, k),
+            "after a remount: {}",
+            p.display()
+        );
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&fs::read(mnt.path().join("a3/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"]["n"], 19);
+}

@@ -20,7 +20,30 @@ pub(super) struct HandleTable {
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    /// Writes through descriptors the kernel opened without asking (a writable mount
+    /// with kernel opens): the handle each written inode's bytes gather in, by inode.
+    implicit: Mutex<HashMap<u64, Implicit>>,
 }
+
+/// A handle the daemon opened for writes that came without one ([`View::write_ino`]).
+struct Implicit {
+    fh: u64,
+    /// Requests using `fh` now: it is never released under one (a write into a scratch
+    /// file after its commit took the bytes would be lost).
+    users: u32,
+    /// When the last request using it ended.
+    last: std::time::Instant,
+}
+
+/// How long after its last write an inode written through a descriptor the kernel
+/// opened is committed, when no `fsync`, rename or unmount commits it first (the
+/// daemon hears of no close of such a descriptor).
+pub const KERNEL_WRITE_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a file unlinked while open (`tempfile.TemporaryFile`, pytest's capture) is
+/// kept for its descriptors after its last write, with kernel opens: no close of it is
+/// heard of, and once it is let go its descriptors read `ENOENT`.
+pub const KERNEL_UNLINKED_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl HandleTable {
     fn next(&self) -> u64 {
@@ -49,8 +72,21 @@ impl HandleTable {
             .find_map(|(i, h)| (*i == ino).then(|| h.clone()))
     }
 
-    fn remove(&self, fh: u64) -> Option<Handle> {
-        self.files.lock().remove(&fh).map(|(_, h)| h)
+    /// The handle writes without one to `ino` gather in, if any.
+    fn implicit_fh(&self, ino: u64) -> Option<u64> {
+        self.implicit.lock().get(&ino).map(|i| i.fh)
+    }
+
+    /// A request using the handle of [`View::write_ino`] for `ino` ended.
+    fn implicit_end(&self, ino: u64) {
+        if let Some(i) = self.implicit.lock().get_mut(&ino) {
+            i.users -= 1;
+            i.last = std::time::Instant::now();
+        }
+    }
+
+    fn remove(&self, fh: u64) -> Option<(u64, Handle)> {
+        self.files.lock().remove(&fh)
     }
 
     fn insert_dir(&self, entries: Vec<DirEntry>) -> u64 {
@@ -229,8 +265,29 @@ impl View {
     /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if let Some(fh) = self.handles.implicit_fh(ino) {
+            // This mount's writes through a descriptor the kernel opened, not yet
+            // committed. Committed meanwhile: read what they became.
+            match self.read(fh, offset, size) {
+                Err(ViewError::StaleHandle(_)) => {}
+                res => return res,
+            }
+        }
         let (_, node) = self.node(ino)?;
-        let (handle, _) = self.reader(ino, node, false)?;
+        let handle = match node {
+            // A file being written (metadata too: the kernel's pages of it are the
+            // writer's): read as it is, without counting an open (no release will come
+            // for it).
+            Node::Scratch { ref path, .. } => match self.writer()?.scratch(path) {
+                Some(file) => Handle::Scratch {
+                    ino,
+                    node: node.clone(),
+                    file,
+                },
+                None => self.reader(ino, self.settled(ino)?, false)?.0,
+            },
+            node => self.reader(ino, node, false)?.0,
+        };
         self.read_from(&handle, offset, size)
     }
 
@@ -346,6 +403,7 @@ impl View {
                     w.unreserve((f.data.len() - size) as u64);
                 }
                 f.data.resize(size, 0);
+                f.written = w.staging.close_time();
                 drop(f);
                 self.getattr_open(ino, fh)
             }
@@ -355,15 +413,202 @@ impl View {
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.
     pub fn release(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.remove(fh);
-        match handle {
-            Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
-            Some(Handle::StoreRw(f, rel)) => {
+        // A writable mount with kernel opens hears of no `flush`: the release is the
+        // first notice of a close, and does what the flush would have done.
+        let flushed = if self.kernel_opens() && self.writer.is_some() {
+            self.flush_handle(fh)
+        } else {
+            Ok(())
+        };
+        let Some((ino, handle)) = self.handles.remove(fh) else {
+            return flushed;
+        };
+        let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..));
+        let released = match handle {
+            Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
+            Handle::StoreRw(f, rel) => {
                 drop(f);
                 self.release_store_file(&rel);
                 Ok(())
             }
             _ => Ok(()),
+        };
+        if written
+            && self.kernel_opens()
+            && let Some(w) = &self.writer
+        {
+            // The kernel keeps a file's pages across opens here: what it holds of a
+            // written file is the writer's bytes, which the commit may have refused
+            // (metadata rolled back) or shown otherwise (a new array's `zarr.json`).
+            w.invalidate(write_api::Invalidation::Inode(ino));
+        }
+        flushed.and(released)
+    }
+
+    // ----- writes through descriptors the kernel opened --------------------------------
+
+    /// A write through a descriptor the kernel opened without asking (file handle 0, a
+    /// writable mount with kernel opens): the bytes gather in a handle the daemon opens
+    /// for the inode at its first such write or truncate, and are committed as a close
+    /// would commit them by [`View::commit_kernel_writes`] (at `fsync`, before a rename,
+    /// link or unlink, at unmount, or [`KERNEL_WRITE_IDLE`] after the last write).
+    ///
+    /// Metadata taken in at this write ([`View::land_at_write`]) is committed with it,
+    /// as at a close (its store file is gone: a later write opens the file anew);
+    /// `Ok((n, true))` then, and the kernel's pages of the file, which hold the
+    /// writer's bytes and not the document the view now shows, are the caller's to drop.
+    pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
+        let fh = self.implicit_begin(ino, false)?;
+        let res = self.write(fh, offset, data);
+        let landed = res.is_ok()
+            && self
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
+        self.handles.implicit_end(ino);
+        let n = res?;
+        if landed {
+            self.commit_kernel_writes(Some(ino), None)?;
+        }
+        Ok((n, landed))
+    }
+
+    /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
+    /// kernel opened comes as one): a chunk or metadata file is truncated in the handle
+    /// its writes will gather in, so the writer's bytes are committed with it, never an
+    /// empty chunk first.
+    pub fn set_size_ino(&self, ino: u64, size: u64) -> Result<Attr> {
+        let gathers = self.writer.is_some()
+            && matches!(
+                self.node(ino).map(|(_, n)| n),
+                Ok(Node::Chunk { .. }
+                    | Node::ArrayMeta { .. }
+                    | Node::GroupMeta { .. }
+                    | Node::Scratch { .. })
+            );
+        if !gathers {
+            return self.set_size_open(ino, size, None);
+        }
+        let fh = self.implicit_begin(ino, size == 0)?;
+        let res = self.set_size_open(ino, size, Some(fh));
+        self.handles.implicit_end(ino);
+        res
+    }
+
+    /// A file created through this mount with kernel opens (`create` still asks the
+    /// daemon): its handle is where every later write to the inode gathers, through
+    /// any descriptor, and it is committed as those are (the kernel may send no release
+    /// for it: none comes for files created once it opens files itself).
+    pub fn adopt_created(&self, ino: u64, fh: u64) {
+        let mut map = self.handles.implicit.lock();
+        if map.contains_key(&ino) {
+            // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
+            // writes gather in the handle they gather in; this one shares its bytes.
+            drop(map);
+            if let Err(e) = self.release(fh) {
+                log::warn!("a second handle of a file being written: {e}");
+            }
+            return;
+        }
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 0,
+                last: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
+    /// the kernel began to open files itself): committed as the daemon's own would be.
+    pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
+        let ours = self.handles.implicit_fh(ino) == Some(fh);
+        if ours {
+            self.commit_kernel_writes(Some(ino), None)
+        } else {
+            self.release(fh)
+        }
+    }
+
+    /// The handle writes without one to `ino` gather in, counted as in use until
+    /// [`HandleTable::implicit_end`]; opened now if there is none.
+    fn implicit_begin(&self, ino: u64, truncate: bool) -> Result<u64> {
+        // Opened under the table's lock: two first writes must not open two handles
+        // (the second open of a chunk would replace the first one's scratch file).
+        let mut map = self.handles.implicit.lock();
+        if let Some(i) = map.get_mut(&ino) {
+            i.users += 1;
+            return Ok(i.fh);
+        }
+        let fh = self.open(ino, true, truncate)?.fh;
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 1,
+                last: std::time::Instant::now(),
+            },
+        );
+        Ok(fh)
+    }
+
+    /// Commit writes that came without a handle, as a close would: those of `ino` (all
+    /// when `None`), or, with `idle`, only those whose last write is that long ago. A
+    /// handle in use by a write now is waited for, except with `idle` (it is not idle).
+    /// Returns the first error; every handle taken is released.
+    pub fn commit_kernel_writes(
+        &self,
+        ino: Option<u64>,
+        idle: Option<std::time::Duration>,
+    ) -> Result<()> {
+        let mut first_err = Ok(());
+        loop {
+            let (taken, busy) = {
+                let mut map = self.handles.implicit.lock();
+                if map.is_empty() {
+                    return first_err;
+                }
+                // An unlinked file has nothing to commit, and lives on only in its handle.
+                let unlinked = |fh: u64| match self.handles.get(fh) {
+                    Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
+                    Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
+                    _ => false,
+                };
+                let due: Vec<u64> = map
+                    .iter()
+                    .filter(|(i, _)| ino.is_none_or(|ino| ino == **i))
+                    .filter(|(_, h)| {
+                        idle.is_none_or(|idle| {
+                            let e = h.last.elapsed();
+                            e >= idle && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
+                        })
+                    })
+                    .map(|(i, _)| *i)
+                    .collect();
+                let mut taken = Vec::new();
+                let mut busy = false;
+                for i in due {
+                    if map[&i].users == 0 {
+                        taken.push(map.remove(&i).map_or(0, |h| h.fh));
+                    } else {
+                        busy = true;
+                    }
+                }
+                (taken, busy && idle.is_none())
+            };
+            for fh in taken {
+                if let Err(e) = self.release(fh) {
+                    log::warn!("a write through a descriptor the kernel opened: {e}");
+                    if first_err.is_ok() {
+                        first_err = Err(e);
+                    }
+                }
+            }
+            if !busy {
+                return first_err;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
 
