@@ -265,7 +265,9 @@ impl View {
     /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        if let Some(fh) = self.handles.implicit_fh(ino) {
+        if self.writer.is_some()
+            && let Some(fh) = self.handles.implicit_fh(ino)
+        {
             // This mount's writes through a descriptor the kernel opened, not yet
             // committed. Committed meanwhile: read what they became.
             match self.read(fh, offset, size) {
