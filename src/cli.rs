@@ -142,11 +142,11 @@ pub struct MountArgs {
     #[arg(long)]
     pub open_checks: bool,
     /// On a writable mount, let the kernel open files without asking, as on a read-only
-    /// mount (also `-o kernel_opens`): reads of cached chunks cost no request, changes
-    /// made outside the mount are seen within --ttl, a written file is committed at its
-    /// last close a moment after close returns (errors then only logged), and writes into
-    /// an existing file through a descriptor are committed at fsync, rename or unmount,
-    /// or 1 s after the last write. See docs/SEMANTICS.md.
+    /// mount (also `-o kernel_opens`): reads of cached chunks cost no request and changes
+    /// made outside the mount are seen within --ttl, but no close is heard of: what is
+    /// written is committed at fsync, before a rename or link, at unmount, or 1 s after
+    /// its last write (errors of those no request waits for are only logged), metadata at
+    /// the write that completes it. See docs/SEMANTICS.md.
     #[arg(long, conflicts_with = "open_checks")]
     pub kernel_opens: bool,
     /// Object storage (`s3://`): how long one request may keep failing, its retries

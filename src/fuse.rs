@@ -15,7 +15,7 @@ use fuser::{
 };
 use std::time::SystemTime;
 
-use crate::view::{Attr, Kind, Opened, View, ViewError};
+use crate::view::{Attr, KernelCommit, Kind, Opened, View, ViewError};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
@@ -56,7 +56,7 @@ impl ShardFs {
         if let Some(ino) = ino
             && self.view.kernel_opens()
         {
-            let _ = self.view.commit_kernel_writes(Some(ino), None);
+            let _ = self.view.commit_kernel_writes(KernelCommit::Of(ino));
         }
     }
 
@@ -247,7 +247,7 @@ impl Filesystem for ShardFs {
         if self.view.kernel_opens() {
             // The kernel stops sending flushes: it would send one at every close of every
             // descriptor it opened, a round trip as dear as the open saved. What a flush
-            // commits is committed at release (`View::release`).
+            // would commit is committed by `View::commit_kernel_writes`.
             return reply.error(Errno::ENOSYS);
         }
         let r = self.view.flush_handle(fh.0);
@@ -325,7 +325,7 @@ impl Filesystem for ShardFs {
     }
 
     fn destroy(&mut self) {
-        if let Err(e) = self.view.commit_kernel_writes(None, None) {
+        if let Err(e) = self.view.commit_kernel_writes(KernelCommit::All) {
             log::error!("commit at unmount failed: {e}");
         }
         if let Err(e) = self.view.flush_all() {
@@ -538,7 +538,7 @@ impl Filesystem for ShardFs {
     ) {
         let r = self
             .view
-            .commit_kernel_writes(Some(ino.0), None)
+            .commit_kernel_writes(KernelCommit::Of(ino.0))
             .and_then(|()| self.view.fsync(ino.0));
         self.settle();
         done(reply, r)
@@ -554,7 +554,7 @@ impl Filesystem for ShardFs {
     ) {
         let r = self
             .view
-            .commit_kernel_writes(None, None)
+            .commit_kernel_writes(KernelCommit::Settled { except: None })
             .and_then(|()| self.view.fsyncdir(ino.0));
         done(reply, r)
     }

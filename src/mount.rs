@@ -21,7 +21,7 @@ use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::fuse::ShardFs;
 use crate::store::{LocalStore, Store};
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
-use crate::view::{KERNEL_WRITE_IDLE, View, ViewConfig};
+use crate::view::{KernelCommit, View, ViewConfig};
 use fuser::INodeNo;
 
 /// Everything a mount can be told.
@@ -55,8 +55,8 @@ pub struct MountOptions {
     pub open_checks: bool,
     /// Let the kernel open files without asking on a writable mount too
     /// (`-o kernel_opens`): reads cost what they cost on a read-only mount, changes made
-    /// outside the mount are seen within `ttl`, and a close is heard of only at the
-    /// release of a file the daemon opened (see docs/SEMANTICS.md).
+    /// outside the mount are seen within `ttl`, and no close is heard of: writes are
+    /// committed by [`crate::view::View::commit_kernel_writes`] (see docs/SEMANTICS.md).
     pub kernel_opens: bool,
     /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
     pub nonempty: bool,
@@ -377,6 +377,11 @@ impl Mount {
         } else {
             opts.kernel_opens
         };
+        if kernel_opens && !view.is_read_only() {
+            // A write or rename drops the kernel's pages of its file from the request's
+            // thread; a reader's page it waits for needs another thread to be served.
+            config.n_threads = Some(opts.threads.max(2));
+        }
         let fs = ShardFs::new(view.clone(), kernel_opens);
         let notifier = fs.notifier_slot();
         let session =
@@ -418,7 +423,7 @@ impl Mount {
                 {
                     match weak.upgrade() {
                         Some(v) => {
-                            let _ = v.commit_kernel_writes(None, Some(KERNEL_WRITE_IDLE));
+                            let _ = v.commit_kernel_writes(KernelCommit::Idle);
                             v.flush_idle(interval)
                         }
                         None => return,
@@ -476,7 +481,7 @@ impl Mount {
         // `destroy` flushes again whatever arrives meanwhile), with the writes that came
         // through descriptors the kernel opened (kernel opens), whose closes were not
         // heard of: committed first.
-        let committed = self.view.commit_kernel_writes(None, None);
+        let committed = self.view.commit_kernel_writes(KernelCommit::All);
         let flushed = committed.and(self.view.flush_all());
         if !session.guard.is_finished()
             && let Err(e) = unmount_busy_retry(&self.mountpoint)

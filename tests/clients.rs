@@ -399,6 +399,20 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
         };
         let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
         make_3d_array(mnt.path(), "a3");
+        // In `cp -r` order: the chunk files first (plain files, as the directory is no
+        // array yet), then `zarr.json`, whose write adopts them.
+        let b3 = mnt.path().join("b3");
+        for (i, j, k) in
+            (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+        {
+            fs::create_dir_all(b3.join(format!("c/{i}/{j}"))).unwrap();
+            fs::write(b3.join(format!("c/{i}/{j}/{k}")), want(i, j, k)).unwrap();
+        }
+        fs::write(
+            b3.join("zarr.json"),
+            fs::read(mnt.path().join("a3/zarr.json")).unwrap(),
+        )
+        .unwrap();
         for (i, j, k) in
             (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
         {
@@ -417,6 +431,15 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
                 .unwrap_or_else(|e| panic!("write {n}: not a whole document: {e}"));
             assert_eq!(shown["attributes"]["n"], n, "write {n}");
         }
+        // A slow writer: truncated at open, written after the idle commit has run.
+        let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+        doc["attributes"] = serde_json::json!({ "n": 100 });
+        let mut f = File::create(&meta).unwrap();
+        std::thread::sleep(shardfs::view::KERNEL_WRITE_IDLE * 3);
+        f.write_all(&serde_json::to_vec(&doc).unwrap()).unwrap();
+        drop(f);
+        let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+        assert_eq!(shown["attributes"]["n"], 100, "a slow writer's document");
         m.unmount().unwrap();
     }
     assert!(
@@ -441,5 +464,24 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
     }
     let doc: serde_json::Value =
         serde_json::from_slice(&fs::read(mnt.path().join("a3/zarr.json")).unwrap()).unwrap();
-    assert_eq!(doc["attributes"]["n"], 19);
+    assert_eq!(doc["attributes"]["n"], 100);
+    assert!(
+        !shard_files(store.path(), "b3").is_empty(),
+        "b3 stored sharded"
+    );
+    assert!(
+        !store.path().join("b3/c/1/1/1").exists(),
+        "b3: no chunk file left"
+    );
+    for (i, j, k) in
+        (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+    {
+        let p = mnt.path().join(format!("b3/c/{i}/{j}/{k}"));
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            want(i, j, k),
+            "after a remount: {}",
+            p.display()
+        );
+    }
 }

@@ -35,6 +35,30 @@ struct Implicit {
     last: std::time::Instant,
 }
 
+/// Which writes gathered with kernel opens [`View::commit_kernel_writes`] commits.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelCommit {
+    /// One file's (its `fsync`, a rename or link of it, its release); a write to it in
+    /// flight is waited for.
+    Of(u64),
+    /// Every file's (unmount); writes in flight are waited for, metadata that is not a
+    /// whole document is committed (and refused) too.
+    All,
+    /// Every file's but `except`, those being written now and metadata that is not yet a
+    /// whole document (`fsync` of a directory, before a new array is adopted, a full
+    /// write buffer); nothing is waited for.
+    Settled { except: Option<u64> },
+    /// As `Settled`, of files idle for [`KERNEL_WRITE_IDLE`] (unlinked ones: for
+    /// [`KERNEL_UNLINKED_IDLE`]); the timer's.
+    Idle,
+}
+
+/// Whether `b` is one whole JSON document (cheaply refused unless it ends in `}`).
+pub(super) fn whole_json(b: &[u8]) -> bool {
+    b.iter().rev().find(|c| !c.is_ascii_whitespace()) == Some(&b'}')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
+}
+
 /// How long after its last write an inode written through a descriptor the kernel
 /// opened is committed, when no `fsync`, rename or unmount commits it first (the
 /// daemon hears of no close of such a descriptor).
@@ -275,7 +299,11 @@ impl View {
                 res => return res,
             }
         }
-        let (_, node) = self.node(ino)?;
+        let (path, node) = self.node(ino)?;
+        if self.writer.is_some() && self.inodes.peek(&path) != Some(ino) {
+            // Unlinked or replaced, and no handle of it held: not what has its name now.
+            return Err(ViewError::NotFound);
+        }
         let handle = match node {
             // A file being written (metadata too: the kernel's pages of it are the
             // writer's): read as it is, without counting an open (no release will come
@@ -405,7 +433,9 @@ impl View {
                     w.unreserve((f.data.len() - size) as u64);
                 }
                 f.data.resize(size, 0);
-                f.written = w.staging.close_time();
+                if self.kernel_opens() {
+                    f.written = w.staging.close_time();
+                }
                 drop(f);
                 self.getattr_open(ino, fh)
             }
@@ -453,26 +483,37 @@ impl View {
     /// writable mount with kernel opens): the bytes gather in a handle the daemon opens
     /// for the inode at its first such write or truncate, and are committed as a close
     /// would commit them by [`View::commit_kernel_writes`] (at `fsync`, before a rename,
-    /// link or unlink, at unmount, or [`KERNEL_WRITE_IDLE`] after the last write).
+    /// or link, at unmount, or [`KERNEL_WRITE_IDLE`] after the last write: [`KernelCommit`]).
     ///
     /// Metadata taken in at this write ([`View::land_at_write`]) is committed with it,
     /// as at a close (its store file is gone: a later write opens the file anew);
     /// `Ok((n, true))` then, and the kernel's pages of the file, which hold the
     /// writer's bytes and not the document the view now shows, are the caller's to drop.
     pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
-        let fh = self.implicit_begin(ino, false)?;
-        let res = self.write(fh, offset, data);
-        let landed = res.is_ok()
-            && self
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
-        self.handles.implicit_end(ino);
-        let n = res?;
+        let mut res = self.write_held(ino, offset, data);
+        if matches!(res, Err(ViewError::NoSpace)) {
+            // The write buffer holds what other files' writers left (no close tells
+            // when they are done): commit those, and try once more.
+            self.commit_kernel_writes(KernelCommit::Settled { except: Some(ino) })?;
+            res = self.write_held(ino, offset, data);
+        }
+        let (n, fh) = res?;
+        let landed = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
         if landed {
-            self.commit_kernel_writes(Some(ino), None)?;
+            self.commit_kernel_writes(KernelCommit::Of(ino))?;
         }
         Ok((n, landed))
+    }
+
+    /// A write into the handle `ino`'s writes gather in; its file handle.
+    fn write_held(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, u64)> {
+        let fh = self.implicit_begin(ino, false)?;
+        let res = self.write(fh, offset, data);
+        self.handles.implicit_end(ino);
+        res.map(|n| (n, fh))
     }
 
     /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
@@ -506,9 +547,11 @@ impl View {
         if map.contains_key(&ino) {
             // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
             // writes gather in the handle they gather in; this one shares its bytes.
+            // Let go without what a close does (commit, take in): the writes go on.
             drop(map);
-            if let Err(e) = self.release(fh) {
-                log::warn!("a second handle of a file being written: {e}");
+            if let Some((_, Handle::Scratch { file, .. })) = self.handles.remove(fh) {
+                let mut f = file.lock();
+                f.opens = f.opens.saturating_sub(1);
             }
             return;
         }
@@ -523,11 +566,12 @@ impl View {
     }
 
     /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
-    /// the kernel began to open files itself): committed as the daemon's own would be.
+    /// the kernel began to open files itself, the only ones it sends a release for):
+    /// committed as the daemon's own are.
     pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
         let ours = self.handles.implicit_fh(ino) == Some(fh);
         if ours {
-            self.commit_kernel_writes(Some(ino), None)
+            self.commit_kernel_writes(KernelCommit::Of(ino))
         } else {
             self.release(fh)
         }
@@ -543,6 +587,12 @@ impl View {
             i.users += 1;
             return Ok(i.fh);
         }
+        // A descriptor of a file unlinked or replaced since, whose handle is gone: not
+        // whatever now has that name.
+        let (path, _) = self.node(ino)?;
+        if self.inodes.peek(&path) != Some(ino) {
+            return Err(ViewError::NotFound);
+        }
         let fh = self.open(ino, true, truncate)?.fh;
         map.insert(
             ino,
@@ -555,53 +605,57 @@ impl View {
         Ok(fh)
     }
 
-    /// Commit writes that came without a handle, as a close would: those of `ino` (all
-    /// when `None`), or, with `idle`, only those whose last write is that long ago. A
-    /// handle in use by a write now is waited for, except with `idle` (it is not idle).
-    /// Returns the first error; every handle taken is released.
-    pub fn commit_kernel_writes(
-        &self,
-        ino: Option<u64>,
-        idle: Option<std::time::Duration>,
-    ) -> Result<()> {
+    /// Commit writes gathered in handles the daemon holds (kernel opens), as a close
+    /// would: release those handles. Returns the first error (also logged).
+    pub fn commit_kernel_writes(&self, which: KernelCommit) -> Result<()> {
         let mut first_err = Ok(());
+        // The files to commit are those held now: a steady writer cannot keep a commit
+        // that waits going.
+        let mut targets: Option<Vec<u64>> = None;
         loop {
             let (taken, busy) = {
                 let mut map = self.handles.implicit.lock();
                 if map.is_empty() {
                     return first_err;
                 }
-                // An unlinked file has nothing to commit, and lives on only in its handle.
-                let unlinked = |fh: u64| match self.handles.get(fh) {
-                    Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
-                    Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
-                    _ => false,
-                };
-                let due: Vec<u64> = map
-                    .iter()
-                    .filter(|(i, _)| ino.is_none_or(|ino| ino == **i))
-                    .filter(|(_, h)| {
-                        idle.is_none_or(|idle| {
-                            let e = h.last.elapsed();
-                            e >= idle && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
-                        })
-                    })
-                    .map(|(i, _)| *i)
-                    .collect();
+                let snapshot = targets.get_or_insert_with(|| match which {
+                    KernelCommit::Of(ino) => vec![ino],
+                    _ => map.keys().copied().collect(),
+                });
+                let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
                 let mut taken = Vec::new();
                 let mut busy = false;
-                for i in due {
-                    if map[&i].users == 0 {
-                        taken.push(map.remove(&i).map_or(0, |h| h.fh));
-                    } else {
-                        busy = true;
+                snapshot.retain(|ino| {
+                    let Some(h) = map.get(ino) else {
+                        return false;
+                    };
+                    if h.users > 0 {
+                        busy |= waits;
+                        return waits;
                     }
-                }
-                (taken, busy && idle.is_none())
+                    let due = match which {
+                        KernelCommit::Of(_) | KernelCommit::All => true,
+                        KernelCommit::Settled { except } => {
+                            except != Some(*ino) && !self.partial_metadata(h.fh)
+                        }
+                        KernelCommit::Idle => {
+                            let e = h.last.elapsed();
+                            e >= KERNEL_WRITE_IDLE
+                                && !self.partial_metadata(h.fh)
+                                && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
+                        }
+                    };
+                    if due {
+                        taken.push(h.fh);
+                        map.remove(ino);
+                    }
+                    false
+                });
+                (taken, busy)
             };
             for fh in taken {
                 if let Err(e) = self.release(fh) {
-                    log::warn!("a write through a descriptor the kernel opened: {e}");
+                    log::warn!("a commit of a file written with kernel opens: {e}");
                     if first_err.is_ok() {
                         first_err = Err(e);
                     }
@@ -611,6 +665,31 @@ impl View {
                 return first_err;
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
+    /// yet a whole JSON document: a commit would refuse it and roll it back under its
+    /// writer, who has not finished. Only its own `fsync`, and the unmount, commit it.
+    fn partial_metadata(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { node, file, .. }) => {
+                self.pending_meta(&node).is_some() && !whole_json(&file.lock().data)
+            }
+            Ok(Handle::StoreRw(_, rel)) => {
+                self.lands_on_close(&rel).is_some()
+                    && !matches!(self.store.read_all(&rel), Ok(Some(b)) if whole_json(&b))
+            }
+            _ => false,
+        }
+    }
+
+    /// An unlinked file: nothing to commit; it lives on only in its handle.
+    fn unlinked(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
+            Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
+            _ => false,
         }
     }
 

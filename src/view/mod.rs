@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use crate::format::{self, ChunkRange};
 use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
-pub use handles::KERNEL_WRITE_IDLE;
+pub use handles::{KERNEL_UNLINKED_IDLE, KERNEL_WRITE_IDLE, KernelCommit};
 pub use inode::ROOT_INO;
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
 pub use writer::{WriteConfig, Writer};

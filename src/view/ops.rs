@@ -99,10 +99,13 @@ impl View {
                 f.data[start..start + overlap].copy_from_slice(&data[..overlap]);
                 f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
-                f.written = w.staging.close_time();
-                let whole = self.kernel_opens()
+                let kernel = self.kernel_opens();
+                if kernel {
+                    f.written = w.staging.close_time();
+                }
+                let whole = kernel
                     && self.pending_meta(&node).is_some()
-                    && serde_json::from_slice::<serde::de::IgnoredAny>(&f.data).is_ok();
+                    && super::handles::whole_json(&f.data);
                 drop(f);
                 if whole {
                     // An array's metadata, with kernel opens: committed at the write that
@@ -170,7 +173,9 @@ impl View {
                 }
                 f.data.resize(size, 0);
                 f.dirty = true;
-                f.written = w.staging.close_time();
+                if self.kernel_opens() {
+                    f.written = w.staging.close_time();
+                }
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -469,13 +474,13 @@ impl View {
         Ok(())
     }
 
-    /// Rename; `noreplace` fails if the target exists.
     /// The inode number this mount gave `name` in directory `parent`, if any.
     pub fn ino_at(&self, parent: u64, name: &OsStr) -> Option<u64> {
         let (path, _) = self.node(parent).ok()?;
         self.inodes.peek(&path.join(name))
     }
 
+    /// Rename; `noreplace` fails if the target exists.
     pub fn rename(
         &self,
         parent: u64,

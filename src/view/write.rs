@@ -241,7 +241,7 @@ impl View {
         let Some(bytes) = self.store.read_all(rel)? else {
             return Ok(());
         };
-        if serde_json::from_slice::<serde_json::Value>(&bytes).is_err() {
+        if !super::handles::whole_json(&bytes) {
             return Ok(()); // not whole yet
         }
         w.landed_at_write.lock().insert(fh);
@@ -330,7 +330,7 @@ impl View {
 
     /// The metadata file a written store file is, if closing it changes the tree:
     /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
-    fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
+    pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
         match rel.file_name().and_then(MetaFile::from_name)? {
             MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
             f if self.format == super::ViewFormat::V2 => Some(f),
