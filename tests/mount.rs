@@ -545,6 +545,25 @@ fn write_elsewhere(store: &Path, key: &str, bytes: &[u8]) {
     std::fs::write(w.path().join(key), bytes).unwrap();
 }
 
+/// Read `path` until it holds `after` (a change made elsewhere, seen once a 0.2 s TTL has
+/// passed), at most 10 s; every read is `before` or `after`, never a mix.
+fn wait_for_change(path: &Path, before: &[u8], after: &[u8]) {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = std::fs::read(path).unwrap();
+        assert!(got == before || got == after, "a mix of versions: {got:?}");
+        if got == after {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change was not seen 10 s after it was made (TTL 0.2 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A copy of the `zarr_basic` fixture, mounted; the mount is dropped (unmounted) first.
 struct BasicMount {
     _mount: Mount,
@@ -572,7 +591,7 @@ impl BasicMount {
 /// the attribute TTL has passed. With `open_checks`, every open asks the daemon again.
 #[test]
 fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     if !common::can_mount(
         "read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl",
     ) {
@@ -597,19 +616,7 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     // Another writer changes the chunk before the read-only mount looks again.
     let after = vec![7u8; 24];
     write_elsewhere(&store, key, &after);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = std::fs::read(dir.path().join(key)).unwrap();
-        assert!(got == before || got == after, "a mix of versions: {got:?}");
-        if got == after {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the change was not seen 10 s after it was made (TTL 0.2 s)"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_change(&dir.path().join(key), &before, &after);
 
     // With open checks, each open reaches the daemon.
     let checked = MountOptions {
@@ -661,7 +668,7 @@ fn a_writable_mount_asks_at_every_open_and_reads_cached_pages() {
 /// and a change made outside the mount is seen once the attribute TTL has passed.
 #[test]
 fn a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     if !common::can_mount(
         "a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes",
     ) {
@@ -693,19 +700,7 @@ fn a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_chan
 
     let changed = vec![7u8; 24];
     write_elsewhere(&store, key, &changed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = std::fs::read(dir.path().join(key)).unwrap();
-        assert!(got == first || got == changed, "a mix of versions: {got:?}");
-        if got == changed {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the change was not seen 10 s after it was made (TTL 0.2 s)"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_change(&dir.path().join(key), &first, &changed);
 }
 
 /// With `kernel_opens` the daemon hears of no close of a descriptor the kernel opened:
