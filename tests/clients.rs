@@ -377,6 +377,11 @@ fn inode_numbers_stay_with_their_paths() {
     assert_eq!(before, after);
 }
 
+/// The chunk coordinates of the arrays `make_3d_array` makes (2 × 2 × 2 chunks).
+fn chunks_2x2x2() -> impl Iterator<Item = (u8, u8, u8)> {
+    (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+}
+
 /// A writable mount with `kernel_opens` (the kernel opens files itself; the daemon hears
 /// of a close only at the release of a file it created): an array made file by file, as
 /// a legacy tool makes one (an unsharded `zarr.json` written in place, then key
@@ -399,12 +404,15 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
         };
         let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
         make_3d_array(mnt.path(), "a3");
-        // In `cp -r` order: the chunk files first (plain files, as the directory is no
-        // array yet), then `zarr.json`, whose write adopts them.
+        for (i, j, k) in chunks_2x2x2() {
+            let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
+            assert_eq!(fs::read(&p).unwrap(), want(i, j, k), "{}", p.display());
+        }
+        // (The reads above made the kernel open files itself: from now on no close is
+        // heard of.) In `cp -r` order: the chunk files first (plain files, as the
+        // directory is no array yet), then `zarr.json`, whose write adopts them.
         let b3 = mnt.path().join("b3");
-        for (i, j, k) in
-            (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
-        {
+        for (i, j, k) in chunks_2x2x2() {
             fs::create_dir_all(b3.join(format!("c/{i}/{j}"))).unwrap();
             fs::write(b3.join(format!("c/{i}/{j}/{k}")), want(i, j, k)).unwrap();
         }
@@ -413,12 +421,9 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
             fs::read(mnt.path().join("a3/zarr.json")).unwrap(),
         )
         .unwrap();
-        for (i, j, k) in
-            (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
-        {
-            let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
-            assert_eq!(fs::read(&p).unwrap(), want(i, j, k), "{}", p.display());
-        }
+        // Rewritten in place after the adoption: the write reaches the chunk, not the
+        // plain file the adoption took in (whose handle the daemon held until then).
+        fs::write(b3.join("c/0/0/0"), [99u8; 8]).unwrap();
         // The array's metadata rewritten in place, again and again (attributes of
         // several lengths): every read right after a write is a whole document.
         let meta = mnt.path().join("a3/zarr.json");
@@ -451,9 +456,7 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
         "no chunk file left in the store"
     );
     let (mnt, _m) = mount_rw(store.path());
-    for (i, j, k) in
-        (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
-    {
+    for (i, j, k) in chunks_2x2x2() {
         let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
         assert_eq!(
             fs::read(&p).unwrap(),
@@ -473,13 +476,15 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
         !store.path().join("b3/c/1/1/1").exists(),
         "b3: no chunk file left"
     );
-    for (i, j, k) in
-        (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
-    {
+    for (i, j, k) in chunks_2x2x2() {
         let p = mnt.path().join(format!("b3/c/{i}/{j}/{k}"));
         assert_eq!(
             fs::read(&p).unwrap(),
-            want(i, j, k),
+            if (i, j, k) == (0, 0, 0) {
+                [99; 8]
+            } else {
+                want(i, j, k)
+            },
             "after a remount: {}",
             p.display()
         );

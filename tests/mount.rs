@@ -789,6 +789,18 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
         drop(f);
         assert_eq!(std::fs::read(p(&part)).unwrap(), expect_part);
 
+        // A descriptor of a chunk unlinked and made again: the daemon holds no handle of
+        // the old file (nothing was written to it), so writes through it fail, and never
+        // reach the file that has its name now.
+        let again = format!("{arr}/c/4/1");
+        let old = OpenOptions::new().write(true).open(p(&again)).unwrap();
+        std::fs::remove_file(p(&again)).unwrap();
+        std::fs::write(p(&again), [3; 24]).unwrap();
+        let err = old.write_all_at(&[4; 24], 0).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        assert_eq!(std::fs::read(p(&again)).unwrap(), [3; 24]);
+        drop(old);
+
         // Written in place and unmounted at once: the unmount commits it.
         let mut f = OpenOptions::new()
             .write(true)
@@ -805,6 +817,7 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
     assert_eq!(std::fs::read(p(&idle)).unwrap(), [7; 24]);
     assert_eq!(std::fs::read(p(&part)).unwrap(), expect_part);
     assert_eq!(std::fs::read(p(&last)).unwrap(), [5; 24]);
+    assert_eq!(std::fs::read(p(&format!("{arr}/c/4/1"))).unwrap(), [3; 24]);
 }
 
 /// A chunk that another program adds to a shard the mount has looked at (and found

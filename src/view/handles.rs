@@ -445,8 +445,8 @@ impl View {
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.
     pub fn release(&self, fh: u64) -> Result<()> {
-        // A writable mount with kernel opens hears of no `flush`: the release is the
-        // first notice of a close, and does what the flush would have done.
+        // A writable mount with kernel opens hears of no `flush`: letting a handle go
+        // (`View::commit_kernel_writes`, a rare kernel release) does what it would do.
         let flushed = if self.kernel_opens() && self.writer.is_some() {
             self.flush_handle(fh)
         } else {
@@ -479,11 +479,11 @@ impl View {
 
     // ----- writes through descriptors the kernel opened --------------------------------
 
-    /// A write through a descriptor the kernel opened without asking (file handle 0, a
-    /// writable mount with kernel opens): the bytes gather in a handle the daemon opens
-    /// for the inode at its first such write or truncate, and are committed as a close
-    /// would commit them by [`View::commit_kernel_writes`] (at `fsync`, before a rename,
-    /// or link, at unmount, or [`KERNEL_WRITE_IDLE`] after the last write: [`KernelCommit`]).
+    /// A write on a writable mount with kernel opens, through any descriptor: the bytes
+    /// gather in the handle the daemon holds for the inode (opened at its first write or
+    /// truncate, or the one `create` made), and are committed as a close would commit
+    /// them by [`View::commit_kernel_writes`] (at `fsync`, before a rename or link, at
+    /// unmount, or [`KERNEL_WRITE_IDLE`] after the last write: [`KernelCommit`]).
     ///
     /// Metadata taken in at this write ([`View::land_at_write`]) is committed with it,
     /// as at a close (its store file is gone: a later write opens the file anew);

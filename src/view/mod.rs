@@ -315,9 +315,9 @@ impl View {
     /// `open` answered `ENOSYS`): reads arrive with file handle 0 and are served by inode
     /// ([`View::read_ino`]), and the attributes of a chunk are taken from its shard as it
     /// is now (a `stat` of the shard), which is where a change made outside the mount
-    /// becomes visible, up to the attribute TTL later. On a writable view, writes that
-    /// come without a handle gather in one the daemon opens ([`View::write_ino`]), and a
-    /// file's release does what its flush would have done (the kernel sends none).
+    /// becomes visible, up to the attribute TTL later. On a writable view every write
+    /// gathers in a handle the daemon holds per inode ([`View::write_ino`]), committed by
+    /// [`View::commit_kernel_writes`], as the kernel then sends no notice of a close.
     pub fn set_kernel_opens(&self, on: bool) {
         self.cache.set_kernel_opens(on);
     }

@@ -196,9 +196,9 @@ impl View {
                 return Ok(());
             }
             f.dirty = false;
-            // Without flushes the close is heard of late (at release, or not at all for
-            // a descriptor the kernel opened): the last write stands for it, so a write
-            // fsynced by another mount after this one's close is not replaced by it.
+            // With kernel opens no close is heard of: the last write stands for it, so a
+            // write fsynced by another mount after this one's close is not replaced by it
+            // when this one is committed later.
             let closed = (self.kernel_opens() && f.written != 0).then_some(f.written);
             (f.data.clone(), closed)
         };
@@ -256,7 +256,9 @@ impl View {
         let handle = self.handles.get(fh).ok();
         match handle {
             Some(Handle::Scratch { node, file, .. }) => {
-                if let Some(w) = self.write_side() {
+                if self.kernel_opens()
+                    && let Some(w) = self.write_side()
+                {
                     w.landed_at_write.lock().remove(&fh);
                 }
                 self.commit_scratch(&node, &file)

@@ -67,11 +67,10 @@ pub struct Writer {
     /// or tensorstore creating a sharded array): shown as stored, shard files at their
     /// keys, for the rest of the mount, so that their writer reads back what it wrote.
     pub(super) raw: Mutex<HashSet<PathBuf>>,
-    /// Handles (file handles) of metadata store files taken in at a write, before
-    /// their close (a writable mount with kernel opens hears of a close only at
-    /// release, after the writer may have gone on to write the array's chunks): not
-    /// taken in again at release. By handle: another handle of the same name, opened
-    /// since, writes a document of its own.
+    /// Handles (file handles) of metadata taken in at a write (a writable mount with
+    /// kernel opens hears of no close, and the writer may go on to write the array's
+    /// chunks at once): not taken in again when the handle is let go. By handle: another
+    /// handle of the same name, opened since, writes a document of its own.
     pub(super) landed_at_write: Mutex<HashSet<u64>>,
     /// Arrays of the v2 view whose `.zarray` was unlinked: the store no longer holds
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
