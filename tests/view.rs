@@ -262,3 +262,100 @@ fn writes_are_refused_read_only() {
         libc::EROFS
     );
 }
+
+/// A writable view of the store at `dir`, with no mount.
+fn writable_view_of(dir: &Path) -> View {
+    use shardfs::compact::CpuCompactor;
+    use shardfs::view::write_api::{WriteConfig, Writer};
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
+    let writer = Writer::new(WriteConfig {
+        write_buffer: 1 << 20,
+        chunks_per_shard: None,
+        shard_target_bytes: 64 << 20,
+        compactor: Arc::new(CpuCompactor::new()),
+    });
+    View::with_writer(store, ViewConfig::default(), Some(writer)).unwrap()
+}
+
+/// Write a whole file through `view` as the kernel does for `open(O_CREAT|O_TRUNC)`,
+/// `write`, `close`: `parent` is the directory's inode.
+fn write_file(view: &View, parent: u64, name: &str, bytes: &[u8]) -> u64 {
+    let (attr, opened) = view.create(parent, OsStr::new(name), false, true).unwrap();
+    assert_eq!(
+        view.write(opened.fh, 0, bytes).unwrap() as usize,
+        bytes.len()
+    );
+    view.flush_handle(opened.fh).unwrap();
+    view.release(opened.fh).unwrap();
+    attr.ino
+}
+
+/// `cp -r` of an unsharded array into a writable mount writes the chunk files before
+/// `zarr.json`; when the metadata lands they are taken into a shard, which is stored at
+/// the first chunk's path (`c/0/0/0` is both an inner chunk key and the shard key). The
+/// kernel may still hold the plain file's inode (a cached entry, an open descriptor):
+/// whatever it does with it is refused as stale (`ESTALE`: the kernel looks the name up
+/// again), never applied to the store file now at that path — a truncate through it once
+/// left the shard with 8 bytes and every chunk unreadable.
+#[test]
+fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
+    let store = tempfile::tempdir().unwrap();
+    let want = |i: u64, j: u64, k: u64| vec![(1 + i * 4 + j * 2 + k) as u8; 8];
+    let view = writable_view_of(store.path());
+    let b3 = view.mkdir(ROOT_INO, OsStr::new("b3")).unwrap().ino;
+    let c = view.mkdir(b3, OsStr::new("c")).unwrap().ino;
+    let mut old = Vec::new();
+    for i in 0..2 {
+        let ci = view.mkdir(c, OsStr::new(&i.to_string())).unwrap().ino;
+        for j in 0..2 {
+            let cj = view.mkdir(ci, OsStr::new(&j.to_string())).unwrap().ino;
+            for k in 0..2 {
+                old.push(write_file(&view, cj, &k.to_string(), &want(i, j, k)));
+            }
+        }
+    }
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4, 4, 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    write_file(&view, b3, "zarr.json", &serde_json::to_vec(&meta).unwrap());
+    assert!(
+        store.path().join("b3/c/0/0/0").is_file(),
+        "the shard is stored at the first chunk's path"
+    );
+    for &ino in &old {
+        assert_eq!(view.getattr(ino).unwrap_err().errno(), libc::ESTALE);
+        assert_eq!(
+            view.open(ino, true, true).unwrap_err().errno(),
+            libc::ESTALE
+        );
+        assert_eq!(view.set_size(ino, 0).unwrap_err().errno(), libc::ESTALE);
+    }
+    // Looked up again: the chunks, in the shard.
+    let first = lookup(&view, "b3/c/0/0/0").unwrap();
+    assert!(!old.contains(&first.ino), "a new inode for the chunk");
+    for (i, j, k) in (0..2).flat_map(|i| (0..2).flat_map(move |j| (0..2).map(move |k| (i, j, k)))) {
+        assert_eq!(
+            read(&view, &format!("b3/c/{i}/{j}/{k}")).unwrap(),
+            want(i, j, k)
+        );
+    }
+    // The stale inodes live until the kernel forgets them.
+    let live = view.live_inodes();
+    for &ino in &old {
+        view.forget(ino, 1);
+    }
+    assert_eq!(view.live_inodes(), live - old.len());
+    view.flush_all().unwrap();
+    drop(view);
+    let again = view_of(store.path());
+    for (i, j, k) in (0..2).flat_map(|i| (0..2).flat_map(move |j| (0..2).map(move |k| (i, j, k)))) {
+        assert_eq!(
+            read(&again, &format!("b3/c/{i}/{j}/{k}")).unwrap(),
+            want(i, j, k),
+            "after the view is gone"
+        );
+    }
+}

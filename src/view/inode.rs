@@ -32,6 +32,9 @@ struct Entry {
     path: PathBuf,
     node: Node,
     lookups: u64,
+    /// No longer what it was ([`InodeTable::retire`]): every request for it is refused
+    /// as stale until the kernel forgets it.
+    retired: bool,
 }
 
 struct Inner {
@@ -53,6 +56,7 @@ impl InodeTable {
                 path: PathBuf::new(),
                 node: root,
                 lookups: 1,
+                retired: false,
             },
         );
         let mut by_path = HashMap::new();
@@ -72,6 +76,7 @@ impl InodeTable {
             .read()
             .by_ino
             .get(&ino)
+            .filter(|e| !e.retired)
             .map(|e| (e.path.clone(), e.node.clone()))
     }
 
@@ -110,6 +115,7 @@ impl InodeTable {
                 path,
                 node,
                 lookups: 1,
+                retired: false,
             },
         );
         ino
@@ -151,13 +157,36 @@ impl InodeTable {
         }
     }
 
-    /// Inodes whose path is `prefix` or below it.
+    /// `ino` is no longer what its path names (the store changed under it: a plain file
+    /// at a chunk key taken into a new array, whose shard may now have the file's path).
+    /// Its path is free for another inode, and every request for it gets `None` (the
+    /// kernel is told it is stale, and looks the name up again): none may reach what its
+    /// node pointed at. It lives until the kernel forgets it.
+    pub fn retire(&self, ino: u64) {
+        if ino == ROOT_INO {
+            return;
+        }
+        let mut inner = self.inner.write();
+        let Some(e) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        e.retired = true;
+        let path = e.path.clone();
+        if inner.by_path.get(&path) == Some(&ino) {
+            inner.by_path.remove(&path);
+        }
+    }
+
+    /// Inodes that `prefix` or a path below it names now (not those unlinked or retired,
+    /// which live on only for what holds them).
     pub fn under(&self, prefix: &Path) -> Vec<(u64, PathBuf)> {
-        self.inner
-            .read()
+        let inner = self.inner.read();
+        inner
             .by_ino
             .iter()
-            .filter(|(_, e)| e.path.starts_with(prefix))
+            .filter(|(ino, e)| {
+                e.path.starts_with(prefix) && inner.by_path.get(&e.path) == Some(*ino)
+            })
             .map(|(&ino, e)| (ino, e.path.clone()))
             .collect()
     }

@@ -178,8 +178,18 @@ impl View {
     pub(super) fn refresh_subtree(&self, rel: &Path) {
         let w = self.writer.as_ref();
         for (ino, path) in self.inodes.under(rel) {
-            if let Ok(Some(node)) = self.resolve(&path) {
-                self.inodes.update(ino, node);
+            match (self.resolve(&path), self.inodes.get(ino)) {
+                // Still there, as the same kind of file.
+                (Ok(Some(node)), Some((_, old))) if node.kind() == old.kind() => {
+                    self.inodes.update(ino, node)
+                }
+                // Gone, or now another kind: whatever the kernel does with the inode it
+                // holds (a cached entry, an open descriptor's `truncate`) must not reach
+                // the store file its node names, which may now be something else (the
+                // shard stored at a plain chunk file's path).
+                (Ok(_), Some(_)) => self.inodes.retire(ino),
+                // Not known now (a store error): left as it was.
+                _ => {}
             }
             if let Some(w) = w {
                 w.invalidate(Invalidation::Inode(ino));
