@@ -93,7 +93,7 @@ pub struct MountArgs {
     pub store: PathBuf,
     /// An existing empty directory.
     pub mountpoint: PathBuf,
-    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, nonempty,
+    /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, kernel_opens, nonempty,
     /// s3_timeout=SECS, s3_cache=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
@@ -138,9 +138,17 @@ pub struct MountArgs {
     /// change made to the store outside the mount is seen at the next open; the TTL is
     /// then 1 s unless given. By default a read-only mount lets the kernel open files
     /// without asking, several times faster for many small chunks, and sees such changes
-    /// within --ttl. Writable mounts always ask at open.
+    /// within --ttl. Writable mounts ask at open unless --kernel-opens.
     #[arg(long)]
     pub open_checks: bool,
+    /// On a writable mount, let the kernel open files without asking, as on a read-only
+    /// mount (also `-o kernel_opens`): reads of cached chunks cost no request and changes
+    /// made outside the mount are seen within --ttl, but no close is heard of: what is
+    /// written is committed at fsync, before a rename or link, at unmount, or 1 s after
+    /// its last write (errors of those no request waits for are only logged), metadata at
+    /// the write that completes it. See docs/SEMANTICS.md.
+    #[arg(long, conflicts_with = "open_checks")]
+    pub kernel_opens: bool,
     /// Object storage (`s3://`): how long one request may keep failing, its retries
     /// included, before the operation gives up with EIO (also `-o s3_timeout=SECS`). A
     /// chunk whose commit gave up stays staged and is tried again at the next flush.
@@ -236,6 +244,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             CompactorArg::Gpu => CompactorChoice::Gpu,
         },
         open_checks: args.open_checks,
+        kernel_opens: args.kernel_opens,
         ..MountOptions::default()
     };
     opts.view.format = args.format.into();
@@ -281,6 +290,10 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             }
             "open_checks" => {
                 opts.open_checks = true;
+                continue;
+            }
+            "kernel_opens" => {
+                opts.kernel_opens = true;
                 continue;
             }
             "nonempty" => {
@@ -353,6 +366,9 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         // A later option wins over an earlier conflicting one, as with mount(8).
         opts.flags.retain(|f| !conflicts(f, &flag));
         opts.flags.push(flag);
+    }
+    if opts.open_checks && opts.kernel_opens {
+        return Err("open_checks and kernel_opens say the opposite: give one".into());
     }
     Ok(opts)
 }

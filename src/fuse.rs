@@ -15,22 +15,21 @@ use fuser::{
 };
 use std::time::SystemTime;
 
-use crate::view::{Attr, Kind, Opened, View, ViewError};
+use crate::view::{Attr, KernelCommit, Kind, Opened, View, ViewError};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
     view: Arc<View>,
-    /// Let the kernel open files without asking, where it can (read-only views only).
+    /// Let the kernel open files without asking, where it can.
     kernel_opens: bool,
     /// Set once the session runs: for invalidations that must precede a reply.
     notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl ShardFs {
-    /// `kernel_opens`: on a read-only view, let the kernel open and close files without a
-    /// request (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`View::set_kernel_opens`].
+    /// `kernel_opens`: let the kernel open and close files without a request
+    /// (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`View::set_kernel_opens`].
     pub fn new(view: Arc<View>, kernel_opens: bool) -> Self {
-        let kernel_opens = kernel_opens && view.is_read_only();
         ShardFs {
             view,
             kernel_opens,
@@ -47,6 +46,17 @@ impl ShardFs {
     fn settle(&self) {
         if let Some(w) = self.view.write_side() {
             w.settle_invalidations(std::time::Duration::from_secs(1));
+        }
+    }
+
+    /// Before a rename or link of `ino` (with kernel opens): commit what was written to
+    /// it, as its close would have, so the operation moves the file as its writer left
+    /// it. Errors are the writer's and were logged; the operation goes on.
+    fn commit_kernel_writes(&self, ino: Option<u64>) {
+        if let Some(ino) = ino
+            && self.view.kernel_opens()
+        {
+            let _ = self.view.commit_kernel_writes(KernelCommit::Of(ino));
         }
     }
 
@@ -141,7 +151,7 @@ impl Filesystem for ShardFs {
         match config.add_capabilities(want) {
             Ok(()) => {
                 self.view.set_kernel_opens(true);
-                log::info!("read-only: the kernel opens files without asking the daemon");
+                log::info!("the kernel opens files without asking the daemon");
             }
             Err(missing) => log::info!("the kernel lacks {missing:?}: every open asks the daemon"),
         }
@@ -213,7 +223,9 @@ impl Filesystem for ShardFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let data = if fh.0 == 0 && self.view.kernel_opens() {
+        // With kernel opens every read goes by inode (a created file's handle too: the
+        // daemon may have committed and closed it since).
+        let data = if self.view.kernel_opens() {
             self.view.read_ino(ino.0, offset, size)
         } else {
             self.view.read(fh.0, offset, size)
@@ -233,7 +245,9 @@ impl Filesystem for ShardFs {
         reply: ReplyEmpty,
     ) {
         if self.view.kernel_opens() {
-            // Nothing commits on a read-only view; the kernel stops sending flushes.
+            // The kernel stops sending flushes: it would send one at every close of every
+            // descriptor it opened, a round trip as dear as the open saved. What a flush
+            // would commit is committed by `View::commit_kernel_writes`.
             return reply.error(Errno::ENOSYS);
         }
         let r = self.view.flush_handle(fh.0);
@@ -244,14 +258,18 @@ impl Filesystem for ShardFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.view.release(fh.0);
+        let r = if self.view.kernel_opens() {
+            self.view.release_created(ino.0, fh.0)
+        } else {
+            self.view.release(fh.0)
+        };
         self.settle();
         done(reply, r)
     }
@@ -307,6 +325,9 @@ impl Filesystem for ShardFs {
     }
 
     fn destroy(&mut self) {
+        if let Err(e) = self.view.commit_kernel_writes(KernelCommit::All) {
+            log::error!("commit at unmount failed: {e}");
+        }
         if let Err(e) = self.view.flush_all() {
             log::error!("flush at unmount failed: {e}");
         }
@@ -324,13 +345,18 @@ impl Filesystem for ShardFs {
     ) {
         let (excl, trunc) = (flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         match self.view.create(parent.0, name, excl, trunc) {
-            Ok((a, o)) => reply.created(
-                &self.ttl(&a),
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(o.fh),
-                open_flags(&o),
-            ),
+            Ok((a, o)) => {
+                if self.view.kernel_opens() {
+                    self.view.adopt_created(a.ino, o.fh);
+                }
+                reply.created(
+                    &self.ttl(&a),
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    open_flags(&o),
+                )
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -338,7 +364,7 @@ impl Filesystem for ShardFs {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -347,8 +373,24 @@ impl Filesystem for ShardFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.view.write(fh.0, offset, data) {
-            Ok(n) => reply.written(n),
+        // With kernel opens every write goes by inode (see `View::adopt_created`).
+        let written = if self.view.kernel_opens() {
+            self.view.write_ino(ino.0, offset, data)
+        } else {
+            self.view.write(fh.0, offset, data).map(|n| (n, false))
+        };
+        match written {
+            Ok((n, landed)) => {
+                reply.written(n);
+                if landed && let Some(notifier) = self.notifier.get() {
+                    // After the reply: the kernel holds the written pages locked until
+                    // it has it. Its pages are the writer's bytes; the view now shows
+                    // the document as taken in. Then what the change made stale (chunks
+                    // a shrink deleted) is dropped too, before this thread serves more.
+                    let _ = notifier.inval_inode(ino, 0, 0);
+                    self.settle();
+                }
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -375,6 +417,7 @@ impl Filesystem for ShardFs {
         // are derived from the store and a change to them is accepted and dropped.
         let fh = fh.map(|f| f.0);
         let mut res = match size {
+            Some(size) if self.view.kernel_opens() => self.view.set_size_ino(ino.0, size),
             Some(size) => self.view.set_size_open(ino.0, size, fh),
             None => self.view.getattr_open(ino.0, fh),
         };
@@ -447,11 +490,25 @@ impl Filesystem for ShardFs {
             return reply.error(Errno::EINVAL);
         }
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let moved = self.view.ino_at(parent.0, name);
+        self.commit_kernel_writes(moved);
+        self.commit_kernel_writes(self.view.ino_at(newparent.0, newname));
         match self
             .view
             .rename(parent.0, name, newparent.0, newname, noreplace)
         {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                if self.view.kernel_opens()
+                    && let (Some(ino), Some(n)) = (moved, self.notifier.get())
+                {
+                    // The kernel keeps the moved file's pages and size, which are its
+                    // writer's bytes; at the new name the view may show other bytes (v2
+                    // metadata is shown as generated from `zarr.json`), and no open will
+                    // drop them. Before the reply, so the writer's next read is right.
+                    let _ = n.inval_inode(INodeNo(ino), 0, 0);
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -464,6 +521,7 @@ impl Filesystem for ShardFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.commit_kernel_writes(Some(ino.0));
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -478,7 +536,10 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.view.fsync(ino.0);
+        let r = self
+            .view
+            .commit_kernel_writes(KernelCommit::Of(ino.0))
+            .and_then(|()| self.view.fsync(ino.0));
         self.settle();
         done(reply, r)
     }
@@ -491,7 +552,11 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        done(reply, self.view.fsyncdir(ino.0))
+        let r = self
+            .view
+            .commit_kernel_writes(KernelCommit::Settled { except: None })
+            .and_then(|()| self.view.fsyncdir(ino.0));
+        done(reply, r)
     }
 
     fn ioctl(

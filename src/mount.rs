@@ -21,7 +21,7 @@ use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::fuse::ShardFs;
 use crate::store::{LocalStore, Store};
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
-use crate::view::{View, ViewConfig};
+use crate::view::{KernelCommit, View, ViewConfig};
 use fuser::INodeNo;
 
 /// Everything a mount can be told.
@@ -51,8 +51,13 @@ pub struct MountOptions {
     /// Ask the daemon at every open even on a read-only mount (`-o open_checks`): a
     /// change made to the store outside the mount is then seen at the next open
     /// (close-to-open), not up to `ttl` later, and the TTL defaults to
-    /// [`OPEN_CHECKS_TTL`]. Writable mounts always ask at open.
+    /// [`OPEN_CHECKS_TTL`]. Writable mounts ask at open unless `kernel_opens`.
     pub open_checks: bool,
+    /// Let the kernel open files without asking on a writable mount too
+    /// (`-o kernel_opens`): reads cost what they cost on a read-only mount, changes made
+    /// outside the mount are seen within `ttl`, and no close is heard of: writes are
+    /// committed by [`crate::view::View::commit_kernel_writes`] (see docs/SEMANTICS.md).
+    pub kernel_opens: bool,
     /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
     pub nonempty: bool,
     /// Object storage: request timeouts, read-ahead memory.
@@ -110,6 +115,7 @@ impl Default for MountOptions {
             chunks_per_shard: None,
             compactor: CompactorChoice::Auto,
             open_checks: false,
+            kernel_opens: false,
             nonempty: false,
             s3: Default::default(),
         }
@@ -366,7 +372,17 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let fs = ShardFs::new(view.clone(), !opts.open_checks);
+        let kernel_opens = if view.is_read_only() {
+            !opts.open_checks
+        } else {
+            opts.kernel_opens
+        };
+        if kernel_opens && !view.is_read_only() {
+            // A write or rename drops the kernel's pages of its file from the request's
+            // thread; a reader's page it waits for needs another thread to be served.
+            config.n_threads = Some(opts.threads.max(2));
+        }
+        let fs = ShardFs::new(view.clone(), kernel_opens);
         let notifier = fs.notifier_slot();
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {
@@ -406,7 +422,10 @@ impl Mount {
                     stop_rx.recv_timeout(tick)
                 {
                     match weak.upgrade() {
-                        Some(v) => v.flush_idle(interval),
+                        Some(v) => {
+                            let _ = v.commit_kernel_writes(KernelCommit::Idle);
+                            v.flush_idle(interval)
+                        }
                         None => return,
                     }
                 }
@@ -459,8 +478,11 @@ impl Mount {
             return Ok(());
         };
         // Everything staged is made durable before the mount goes away (the session's
-        // `destroy` flushes again whatever arrives meanwhile).
-        let flushed = self.view.flush_all();
+        // `destroy` flushes again whatever arrives meanwhile), with the writes that came
+        // through descriptors the kernel opened (kernel opens), whose closes were not
+        // heard of: committed first.
+        let committed = self.view.commit_kernel_writes(KernelCommit::All);
+        let flushed = committed.and(self.view.flush_all());
         if !session.guard.is_finished()
             && let Err(e) = unmount_busy_retry(&self.mountpoint)
         {

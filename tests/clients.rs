@@ -376,3 +376,117 @@ fn inode_numbers_stay_with_their_paths() {
         .collect();
     assert_eq!(before, after);
 }
+
+/// The chunk coordinates of the arrays `make_3d_array` makes (2 × 2 × 2 chunks).
+fn chunks_2x2x2() -> impl Iterator<Item = (u8, u8, u8)> {
+    (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
+}
+
+/// A writable mount with `kernel_opens` (the kernel opens files itself; the daemon hears
+/// of a close only at the release of a file it created): an array made file by file, as
+/// a legacy tool makes one (an unsharded `zarr.json` written in place, then key
+/// directories and chunk files), is adopted at the write of its `zarr.json`, reads back
+/// at once, and is stored sharded; metadata rewritten in place reads back whole.
+#[test]
+fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
+    if !common::can_mount(
+        "an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded",
+    ) {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let want = |i: u8, j: u8, k: u8| [1 + i * 4 + j * 2 + k; 8];
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let opts = MountOptions {
+            kernel_opens: true,
+            ..MountOptions::default()
+        };
+        let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+        make_3d_array(mnt.path(), "a3");
+        for (i, j, k) in chunks_2x2x2() {
+            let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
+            assert_eq!(fs::read(&p).unwrap(), want(i, j, k), "{}", p.display());
+        }
+        // (The reads above made the kernel open files itself: from now on no close is
+        // heard of.) In `cp -r` order: the chunk files first (plain files, as the
+        // directory is no array yet), then `zarr.json`, whose write adopts them.
+        let b3 = mnt.path().join("b3");
+        for (i, j, k) in chunks_2x2x2() {
+            fs::create_dir_all(b3.join(format!("c/{i}/{j}"))).unwrap();
+            fs::write(b3.join(format!("c/{i}/{j}/{k}")), want(i, j, k)).unwrap();
+        }
+        fs::write(
+            b3.join("zarr.json"),
+            fs::read(mnt.path().join("a3/zarr.json")).unwrap(),
+        )
+        .unwrap();
+        // Rewritten in place after the adoption: the write reaches the chunk, not the
+        // plain file the adoption took in (whose handle the daemon held until then).
+        fs::write(b3.join("c/0/0/0"), [99u8; 8]).unwrap();
+        // The array's metadata rewritten in place, again and again (attributes of
+        // several lengths): every read right after a write is a whole document.
+        let meta = mnt.path().join("a3/zarr.json");
+        for n in 0..20 {
+            let mut doc: serde_json::Value =
+                serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+            doc["attributes"] = serde_json::json!({ "note": "x".repeat(n % 7), "n": n });
+            fs::write(&meta, serde_json::to_vec(&doc).unwrap()).unwrap();
+            let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap())
+                .unwrap_or_else(|e| panic!("write {n}: not a whole document: {e}"));
+            assert_eq!(shown["attributes"]["n"], n, "write {n}");
+        }
+        // A slow writer: truncated at open, written after the idle commit has run.
+        let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+        doc["attributes"] = serde_json::json!({ "n": 100 });
+        let mut f = File::create(&meta).unwrap();
+        std::thread::sleep(shardfs::view::KERNEL_WRITE_IDLE * 3);
+        f.write_all(&serde_json::to_vec(&doc).unwrap()).unwrap();
+        drop(f);
+        let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+        assert_eq!(shown["attributes"]["n"], 100, "a slow writer's document");
+        m.unmount().unwrap();
+    }
+    assert!(
+        !shard_files(store.path(), "a3").is_empty(),
+        "stored sharded"
+    );
+    assert!(
+        !store.path().join("a3/c/1/1/1").exists(),
+        "no chunk file left in the store"
+    );
+    let (mnt, _m) = mount_rw(store.path());
+    for (i, j, k) in chunks_2x2x2() {
+        let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            want(i, j, k),
+            "after a remount: {}",
+            p.display()
+        );
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&fs::read(mnt.path().join("a3/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"]["n"], 100);
+    assert!(
+        !shard_files(store.path(), "b3").is_empty(),
+        "b3 stored sharded"
+    );
+    assert!(
+        !store.path().join("b3/c/1/1/1").exists(),
+        "b3: no chunk file left"
+    );
+    for (i, j, k) in chunks_2x2x2() {
+        let p = mnt.path().join(format!("b3/c/{i}/{j}/{k}"));
+        assert_eq!(
+            fs::read(&p).unwrap(),
+            if (i, j, k) == (0, 0, 0) {
+                [99; 8]
+            } else {
+                want(i, j, k)
+            },
+            "after a remount: {}",
+            p.display()
+        );
+    }
+}

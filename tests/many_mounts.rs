@@ -222,10 +222,18 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
 // ---- through two real mounts ----------------------------------------------------------
 
 fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
+    mount_rw_with(store, false)
+}
+
+/// A writable mount; with `kernel_opens`, one that lets the kernel open files (its
+/// closes are heard of late or not at all) and sees others' changes within 0.2 s.
+fn mount_rw_with(store: &Path, kernel_opens: bool) -> (tempfile::TempDir, Mount) {
     let mnt = tempfile::tempdir().unwrap();
     let opts = MountOptions {
         // Flushes happen only when the test says (fsync, unmount).
         flush_interval: Duration::from_secs(3600),
+        kernel_opens,
+        ttl: kernel_opens.then(|| Duration::from_millis(200)),
         ..MountOptions::default()
     };
     let mount = Mount::new(store, mnt.path(), &opts).unwrap();
@@ -250,10 +258,14 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
     if !common::can_mount("two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close") {
         return;
     }
-    for a_flushes_first in [false, true] {
+    // With kernel opens on A, the daemon hears of no close of A's descriptor: A's write
+    // counts as closed at its last write, before B's, whenever A commits it.
+    for (a_flushes_first, kernel_opens) in
+        [(false, false), (true, false), (false, true), (true, true)]
+    {
         let tmp = common::store_copy("zarr_basic");
         let store = tmp.path().join("s");
-        let (ma, ga) = mount_rw(&store);
+        let (ma, ga) = mount_rw_with(&store, kernel_opens);
         let (mb, gb) = mount_rw(&store);
         let key = "u16_default_sparse/c/0/0";
         let before = fs::read(mb.path().join(key)).ok();
@@ -270,8 +282,21 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
         } else {
             flush(ma.path()); // A's timed flush, after B's fsync
         }
-        // Each mount sees the winner at its next open (close-to-open).
-        assert_eq!(fs::read(ma.path().join(key)).unwrap(), [2; 24]);
+        // Each mount sees the winner at its next open (close-to-open); with kernel
+        // opens, within the TTL.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = fs::read(ma.path().join(key)).unwrap();
+            if got == [2; 24] {
+                break;
+            }
+            assert!(kernel_opens, "A read {got:?} after the flushes");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "A still reads {got:?} 10 s after the flushes (TTL 0.2 s)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert_eq!(fs::read(mb.path().join(key)).unwrap(), [2; 24]);
         ga.unmount().unwrap();
         gb.unmount().unwrap();
@@ -279,7 +304,7 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
         assert_eq!(
             fs::read(mnt.path().join(key)).unwrap(),
             [2; 24],
-            "after remount ({})",
+            "after remount ({}, kernel opens on A: {kernel_opens})",
             if a_flushes_first {
                 "A flushed first"
             } else {

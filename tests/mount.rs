@@ -545,6 +545,25 @@ fn write_elsewhere(store: &Path, key: &str, bytes: &[u8]) {
     std::fs::write(w.path().join(key), bytes).unwrap();
 }
 
+/// Read `path` until it holds `after` (a change made elsewhere, seen once a 0.2 s TTL has
+/// passed), at most 10 s; every read is `before` or `after`, never a mix.
+fn wait_for_change(path: &Path, before: &[u8], after: &[u8]) {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = std::fs::read(path).unwrap();
+        assert!(got == before || got == after, "a mix of versions: {got:?}");
+        if got == after {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the change was not seen 10 s after it was made (TTL 0.2 s)"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A copy of the `zarr_basic` fixture, mounted; the mount is dropped (unmounted) first.
 struct BasicMount {
     _mount: Mount,
@@ -572,7 +591,7 @@ impl BasicMount {
 /// the attribute TTL has passed. With `open_checks`, every open asks the daemon again.
 #[test]
 fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     if !common::can_mount(
         "read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl",
     ) {
@@ -597,19 +616,7 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     // Another writer changes the chunk before the read-only mount looks again.
     let after = vec![7u8; 24];
     write_elsewhere(&store, key, &after);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = std::fs::read(dir.path().join(key)).unwrap();
-        assert!(got == before || got == after, "a mix of versions: {got:?}");
-        if got == after {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the change was not seen 10 s after it was made (TTL 0.2 s)"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_change(&dir.path().join(key), &before, &after);
 
     // With open checks, each open reaches the daemon.
     let checked = MountOptions {
@@ -654,6 +661,163 @@ fn a_writable_mount_asks_at_every_open_and_reads_cached_pages() {
         n(&before, "chunk_reads"),
         "no read reached the daemon: {before} -> {after}"
     );
+}
+
+/// A writable mount with `kernel_opens` reads as a read-only mount does: the kernel
+/// opens files itself (no request at open) and serves cached pages (no request at all),
+/// and a change made outside the mount is seen once the attribute TTL has passed.
+#[test]
+fn a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes() {
+    use std::time::Duration;
+    if !common::can_mount(
+        "a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes",
+    ) {
+        return;
+    }
+    let key = "u16_default_sparse/c/1/1";
+    let opts = MountOptions {
+        kernel_opens: true,
+        ttl: Some(Duration::from_millis(200)),
+        ..MountOptions::default()
+    };
+    let m = BasicMount::new(&opts);
+    let (store, dir) = (m.store.clone(), &m.dir);
+    let first = std::fs::read(dir.path().join(key)).unwrap();
+    assert_eq!(first.len(), 24);
+    let before = stats_of(dir.path());
+    for _ in 0..3 {
+        assert_eq!(std::fs::read(dir.path().join(key)).unwrap(), first);
+    }
+    let after = stats_of(dir.path());
+    assert_eq!(
+        after["chunk_opens"], 0,
+        "no open reached the daemon: {after}"
+    );
+    assert_eq!(
+        after["chunk_reads"], before["chunk_reads"],
+        "no read reached the daemon: {before} -> {after}"
+    );
+
+    let changed = vec![7u8; 24];
+    write_elsewhere(&store, key, &changed);
+    wait_for_change(&dir.path().join(key), &first, &changed);
+}
+
+/// With `kernel_opens` the daemon hears of no close of a descriptor the kernel opened:
+/// writes through one are seen at once by this mount, and committed at `fsync`, when
+/// idle for [`shardfs::view::KERNEL_WRITE_IDLE`], or at unmount; nothing is lost.
+#[test]
+fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle_and_at_unmount() {
+    use std::fs::OpenOptions;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    use std::time::{Duration, Instant};
+    if !common::can_mount(
+        "writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle_and_at_unmount",
+    ) {
+        return;
+    }
+    let copy = common::store_copy("zarr_basic");
+    let store = copy.path().join("s");
+    let opts = MountOptions {
+        kernel_opens: true,
+        // Flushes only when the test says (fsync, unmount).
+        flush_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let arr = "u16_default_sparse";
+    let (idle, part, last) = (
+        format!("{arr}/c/0/0"),
+        format!("{arr}/c/1/0"),
+        format!("{arr}/c/4/4"),
+    );
+    let mut expect_part;
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Mount::new(&store, dir.path(), &opts).unwrap();
+        let p = |k: &str| dir.path().join(k);
+        let committed = |d: &Path| stats_of(d)["chunks_committed"].as_u64().unwrap();
+
+        // A file created and unlinked while open (tempfile.TemporaryFile) outlives the
+        // idle commit below: its descriptor still reads what was written to it.
+        let tmp = p(&format!("{arr}/tmp-unlinked"));
+        let mut unlinked = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .unwrap();
+        std::fs::remove_file(&tmp).unwrap();
+        unlinked.write_all(b"hello").unwrap();
+
+        // Rewritten in place (O_TRUNC): this mount reads the new bytes at once.
+        let c0 = committed(dir.path());
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(p(&idle))
+            .unwrap();
+        f.write_all(&[7; 24]).unwrap();
+        assert_eq!(std::fs::read(p(&idle)).unwrap(), [7; 24]);
+        drop(f);
+        // No close is heard of: the write is committed once it has been idle.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while committed(dir.path()) == c0 {
+            assert!(
+                Instant::now() < deadline,
+                "not committed 10 s after its last write (idle limit {:?})",
+                shardfs::view::KERNEL_WRITE_IDLE
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut back = [0; 5];
+        unlinked.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(
+            &back, b"hello",
+            "an unlinked file read after the idle commit"
+        );
+        drop(unlinked);
+
+        // Part of a chunk written in place: committed when fsync returns.
+        expect_part = std::fs::read(p(&part)).unwrap();
+        expect_part[4..6].copy_from_slice(&[9, 9]);
+        let f = OpenOptions::new().write(true).open(p(&part)).unwrap();
+        f.write_all_at(&[9, 9], 4).unwrap();
+        let c1 = committed(dir.path());
+        f.sync_all().unwrap();
+        assert_eq!(committed(dir.path()), c1 + 1, "fsync committed the chunk");
+        drop(f);
+        assert_eq!(std::fs::read(p(&part)).unwrap(), expect_part);
+
+        // A descriptor of a chunk unlinked and made again: the daemon holds no handle of
+        // the old file (nothing was written to it), so writes through it fail, and never
+        // reach the file that has its name now.
+        let again = format!("{arr}/c/4/1");
+        let old = OpenOptions::new().write(true).open(p(&again)).unwrap();
+        std::fs::remove_file(p(&again)).unwrap();
+        std::fs::write(p(&again), [3; 24]).unwrap();
+        let err = old.write_all_at(&[4; 24], 0).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+        assert_eq!(std::fs::read(p(&again)).unwrap(), [3; 24]);
+        drop(old);
+
+        // Written in place and unmounted at once: the unmount commits it.
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(p(&last))
+            .unwrap();
+        f.write_all(&[5; 24]).unwrap();
+        drop(f);
+        m.unmount().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&store, dir.path(), &read_only()).unwrap();
+    let p = |k: &str| dir.path().join(k);
+    assert_eq!(std::fs::read(p(&idle)).unwrap(), [7; 24]);
+    assert_eq!(std::fs::read(p(&part)).unwrap(), expect_part);
+    assert_eq!(std::fs::read(p(&last)).unwrap(), [5; 24]);
+    assert_eq!(std::fs::read(p(&format!("{arr}/c/4/1"))).unwrap(), [3; 24]);
 }
 
 /// A chunk that another program adds to a shard the mount has looked at (and found

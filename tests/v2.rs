@@ -360,20 +360,33 @@ fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
         assert!(out.contains(" 15 passed"), "{out}");
         mount.unmount().unwrap();
     }
-    let written = tmp.path().join("written");
-    std::fs::create_dir(&written).unwrap();
-    let want = tmp.path().join("written.npz");
-    {
-        let mnt = tempfile::tempdir().unwrap();
-        let mount = Mount::new(&written, mnt.path(), &v2_options(false)).unwrap();
-        ome(
-            &py2,
-            &["write", "--mount", s(mnt.path()), "--out", s(&want)],
+    // ome-zarr writes through fsspec: metadata and chunks written in place, metadata read
+    // back at once. Also through a mount that lets the kernel open files (-o
+    // kernel_opens), which hears of no close: what is written is committed at the write
+    // that completes a document, when idle, and at unmount.
+    for kernel_opens in [false, true] {
+        let written = tmp.path().join(format!("written-{kernel_opens}"));
+        std::fs::create_dir(&written).unwrap();
+        let want = tmp.path().join(format!("written-{kernel_opens}.npz"));
+        {
+            let mnt = tempfile::tempdir().unwrap();
+            let opts = MountOptions {
+                kernel_opens,
+                ..v2_options(false)
+            };
+            let mount = Mount::new(&written, mnt.path(), &opts).unwrap();
+            ome(
+                &py2,
+                &["write", "--mount", s(mnt.path()), "--out", s(&want)],
+            );
+            mount.unmount().unwrap();
+        }
+        let out = ome(&py3, &["check", "--store", s(&written), "--want", s(&want)]);
+        assert!(
+            out.contains(" 11 passed"),
+            "kernel opens {kernel_opens}: {out}"
         );
-        mount.unmount().unwrap();
     }
-    let out = ome(&py3, &["check", "--store", s(&written), "--want", s(&want)]);
-    assert!(out.contains(" 11 passed"), "{out}");
     // High-content screening: a 0.5 plate of two wells opens as a 0.4 plate.
     let plate = tmp.path().join("plate");
     let fields = tmp.path().join("plate.npz");

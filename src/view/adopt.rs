@@ -193,6 +193,13 @@ impl View {
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
         let w = self.writer()?;
+        if self.kernel_opens() {
+            // Files written here before the metadata (`cp -r` order) whose handles the
+            // daemon still holds (no close was heard of) are let go first: taken in
+            // below, their held handles would write into files that are gone. One being
+            // written now is not waited for, as with a mount that asks at open.
+            self.commit_kernel_writes(super::KernelCommit::Settled { except: None })?;
+        }
         let json_path = dir.join("zarr.json");
         let bytes = self
             .store

@@ -70,6 +70,26 @@ impl View {
         {
             self.commit_scratch(&node, &file)?;
         }
+        // A written chunk not yet settled (a handle of it is still open, or its release
+        // has not come yet): its fsync reports its own shard, as a settled chunk's does.
+        let node = match node {
+            Node::Scratch {
+                ref path,
+                ref array,
+                ref parent,
+            } => match self.target(
+                array,
+                parent.as_deref(),
+                path.file_name().unwrap_or_default(),
+            ) {
+                Ok(super::write::Target::Chunk(coords)) => Node::Chunk {
+                    array: array.clone(),
+                    coords,
+                },
+                _ => node,
+            },
+            node => node,
+        };
         match node {
             Node::Chunk { array, coords } => {
                 let shard = array

@@ -20,7 +20,54 @@ pub(super) struct HandleTable {
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    /// Writes through descriptors the kernel opened without asking (a writable mount
+    /// with kernel opens): the handle each written inode's bytes gather in, by inode.
+    implicit: Mutex<HashMap<u64, Implicit>>,
 }
+
+/// A handle the daemon opened for writes that came without one ([`View::write_ino`]).
+struct Implicit {
+    fh: u64,
+    /// Requests using `fh` now: it is never released under one (a write into a scratch
+    /// file after its commit took the bytes would be lost).
+    users: u32,
+    /// When the last request using it ended.
+    last: std::time::Instant,
+}
+
+/// Which writes gathered with kernel opens [`View::commit_kernel_writes`] commits.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelCommit {
+    /// One file's (its `fsync`, a rename or link of it, its release); a write to it in
+    /// flight is waited for.
+    Of(u64),
+    /// Every file's (unmount); writes in flight are waited for, metadata that is not a
+    /// whole document is committed (and refused) too.
+    All,
+    /// Every file's but `except`, those being written now and metadata that is not yet a
+    /// whole document (`fsync` of a directory, before a new array is adopted, a full
+    /// write buffer); nothing is waited for.
+    Settled { except: Option<u64> },
+    /// As `Settled`, of files idle for [`KERNEL_WRITE_IDLE`] (unlinked ones: for
+    /// [`KERNEL_UNLINKED_IDLE`]); the timer's.
+    Idle,
+}
+
+/// Whether `b` is one whole JSON document (cheaply refused unless it ends in `}`).
+pub(super) fn whole_json(b: &[u8]) -> bool {
+    b.iter().rev().find(|c| !c.is_ascii_whitespace()) == Some(&b'}')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
+}
+
+/// How long after its last write an inode written through a descriptor the kernel
+/// opened is committed, when no `fsync`, rename or unmount commits it first (the
+/// daemon hears of no close of such a descriptor).
+pub const KERNEL_WRITE_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a file unlinked while open (`tempfile.TemporaryFile`, pytest's capture) is
+/// kept for its descriptors after its last write, with kernel opens: no close of it is
+/// heard of, and once it is let go its descriptors read `ENOENT`.
+pub const KERNEL_UNLINKED_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl HandleTable {
     fn next(&self) -> u64 {
@@ -49,8 +96,21 @@ impl HandleTable {
             .find_map(|(i, h)| (*i == ino).then(|| h.clone()))
     }
 
-    fn remove(&self, fh: u64) -> Option<Handle> {
-        self.files.lock().remove(&fh).map(|(_, h)| h)
+    /// The handle writes without one to `ino` gather in, if any.
+    fn implicit_fh(&self, ino: u64) -> Option<u64> {
+        self.implicit.lock().get(&ino).map(|i| i.fh)
+    }
+
+    /// A request using the handle of [`View::write_ino`] for `ino` ended.
+    fn implicit_end(&self, ino: u64) {
+        if let Some(i) = self.implicit.lock().get_mut(&ino) {
+            i.users -= 1;
+            i.last = std::time::Instant::now();
+        }
+    }
+
+    fn remove(&self, fh: u64) -> Option<(u64, Handle)> {
+        self.files.lock().remove(&fh)
     }
 
     fn insert_dir(&self, entries: Vec<DirEntry>) -> u64 {
@@ -229,8 +289,35 @@ impl View {
     /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let (_, node) = self.node(ino)?;
-        let (handle, _) = self.reader(ino, node, false)?;
+        if self.writer.is_some()
+            && let Some(fh) = self.handles.implicit_fh(ino)
+        {
+            // This mount's writes through a descriptor the kernel opened, not yet
+            // committed. Committed meanwhile: read what they became.
+            match self.read(fh, offset, size) {
+                Err(ViewError::StaleHandle(_)) => {}
+                res => return res,
+            }
+        }
+        let (path, node) = self.node(ino)?;
+        if self.writer.is_some() && self.inodes.peek(&path) != Some(ino) {
+            // Unlinked or replaced, and no handle of it held: not what has its name now.
+            return Err(ViewError::NotFound);
+        }
+        let handle = match node {
+            // A file being written (metadata too: the kernel's pages of it are the
+            // writer's): read as it is, without counting an open (no release will come
+            // for it).
+            Node::Scratch { ref path, .. } => match self.writer()?.scratch(path) {
+                Some(file) => Handle::Scratch {
+                    ino,
+                    node: node.clone(),
+                    file,
+                },
+                None => self.reader(ino, self.settled(ino)?, false)?.0,
+            },
+            node => self.reader(ino, node, false)?.0,
+        };
         self.read_from(&handle, offset, size)
     }
 
@@ -346,6 +433,9 @@ impl View {
                     w.unreserve((f.data.len() - size) as u64);
                 }
                 f.data.resize(size, 0);
+                if self.kernel_opens() {
+                    f.written = w.staging.close_time();
+                }
                 drop(f);
                 self.getattr_open(ino, fh)
             }
@@ -355,15 +445,251 @@ impl View {
 
     /// Close a file; a written chunk is committed (staged) when its last handle closes.
     pub fn release(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.remove(fh);
-        match handle {
-            Some(Handle::Scratch { ino, node, file }) => self.release_scratch(ino, &node, &file),
-            Some(Handle::StoreRw(f, rel)) => {
+        // A writable mount with kernel opens hears of no `flush`: letting a handle go
+        // (`View::commit_kernel_writes`, a rare kernel release) does what it would do.
+        let flushed = if self.kernel_opens() && self.writer.is_some() {
+            self.flush_handle(fh)
+        } else {
+            Ok(())
+        };
+        let Some((ino, handle)) = self.handles.remove(fh) else {
+            return flushed;
+        };
+        let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..));
+        let released = match handle {
+            Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
+            Handle::StoreRw(f, rel) => {
                 drop(f);
                 self.release_store_file(&rel);
                 Ok(())
             }
             _ => Ok(()),
+        };
+        if written
+            && self.kernel_opens()
+            && let Some(w) = &self.writer
+        {
+            // The kernel keeps a file's pages across opens here: what it holds of a
+            // written file is the writer's bytes, which the commit may have refused
+            // (metadata rolled back) or shown otherwise (a new array's `zarr.json`).
+            w.invalidate(write_api::Invalidation::Inode(ino));
+        }
+        flushed.and(released)
+    }
+
+    // ----- writes through descriptors the kernel opened --------------------------------
+
+    /// A write on a writable mount with kernel opens, through any descriptor: the bytes
+    /// gather in the handle the daemon holds for the inode (opened at its first write or
+    /// truncate, or the one `create` made), and are committed as a close would commit
+    /// them by [`View::commit_kernel_writes`] (at `fsync`, before a rename or link, at
+    /// unmount, or [`KERNEL_WRITE_IDLE`] after the last write: [`KernelCommit`]).
+    ///
+    /// Metadata taken in at this write ([`View::land_at_write`]) is committed with it,
+    /// as at a close (its store file is gone: a later write opens the file anew);
+    /// `Ok((n, true))` then, and the kernel's pages of the file, which hold the
+    /// writer's bytes and not the document the view now shows, are the caller's to drop.
+    pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
+        let mut res = self.write_held(ino, offset, data);
+        if matches!(res, Err(ViewError::NoSpace)) {
+            // The write buffer holds what other files' writers left (no close tells
+            // when they are done): commit those, and try once more.
+            self.commit_kernel_writes(KernelCommit::Settled { except: Some(ino) })?;
+            res = self.write_held(ino, offset, data);
+        }
+        let (n, fh) = res?;
+        let landed = self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
+        if landed {
+            self.commit_kernel_writes(KernelCommit::Of(ino))?;
+        }
+        Ok((n, landed))
+    }
+
+    /// A write into the handle `ino`'s writes gather in; its file handle.
+    fn write_held(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, u64)> {
+        let fh = self.implicit_begin(ino, false)?;
+        let res = self.write(fh, offset, data);
+        self.handles.implicit_end(ino);
+        res.map(|n| (n, fh))
+    }
+
+    /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
+    /// kernel opened comes as one): a chunk or metadata file is truncated in the handle
+    /// its writes will gather in, so the writer's bytes are committed with it, never an
+    /// empty chunk first.
+    pub fn set_size_ino(&self, ino: u64, size: u64) -> Result<Attr> {
+        let gathers = self.writer.is_some()
+            && matches!(
+                self.node(ino).map(|(_, n)| n),
+                Ok(Node::Chunk { .. }
+                    | Node::ArrayMeta { .. }
+                    | Node::GroupMeta { .. }
+                    | Node::Scratch { .. })
+            );
+        if !gathers {
+            return self.set_size_open(ino, size, None);
+        }
+        let fh = self.implicit_begin(ino, size == 0)?;
+        let res = self.set_size_open(ino, size, Some(fh));
+        self.handles.implicit_end(ino);
+        res
+    }
+
+    /// A file created through this mount with kernel opens (`create` still asks the
+    /// daemon): its handle is where every later write to the inode gathers, through
+    /// any descriptor, and it is committed as those are (the kernel may send no release
+    /// for it: none comes for files created once it opens files itself).
+    pub fn adopt_created(&self, ino: u64, fh: u64) {
+        let mut map = self.handles.implicit.lock();
+        if map.contains_key(&ino) {
+            // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
+            // writes gather in the handle they gather in; this one shares its bytes.
+            // Let go without what a close does (commit, take in): the writes go on.
+            drop(map);
+            if let Some((_, Handle::Scratch { file, .. })) = self.handles.remove(fh) {
+                let mut f = file.lock();
+                f.opens = f.opens.saturating_sub(1);
+            }
+            return;
+        }
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 0,
+                last: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
+    /// the kernel began to open files itself, the only ones it sends a release for):
+    /// committed as the daemon's own are.
+    pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
+        let ours = self.handles.implicit_fh(ino) == Some(fh);
+        if ours {
+            self.commit_kernel_writes(KernelCommit::Of(ino))
+        } else {
+            self.release(fh)
+        }
+    }
+
+    /// The handle writes without one to `ino` gather in, counted as in use until
+    /// [`HandleTable::implicit_end`]; opened now if there is none.
+    fn implicit_begin(&self, ino: u64, truncate: bool) -> Result<u64> {
+        // Opened under the table's lock: two first writes must not open two handles
+        // (the second open of a chunk would replace the first one's scratch file).
+        let mut map = self.handles.implicit.lock();
+        if let Some(i) = map.get_mut(&ino) {
+            i.users += 1;
+            return Ok(i.fh);
+        }
+        // A descriptor of a file unlinked or replaced since, whose handle is gone: not
+        // whatever now has that name.
+        let (path, _) = self.node(ino)?;
+        if self.inodes.peek(&path) != Some(ino) {
+            return Err(ViewError::NotFound);
+        }
+        let fh = self.open(ino, true, truncate)?.fh;
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 1,
+                last: std::time::Instant::now(),
+            },
+        );
+        Ok(fh)
+    }
+
+    /// Commit writes gathered in handles the daemon holds (kernel opens), as a close
+    /// would: release those handles. Returns the first error (also logged).
+    pub fn commit_kernel_writes(&self, which: KernelCommit) -> Result<()> {
+        let mut first_err = Ok(());
+        // The files to commit are those held now: a steady writer cannot keep a commit
+        // that waits going.
+        let mut targets: Option<Vec<u64>> = None;
+        loop {
+            let (taken, busy) = {
+                let mut map = self.handles.implicit.lock();
+                if map.is_empty() {
+                    return first_err;
+                }
+                let snapshot = targets.get_or_insert_with(|| match which {
+                    KernelCommit::Of(ino) => vec![ino],
+                    _ => map.keys().copied().collect(),
+                });
+                let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
+                let mut taken = Vec::new();
+                let mut busy = false;
+                snapshot.retain(|ino| {
+                    let Some(h) = map.get(ino) else {
+                        return false;
+                    };
+                    if h.users > 0 {
+                        busy |= waits;
+                        return waits;
+                    }
+                    let due = match which {
+                        KernelCommit::Of(_) | KernelCommit::All => true,
+                        KernelCommit::Settled { except } => {
+                            except != Some(*ino) && !self.partial_metadata(h.fh)
+                        }
+                        KernelCommit::Idle => {
+                            let e = h.last.elapsed();
+                            e >= KERNEL_WRITE_IDLE
+                                && !self.partial_metadata(h.fh)
+                                && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
+                        }
+                    };
+                    if due {
+                        taken.push(h.fh);
+                        map.remove(ino);
+                    }
+                    false
+                });
+                (taken, busy)
+            };
+            for fh in taken {
+                if let Err(e) = self.release(fh) {
+                    log::warn!("a commit of a file written with kernel opens: {e}");
+                    if first_err.is_ok() {
+                        first_err = Err(e);
+                    }
+                }
+            }
+            if !busy {
+                return first_err;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
+    /// yet a whole JSON document: a commit would refuse it and roll it back under its
+    /// writer, who has not finished. Only its own `fsync`, and the unmount, commit it.
+    fn partial_metadata(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { node, file, .. }) => {
+                self.pending_meta(&node).is_some() && !whole_json(&file.lock().data)
+            }
+            Ok(Handle::StoreRw(_, rel)) => {
+                self.lands_on_close(&rel).is_some()
+                    && !matches!(self.store.read_all(&rel), Ok(Some(b)) if whole_json(&b))
+            }
+            _ => false,
+        }
+    }
+
+    /// An unlinked file: nothing to commit; it lives on only in its handle.
+    fn unlinked(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
+            Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
+            _ => false,
         }
     }
 

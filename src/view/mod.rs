@@ -37,6 +37,7 @@ use parking_lot::Mutex;
 use crate::format::{self, ChunkRange};
 use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
+pub use handles::{KERNEL_UNLINKED_IDLE, KERNEL_WRITE_IDLE, KernelCommit};
 pub use inode::ROOT_INO;
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
 pub use writer::{WriteConfig, Writer};
@@ -314,10 +315,10 @@ impl View {
     /// `open` answered `ENOSYS`): reads arrive with file handle 0 and are served by inode
     /// ([`View::read_ino`]), and the attributes of a chunk are taken from its shard as it
     /// is now (a `stat` of the shard), which is where a change made outside the mount
-    /// becomes visible, up to the attribute TTL later. Only for read-only views: without
-    /// opens there is no handle to hold written bytes.
+    /// becomes visible, up to the attribute TTL later. On a writable view every write
+    /// gathers in a handle the daemon holds per inode ([`View::write_ino`]), committed by
+    /// [`View::commit_kernel_writes`], as the kernel then sends no notice of a close.
     pub fn set_kernel_opens(&self, on: bool) {
-        debug_assert!(!on || self.is_read_only());
         self.cache.set_kernel_opens(on);
     }
 
@@ -538,7 +539,13 @@ impl View {
                 }
                 Attr::from_meta(ino, Kind::File, data.len(), &m)
             }
-            Node::Scratch { .. } if let Some((array, file)) = self.pending_meta(node) => {
+            // Others read the stored document while a write of it is pending; with kernel
+            // opens, readers share the kernel's pages of the file with its writer, and
+            // see what they hold, as in any local file system.
+            Node::Scratch { .. }
+                if !self.kernel_opens()
+                    && let Some((array, file)) = self.pending_meta(node) =>
+            {
                 let len = array.meta_bytes(file).len() as u64;
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }

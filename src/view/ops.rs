@@ -75,10 +75,13 @@ impl View {
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
         match self.handle(fh)? {
-            Handle::StoreRw(f, _) => {
+            Handle::StoreRw(f, rel) => {
                 f.write_all_at(data, offset)?;
+                if self.kernel_opens() {
+                    self.land_at_write(fh, &rel)?;
+                }
             }
-            Handle::Scratch { file, .. } => {
+            Handle::Scratch { file, node, .. } => {
                 let w = self.writer()?;
                 let mut f = file.lock();
                 let start = usize::try_from(offset).map_err(|_| ViewError::NoSpace)?;
@@ -96,6 +99,22 @@ impl View {
                 f.data[start..start + overlap].copy_from_slice(&data[..overlap]);
                 f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
+                let kernel = self.kernel_opens();
+                if kernel {
+                    f.written = w.staging.close_time();
+                }
+                let whole = kernel
+                    && self.pending_meta(&node).is_some()
+                    && super::handles::whole_json(&f.data);
+                drop(f);
+                if whole {
+                    // An array's metadata, with kernel opens: committed at the write that
+                    // makes it a whole document (as `View::land_at_write` takes in store
+                    // files), so the writer's next step (chunks of a grown grid) finds
+                    // it applied; a refusal is this write's error.
+                    w.landed_at_write.lock().insert(fh);
+                    self.commit_scratch(&node, &file)?;
+                }
             }
             _ => {
                 return Err(ViewError::Io(std::io::Error::from_raw_os_error(
@@ -154,6 +173,9 @@ impl View {
                 }
                 f.data.resize(size, 0);
                 f.dirty = true;
+                if self.kernel_opens() {
+                    f.written = w.staging.close_time();
+                }
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
@@ -452,6 +474,12 @@ impl View {
         Ok(())
     }
 
+    /// The inode number this mount gave `name` in directory `parent`, if any.
+    pub fn ino_at(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (path, _) = self.node(parent).ok()?;
+        self.inodes.peek(&path.join(name))
+    }
+
     /// Rename; `noreplace` fails if the target exists.
     pub fn rename(
         &self,
@@ -566,8 +594,8 @@ impl View {
                 }
                 Ok(Node::File { rel })
             }
-            Node::ArrayDir { array } => self.put(array, None, name, path, data),
-            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data),
+            Node::ArrayDir { array } => self.put(array, None, name, path, data, None),
+            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data, None),
             _ => Err(ViewError::NotDir),
         }
     }

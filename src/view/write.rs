@@ -190,15 +190,19 @@ impl View {
             return Ok(());
         }
         let name = path.file_name().unwrap_or_default();
-        let data = {
+        let (data, closed) = {
             let mut f = file.lock();
             if !f.dirty || f.orphan {
                 return Ok(());
             }
             f.dirty = false;
-            f.data.clone()
+            // With kernel opens no close is heard of: the last write stands for it, so a
+            // write fsynced by another mount after this one's close is not replaced by it
+            // when this one is committed later.
+            let closed = (self.kernel_opens() && f.written != 0).then_some(f.written);
+            (f.data.clone(), closed)
         };
-        let put = self.put(array, parent.as_deref(), name, path, data);
+        let put = self.put(array, parent.as_deref(), name, path, data, closed);
         if let (Err(ViewError::Invalid(_)), Ok(Target::Meta(meta))) =
             (&put, self.target(array, parent.as_deref(), name))
         {
@@ -218,6 +222,32 @@ impl View {
         put.map(|_| ())
     }
 
+    /// Metadata written as a store file (`zarr.json` in a store directory; `.zarray`,
+    /// `.zattrs`, `.zgroup` in the v2 view), on a writable mount with kernel opens:
+    /// taken in (a new array adopted, v2 metadata applied) at the write that makes it a
+    /// whole JSON document, not at its release, which comes after `close` returns: a
+    /// writer that goes on to make the array's key directories and chunks (`cp -r`, a
+    /// script writing `zarr.json` and then each chunk) or reads the store finds the
+    /// metadata taken in, as after the `flush` of a mount that asks at open. A refusal is
+    /// this write's error.
+    pub(super) fn land_at_write(&self, fh: u64, rel: &Path) -> Result<()> {
+        let Some(file) = self.lands_on_close(rel) else {
+            return Ok(());
+        };
+        let w = self.writer()?;
+        if w.landed_at_write.lock().contains(&fh) {
+            return Ok(());
+        }
+        let Some(bytes) = self.store.read_all(rel)? else {
+            return Ok(());
+        };
+        if !super::handles::whole_json(&bytes) {
+            return Ok(()); // not whole yet
+        }
+        w.landed_at_write.lock().insert(fh);
+        self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
+    }
+
     /// `close` of a file handle (FUSE `flush`): commits a written chunk or metadata, and
     /// adopts a new array whose `zarr.json` was written in place. This runs before
     /// `close` returns — `release` comes later, asynchronously, and a writer like
@@ -225,8 +255,23 @@ impl View {
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
         let handle = self.handles.get(fh).ok();
         match handle {
-            Some(Handle::Scratch { node, file, .. }) => self.commit_scratch(&node, &file),
+            Some(Handle::Scratch { node, file, .. }) => {
+                if self.kernel_opens()
+                    && let Some(w) = self.write_side()
+                {
+                    w.landed_at_write.lock().remove(&fh);
+                }
+                self.commit_scratch(&node, &file)
+            }
             Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
+                // Taken in at a write already (`View::land_at_write`).
+                Some(_)
+                    if self
+                        .write_side()
+                        .is_some_and(|w| w.landed_at_write.lock().remove(&fh)) =>
+                {
+                    Ok(())
+                }
                 // A shell's redirection (`echo ... > .zattrs`) closes a duplicate of the
                 // still-empty file before it writes: v2 metadata with nothing in it yet
                 // waits for the close that brings it (or for `release`).
@@ -287,7 +332,7 @@ impl View {
 
     /// The metadata file a written store file is, if closing it changes the tree:
     /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
-    fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
+    pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
         match rel.file_name().and_then(MetaFile::from_name)? {
             MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
             f if self.format == super::ViewFormat::V2 => Some(f),
@@ -441,6 +486,7 @@ impl View {
         name: &OsStr,
         path: &Path,
         data: Vec<u8>,
+        closed: Option<u64>,
     ) -> Result<Node> {
         match self.target(array, parent, name)? {
             Target::Meta(file) => {
@@ -450,7 +496,7 @@ impl View {
             Target::Chunk(coords) => {
                 let array = self.current(array);
                 self.writable(&array)?;
-                self.commit_chunk(&array, coords.clone(), Some(data))?;
+                self.commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
                 Ok(Node::Chunk { array, coords })
             }
             Target::Invalid(why) => {
@@ -502,6 +548,17 @@ impl View {
         coords: Vec<u64>,
         data: Option<Vec<u8>>,
     ) -> Result<()> {
+        self.commit_chunk_closed(array, coords, data, None)
+    }
+
+    /// [`View::commit_chunk`], as closed at `closed` (ns since the epoch) instead of now.
+    pub(super) fn commit_chunk_closed(
+        &self,
+        array: &ShardedArray,
+        coords: Vec<u64>,
+        data: Option<Vec<u8>>,
+        closed: Option<u64>,
+    ) -> Result<()> {
         let w = self.writer()?;
         let counter = if data.is_some() {
             &self.counters.chunks_committed
@@ -509,7 +566,9 @@ impl View {
             &self.counters.chunks_deleted
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        w.staging.put(&array.rel, coords, data.map(Arc::new));
+        let closed = closed.unwrap_or_else(|| w.staging.close_time());
+        w.staging
+            .put_closed(&array.rel, coords, data.map(Arc::new), closed);
         if w.staging.over_limit() {
             // Back-pressure: the writer that filled the buffer flushes it.
             self.flush_all()?;

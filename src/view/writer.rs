@@ -34,6 +34,10 @@ pub struct Scratch {
     /// Its name was taken away (unlinked, or replaced) while it was open: its handles
     /// keep working, and the last close drops it without committing anything.
     pub(super) orphan: bool,
+    /// When it was last written or resized (a close time, ns since the epoch; 0: not
+    /// since it was made). A mount that hears of a close only later (kernel opens)
+    /// commits it as closed then, the last moment it knows the writer was still there.
+    pub(super) written: u64,
 }
 
 impl Scratch {
@@ -63,6 +67,11 @@ pub struct Writer {
     /// or tensorstore creating a sharded array): shown as stored, shard files at their
     /// keys, for the rest of the mount, so that their writer reads back what it wrote.
     pub(super) raw: Mutex<HashSet<PathBuf>>,
+    /// Handles (file handles) of metadata taken in at a write (a writable mount with
+    /// kernel opens hears of no close, and the writer may go on to write the array's
+    /// chunks at once): not taken in again when the handle is let go. By handle: another
+    /// handle of the same name, opened since, writes a document of its own.
+    pub(super) landed_at_write: Mutex<HashSet<u64>>,
     /// Arrays of the v2 view whose `.zarray` was unlinked: the store no longer holds
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
     /// each is removed, and the directory until `rmdir` (see `View::unlink`).
@@ -117,6 +126,7 @@ impl Writer {
             scratch_limit: config.write_buffer.max(1 << 20),
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
+            landed_at_write: Mutex::new(HashSet::new()),
             headless: Mutex::new(HashMap::new()),
             plain_headless: Mutex::new(HashMap::new()),
             times: Mutex::new(HashMap::new()),
@@ -197,6 +207,7 @@ impl Writer {
             opens,
             dirty,
             orphan: false,
+            written: 0,
         }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
             self.unreserve(old.lock().unnamed());
