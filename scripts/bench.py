@@ -767,7 +767,7 @@ class Bench:
         d = self.root / f"w-{label}"
         store, plain = d / "store", d / "plain"
         one = Geometry(g.name, g.chunk, g.per_shard, (1, 1))
-        names = ("via", "zvia", "direct")
+        names = ("via", "vianowb", "zvia", "direct")
         for r in range(reps):
             for n in names:
                 create_sharded(store / f"{n}{r}", one)
@@ -797,10 +797,10 @@ class Bench:
             for s in slices:
                 a[s] = block[s]
 
-        def via_mount(name: str, put) -> tuple[float, float, int, float]:
+        def via_mount(name: str, put, *args: str) -> tuple[float, float, int, float]:
             """Seconds (the final fsync flush included), amplification, peak RssAnon, and
             seconds until the last rename returned (before the flush)."""
-            with self.mount(store, "w") as m:
+            with self.mount(store, "w", *args) as m:
                 arr = m.mnt / name
                 os.sync()  # no writeback left over from the case before
                 io0 = proc_io(m.pid)["write_bytes"]
@@ -836,8 +836,8 @@ class Bench:
                 return time.perf_counter() - t, 0.0
 
         res: dict[str, list[tuple[float, float]]] = {k: [] for k in
-                                                     ("via", "zvia", "plain", "psync", "zplain",
-                                                      "direct", "staged", "floor")}
+                                                     ("via", "vianowb", "zvia", "plain", "psync",
+                                                      "zplain", "direct", "staged", "floor")}
         rss = 0
         for r in range(reps):
             for name, put in (("via", put_files), ("zvia", put_zarr)):
@@ -846,6 +846,9 @@ class Bench:
                 if name == "via":
                     res["staged"].append((written, amp))
                 rss = max(rss, peak)
+            # The same writer with no flush behind it (the final fsync writes everything).
+            dt, amp, _, _ = via_mount(f"vianowb{r}", put_files, "--write-behind", "0")
+            res["vianowb"].append((dt, amp))
             res["floor"].append(via_floor())
             res["plain"].append(here(plain / f"p{r}", put_files))
             res["psync"].append(here(plain / f"ps{r}", put_files, sync=True))
@@ -861,9 +864,13 @@ class Bench:
 
         note = f"{one.n_chunks} chunks/shard"
         rows = (
-            ("write chunk by chunk, tmp+rename", "via", "direct", "zarr-python on shards", 10.0),
+            ("write chunk by chunk, tmp+rename", "via", "direct", "zarr-python on shards", 20.0),
             ("write chunk by chunk, tmp+rename", "via", "plain", "plain files", 0.5),
-            ("write chunk by chunk, tmp+rename", "via", "psync", "plain files + syncfs", None),
+            ("write chunk by chunk, tmp+rename", "via", "psync", "plain files + syncfs", 0.8),
+            ("write chunk by chunk, tmp+rename, --write-behind 0", "vianowb", "psync",
+             "plain files + syncfs", None),
+            ("write chunk by chunk, tmp+rename", "via", "vianowb", "the mount with --write-behind 0",
+             None),
             ("write chunk by chunk, tmp+rename", "via", "floor", "FUSE floor", None),
             ("write chunk by chunk, tmp+rename, until the last rename (before the flush)",
              "staged", "plain", "plain files", None),
@@ -1034,6 +1041,8 @@ def main() -> int:
                     help="where to create the data (default: the system temp dir); "
                          "it must be on the disk you want to measure")
     ap.add_argument("--reps", type=int, default=None, help="repetitions of each read case")
+    ap.add_argument("--write-reps", type=int, default=None,
+                    help="repetitions of each write case (default 3; quick 1)")
     ap.add_argument("--large-shards", type=int, default=None,
                     help="shards of 64 x 1 MiB chunks in the read array (default 16; quick 2)")
     ap.add_argument("--small-shards", type=int, default=None,
@@ -1049,7 +1058,7 @@ def main() -> int:
                     help="extra argument for every `shardfs mount` (repeatable)")
     args = ap.parse_args()
     args.reps = args.reps or (2 if args.quick else 5)
-    args.write_reps = 1 if args.quick else 3
+    args.write_reps = args.write_reps or (1 if args.quick else 3)
     args.random_reads = 300 if args.quick else 1000
     only = set(args.only.split(","))
     large = Geometry("1MiB", (1024, 1024), (8, 8),

@@ -94,7 +94,7 @@ pub struct MountArgs {
     /// An existing empty directory.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, kernel_opens, nonempty,
-    /// s3_timeout=SECS, s3_cache=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
+    /// s3_timeout=SECS, s3_cache=MIB, write_behind=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
@@ -113,6 +113,11 @@ pub struct MountArgs {
     /// Staged chunks are flushed to their shards after this many idle seconds.
     #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     pub flush_interval: f64,
+    /// An array with this many MiB of written chunks waiting is flushed at once, while its
+    /// writer goes on (local stores; 0: only when idle, at fsync, unmount or a full
+    /// buffer; also `-o write_behind=MIB`).
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
+    pub write_behind: u64,
     /// Inner chunks per shard, per dimension, of arrays created through the mount
     /// (default: shards of about 64 MiB of uncompressed inner chunks).
     #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
@@ -237,6 +242,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         allow_other: args.allow_other,
         read_only: args.read_only,
         write_buffer: args.write_buffer.saturating_mul(1 << 20),
+        write_behind: args.write_behind.saturating_mul(1 << 20),
         chunks_per_shard: args.chunks_per_shard.clone(),
         compactor: match args.compactor {
             CompactorArg::Auto => CompactorChoice::Auto,
@@ -306,6 +312,14 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
                     .parse::<f64>()
                     .map_err(|_| format!("-o {o}: {v:?} is not a number of seconds"))?;
                 opts.s3.timeout = positive_secs("-o s3_timeout", secs)?;
+                continue;
+            }
+            o if o.starts_with("write_behind=") => {
+                let v = &o["write_behind=".len()..];
+                let mib = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
+                opts.write_behind = mib.saturating_mul(1 << 20);
                 continue;
             }
             o if o.starts_with("s3_cache=") => {
@@ -473,6 +487,24 @@ mod tests {
             cache(&["shardfs", "mount", "a", "b", "--s3-cache", "0"]).unwrap(),
             0
         );
+    }
+
+    #[test]
+    fn write_behind_is_an_option_in_both_forms() {
+        let mib = |args: &[&str]| mount_options(&mount_args(parse(args))).map(|o| o.write_behind);
+        assert_eq!(
+            mib(&["shardfs", "mount", "a", "b"]).unwrap(),
+            crate::mount::DEFAULT_WRITE_BEHIND
+        );
+        assert_eq!(
+            mib(&["shardfs", "mount", "a", "b", "-o", "write_behind=4"]).unwrap(),
+            4 << 20
+        );
+        assert_eq!(
+            mib(&["shardfs", "mount", "a", "b", "--write-behind", "0"]).unwrap(),
+            0
+        );
+        assert!(mib(&["shardfs", "mount", "a", "b", "-o", "write_behind=x"]).is_err());
     }
 
     #[test]

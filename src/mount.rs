@@ -45,6 +45,10 @@ pub struct MountOptions {
     pub write_buffer: u64,
     /// Staged chunks older than this are flushed by a timer.
     pub flush_interval: Duration,
+    /// An array with this many bytes of written chunks staged is flushed at once, behind
+    /// its writer, on a local disk (`--write-behind`; 0: off). Default
+    /// [`DEFAULT_WRITE_BEHIND`].
+    pub write_behind: u64,
     /// Inner chunks per shard of arrays created through the mount.
     pub chunks_per_shard: Option<Vec<u64>>,
     pub compactor: CompactorChoice,
@@ -72,6 +76,13 @@ pub struct MountOptions {
 /// [`crate::view::cache::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
 /// 60 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Staged bytes of one array that start its flush behind the writer: the disk then
+/// writes while the writer writes, as the kernel's writeback does for plain files, and a
+/// final `fsync` has at most this much left to write. Small enough to overlap most of
+/// a 64 MiB shard's writing, large enough that each flush's fixed cost (an index, a
+/// record, an `fsync`) stays small against its bytes.
+pub const DEFAULT_WRITE_BEHIND: u64 = 16 << 20;
 
 /// The TTL with `open_checks`, unless told otherwise: a mount that asks at every open is
 /// asked for freshness.
@@ -112,6 +123,7 @@ impl Default for MountOptions {
             read_only: false,
             write_buffer: 256 << 20,
             flush_interval: Duration::from_secs(5),
+            write_behind: DEFAULT_WRITE_BEHIND,
             chunks_per_shard: None,
             compactor: CompactorChoice::Auto,
             open_checks: false,
@@ -331,12 +343,18 @@ impl Mount {
             None
         } else {
             log::info!("compactor: {}", compactor.name());
-            Some(Writer::new(WriteConfig {
+            let w = Writer::new(WriteConfig {
                 write_buffer: opts.write_buffer,
                 chunks_per_shard: opts.chunks_per_shard.clone(),
                 shard_target_bytes: 64 << 20,
                 compactor,
-            }))
+            });
+            // Flushing behind the writer only where a flush appends (a local disk): on
+            // object storage each flush of a shard writes the whole shard again.
+            if store.commits_by_append() {
+                w.set_write_behind(opts.write_behind);
+            }
+            Some(w)
         };
         // Every cached shard holds its file open: the cache must fit the fd limit.
         let mut view_config = opts.view.clone();
@@ -417,17 +435,20 @@ impl Mount {
             let weak = Arc::downgrade(&view);
             let interval = opts.flush_interval;
             let tick = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            // Between its ticks the thread flushes arrays behind their writers
+            // (`View::flush_behind`): `finish` wakes it to stop.
             let handle = std::thread::spawn(move || {
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stop_rx.recv_timeout(tick)
-                {
-                    match weak.upgrade() {
-                        Some(v) => {
-                            let _ = v.commit_kernel_writes(KernelCommit::Idle);
-                            v.flush_idle(interval)
-                        }
-                        None => return,
+                let mut next_tick = std::time::Instant::now() + tick;
+                while let Err(std::sync::mpsc::TryRecvError::Empty) = stop_rx.try_recv() {
+                    let Some(v) = weak.upgrade() else { return };
+                    let now = std::time::Instant::now();
+                    if now < next_tick {
+                        v.flush_behind(next_tick - now);
+                        continue;
                     }
+                    let _ = v.commit_kernel_writes(KernelCommit::Idle);
+                    v.flush_idle(interval);
+                    next_tick = std::time::Instant::now() + tick;
                 }
             });
             (stop_tx, handle)
@@ -462,6 +483,9 @@ impl Mount {
     fn finish(&mut self) -> io::Result<()> {
         if let Some((stop, handle)) = self.timer.take() {
             drop(stop);
+            if let Some(w) = self.view.write_side() {
+                w.wake_write_behind();
+            }
             let _ = handle.join();
         }
         // The walk holds nothing of the session or the view. Let it end (at most the rest

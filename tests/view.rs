@@ -320,6 +320,8 @@ fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
     });
+    // A descriptor of a chunk file open across the adoption (`fstat` must answer).
+    let held = view.open(old[2], false, false).unwrap().fh;
     write_file(&view, b3, "zarr.json", &serde_json::to_vec(&meta).unwrap());
     assert!(
         store.path().join("b3/c/0/0/0").is_file(),
@@ -333,6 +335,11 @@ fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
         );
         assert_eq!(view.set_size(ino, 0).unwrap_err().errno(), libc::ESTALE);
     }
+    // What still holds an old inode: `fsync` makes everything durable; `fstat` through
+    // a handle opened before the adoption still answers.
+    view.fsync(old[1]).unwrap();
+    assert_eq!(view.getattr_open(old[2], Some(held)).unwrap().size, 8);
+    view.release(held).unwrap();
     // Looked up again: the chunks, in the shard.
     let first = lookup(&view, "b3/c/0/0/0").unwrap();
     assert!(!old.contains(&first.ino), "a new inode for the chunk");
@@ -358,4 +365,70 @@ fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
             "after the view is gone"
         );
     }
+}
+
+/// The inode of a file renamed onto `zarr.json` (zarr-python's and zarr 2's tmp + rename)
+/// lives on at the new name, as the array's metadata, when the rename makes an array:
+/// the refresh of the directory must not find it at its old name and retire it.
+#[test]
+fn a_file_renamed_onto_new_metadata_keeps_its_inode() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let b4 = view.mkdir(ROOT_INO, OsStr::new("b4")).unwrap().ino;
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    let tmp = write_file(
+        &view,
+        b4,
+        "zarr.json.1a2b.partial",
+        &serde_json::to_vec(&meta).unwrap(),
+    );
+    view.rename(
+        b4,
+        OsStr::new("zarr.json.1a2b.partial"),
+        b4,
+        OsStr::new("zarr.json"),
+        false,
+    )
+    .unwrap();
+    let attr = view
+        .getattr(tmp)
+        .expect("the renamed inode is the array's zarr.json, not stale");
+    assert_eq!(attr.ino, tmp);
+    let shown = read(&view, "b4/zarr.json").unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+    assert_eq!(doc["shape"], serde_json::json!([4, 4]));
+    assert_eq!(lookup(&view, "b4/zarr.json").unwrap().ino, tmp);
+}
+
+/// An inode of a store file that was unlinked, with another file made at its name since,
+/// never reaches the new file: opening it again (`/proc/self/fd/N`) or truncating it
+/// without a handle is `ENOENT`.
+#[test]
+fn an_unlinked_store_file_inode_never_reaches_the_file_at_its_name_now() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let d = view.mkdir(ROOT_INO, OsStr::new("plain")).unwrap().ino;
+    let old = write_file(&view, d, "x", b"old");
+    view.unlink(d, OsStr::new("x")).unwrap();
+    let new = write_file(&view, d, "x", b"new bytes");
+    assert_ne!(old, new);
+    assert_eq!(
+        view.open(old, true, true).unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        view.open(old, false, false).unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(view.set_size(old, 0).unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(read(&view, "plain/x").unwrap(), b"new bytes");
+    assert_eq!(
+        std::fs::read(store.path().join("plain/x")).unwrap(),
+        b"new bytes"
+    );
 }

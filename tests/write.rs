@@ -583,3 +583,81 @@ fn stats_count_what_the_mount_did() {
             .all(|e| e.unwrap().file_name() != ".shardfs-stats")
     );
 }
+
+/// Write-behind: an array with `write_behind` bytes of chunks staged is flushed at once,
+/// behind its writer (no `fsync`, no idle flush: the interval is an hour); with it off,
+/// nothing is flushed before the `fsync`. Either way every chunk is stored.
+#[test]
+fn an_array_is_flushed_behind_its_writer() {
+    if !common::can_mount("an_array_is_flushed_behind_its_writer") {
+        return;
+    }
+    for behind in [1u64 << 20, 0] {
+        let store = tempfile::tempdir().unwrap();
+        let chunk = |i: usize| vec![(i * 7 + 1) as u8; 64 << 10];
+        {
+            let mnt = tempfile::tempdir().unwrap();
+            let opts = MountOptions {
+                write_behind: behind,
+                flush_interval: std::time::Duration::from_secs(3600),
+                ..MountOptions::default()
+            };
+            let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+            let flushes = || {
+                let s: serde_json::Value = serde_json::from_slice(&m.view().stats_json()).unwrap();
+                s["flushes"].as_u64().unwrap()
+            };
+            let a = mnt.path().join("a");
+            fs::create_dir(&a).unwrap();
+            let meta = serde_json::json!({
+                "zarr_format": 3, "node_type": "array", "shape": [2048, 1024],
+                "data_type": "uint8",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64, 1024]}},
+                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+            });
+            fs::write(a.join("zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+            fs::create_dir_all(a.join("c")).unwrap();
+            for i in 0..32 {
+                fs::create_dir_all(a.join(format!("c/{i}"))).unwrap();
+                let tmp = a.join(format!("c/{i}/0.partial"));
+                fs::write(&tmp, chunk(i)).unwrap();
+                fs::rename(&tmp, a.join(format!("c/{i}/0"))).unwrap();
+            }
+            if behind > 0 {
+                // 2 MiB written: the array crossed 1 MiB once, so at least one flush
+                // runs without being asked.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while flushes() == 0 {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "no flush behind the writer within 30 s"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            } else {
+                assert_eq!(
+                    flushes(),
+                    0,
+                    "write-behind off: nothing flushed before fsync"
+                );
+            }
+            fs::File::open(&a).unwrap().sync_all().unwrap();
+            assert!(flushes() >= 1);
+            m.unmount().unwrap();
+        }
+        let mnt = tempfile::tempdir().unwrap();
+        let opts = MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        };
+        let _m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+        for i in 0..32 {
+            assert_eq!(
+                fs::read(mnt.path().join(format!("a/c/{i}/0"))).unwrap(),
+                chunk(i),
+                "write_behind {behind}: chunk {i}"
+            );
+        }
+    }
+}

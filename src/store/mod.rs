@@ -177,14 +177,22 @@ pub trait Store: Send + Sync {
     /// A name for log lines and `fsname`.
     fn describe(&self) -> String;
 
-    /// Requests made to a remote store so far, by kind, for `shardfs stats` (object
-    /// storage: `get`, `get_bytes`, `head`, `list`); empty for a local one.
     /// Whether every read is a request to a server (object storage): worth avoiding
     /// reads of an index only to answer a lookup.
     fn reads_are_requests(&self) -> bool {
         false
     }
 
+    /// Whether a shard commit appends what changed to the shard in place (a local disk)
+    /// rather than writing the whole shard again (object storage): only then does
+    /// flushing an array in several parts, behind its writer, cost no more bytes than
+    /// flushing it once.
+    fn commits_by_append(&self) -> bool {
+        false
+    }
+
+    /// Requests made to a remote store so far, by kind, for `shardfs stats` (object
+    /// storage: `get`, `get_bytes`, `head`, `list`); empty for a local one.
     fn requests(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }

@@ -50,6 +50,21 @@ impl View {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Flush the arrays whose staged bytes grew past the write-behind threshold
+    /// ([`crate::view::write_api::Writer::set_write_behind`]), waiting up to `max` for
+    /// one: the mount's timer thread calls it between its ticks. The disk then writes
+    /// while the writer goes on writing; the flush of the rest at its `fsync` is short. A
+    /// failure stays in the log (and the chunks stay staged): it is reported by the
+    /// `fsync` or unmount that retries them.
+    pub fn flush_behind(&self, max: std::time::Duration) {
+        let Some(w) = &self.writer else { return };
+        for rel in w.staging.wait_due(max) {
+            if let Some(array) = self.arrays.get(&rel) {
+                let _ = self.flush_array(&array);
+            }
+        }
+    }
+
     /// Flush arrays whose oldest staged chunk is at least `idle` old (the timer).
     pub fn flush_idle(&self, idle: std::time::Duration) {
         let Some(w) = &self.writer else { return };
@@ -64,7 +79,14 @@ impl View {
     /// `fsync` of a file: durable when it returns. A chunk still open for writing is
     /// committed with what it holds now (later writes commit again on close).
     pub fn fsync(&self, ino: u64) -> Result<()> {
-        let (_, node) = self.node(ino)?;
+        let (_, node) = match self.node(ino) {
+            // Retired while open (a chunk file taken into a new array, whose adoption
+            // flushed it): whatever it became is made durable with everything else.
+            Err(ViewError::StaleInode(_)) if self.inodes.get_any(ino).is_some() => {
+                return self.flush_all();
+            }
+            res => res?,
+        };
         if let Node::Scratch { path, .. } = &node
             && let Some(file) = self.writer()?.scratch(path)
         {

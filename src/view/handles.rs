@@ -138,6 +138,7 @@ impl View {
     /// Open a file for reading. `write` asks for write access.
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
         let (path, node) = self.node(ino)?;
+        self.names_its_file(ino, &path, &node)?;
         if write {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
             return Ok(self.add_handle(ino, handle, false));
@@ -375,16 +376,36 @@ impl View {
             })
     }
 
+    /// A store file's inode reaches the store by its path: only while that path still
+    /// names it. One unlinked or replaced (opened again through `/proc/self/fd`, or
+    /// truncated through a descriptor the kernel opened) would reach the file that has
+    /// its name now: `ENOENT` (what it was lives on only in handles of it).
+    pub(super) fn names_its_file(
+        &self,
+        ino: u64,
+        path: &std::path::Path,
+        node: &Node,
+    ) -> Result<()> {
+        if self.writer.is_some()
+            && matches!(node, Node::File { .. } | Node::Symlink { .. })
+            && self.inodes.peek(path) != Some(ino)
+        {
+            return Err(ViewError::NotFound);
+        }
+        Ok(())
+    }
+
     /// Attributes of `ino`, also when it was unlinked while open (`fstat`): such a file
     /// lives on for its handles, with no link, as on any POSIX file system. `fh`: the
     /// handle the request came with, if any (the kernel sends none for `fstat`).
     pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
         match self.getattr(ino) {
-            Err(ViewError::NotFound) => {
+            // Unlinked, or retired (taken into a new array) while open.
+            Err(e @ (ViewError::NotFound | ViewError::StaleInode(_))) => {
                 let handle = fh.and_then(|fh| self.handles.get(fh).ok());
                 match handle.or_else(|| self.handles.any_of(ino)) {
                     Some(handle) => self.unlinked_attr(ino, &handle),
-                    None => Err(ViewError::NotFound),
+                    None => Err(e),
                 }
             }
             res => res,

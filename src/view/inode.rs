@@ -80,6 +80,23 @@ impl InodeTable {
             .map(|e| (e.path.clone(), e.node.clone()))
     }
 
+    /// The virtual path and node of `ino`, also when it is retired.
+    pub fn get_any(&self, ino: u64) -> Option<(PathBuf, Node)> {
+        self.inner
+            .read()
+            .by_ino
+            .get(&ino)
+            .map(|e| (e.path.clone(), e.node.clone()))
+    }
+
+    /// Whether the kernel may still hold an inode for `path`: one names it now, or one
+    /// retired at it lives on.
+    pub fn known(&self, path: &Path) -> bool {
+        let inner = self.inner.read();
+        inner.by_path.contains_key(path)
+            || inner.by_ino.values().any(|e| e.retired && e.path == path)
+    }
+
     /// The inode already given to `path`, if any (for `readdir`'s `d_ino`).
     pub fn peek(&self, path: &Path) -> Option<u64> {
         self.inner.read().by_path.get(path).copied()

@@ -158,6 +158,7 @@ impl View {
 
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
         let (path, node) = self.node(ino)?;
+        self.names_its_file(ino, &path, &node)?;
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
@@ -282,13 +283,10 @@ impl View {
     }
 
     /// The parent's path, the child's path and the child's node; `NotFound` if absent.
-    /// Whether `name` in directory `parent` is a chunk key of an array (inside its
-    /// grid or not).
-    fn is_chunk_key(&self, parent: u64, name: &OsStr) -> bool {
-        let Ok((_, pnode)) = self.node(parent) else {
-            return false;
-        };
-        let (array, prefix) = match &pnode {
+    /// Whether `name` in directory `pnode` is a chunk key of an array (inside its grid
+    /// or not).
+    fn is_chunk_key(&self, pnode: &Node, name: &OsStr) -> bool {
+        let (array, prefix) = match pnode {
             Node::ArrayDir { array } => (self.current(array), None),
             Node::KeyDir { array, coords } => (self.current(array), Some(coords.as_slice())),
             _ => return false,
@@ -312,15 +310,16 @@ impl View {
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
         let (ppath, path, node) = match self.existing_child(parent, name) {
-            Err(ViewError::NotFound)
-                if self.is_chunk_key(parent, name)
-                    && let Ok((ppath, _)) = self.node(parent)
-                    && self.inodes.peek(&ppath.join(name)).is_some() =>
+            Err(ViewError::NotFound | ViewError::StaleInode(_))
+                if let Some((ppath, pnode)) = self.inodes.get_any(parent)
+                    && self.is_chunk_key(&pnode, name)
+                    && self.inodes.known(&ppath.join(name)) =>
             {
                 // The kernel still knows the name (an unlink comes without a lookup when
                 // the dentry is cached) but the chunk is gone: deleted by the mount
-                // itself just now (a shape shrink), its invalidation still on the way.
-                // Deleting what is not there is done; the stale entry goes.
+                // itself just now (a shape shrink, which retires the inodes of chunks and
+                // key directories outside the new grid), its invalidation still on the
+                // way. Deleting what is not there is done; the stale entry goes.
                 self.writer()?;
                 self.inodes.detach(&ppath.join(name));
                 return Ok(());
@@ -503,10 +502,20 @@ impl View {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 let dst = self.new_child_rel(dst_dir, newname)?;
                 self.store.rename(rel, &dst)?;
+                // The inode moves with its file before metadata lands: the refresh of
+                // the directory that the landing makes finds it at its new name (at the
+                // old one it would resolve to nothing, and be retired).
+                let moved = match &src {
+                    Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
+                    _ => Node::File { rel: dst.clone() },
+                };
+                self.inodes.rename(&from, to.clone(), moved);
                 if let Some(file) = MetaFile::from_name(newname) {
                     self.metadata_landed(dst_dir, file)?;
                 }
-                self.resolve(&to)?.ok_or(ViewError::NotFound)?
+                let node = self.resolve(&to)?.ok_or(ViewError::NotFound)?;
+                self.inodes.update_path(&to, node);
+                return Ok(());
             }
             (
                 Node::Dir { .. }

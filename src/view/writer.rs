@@ -150,6 +150,17 @@ impl Writer {
         self.staging.bytes()
     }
 
+    /// Flush an array behind its writer once it has `bytes` staged (0: off); see
+    /// [`crate::view::View::flush_behind`].
+    pub fn set_write_behind(&self, bytes: u64) {
+        self.staging.set_write_behind(bytes);
+    }
+
+    /// Make a [`crate::view::View::flush_behind`] under way return now.
+    pub fn wake_write_behind(&self) {
+        self.staging.wake();
+    }
+
     /// Where kernel invalidations go (set by the mount once its session runs).
     pub fn set_invalidations(&self, tx: std::sync::mpsc::Sender<Invalidation>) {
         *self.invalidations.lock() = Some(tx);

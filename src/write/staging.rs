@@ -9,6 +9,11 @@
 //!
 //! Memory is bounded: [`Staging::wait_for_room`] blocks a writer while the staged bytes
 //! exceed the limit, until a flush frees them.
+//!
+//! Write-behind: an array whose staged bytes grow past [`Staging::set_write_behind`]'s
+//! threshold is *due*, and [`Staging::wait_due`] hands it to a thread that flushes it
+//! while its writer goes on, so that the disk writes while the writer writes (a final
+//! `fsync` then has only the rest to make durable).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -39,12 +44,18 @@ struct ArrayStage {
     flushing: BTreeMap<Vec<u64>, Entry>,
     /// When the oldest chunk now staged was staged.
     since: Option<Instant>,
+    /// Bytes (weights) of `staged`.
+    staged_bytes: u64,
 }
 
 #[derive(Default)]
 struct Inner {
     arrays: HashMap<PathBuf, ArrayStage>,
     bytes: u64,
+    /// Arrays past the write-behind threshold, for [`Staging::wait_due`].
+    due: Vec<PathBuf>,
+    /// [`Staging::wake`] was called: `wait_due` returns at once.
+    woken: bool,
 }
 
 /// All staged chunks of a mount.
@@ -54,6 +65,9 @@ pub struct Staging {
     room: Condvar,
     /// The last close time handed out.
     clock: AtomicU64,
+    /// Staged bytes of one array that make it due for a flush behind its writer; 0: never.
+    behind: AtomicU64,
+    due_cv: Condvar,
 }
 
 /// Now, in nanoseconds since the Unix epoch (at least 1).
@@ -76,7 +90,37 @@ impl Staging {
             limit,
             room: Condvar::new(),
             clock: AtomicU64::new(0),
+            behind: AtomicU64::new(0),
+            due_cv: Condvar::new(),
         }
+    }
+
+    /// Flush an array behind its writer once it has `bytes` staged (0: only when idle, at
+    /// `fsync`, unmount or a full buffer). Each crossing of the threshold counts once: an
+    /// array whose flush failed (its chunks back in staging) is not due again until a
+    /// flush has taken its chunks.
+    pub fn set_write_behind(&self, bytes: u64) {
+        self.behind.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Arrays due for a flush behind their writers, once there is one, within `max`, or
+    /// after [`Staging::wake`]. Each is handed out once per crossing of the threshold.
+    pub fn wait_due(&self, max: Duration) -> Vec<PathBuf> {
+        let deadline = Instant::now() + max;
+        let mut inner = self.inner.lock();
+        while inner.due.is_empty() && !inner.woken {
+            if self.due_cv.wait_until(&mut inner, deadline).timed_out() {
+                break;
+            }
+        }
+        inner.woken = false;
+        std::mem::take(&mut inner.due)
+    }
+
+    /// Make a [`Staging::wait_due`] under way return now (the mount is stopping).
+    pub fn wake(&self) {
+        self.inner.lock().woken = true;
+        self.due_cv.notify_all();
     }
 
     /// A close time for a commit happening now: the wall clock, but always later than
@@ -113,12 +157,21 @@ impl Staging {
     /// Stage a chunk (or its deletion) closed at `closed` (ns since the epoch).
     pub fn put_closed(&self, array: &Path, coords: Vec<u64>, data: Staged, closed: u64) {
         let mut inner = self.inner.lock();
-        inner.bytes += weight(&data);
+        let w = weight(&data);
+        inner.bytes += w;
         let a = inner.arrays.entry(array.to_path_buf()).or_default();
         a.since.get_or_insert_with(Instant::now);
+        let before = a.staged_bytes;
+        a.staged_bytes += w;
         let old = a.staged.insert(coords, (data, closed));
-        if let Some((old, _)) = old {
-            inner.bytes -= weight(&old);
+        let old_w = old.map_or(0, |(old, _)| weight(&old));
+        a.staged_bytes -= old_w;
+        let now = a.staged_bytes;
+        inner.bytes -= old_w;
+        let behind = self.behind.load(Ordering::Relaxed);
+        if behind > 0 && before < behind && now >= behind {
+            inner.due.push(array.to_path_buf());
+            self.due_cv.notify_one();
         }
     }
 
@@ -179,6 +232,7 @@ impl Staging {
         };
         let staged = std::mem::take(&mut a.staged);
         a.since = None;
+        a.staged_bytes = 0;
         let out: Vec<_> = staged
             .iter()
             .map(|(c, (s, t))| StagedChunk {
@@ -217,7 +271,10 @@ impl Staging {
         for t in taken {
             if a.flushing.get(&t.coords).is_some_and(|f| same(f, &t)) {
                 a.flushing.remove(&t.coords);
-                a.staged.entry(t.coords).or_insert((t.data, t.closed));
+                if let std::collections::btree_map::Entry::Vacant(e) = a.staged.entry(t.coords) {
+                    a.staged_bytes += weight(&t.data);
+                    e.insert((t.data, t.closed));
+                }
             }
         }
         a.since.get_or_insert_with(Instant::now);
@@ -283,6 +340,54 @@ mod tests {
         let taken = s.take(a);
         s.restore(a, taken);
         assert_eq!(s.take(a).len(), 1);
+    }
+
+    #[test]
+    fn an_array_is_due_behind_its_writer_once_per_crossing() {
+        let s = Staging::new(1 << 20);
+        let a = Path::new("arr");
+        s.put(a, vec![0], Some(Arc::new(vec![0; 100])));
+        assert!(s.wait_due(Duration::ZERO).is_empty(), "write-behind is off");
+        s.set_write_behind(400); // three chunks: each weighs 100 + 64
+        s.put(a, vec![1], Some(Arc::new(vec![0; 100])));
+        assert!(s.wait_due(Duration::ZERO).is_empty(), "under the threshold");
+        // Rewriting a chunk does not count twice.
+        s.put(a, vec![1], Some(Arc::new(vec![0; 100])));
+        assert!(
+            s.wait_due(Duration::ZERO).is_empty(),
+            "a rewrite is not growth"
+        );
+        s.put(a, vec![2], Some(Arc::new(vec![0; 100])));
+        assert_eq!(s.wait_due(Duration::ZERO), vec![PathBuf::from("arr")]);
+        s.put(a, vec![3], Some(Arc::new(vec![0; 100])));
+        assert!(s.wait_due(Duration::ZERO).is_empty(), "once per crossing");
+        // A failed flush puts the chunks back: not due again until a flush took them.
+        let taken = s.take(a);
+        s.restore(a, taken);
+        s.put(a, vec![4], Some(Arc::new(vec![0; 100])));
+        assert!(s.wait_due(Duration::ZERO).is_empty(), "not after a failure");
+        let taken = s.take(a);
+        s.done(a, &taken);
+        for c in 5..8 {
+            s.put(a, vec![c], Some(Arc::new(vec![0; 100])));
+        }
+        assert_eq!(s.wait_due(Duration::ZERO), vec![PathBuf::from("arr")]);
+        // A waiter is woken by a crossing in another thread, and by `wake`.
+        let s = Arc::new(s);
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || s2.wait_due(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(20));
+        let taken = s.take(a);
+        s.done(a, &taken);
+        for c in 8..11 {
+            s.put(a, vec![c], Some(Arc::new(vec![0; 100])));
+        }
+        assert_eq!(t.join().unwrap(), vec![PathBuf::from("arr")]);
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || s2.wait_due(Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(20));
+        s.wake();
+        assert!(t.join().unwrap().is_empty());
     }
 
     #[test]

@@ -244,6 +244,10 @@ impl Store for LocalStore {
         append::commit(&self.path, rel, level, merge)
     }
 
+    fn commits_by_append(&self) -> bool {
+        true
+    }
+
     fn open_rw(
         &self,
         rel: &Path,
