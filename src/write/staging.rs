@@ -212,13 +212,19 @@ impl Staging {
         out.into_iter().collect()
     }
 
-    /// Arrays with staged chunks; with `idle`, only those staged at least that long ago.
+    /// Arrays with chunks not yet durable: staged, or taken by a flush under way (a
+    /// flush of every array, as at `fsync` of the root, must wait for that one: its
+    /// chunks may yet come back, if it fails). With `idle`, only those with chunks
+    /// staged at least that long ago.
     pub fn arrays(&self, idle: Option<Duration>) -> Vec<PathBuf> {
         let inner = self.inner.lock();
         inner
             .arrays
             .iter()
-            .filter(|(_, a)| !a.staged.is_empty())
+            .filter(|(_, a)| match idle {
+                None => !a.staged.is_empty() || !a.flushing.is_empty(),
+                Some(_) => !a.staged.is_empty(),
+            })
             .filter(|(_, a)| idle.is_none_or(|d| a.since.is_some_and(|t| t.elapsed() >= d)))
             .map(|(p, _)| p.clone())
             .collect()
@@ -268,16 +274,25 @@ impl Staging {
     pub fn restore(&self, array: &Path, taken: Vec<StagedChunk>) {
         let mut inner = self.inner.lock();
         let a = inner.arrays.entry(array.to_path_buf()).or_default();
+        let mut freed = 0;
         for t in taken {
             if a.flushing.get(&t.coords).is_some_and(|f| same(f, &t)) {
                 a.flushing.remove(&t.coords);
-                if let std::collections::btree_map::Entry::Vacant(e) = a.staged.entry(t.coords) {
-                    a.staged_bytes += weight(&t.data);
-                    e.insert((t.data, t.closed));
+                match a.staged.entry(t.coords) {
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        a.staged_bytes += weight(&t.data);
+                        e.insert((t.data, t.closed));
+                    }
+                    // Written again meanwhile: the newer write stays; this one is gone.
+                    std::collections::btree_map::Entry::Occupied(_) => freed += weight(&t.data),
                 }
             }
         }
         a.since.get_or_insert_with(Instant::now);
+        inner.bytes -= freed;
+        if freed > 0 {
+            self.room.notify_all();
+        }
     }
 
     /// Drop everything staged for `array` (the array was removed).
@@ -338,8 +353,28 @@ mod tests {
         let a = Path::new("arr");
         s.put(a, vec![3], Some(Arc::new(vec![7; 10])));
         let taken = s.take(a);
+        // While the flush is under way the array is still listed (a flush of every
+        // array waits for this one), but not as idle.
+        assert_eq!(s.arrays(None), vec![PathBuf::from("arr")]);
+        assert!(s.arrays(Some(Duration::ZERO)).is_empty());
         s.restore(a, taken);
         assert_eq!(s.take(a).len(), 1);
+    }
+
+    #[test]
+    fn a_failed_flush_of_a_chunk_written_again_frees_the_old_bytes() {
+        let s = Staging::new(1 << 20);
+        let a = Path::new("arr");
+        s.put(a, vec![3], Some(Arc::new(vec![7; 10])));
+        let taken = s.take(a);
+        s.put(a, vec![3], Some(Arc::new(vec![8; 20])));
+        s.restore(a, taken.clone());
+        s.done(a, &taken);
+        assert_eq!(s.bytes(), 20 + 64, "only the newer write is held");
+        let again = s.take(a);
+        assert_eq!(again[0].data.as_deref().unwrap(), &vec![8; 20]);
+        s.done(a, &again);
+        assert_eq!(s.bytes(), 0);
     }
 
     #[test]
