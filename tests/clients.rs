@@ -378,6 +378,18 @@ fn inode_numbers_stay_with_their_paths() {
 }
 
 /// The chunk coordinates of the arrays `make_3d_array` makes (2 × 2 × 2 chunks).
+/// The 2x2x2-chunk array `name` is stored as shards: no chunk file of it is left.
+fn assert_stored_sharded(store: &Path, name: &str) {
+    assert!(
+        !shard_files(store, name).is_empty(),
+        "{name}: stored sharded"
+    );
+    assert!(
+        !store.join(name).join("c/1/1/1").exists(),
+        "{name}: no chunk file left in the store"
+    );
+}
+
 fn chunks_2x2x2() -> impl Iterator<Item = (u8, u8, u8)> {
     (0..2u8).flat_map(|i| (0..2u8).flat_map(move |j| (0..2u8).map(move |k| (i, j, k))))
 }
@@ -447,14 +459,7 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
         assert_eq!(shown["attributes"]["n"], 100, "a slow writer's document");
         m.unmount().unwrap();
     }
-    assert!(
-        !shard_files(store.path(), "a3").is_empty(),
-        "stored sharded"
-    );
-    assert!(
-        !store.path().join("a3/c/1/1/1").exists(),
-        "no chunk file left in the store"
-    );
+    assert_stored_sharded(store.path(), "a3");
     let (mnt, _m) = mount_rw(store.path());
     for (i, j, k) in chunks_2x2x2() {
         let p = mnt.path().join(format!("a3/c/{i}/{j}/{k}"));
@@ -468,14 +473,7 @@ fn an_array_made_file_by_file_through_a_kernel_opens_mount_is_stored_sharded() {
     let doc: serde_json::Value =
         serde_json::from_slice(&fs::read(mnt.path().join("a3/zarr.json")).unwrap()).unwrap();
     assert_eq!(doc["attributes"]["n"], 100);
-    assert!(
-        !shard_files(store.path(), "b3").is_empty(),
-        "b3 stored sharded"
-    );
-    assert!(
-        !store.path().join("b3/c/1/1/1").exists(),
-        "b3: no chunk file left"
-    );
+    assert_stored_sharded(store.path(), "b3");
     for (i, j, k) in chunks_2x2x2() {
         let p = mnt.path().join(format!("b3/c/{i}/{j}/{k}"));
         assert_eq!(

@@ -432,3 +432,36 @@ fn an_unlinked_store_file_inode_never_reaches_the_file_at_its_name_now() {
         b"new bytes"
     );
 }
+
+/// zarr's resize writes the smaller metadata, then deletes each chunk outside the new
+/// shape. The shrink deleted them already and retired their inodes and key directories;
+/// an unlink that comes through names the kernel still caches (no lookup first) is done,
+/// not `ESTALE` or `ENOENT`.
+#[test]
+fn unlinking_a_chunk_a_shrink_deleted_through_a_cached_name_succeeds() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let arr = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
+    let meta = |rows: u64| {
+        serde_json::to_vec(&serde_json::json!({
+            "zarr_format": 3, "node_type": "array", "shape": [rows, 4], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+        }))
+        .unwrap()
+    };
+    write_file(&view, arr, "zarr.json", &meta(4));
+    let c = view.mkdir(arr, OsStr::new("c")).unwrap().ino;
+    let c1 = view.mkdir(c, OsStr::new("1")).unwrap().ino;
+    write_file(&view, c1, "0", &[5; 4]);
+    assert_eq!(read(&view, "b/c/1/0").unwrap(), [5; 4]);
+    write_file(&view, arr, "zarr.json", &meta(2));
+    assert_eq!(
+        view.getattr(c1).unwrap_err().errno(),
+        libc::ESTALE,
+        "the key directory outside the grid is retired"
+    );
+    view.unlink(c1, OsStr::new("0")).unwrap();
+    assert!(lookup(&view, "b/c/1/0").is_err());
+}

@@ -282,7 +282,6 @@ impl View {
         self.getattr(ino)
     }
 
-    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
     /// Whether `name` in directory `pnode` is a chunk key of an array (inside its grid
     /// or not).
     fn is_chunk_key(&self, pnode: &Node, name: &OsStr) -> bool {
@@ -299,6 +298,7 @@ impl View {
         )
     }
 
+    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
     fn existing_child(&self, parent: u64, name: &OsStr) -> Result<(PathBuf, PathBuf, Node)> {
         let (ppath, pnode) = self.node(parent)?;
         let node = self

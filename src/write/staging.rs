@@ -409,18 +409,20 @@ mod tests {
         assert_eq!(s.wait_due(Duration::ZERO), vec![PathBuf::from("arr")]);
         // A waiter is woken by a crossing in another thread, and by `wake`.
         let s = Arc::new(s);
-        let s2 = s.clone();
-        let t = std::thread::spawn(move || s2.wait_due(Duration::from_secs(30)));
-        std::thread::sleep(Duration::from_millis(20));
+        let waiter = || {
+            let s2 = s.clone();
+            let t = std::thread::spawn(move || s2.wait_due(Duration::from_secs(30)));
+            std::thread::sleep(Duration::from_millis(20));
+            t
+        };
+        let t = waiter();
         let taken = s.take(a);
         s.done(a, &taken);
         for c in 8..11 {
             s.put(a, vec![c], Some(Arc::new(vec![0; 100])));
         }
         assert_eq!(t.join().unwrap(), vec![PathBuf::from("arr")]);
-        let s2 = s.clone();
-        let t = std::thread::spawn(move || s2.wait_due(Duration::from_secs(30)));
-        std::thread::sleep(Duration::from_millis(20));
+        let t = waiter();
         s.wake();
         assert!(t.join().unwrap().is_empty());
     }
