@@ -267,6 +267,7 @@ impl View {
     pub(super) fn add_handle(&self, ino: u64, handle: Handle, keep_cache: bool) -> Opened {
         let no_flush = !self.commits_on_close(&handle);
         let fh = self.handles.insert(ino, handle);
+        self.inodes.hold(ino);
         Opened {
             fh,
             keep_cache,
@@ -476,6 +477,7 @@ impl View {
         let Some((ino, handle)) = self.handles.remove(fh) else {
             return flushed;
         };
+        self.inodes.let_go(ino);
         let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..));
         let released = match handle {
             Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
@@ -570,9 +572,12 @@ impl View {
             // writes gather in the handle they gather in; this one shares its bytes.
             // Let go without what a close does (commit, take in): the writes go on.
             drop(map);
-            if let Some((_, Handle::Scratch { file, .. })) = self.handles.remove(fh) {
-                let mut f = file.lock();
-                f.opens = f.opens.saturating_sub(1);
+            if let Some((ino, handle)) = self.handles.remove(fh) {
+                self.inodes.let_go(ino);
+                if let Handle::Scratch { file, .. } = handle {
+                    let mut f = file.lock();
+                    f.opens = f.opens.saturating_sub(1);
+                }
             }
             return;
         }

@@ -32,6 +32,11 @@ struct Entry {
     path: PathBuf,
     node: Node,
     lookups: u64,
+    /// Handles open on it ([`InodeTable::hold`]): an inode the kernel forgot lives on
+    /// while it has any, so its number is not handed to another file. The kernel sends
+    /// a forget before a release still queued for the same inode (forgets jump the
+    /// queue), and a file created at that moment must not be taken for the released one.
+    handles: u32,
     /// No longer what it was ([`InodeTable::retire`]): every request for it is refused
     /// as stale until the kernel forgets it.
     retired: bool,
@@ -56,6 +61,7 @@ impl InodeTable {
                 path: PathBuf::new(),
                 node: root,
                 lookups: 1,
+                handles: 0,
                 retired: false,
             },
         );
@@ -132,6 +138,7 @@ impl InodeTable {
                 path,
                 node,
                 lookups: 1,
+                handles: 0,
                 retired: false,
             },
         );
@@ -218,7 +225,30 @@ impl InodeTable {
             return;
         };
         e.lookups = e.lookups.saturating_sub(n);
-        if e.lookups == 0 {
+        if e.lookups == 0 && e.handles == 0 {
+            let e = inner.by_ino.remove(&ino).expect("present");
+            if inner.by_path.get(&e.path) == Some(&ino) {
+                inner.by_path.remove(&e.path);
+            }
+        }
+    }
+
+    /// A handle was opened on `ino`: it lives, and keeps its number, until
+    /// [`InodeTable::let_go`], even if the kernel forgets it first.
+    pub fn hold(&self, ino: u64) {
+        if let Some(e) = self.inner.write().by_ino.get_mut(&ino) {
+            e.handles += 1;
+        }
+    }
+
+    /// A handle of `ino` was released: an inode the kernel forgot goes with its last one.
+    pub fn let_go(&self, ino: u64) {
+        let mut inner = self.inner.write();
+        let Some(e) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        e.handles = e.handles.saturating_sub(1);
+        if e.lookups == 0 && e.handles == 0 {
             let e = inner.by_ino.remove(&ino).expect("present");
             if inner.by_path.get(&e.path) == Some(&ino) {
                 inner.by_path.remove(&e.path);
