@@ -134,25 +134,26 @@ pub struct MountArgs {
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
     /// Seconds the kernel may cache entries and attributes [default: 10, or 1 with
-    /// --open-checks]. On a read-only mount this is also how long a change made to the
-    /// store outside the mount may go unseen (see --open-checks); a writable mount sees
-    /// it at the next open. A file added outside the mount is seen within 1 s.
+    /// --open-checks]. This is also how long a change made to the store outside the mount
+    /// may go unseen (with --open-checks: until the next open). A file added outside the
+    /// mount is seen within 1 s.
     #[arg(long, value_name = "SECS")]
     pub ttl: Option<f64>,
-    /// On a read-only mount, ask the daemon at every open (also `-o open_checks`), so a
-    /// change made to the store outside the mount is seen at the next open; the TTL is
-    /// then 1 s unless given. By default a read-only mount lets the kernel open files
-    /// without asking, several times faster for many small chunks, and sees such changes
-    /// within --ttl. Writable mounts ask at open unless --kernel-opens.
+    /// Ask the daemon at every open (also `-o open_checks`): a change made to the store
+    /// outside the mount is seen at the next open (close-to-open, as NFS), the TTL is 1 s
+    /// unless given, and on a writable mount every close is heard of: a close commits
+    /// what was written through its descriptor and returns a refusal (EINVAL) or failure
+    /// of that commit. By default the kernel opens files itself, several times faster
+    /// for many small chunks: changes made outside the mount are seen within --ttl, and
+    /// what is written is committed at fsync, before a rename or link, at unmount, or 1 s
+    /// after its last write (errors no request waits for are only logged), metadata at
+    /// the write that completes it. See docs/SEMANTICS.md.
     #[arg(long)]
     pub open_checks: bool,
-    /// On a writable mount, let the kernel open files without asking, as on a read-only
-    /// mount (also `-o kernel_opens`): reads of cached chunks cost no request and changes
-    /// made outside the mount are seen within --ttl, but no close is heard of: what is
-    /// written is committed at fsync, before a rename or link, at unmount, or 1 s after
-    /// its last write (errors of those no request waits for are only logged), metadata at
-    /// the write that completes it. See docs/SEMANTICS.md.
-    #[arg(long, conflicts_with = "open_checks")]
+    /// The default since the kernel opens files itself on every mount unless
+    /// --open-checks; accepted (also `-o kernel_opens`) for command lines and fstab
+    /// entries that name it.
+    #[arg(long, hide = true, conflicts_with = "open_checks")]
     pub kernel_opens: bool,
     /// Object storage (`s3://`): how long one request may keep failing, its retries
     /// included, before the operation gives up with EIO (also `-o s3_timeout=SECS`). A
@@ -250,7 +251,6 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             CompactorArg::Gpu => CompactorChoice::Gpu,
         },
         open_checks: args.open_checks,
-        kernel_opens: args.kernel_opens,
         ..MountOptions::default()
     };
     opts.view.format = args.format.into();
@@ -279,6 +279,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     if let Some(t) = args.threads {
         opts.threads = t.max(1);
     }
+    let mut kernel_opens = args.kernel_opens;
     for opt in args
         .options
         .iter()
@@ -299,7 +300,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
                 continue;
             }
             "kernel_opens" => {
-                opts.kernel_opens = true;
+                kernel_opens = true;
                 continue;
             }
             "nonempty" => {
@@ -381,7 +382,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         opts.flags.retain(|f| !conflicts(f, &flag));
         opts.flags.push(flag);
     }
-    if opts.open_checks && opts.kernel_opens {
+    if opts.open_checks && kernel_opens {
         return Err("open_checks and kernel_opens say the opposite: give one".into());
     }
     Ok(opts)

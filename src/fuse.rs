@@ -498,6 +498,15 @@ impl Filesystem for ShardFs {
             .rename(parent.0, name, newparent.0, newname, noreplace)
         {
             Ok(()) => {
+                if let Some(w) = self.view.write_side() {
+                    // Metadata renamed into place may have shrunk its array: the chunks
+                    // it deleted must not pass for files through attributes the kernel
+                    // still caches (zarr 2's resize: `isfile` then `os.remove` of each
+                    // chunk outside the new shape). Their entries can only be dropped
+                    // after this reply (the kernel holds the directory's lock), their
+                    // attributes now.
+                    w.settle_inode_invalidations(std::time::Duration::from_secs(1));
+                }
                 if self.view.kernel_opens()
                     && let (Some(ino), Some(n)) = (moved, self.notifier.get())
                 {

@@ -52,16 +52,13 @@ pub struct MountOptions {
     /// Inner chunks per shard of arrays created through the mount.
     pub chunks_per_shard: Option<Vec<u64>>,
     pub compactor: CompactorChoice,
-    /// Ask the daemon at every open even on a read-only mount (`-o open_checks`): a
-    /// change made to the store outside the mount is then seen at the next open
-    /// (close-to-open), not up to `ttl` later, and the TTL defaults to
-    /// [`OPEN_CHECKS_TTL`]. Writable mounts ask at open unless `kernel_opens`.
+    /// Ask the daemon at every open (`-o open_checks`): a change made to the store
+    /// outside the mount is then seen at the next open (close-to-open), not up to `ttl`
+    /// later, the TTL defaults to [`OPEN_CHECKS_TTL`], and a writable mount hears of
+    /// every close (a close commits and reports). Otherwise the kernel opens files
+    /// itself: reads cost no request, and writes are committed by
+    /// [`crate::view::View::commit_kernel_writes`] (see docs/SEMANTICS.md).
     pub open_checks: bool,
-    /// Let the kernel open files without asking on a writable mount too
-    /// (`-o kernel_opens`): reads cost what they cost on a read-only mount, changes made
-    /// outside the mount are seen within `ttl`, and no close is heard of: writes are
-    /// committed by [`crate::view::View::commit_kernel_writes`] (see docs/SEMANTICS.md).
-    pub kernel_opens: bool,
     /// Mount on a directory that holds files (`-o nonempty`), hiding them while mounted.
     pub nonempty: bool,
     /// Object storage: request timeouts, read-ahead memory.
@@ -71,8 +68,8 @@ pub struct MountOptions {
 /// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
 /// files that takes longer than the TTL looks every file up again (a request each,
 /// several times the cost of a cached read), so it is long: what it delays is small.
-/// A writable mount checks a chunk's shard at every open anyway (close-to-open); a
-/// read-only one sees a changed file within the TTL; names that appear are seen within
+/// A mount sees a file changed outside it within the TTL (with `open_checks`: at the
+/// next open, close-to-open); names that appear are seen within
 /// [`crate::view::cache::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
 /// 60 s.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -127,7 +124,6 @@ impl Default for MountOptions {
             chunks_per_shard: None,
             compactor: CompactorChoice::Auto,
             open_checks: false,
-            kernel_opens: false,
             nonempty: false,
             s3: Default::default(),
         }
@@ -390,11 +386,7 @@ impl Mount {
         };
         config.n_threads = Some(opts.threads.max(1));
         config.clone_fd = true;
-        let kernel_opens = if view.is_read_only() {
-            !opts.open_checks
-        } else {
-            opts.kernel_opens
-        };
+        let kernel_opens = !opts.open_checks;
         if kernel_opens && !view.is_read_only() {
             // A write or rename drops the kernel's pages of its file from the request's
             // thread; a reader's page it waits for needs another thread to be served.

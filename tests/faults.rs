@@ -245,11 +245,6 @@ fn metadata_whose_chunks_could_never_be_stored_is_refused_when_written() {
     if !common::can_mount("metadata_whose_chunks_could_never_be_stored_is_refused_when_written") {
         return;
     }
-    let tmp = common::store_copy("zarr_basic");
-    let store = tmp.path().join("s");
-    let (mnt, _g) = mount_rw(&store);
-    let dir = mnt.path().join("huge");
-    fs::create_dir(&dir).unwrap();
     let doc = json!({
         "zarr_format": 3, "node_type": "array", "shape": [1u64 << 40, 1u64 << 40],
         "data_type": "uint8",
@@ -257,16 +252,42 @@ fn metadata_whose_chunks_could_never_be_stored_is_refused_when_written() {
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0, "codecs": [{"name": "bytes"}],
     });
-    let mut f = fs::File::create(dir.join("zarr.json")).unwrap();
-    f.write_all(&serde_json::to_vec(&doc).unwrap()).unwrap();
-    // close(2) reports the refusal (FUSE flush), and nothing of it is left to read.
-    let closed = nix_close(f);
-    assert_eq!(closed.unwrap_err().raw_os_error(), Some(libc::EINVAL));
-    assert!(!store.join("huge/zarr.json").exists());
-    assert!(fs::read(dir.join("zarr.json")).is_err());
-    // The mount is not jammed: everything else flushes.
-    write_file(&mnt.path().join("u16_default_sparse/c/0/0"), &[3; 24]);
-    fsync(mnt.path()).unwrap();
+    for open_checks in [false, true] {
+        let tmp = common::store_copy("zarr_basic");
+        let store = tmp.path().join("s");
+        let mnt = tempfile::tempdir().unwrap();
+        let opts = MountOptions {
+            open_checks,
+            ..MountOptions::default()
+        };
+        let _g = Mount::new(&store, mnt.path(), &opts).unwrap();
+        let dir = mnt.path().join("huge");
+        fs::create_dir(&dir).unwrap();
+        let mut f = fs::File::create(dir.join("zarr.json")).unwrap();
+        let written = f.write_all(&serde_json::to_vec(&doc).unwrap());
+        let closed = nix_close(f);
+        let refused = if open_checks {
+            // close(2) reports the refusal (FUSE flush).
+            written.unwrap();
+            closed
+        } else {
+            // The kernel opened the file itself: the write that makes the document
+            // whole is refused.
+            closed.unwrap();
+            written
+        };
+        assert_eq!(
+            refused.unwrap_err().raw_os_error(),
+            Some(libc::EINVAL),
+            "open_checks {open_checks}"
+        );
+        // Nothing of it is left to read.
+        assert!(!store.join("huge/zarr.json").exists());
+        assert!(fs::read(dir.join("zarr.json")).is_err());
+        // The mount is not jammed: everything else flushes.
+        write_file(&mnt.path().join("u16_default_sparse/c/0/0"), &[3; 24]);
+        fsync(mnt.path()).unwrap();
+    }
 }
 
 /// Close `f` and return what close(2) said (std's drop ignores it).

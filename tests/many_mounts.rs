@@ -232,7 +232,7 @@ fn mount_rw_with(store: &Path, kernel_opens: bool) -> (tempfile::TempDir, Mount)
     let opts = MountOptions {
         // Flushes happen only when the test says (fsync, unmount).
         flush_interval: Duration::from_secs(3600),
-        kernel_opens,
+        open_checks: !kernel_opens,
         ttl: kernel_opens.then(|| Duration::from_millis(200)),
         ..MountOptions::default()
     };

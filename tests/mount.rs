@@ -632,16 +632,21 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     assert_eq!(s["chunk_opens"], 3, "{s}");
 }
 
-/// A writable mount asks the daemon at every open (close-to-open; docs/SEMANTICS.md,
-/// "Reads on a writable mount"), but the bytes of a chunk whose shard is unchanged come
-/// from the kernel's page cache: opens reach the daemon, reads do not.
+/// A writable mount with `open_checks` asks the daemon at every open (close-to-open;
+/// docs/SEMANTICS.md, "Reads on a writable mount"), but the bytes of a chunk whose shard
+/// is unchanged come from the kernel's page cache: opens reach the daemon, reads do not.
 #[test]
-fn a_writable_mount_asks_at_every_open_and_reads_cached_pages() {
-    if !common::can_mount("a_writable_mount_asks_at_every_open_and_reads_cached_pages") {
+fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages() {
+    if !common::can_mount(
+        "a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages",
+    ) {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
-    let m = BasicMount::new(&MountOptions::default());
+    let m = BasicMount::new(&MountOptions {
+        open_checks: true,
+        ..MountOptions::default()
+    });
     let dir = &m.dir;
     let first = std::fs::read(dir.path().join(key)).unwrap();
     assert_eq!(first.len(), 24);
@@ -667,16 +672,15 @@ fn a_writable_mount_asks_at_every_open_and_reads_cached_pages() {
 /// opens files itself (no request at open) and serves cached pages (no request at all),
 /// and a change made outside the mount is seen once the attribute TTL has passed.
 #[test]
-fn a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes() {
+fn a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl() {
     use std::time::Duration;
     if !common::can_mount(
-        "a_writable_mount_with_kernel_opens_reads_without_asking_and_sees_outside_changes",
+        "a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl",
     ) {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
     let opts = MountOptions {
-        kernel_opens: true,
         ttl: Some(Duration::from_millis(200)),
         ..MountOptions::default()
     };
@@ -720,7 +724,6 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
     let copy = common::store_copy("zarr_basic");
     let store = copy.path().join("s");
     let opts = MountOptions {
-        kernel_opens: true,
         // Flushes only when the test says (fsync, unmount).
         flush_interval: Duration::from_secs(3600),
         ..MountOptions::default()
@@ -866,20 +869,22 @@ fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
     );
 }
 
-/// A writable mount checks a chunk at every open (close-to-open): a chunk that another
+/// A writable mount with `open_checks` checks a chunk at every open (close-to-open): a
+/// chunk that another
 /// writer made longer reads whole at the next open, even while the kernel still caches
 /// the old size (a long TTL here).
 #[test]
-fn an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes() {
+fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes() {
     use std::io::Read;
     use std::time::Duration;
     if !common::can_mount(
-        "an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes",
+        "with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes",
     ) {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
     let opts = MountOptions {
+        open_checks: true,
         ttl: Some(Duration::from_secs(60)),
         ..MountOptions::default()
     };

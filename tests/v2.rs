@@ -244,6 +244,14 @@ fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
 
 /// Write a file and close it, reporting what `close` says (FUSE `flush` errors reach
 /// the writer there; `std::fs::write` drops them).
+/// Write `data` to `path`, `fsync` it, close it: the first error.
+fn write_fsync_close(path: PathBuf, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()
+}
+
 fn write_and_close(path: PathBuf, data: impl AsRef<[u8]>) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::fd::IntoRawFd;
@@ -259,11 +267,20 @@ fn write_and_close(path: PathBuf, data: impl AsRef<[u8]>) -> std::io::Result<()>
 
 /// Bad metadata written through the v2 view is refused with `EINVAL` and leaves nothing
 /// behind: no v2 file in the store, no array half made, the existing array unchanged.
+/// With `open_checks` the refusal comes at close; with the kernel opening files (the
+/// default) at the write that makes the document whole, or at `fsync` for one that never
+/// becomes whole JSON.
 #[test]
 fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
     if !common::can_mount("bad_v2_metadata_is_refused_and_leaves_nothing_behind") {
         return;
     }
+    for open_checks in [false, true] {
+        bad_v2_metadata_is_refused(open_checks);
+    }
+}
+
+fn bad_v2_metadata_is_refused(open_checks: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let store = tmp.path().join("store");
     let status = Command::new("cp")
@@ -275,11 +292,26 @@ fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
     assert!(status.success());
     let before = std::fs::read(store.join("inner_gzip/zarr.json")).unwrap();
     let mnt = tempfile::tempdir().unwrap();
-    let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+    let opts = MountOptions {
+        open_checks,
+        ..v2_options(false)
+    };
+    let mount = Mount::new(&store, mnt.path(), &opts).unwrap();
     let m = mnt.path();
     let einval = |r: std::io::Result<()>, what: &str| {
         let e = r.expect_err(what);
-        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{what}: {e}");
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EINVAL),
+            "{what} (open_checks {open_checks}): {e}"
+        );
+    };
+    let write_and_close = |path: PathBuf, data: &[u8]| {
+        if open_checks {
+            write_and_close(path, data)
+        } else {
+            write_fsync_close(path, data)
+        }
     };
     // A new array whose .zarray is not JSON, or asks for a codec or dtype v3 lacks (each
     // in a directory of its own: see the note on repeated refusals in the README).
@@ -305,15 +337,15 @@ fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
     let other_dtype = shown.replace("<i4", "<i8");
     assert_ne!(shown, other_dtype);
     einval(
-        write_and_close(m.join("inner_gzip/.zarray"), other_dtype),
+        write_and_close(m.join("inner_gzip/.zarray"), other_dtype.as_bytes()),
         "dtype change",
     );
     einval(
-        write_and_close(m.join("inner_gzip/.zattrs"), b"[1, 2]"),
+        write_and_close(m.join("inner_gzip/.zattrs"), &b"[1, 2]"[..]),
         "attributes not an object",
     );
     // A chunk outside the grid.
-    write_and_close(m.join("inner_gzip/tmp.partial"), b"x").unwrap();
+    write_and_close(m.join("inner_gzip/tmp.partial"), &b"x"[..]).unwrap();
     einval(
         std::fs::rename(m.join("inner_gzip/tmp.partial"), m.join("inner_gzip/0/99")),
         "chunk outside the grid",
@@ -371,7 +403,7 @@ fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
         {
             let mnt = tempfile::tempdir().unwrap();
             let opts = MountOptions {
-                kernel_opens,
+                open_checks: !kernel_opens,
                 ..v2_options(false)
             };
             let mount = Mount::new(&written, mnt.path(), &opts).unwrap();

@@ -44,9 +44,9 @@ pub enum KernelCommit {
     /// Every file's (unmount); writes in flight are waited for, metadata that is not a
     /// whole document is committed (and refused) too.
     All,
-    /// Every file's but `except`, those being written now and metadata that is not yet a
-    /// whole document (`fsync` of a directory, before a new array is adopted, a full
-    /// write buffer); nothing is waited for.
+    /// Every file's but `except`, those being written now, unlinked ones and metadata
+    /// that is not yet a whole document (`fsync` of a directory, before a new array is
+    /// adopted, a full write buffer); nothing is waited for.
     Settled { except: Option<u64> },
     /// As `Settled`, of files idle for [`KERNEL_WRITE_IDLE`] (unlinked ones: for
     /// [`KERNEL_UNLINKED_IDLE`]); the timer's.
@@ -661,8 +661,13 @@ impl View {
                     }
                     let due = match which {
                         KernelCommit::Of(_) | KernelCommit::All => true,
+                        // An unlinked file has nothing to commit, and its descriptors
+                        // still use it (pytest's capture files while a test adopts an
+                        // array): only the idle timer and the unmount let it go.
                         KernelCommit::Settled { except } => {
-                            except != Some(*ino) && !self.partial_metadata(h.fh)
+                            except != Some(*ino)
+                                && !self.partial_metadata(h.fh)
+                                && !self.unlinked(h.fh)
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();

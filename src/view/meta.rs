@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::writer::Invalidation;
 use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format;
 
@@ -177,6 +176,7 @@ impl View {
     /// equals the store path there) after the kind of that directory changed.
     pub(super) fn refresh_subtree(&self, rel: &Path) {
         let w = self.writer.as_ref();
+        let (mut inodes, mut entries) = (Vec::new(), Vec::new());
         for (ino, path) in self.inodes.under(rel) {
             match (self.resolve(&path), self.inodes.get(ino)) {
                 // Still there, as the same kind of file.
@@ -191,20 +191,20 @@ impl View {
                 // Not known now (a store error): left as it was.
                 _ => {}
             }
-            if let Some(w) = w {
-                w.invalidate(Invalidation::Inode(ino));
+            if w.is_some() {
+                inodes.push(ino);
                 // The directory itself keeps its inode and dentry (dropping that dentry
                 // would fail operations already under way in it); its children change.
                 if path.as_path() != rel
                     && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
                     && let Some(pino) = self.inodes.peek(parent)
                 {
-                    w.invalidate(Invalidation::Entry {
-                        parent: pino,
-                        name: name.to_os_string(),
-                    });
+                    entries.push((pino, name.to_os_string()));
                 }
             }
+        }
+        if let Some(w) = w {
+            w.invalidate_inodes_first(inodes, entries);
         }
     }
 }

@@ -89,6 +89,10 @@ pub struct Writer {
     /// Invalidations sent, and (counted by the sending thread) delivered to the kernel.
     invalidations_queued: AtomicU64,
     invalidations_done: Arc<AtomicU64>,
+    /// `invalidations_queued` after the last batch of inode invalidations queued ahead of
+    /// their entries ([`Writer::invalidate_inodes_first`]): what
+    /// [`Writer::settle_inode_invalidations`] waits for.
+    inodes_queued: AtomicU64,
 }
 
 /// An array whose metadata was unlinked while its other names are still shown.
@@ -135,6 +139,7 @@ impl Writer {
             invalidations: Mutex::new(None),
             invalidations_queued: AtomicU64::new(0),
             invalidations_done: Arc::new(AtomicU64::new(0)),
+            inodes_queued: AtomicU64::new(0),
         }
     }
 
@@ -171,6 +176,44 @@ impl Writer {
             && tx.send(i).is_ok()
         {
             self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Queue `inodes`' invalidations, then `entries`'. An inode's invalidation needs no
+    /// directory lock, so a request that holds one (a rename onto metadata, whose shrink
+    /// deleted chunks in that directory) can wait for those
+    /// ([`Writer::settle_inode_invalidations`]) before it replies; the entries' wait for
+    /// the reply.
+    pub(super) fn invalidate_inodes_first(
+        &self,
+        inodes: Vec<u64>,
+        entries: Vec<(u64, std::ffi::OsString)>,
+    ) {
+        if inodes.is_empty() && entries.is_empty() {
+            return;
+        }
+        for ino in inodes {
+            self.invalidate(Invalidation::Inode(ino));
+        }
+        let mark = self.invalidations_queued.load(Ordering::SeqCst);
+        self.inodes_queued.fetch_max(mark, Ordering::SeqCst);
+        for (parent, name) in entries {
+            self.invalidate(Invalidation::Entry { parent, name });
+        }
+    }
+
+    /// Wait, at most `timeout`, until the kernel has been told of every inode queued by
+    /// [`Writer::invalidate_inodes_first`] so far: a `stat` through an entry it still
+    /// caches then asks the daemon, which says the file is gone.
+    pub fn settle_inode_invalidations(&self, timeout: std::time::Duration) {
+        let target = self.inodes_queued.load(Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + timeout;
+        while self.invalidations_done.load(Ordering::SeqCst) < target {
+            if std::time::Instant::now() >= deadline {
+                log::debug!("inode invalidations still on the way after {timeout:?}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
     }
 
