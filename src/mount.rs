@@ -410,17 +410,37 @@ impl Mount {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
             w.set_invalidations(tx);
             let done = w.invalidations_done();
+            let dispatched = w.invalidations_dispatched();
             let notifier = session.notifier();
+            // Entries on a thread of their own: dropping one waits for its directory's
+            // lock, which a request may hold while it waits for inode invalidations
+            // queued behind it (`Writer::settle_inode_invalidations`).
+            let (entry_tx, entry_rx) = std::sync::mpsc::channel::<(u64, std::ffi::OsString)>();
+            let entry_notifier = session.notifier();
+            let entry_done = done.clone();
             std::thread::spawn(move || {
-                for i in rx {
+                for (parent, name) in entry_rx {
                     // The kernel may not know the entry any more; that is fine.
-                    let _ = match i {
-                        Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
-                        Invalidation::Entry { parent, name } => {
-                            notifier.inval_entry(INodeNo(parent), &name)
+                    let _ = entry_notifier.inval_entry(INodeNo(parent), &name);
+                    entry_done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+            std::thread::spawn(move || {
+                use std::sync::atomic::Ordering::SeqCst;
+                for i in rx {
+                    match i {
+                        Invalidation::Inode(ino) => {
+                            // The kernel may not know the inode any more; that is fine.
+                            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                            done.fetch_add(1, SeqCst);
                         }
-                    };
-                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Invalidation::Entry { parent, name } => {
+                            if entry_tx.send((parent, name)).is_err() {
+                                done.fetch_add(1, SeqCst);
+                            }
+                        }
+                    }
+                    dispatched.fetch_add(1, SeqCst);
                 }
             });
             let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

@@ -93,6 +93,10 @@ pub struct Writer {
     /// their entries ([`Writer::invalidate_inodes_first`]): what
     /// [`Writer::settle_inode_invalidations`] waits for.
     inodes_queued: AtomicU64,
+    /// Invalidations taken off the queue in order: an inode's once the kernel has it, an
+    /// entry's once handed to the thread that sends entries (which may wait for a
+    /// directory lock a request holds).
+    invalidations_dispatched: Arc<AtomicU64>,
 }
 
 /// An array whose metadata was unlinked while its other names are still shown.
@@ -140,6 +144,7 @@ impl Writer {
             invalidations_queued: AtomicU64::new(0),
             invalidations_done: Arc::new(AtomicU64::new(0)),
             inodes_queued: AtomicU64::new(0),
+            invalidations_dispatched: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -208,7 +213,7 @@ impl Writer {
     pub fn settle_inode_invalidations(&self, timeout: std::time::Duration) {
         let target = self.inodes_queued.load(Ordering::SeqCst);
         let deadline = std::time::Instant::now() + timeout;
-        while self.invalidations_done.load(Ordering::SeqCst) < target {
+        while self.invalidations_dispatched.load(Ordering::SeqCst) < target {
             if std::time::Instant::now() >= deadline {
                 log::debug!("inode invalidations still on the way after {timeout:?}");
                 return;
@@ -217,7 +222,13 @@ impl Writer {
         }
     }
 
-    /// The counter the sending thread bumps after each invalidation it delivered.
+    /// The counter the queue's reader bumps after each invalidation it took off the queue
+    /// (see `invalidations_dispatched`).
+    pub fn invalidations_dispatched(&self) -> Arc<AtomicU64> {
+        self.invalidations_dispatched.clone()
+    }
+
+    /// The counter the sending threads bump after each invalidation they delivered.
     pub fn invalidations_done(&self) -> Arc<AtomicU64> {
         self.invalidations_done.clone()
     }
