@@ -221,12 +221,14 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
 
 // ---- through two real mounts ----------------------------------------------------------
 
+/// A writable mount as mounted by default: the kernel opens files.
 fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    mount_rw_with(store, false)
+    mount_rw_with(store, true)
 }
 
-/// A writable mount; with `kernel_opens`, one that lets the kernel open files (its
-/// closes are heard of late or not at all) and sees others' changes within 0.2 s.
+/// A writable mount; with `kernel_opens` (the default), one that lets the kernel open
+/// files (its closes are heard of late or not at all) and sees others' changes within
+/// 0.2 s; without, one with `open_checks` (every open and close heard of).
 fn mount_rw_with(store: &Path, kernel_opens: bool) -> (tempfile::TempDir, Mount) {
     let mnt = tempfile::tempdir().unwrap();
     let opts = MountOptions {
