@@ -498,3 +498,46 @@ fn a_file_created_while_a_forgotten_one_awaits_its_release_gets_another_inode() 
         .unwrap();
     assert_eq!(read(&view, "x").unwrap(), [7; 24]);
 }
+
+/// With kernel opens no close of an unlinked file is heard of, so the daemon keeps its
+/// bytes for its descriptors (pytest's capture files), also across an adoption. A write
+/// that finds the write buffer full lets such files go: their bytes are the room.
+#[test]
+fn a_full_write_buffer_lets_unlinked_files_go() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path()); // a 1 MiB write buffer
+    // Scratch files (held in the write buffer) are the files in an array's directory.
+    let dir = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    write_file(&view, dir, "zarr.json", &serde_json::to_vec(&meta).unwrap());
+    view.set_kernel_opens(true);
+    let name = OsStr::new("tmp-unlinked");
+    let (old, o1) = view.create(dir, name, false, false).unwrap();
+    view.adopt_created(old.ino, o1.fh);
+    assert_eq!(
+        view.write_ino(old.ino, 0, &vec![1; 700 << 10]).unwrap().0,
+        700 << 10
+    );
+    view.unlink(dir, name).unwrap();
+    // Held across a commit of every settled file (an `fsync` of a directory).
+    view.commit_kernel_writes(shardfs::view::KernelCommit::Settled { except: None })
+        .unwrap();
+    assert_eq!(view.read_ino(old.ino, 0, 4).unwrap(), [1; 4]);
+    // A second file needs the room.
+    let (new, o2) = view.create(dir, OsStr::new("other"), false, false).unwrap();
+    view.adopt_created(new.ino, o2.fh);
+    assert_eq!(
+        view.write_ino(new.ino, 0, &vec![2; 700 << 10]).unwrap().0,
+        700 << 10
+    );
+    assert_eq!(
+        view.read_ino(old.ino, 0, 4).unwrap_err().errno(),
+        libc::ENOENT,
+        "let go"
+    );
+}

@@ -48,6 +48,9 @@ pub enum KernelCommit {
     /// that is not yet a whole document (`fsync` of a directory, before a new array is
     /// adopted, a full write buffer); nothing is waited for.
     Settled { except: Option<u64> },
+    /// As `Settled`, unlinked files too (their bytes go back to the write buffer; their
+    /// descriptors read `ENOENT` after): a write the full buffer refused.
+    Full { except: Option<u64> },
     /// As `Settled`, of files idle for [`KERNEL_WRITE_IDLE`] (unlinked ones: for
     /// [`KERNEL_UNLINKED_IDLE`]); the timer's.
     Idle,
@@ -477,7 +480,7 @@ impl View {
         let Some((ino, handle)) = self.handles.remove(fh) else {
             return flushed;
         };
-        self.inodes.let_go(ino);
+        self.let_go(ino);
         let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..));
         let released = match handle {
             Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
@@ -516,8 +519,9 @@ impl View {
         let mut res = self.write_held(ino, offset, data);
         if matches!(res, Err(ViewError::NoSpace)) {
             // The write buffer holds what other files' writers left (no close tells
-            // when they are done): commit those, and try once more.
-            self.commit_kernel_writes(KernelCommit::Settled { except: Some(ino) })?;
+            // when they are done): commit those, let unlinked ones go (their bytes are
+            // the room), and try once more.
+            self.commit_kernel_writes(KernelCommit::Full { except: Some(ino) })?;
             res = self.write_held(ino, offset, data);
         }
         let (n, fh) = res?;
@@ -573,7 +577,7 @@ impl View {
             // Let go without what a close does (commit, take in): the writes go on.
             drop(map);
             if let Some((ino, handle)) = self.handles.remove(fh) {
-                self.inodes.let_go(ino);
+                self.let_go(ino);
                 if let Handle::Scratch { file, .. } = handle {
                     let mut f = file.lock();
                     f.opens = f.opens.saturating_sub(1);
@@ -668,6 +672,9 @@ impl View {
                             except != Some(*ino)
                                 && !self.partial_metadata(h.fh)
                                 && !self.unlinked(h.fh)
+                        }
+                        KernelCommit::Full { except } => {
+                            except != Some(*ino) && !self.partial_metadata(h.fh)
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();

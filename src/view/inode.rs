@@ -236,16 +236,21 @@ impl InodeTable {
     /// A handle was opened on `ino`: it lives, and keeps its number, until
     /// [`InodeTable::let_go`], even if the kernel forgets it first.
     pub fn hold(&self, ino: u64) {
-        if let Some(e) = self.inner.write().by_ino.get_mut(&ino) {
+        let mut inner = self.inner.write();
+        let e = inner.by_ino.get_mut(&ino);
+        // A handle is opened only on an inode the kernel holds (looked up, or made).
+        debug_assert!(e.is_some(), "a handle of unknown inode {ino}");
+        if let Some(e) = e {
             e.handles += 1;
         }
     }
 
-    /// A handle of `ino` was released: an inode the kernel forgot goes with its last one.
-    pub fn let_go(&self, ino: u64) {
+    /// A handle of `ino` was released: an inode the kernel forgot goes with its last one
+    /// (then `true`).
+    pub fn let_go(&self, ino: u64) -> bool {
         let mut inner = self.inner.write();
         let Some(e) = inner.by_ino.get_mut(&ino) else {
-            return;
+            return false;
         };
         e.handles = e.handles.saturating_sub(1);
         if e.lookups == 0 && e.handles == 0 {
@@ -253,7 +258,9 @@ impl InodeTable {
             if inner.by_path.get(&e.path) == Some(&ino) {
                 inner.by_path.remove(&e.path);
             }
+            return true;
         }
+        false
     }
 
     /// Number of live inodes (for stats and tests).

@@ -450,6 +450,13 @@ impl View {
         }
     }
 
+    /// A handle of `ino` was released; an inode the kernel forgot before goes with it.
+    pub(super) fn let_go(&self, ino: u64) {
+        if self.inodes.let_go(ino) {
+            self.cache.forget(ino);
+        }
+    }
+
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let (_, node) = self.node(ino)?;
         self.attr(ino, &node)
