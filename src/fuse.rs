@@ -381,6 +381,13 @@ impl Filesystem for ShardFs {
         };
         match written {
             Ok((n, landed)) => {
+                if landed && let Some(w) = self.view.write_side() {
+                    // Before the reply, as for a rename onto metadata: the chunks a
+                    // shrink deleted no longer pass for files through attributes the
+                    // kernel caches (the writer's next step may be zarr 2's `isfile`,
+                    // then `os.remove`).
+                    w.settle_inode_invalidations(std::time::Duration::from_secs(1));
+                }
                 reply.written(n);
                 if landed && let Some(notifier) = self.notifier.get() {
                     // After the reply: the kernel holds the written pages locked until

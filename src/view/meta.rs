@@ -176,7 +176,7 @@ impl View {
     /// equals the store path there) after the kind of that directory changed.
     pub(super) fn refresh_subtree(&self, rel: &Path) {
         let w = self.writer.as_ref();
-        let (mut inodes, mut entries) = (Vec::new(), Vec::new());
+        let (mut gone, mut kept, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         for (ino, path) in self.inodes.under(rel) {
             match (self.resolve(&path), self.inodes.get(ino)) {
                 // Still there, as the same kind of file.
@@ -187,12 +187,17 @@ impl View {
                 // holds (a cached entry, an open descriptor's `truncate`) must not reach
                 // the store file its node names, which may now be something else (the
                 // shard stored at a plain chunk file's path).
-                (Ok(_), Some(_)) => self.inodes.retire(ino),
+                (Ok(_), Some(_)) => {
+                    self.inodes.retire(ino);
+                    gone.push(ino);
+                }
                 // Not known now (a store error): left as it was.
                 _ => {}
             }
             if w.is_some() {
-                inodes.push(ino);
+                if gone.last() != Some(&ino) {
+                    kept.push(ino);
+                }
                 // The directory itself keeps its inode and dentry (dropping that dentry
                 // would fail operations already under way in it); its children change.
                 if path.as_path() != rel
@@ -204,7 +209,7 @@ impl View {
             }
         }
         if let Some(w) = w {
-            w.invalidate_inodes_first(inodes, entries);
+            w.invalidate_inodes_first(gone, kept, entries);
         }
     }
 }

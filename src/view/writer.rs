@@ -184,24 +184,27 @@ impl Writer {
         }
     }
 
-    /// Queue `inodes`' invalidations, then `entries`'. An inode's invalidation needs no
-    /// directory lock, so a request that holds one (a rename onto metadata, whose shrink
-    /// deleted chunks in that directory) can wait for those
-    /// ([`Writer::settle_inode_invalidations`]) before it replies; the entries' wait for
+    /// Queue the invalidations of the inodes of files that are `gone` (chunks a shrink
+    /// deleted), then of those `kept`, then of `entries`. A gone file's inode is locked
+    /// by no request and its invalidation needs no directory lock, so a request that
+    /// holds one (a rename onto metadata, whose shrink deleted chunks in that directory),
+    /// or the pages of the metadata it writes, can wait for those
+    /// ([`Writer::settle_inode_invalidations`]) before it replies; the others wait for
     /// the reply.
     pub(super) fn invalidate_inodes_first(
         &self,
-        inodes: Vec<u64>,
+        gone: Vec<u64>,
+        kept: Vec<u64>,
         entries: Vec<(u64, std::ffi::OsString)>,
     ) {
-        if inodes.is_empty() && entries.is_empty() {
-            return;
-        }
-        for ino in inodes {
+        for ino in gone {
             self.invalidate(Invalidation::Inode(ino));
         }
         let mark = self.invalidations_queued.load(Ordering::SeqCst);
         self.inodes_queued.fetch_max(mark, Ordering::SeqCst);
+        for ino in kept {
+            self.invalidate(Invalidation::Inode(ino));
+        }
         for (parent, name) in entries {
             self.invalidate(Invalidation::Entry { parent, name });
         }
