@@ -178,10 +178,11 @@ impl View {
         let w = self.writer.as_ref();
         let (mut gone, mut kept, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         for (ino, path) in self.inodes.under(rel) {
-            match (self.resolve(&path), self.inodes.get(ino)) {
+            let retired = match (self.resolve(&path), self.inodes.get(ino)) {
                 // Still there, as the same kind of file.
                 (Ok(Some(node)), Some((_, old))) if node.kind() == old.kind() => {
-                    self.inodes.update(ino, node)
+                    self.inodes.update(ino, node);
+                    false
                 }
                 // Gone, or now another kind: whatever the kernel does with the inode it
                 // holds (a cached entry, an open descriptor's `truncate`) must not reach
@@ -189,23 +190,22 @@ impl View {
                 // shard stored at a plain chunk file's path).
                 (Ok(_), Some(_)) => {
                     self.inodes.retire(ino);
-                    gone.push(ino);
+                    true
                 }
                 // Not known now (a store error): left as it was.
-                _ => {}
+                _ => false,
+            };
+            if w.is_none() {
+                continue;
             }
-            if w.is_some() {
-                if gone.last() != Some(&ino) {
-                    kept.push(ino);
-                }
-                // The directory itself keeps its inode and dentry (dropping that dentry
-                // would fail operations already under way in it); its children change.
-                if path.as_path() != rel
-                    && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
-                    && let Some(pino) = self.inodes.peek(parent)
-                {
-                    entries.push((pino, name.to_os_string()));
-                }
+            if retired { &mut gone } else { &mut kept }.push(ino);
+            // The directory itself keeps its inode and dentry (dropping that dentry would
+            // fail operations already under way in it); its children change.
+            if path.as_path() != rel
+                && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+                && let Some(pino) = self.inodes.peek(parent)
+            {
+                entries.push((pino, name.to_os_string()));
             }
         }
         if let Some(w) = w {

@@ -124,6 +124,18 @@ pub enum Invalidation {
     },
 }
 
+/// Wait, at most `timeout`, until `counter` reaches `target` (a debug line if not).
+fn wait_until(counter: &AtomicU64, target: u64, timeout: std::time::Duration, what: &str) {
+    let deadline = std::time::Instant::now() + timeout;
+    while counter.load(Ordering::SeqCst) < target {
+        if std::time::Instant::now() >= deadline {
+            log::debug!("{what} still on the way after {timeout:?}");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
 impl Writer {
     pub fn new(config: WriteConfig) -> Self {
         Writer {
@@ -215,14 +227,12 @@ impl Writer {
     /// caches then asks the daemon, which says the file is gone.
     pub fn settle_inode_invalidations(&self, timeout: std::time::Duration) {
         let target = self.inodes_queued.load(Ordering::SeqCst);
-        let deadline = std::time::Instant::now() + timeout;
-        while self.invalidations_dispatched.load(Ordering::SeqCst) < target {
-            if std::time::Instant::now() >= deadline {
-                log::debug!("inode invalidations still on the way after {timeout:?}");
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
+        wait_until(
+            &self.invalidations_dispatched,
+            target,
+            timeout,
+            "inode invalidations",
+        );
     }
 
     /// The counter the queue's reader bumps after each invalidation it took off the queue
@@ -241,14 +251,12 @@ impl Writer {
     /// `release`, `fsync`): the kernel takes the parent's lock to drop an entry.
     pub fn settle_invalidations(&self, timeout: std::time::Duration) {
         let target = self.invalidations_queued.load(Ordering::SeqCst);
-        let deadline = std::time::Instant::now() + timeout;
-        while self.invalidations_done.load(Ordering::SeqCst) < target {
-            if std::time::Instant::now() >= deadline {
-                log::debug!("kernel cache invalidations still on the way after {timeout:?}");
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
+        wait_until(
+            &self.invalidations_done,
+            target,
+            timeout,
+            "kernel cache invalidations",
+        );
     }
 
     pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
