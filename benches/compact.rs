@@ -1,19 +1,30 @@
-//! Compaction benchmark: CPU vs GPU on the same batches, printed as a markdown table.
+//! Compaction benchmark: CPU vs GPU on the same batches, printed as markdown tables.
 //!
 //! For batch payloads of 1, 4, 16, 64, 256 MiB and 1 GiB (capped by `--max-mib N` or
 //! `SHARDFS_BENCH_MAX_MIB`; 256 MiB by default on machines with < 32 GiB RAM), builds
 //! one batch of 64 KiB–1 MiB chunks (odd sizes, so nothing is 16-byte aligned) staged
 //! contiguously in random order on a 3-D grid with edge shards, then compacts it
-//! repeatedly. Reports per size: median host-to-host throughput, host CPU seconds per
-//! GiB (getrusage user+sys over all threads), for the GPU additionally kernel-only
-//! throughput (stream drained around the three kernels) and the GPU/CPU ratio.
+//! repeatedly. Reports per size the median host-to-host throughput and host CPU
+//! seconds per GiB (getrusage user+sys over all threads) of:
+//!
+//! * the CPU gather on every core, and on one thread;
+//! * the GPU with the batch staged in mapped page-locked memory and the result written
+//!   into mapped memory (`GpuCompactor::compact_host`: no host copy; issue 18's goal);
+//! * the GPU from and to ordinary memory (`compact`, mapped transfers: one parallel
+//!   copy in, one out), and with copy transfers (the first design) and its kernels alone;
+//! * the flush's two ways: planning the layout only (the host path, whose writes gather
+//!   from the staged buffers) and the GPU's `pack_chunks` (parallel copy into mapped
+//!   memory, gather into mapped memory);
+//!
+//! then what `AutoCompactor` measured at its calibration and picks for each size.
 //!
 //! Run: `cargo bench --bench compact -- [--max-mib N] [--reps N]`
 
 use std::time::{Duration, Instant};
 
 use shardfs::compact::{
-    Compactor, CpuCompactor, GPU_CROSSOVER_BYTES, GpuCompactor, Packed, ShardGrid, StagedBatch,
+    AutoCompactor, Compactor, CpuCompactor, GpuCompactor, GpuTransfer, HostBuffer, Packed,
+    ShardGrid, StagedBatch, plan_layout,
 };
 
 const MIB: u64 = 1 << 20;
@@ -197,34 +208,45 @@ fn parse_args() -> Args {
     Args { max_mib, reps }
 }
 
+/// `value` against a goal, for the tables.
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}
+
 fn main() {
     let args = parse_args();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuCompactor::new();
     let cpu1 = CpuCompactor::with_threads(1);
-    let gpu = match GpuCompactor::new() {
-        Ok(gpu) => {
-            println!("GPU: {}", gpu.device_name());
-            Some(gpu)
+    let gpus = match (
+        GpuCompactor::new(),
+        GpuCompactor::with_transfer(GpuTransfer::Copy),
+    ) {
+        (Ok(mapped), Ok(copy)) => {
+            println!("GPU: {}", mapped.device_name());
+            Some((mapped, copy))
         }
-        Err(why) => {
+        (Err(why), _) | (_, Err(why)) => {
             println!("GPU columns absent: {why}");
             None
         }
     };
     println!(
-        "host: {cores} cores, {:.1} GiB RAM; CpuCompactor::new() gathers with up to 2 threads; \
-         auto crossover constant {} MiB (to be measured)\n",
+        "host: {cores} cores, {:.1} GiB RAM; CpuCompactor::new() gathers with up to {cores} threads \
+         (one per 4 MiB)\n",
         mem_total_gib().unwrap_or(0.0),
-        GPU_CROSSOVER_BYTES / MIB
     );
     println!(
-        "| batch | chunks | CPU GiB/s | CPU 1-thread GiB/s | CPU host s/GiB | GPU e2e GiB/s \
-         | GPU kernel GiB/s | GPU host s/GiB | GPU/CPU |"
+        "| batch | chunks | CPU GiB/s | CPU 1-thread GiB/s | CPU host s/GiB \
+         | GPU host buffers GiB/s | its host s/GiB | GPU compact() GiB/s \
+         | GPU copy transfers GiB/s | their kernels GiB/s | GPU host buffers / CPU |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut want = Packed::default();
     let mut got = Packed::default();
+    let mut flush_rows = Vec::new();
+    let mut goal_rows = Vec::new();
+    let mut buffers: Option<(HostBuffer, HostBuffer)> = None;
     for mib in SIZES_MIB.into_iter().filter(|&m| m <= args.max_mib) {
         let bytes = mib * MIB;
         let batch = Batch::new(bytes, mib);
@@ -242,31 +264,153 @@ fn main() {
             gib_per_s(bytes, m_cpu1.wall),
             cpu_s_per_gib(bytes, m_cpu.cpu),
         );
-        match &gpu {
-            Some(gpu) => {
+        if cores >= 16 && mib >= 256 {
+            goal_rows.push(format!(
+                "| {mib} MiB | CPU gather on {cores} cores ≥ 25 GiB/s | {cpu_rate:.2} | {} |",
+                verdict(cpu_rate >= 25.0)
+            ));
+        }
+        let chunks: Vec<&[u8]> = (0..batch.sizes.len())
+            .map(|i| {
+                let from = batch.src_offsets[i] as usize;
+                &batch.data[from..from + batch.sizes[i] as usize]
+            })
+            .collect();
+        let m_plan = measure(reps, || {
+            plan_layout(view.grid, view.coords, view.sizes, &mut got).expect("valid")
+        });
+        match &gpus {
+            Some((gpu, copy)) => {
+                // The batch staged in mapped memory, once, as a mount's staging would.
+                let (input, result) = match buffers.take() {
+                    Some((i, r)) if i.len() >= batch.data.len() => (i, r),
+                    old => {
+                        drop(old);
+                        let i = gpu.host_buffer(batch.data.len()).expect("pinned memory");
+                        let r = gpu.host_buffer(batch.data.len()).expect("pinned memory");
+                        (i, r)
+                    }
+                };
+                let mut input = input;
+                let mut result = result;
+                input[..batch.data.len()].copy_from_slice(&batch.data);
+                let staged = StagedBatch {
+                    data: &input[..batch.data.len()],
+                    ..view
+                };
+                let m_host = measure(reps, || {
+                    gpu.compact_host(&staged, &input, &mut got, &mut result)
+                        .expect("valid")
+                });
+                if result[..want.data.len()] != want.data[..] || got.offsets != want.offsets {
+                    println!("!! GPU (host buffers) output differs from CPU output at {mib} MiB");
+                }
+                buffers = Some((input, result));
                 let m_gpu = measure(reps, || run(gpu, &mut got));
                 if got != want {
                     println!("!! GPU output differs from CPU output at {mib} MiB");
                 }
+                let m_copy = measure(reps, || run(copy, &mut got));
+                if got != want {
+                    println!("!! GPU (copy transfers) output differs from CPU output at {mib} MiB");
+                }
                 let kernels = median(
                     (0..reps)
                         .map(|_| {
-                            gpu.compact_profiled(&view, &mut got)
+                            copy.compact_profiled(&view, &mut got)
                                 .expect("valid")
                                 .kernels
                         })
                         .collect(),
                 );
-                let gpu_rate = gib_per_s(bytes, m_gpu.wall);
+                let host_rate = gib_per_s(bytes, m_host.wall);
+                let host_cpu = cpu_s_per_gib(bytes, m_host.cpu);
                 row += &format!(
-                    " {gpu_rate:.2} | {:.2} | {:.3} | {:.2} |",
+                    " {host_rate:.2} | {host_cpu:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    gib_per_s(bytes, m_gpu.wall),
+                    gib_per_s(bytes, m_copy.wall),
                     gib_per_s(bytes, kernels),
-                    cpu_s_per_gib(bytes, m_gpu.cpu),
-                    gpu_rate / cpu_rate,
+                    host_rate / cpu_rate,
                 );
+                if mib >= 256 {
+                    goal_rows.push(format!(
+                        "| {mib} MiB | GPU host-to-host ≥ 30 GiB/s | {host_rate:.2} | {} |",
+                        verdict(host_rate >= 30.0)
+                    ));
+                    goal_rows.push(format!(
+                        "| {mib} MiB | GPU host CPU ≤ 0.05 s/GiB | {host_cpu:.3} | {} |",
+                        verdict(host_cpu <= 0.05)
+                    ));
+                }
+                let m_pack = measure(reps, || {
+                    drop(
+                        gpu.pack_chunks(view.grid, view.coords, &chunks, &mut got)
+                            .expect("valid"),
+                    )
+                });
+                flush_rows.push(format!(
+                    "| {mib} MiB | {:.1} | {:.2} | {:.3} |",
+                    m_plan.wall.as_secs_f64() * 1e6,
+                    m_pack.wall.as_secs_f64() * 1e3,
+                    cpu_s_per_gib(bytes, m_pack.cpu),
+                ));
             }
-            None => row += " – | – | – | – |",
+            None => {
+                row += " – | – | – | – | – | – |";
+                flush_rows.push(format!(
+                    "| {mib} MiB | {:.1} | – | – |",
+                    m_plan.wall.as_secs_f64() * 1e6
+                ));
+            }
         }
         println!("{row}");
+    }
+    println!(
+        "\nA flush's two ways: the host plans the layout only and the shard \
+         writes gather from the staged buffers; the GPU packs into mapped memory and the \
+         writes read from there. Both then write the same bytes.\n"
+    );
+    println!("| batch | host plan µs | GPU pack_chunks ms | GPU pack host s/GiB |");
+    println!("|---:|---:|---:|---:|");
+    for r in &flush_rows {
+        println!("{r}");
+    }
+    if !goal_rows.is_empty() {
+        println!("\nGoals (issue 18):\n");
+        println!("| batch | goal | measured | verdict |");
+        println!("|---:|---|---:|---|");
+        for r in &goal_rows {
+            println!("{r}");
+        }
+    } else {
+        println!(
+            "\nGoals (issue 18) need batches of 256 MiB and more, a GPU for the GPU goals \
+             and 16 cores for the CPU one: none applies here."
+        );
+    }
+    drop(buffers);
+    let auto = AutoCompactor::calibrated();
+    match auto.describe() {
+        Some(d) if !d["estimates"].is_null() => {
+            println!("\nAutoCompactor calibration: {d}\n");
+            println!("| batch | compact() picks | a flush picks |");
+            println!("|---:|---|---|");
+            for mib in SIZES_MIB.into_iter().filter(|&m| m <= args.max_mib) {
+                let batch = Batch::new(mib * MIB, mib);
+                let picks = |gpu: bool| if gpu { "GPU" } else { "CPU" };
+                // Which way `compact` takes shows in the estimate it refines.
+                let before = auto.describe().expect("auto");
+                auto.compact(&batch.view(), &mut got).expect("valid");
+                let after = auto.describe().expect("auto");
+                let on_gpu = after["estimates"]["gpu_compact"]["batches"]
+                    != before["estimates"]["gpu_compact"]["batches"];
+                println!(
+                    "| {mib} MiB | {} | {} |",
+                    picks(on_gpu),
+                    picks(auto.packs_on_device(mib * MIB))
+                );
+            }
+        }
+        d => println!("\nAutoCompactor: {d:?} (no GPU: everything on the CPU)"),
     }
 }

@@ -193,7 +193,8 @@ impl From<FormatArg> for ViewFormat {
 /// `--compactor`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CompactorArg {
-    /// The GPU where usable and faster for the batch at hand, else the CPU.
+    /// Whichever way measured faster (a calibration after the first large flush brings
+    /// up the GPU, where usable); on a local disk that is the CPU's, which copies nothing.
     Auto,
     Cpu,
     /// The GPU; the mount fails without a usable one.

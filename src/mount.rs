@@ -339,6 +339,18 @@ impl Mount {
             None
         } else {
             log::info!("compactor: {}", compactor.name());
+            if opts.compactor == CompactorChoice::Gpu {
+                // Pin the GPU's staging and result memory for a full write buffer now,
+                // beside the mount coming up, not in the first large flush.
+                let gpu = compactor.clone();
+                let bytes = opts.write_buffer;
+                let spawned = std::thread::Builder::new()
+                    .name("shardfs-gpu-reserve".to_owned())
+                    .spawn(move || gpu.reserve(bytes));
+                if let Err(e) = spawned {
+                    log::warn!("cannot reserve GPU memory ahead ({e}): the first flush will");
+                }
+            }
             let w = Writer::new(WriteConfig {
                 write_buffer: opts.write_buffer,
                 chunks_per_shard: opts.chunks_per_shard.clone(),

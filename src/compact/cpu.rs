@@ -1,22 +1,16 @@
 //! CPU compaction: the baseline every other [`Compactor`] must match byte for byte.
 //!
 //! Owns the size scan and the gather on the host. The permutation comes from
-//! [`super::plan`]. Large batches can be gathered by several scoped threads, each
-//! writing a disjoint byte range of the output (split at chunk boundaries), and with
-//! non-temporal stores once the output outgrows the caches (`cpu_stream`).
+//! [`super::plan`]. Large batches are gathered by scoped threads, one per 4 MiB up to
+//! every core of the machine, each writing a disjoint byte range of the output (split
+//! at chunk boundaries, `host_copy`), and with non-temporal stores once the output
+//! outgrows the caches (`cpu_stream`).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::cpu_stream::{copy_streaming, fence};
-use super::{CompactError, Compactor, Packed, StagedBatch, plan};
-
-/// Below this many payload bytes a single thread gathers (spawning costs more).
-const PARALLEL_MIN_BYTES: u64 = 4 << 20;
-
-/// Default gather threads (capped by the core count): on the 2-core reference machine
-/// two threads nearly double large gathers (benches/compact.rs).
-const DEFAULT_THREADS: usize = 2;
+use super::{CompactError, Compactor, Packed, StagedBatch, host_copy, plan};
 
 /// From this payload size on the gather uses non-temporal stores (the packed output
 /// will not stay in cache anyway; streaming skips the write-allocate reads).
@@ -30,13 +24,13 @@ pub struct CpuCompactor {
 }
 
 impl CpuCompactor {
-    /// The tuned defaults: up to two gather threads, streaming stores from 32 MiB.
+    /// The tuned defaults: up to one gather thread per core (one per 4 MiB of the
+    /// batch), streaming stores from 32 MiB.
     pub fn new() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_threads(cores.min(DEFAULT_THREADS))
+        Self::with_threads(host_copy::cores())
     }
 
-    /// `threads` gather threads for batches of 4 MiB and more (`0` is taken as 1).
+    /// At most `threads` gather threads, one per 4 MiB of a batch (`0` is taken as 1).
     pub fn with_threads(threads: usize) -> Self {
         Self {
             threads: threads.max(1),
@@ -102,30 +96,12 @@ impl Gather<'_> {
         data.clear();
         data.reserve(total_len);
         let dst = &mut data.spare_capacity_mut()[..total_len];
-        if threads <= 1 || total < PARALLEL_MIN_BYTES {
+        let threads = host_copy::threads_for(total, threads);
+        if threads <= 1 {
             self.copy_positions(0..n, dst);
         } else {
-            std::thread::scope(|scope| {
-                let mut rest = dst;
-                let mut first = 0usize;
-                for t in 1..=threads {
-                    // Split at the first chunk starting at or after t/threads of the bytes.
-                    let end = if t == threads {
-                        n
-                    } else {
-                        let cut = total / threads as u64 * t as u64;
-                        self.offsets[..n].partition_point(|&o| o < cut).max(first)
-                    };
-                    let bytes = (self.offsets[end] - self.offsets[first]) as usize;
-                    let (mine, tail) = rest.split_at_mut(bytes);
-                    rest = tail;
-                    if t == threads {
-                        self.copy_positions(first..end, mine);
-                    } else {
-                        scope.spawn(move || self.copy_positions(first..end, mine));
-                    }
-                    first = end;
-                }
+            host_copy::for_each_run(dst, self.offsets, threads, |run, part| {
+                self.copy_positions(run, part)
             });
         }
         // SAFETY: `offsets` is the exclusive scan of the sizes of all `n` packed chunks,

@@ -1,17 +1,25 @@
 //! GPU compaction with `cudarc`: the three aggregate-by-shard kernels of
-//! `gpu_kernel.cu`, compiled by NVRTC at start-up, fed through pinned host buffers.
+//! `gpu_kernel.cu`, compiled by NVRTC at start-up.
 //!
-//! Owns the device lifecycle (probe, context, stream, module), the copy schedule and
-//! the kernel launches. The permutation, shard runs and slots come from
-//! [`super::plan`] on the host, exactly as for the CPU, so the output is byte-identical.
+//! Owns the device lifecycle (probe, context, stream, module), the transfers and the
+//! kernel launches. The permutation, shard runs and slots come from [`super::plan`] on
+//! the host, exactly as for the CPU, so the output is byte-identical.
 //!
-//! Per call, on one stream:
-//! 1. metadata (`src_offsets`, `sizes`, `P`) and then the whole `data` slice are copied
-//!    into pinned staging in [`PIECE_BYTES`] pieces, each piece's H2D copy queued as soon
-//!    as it is staged (host memcpy overlaps DMA);
-//! 2. `permute_sizes`, `exclusive_scan`, `gather_chunks`;
-//! 3. offsets and packed bytes come back D2H in pieces into pinned result memory, an
-//!    event after each, and the host copies each piece out as soon as its event fires.
+//! Two ways to move the bytes ([`GpuTransfer`]):
+//!
+//! * **Mapped** (the default): the batch sits in page-locked host memory mapped into
+//!   the device ([`HostBuffer`]), and the gather kernel reads it and writes the packed
+//!   result into another mapped host buffer, across PCIe in both directions at once.
+//!   No device copy of the data exists, so host-to-device traffic, the gather and
+//!   device-to-host traffic overlap by construction, and the host only plans,
+//!   launches and waits (on a blocking-sync event, so it sleeps). A caller that stages
+//!   its chunks in a [`HostBuffer`] ([`GpuCompactor::compact_host`]) or hands them over
+//!   as slices ([`Compactor::pack_chunks`], one parallel copy into mapped memory) and
+//!   writes from the result copies nothing else; [`Compactor::compact`] from and to
+//!   ordinary memory adds one parallel copy in and one out.
+//! * **Copy**: the data is copied into device memory in [`PIECE_BYTES`] pieces
+//!   through pinned staging, gathered there and copied back: the first design, kept
+//!   for comparison (`benches/compact.rs` prints both).
 //!
 //! A missing or broken driver is [`GpuUnavailable`] from [`GpuCompactor::new`]; a device
 //! error (or a `cudarc` panic) during a call is [`CompactError::Gpu`].
@@ -24,14 +32,17 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg, sys,
 };
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 mod transfer;
 
-use super::gpu_buffers::{DeviceBuf, PinnedBuf};
+pub use super::gpu_buffers::HostBuffer;
+use super::gpu_buffers::{DeviceBuf, MappedBuf, PinnedBuf};
 use super::gpu_nvrtc::{Kernels, load_kernels};
 use super::gpu_probe::{self, driver_error_text};
-use super::{CompactError, Compactor, Packed, StagedBatch, plan};
+use super::{
+    CompactError, Compactor, Packed, PackedBytes, ShardGrid, StagedBatch, host_copy, plan,
+};
 
 /// Host↔device copies are issued in pieces of this size so the host's memcpy into
 /// (out of) pinned memory overlaps the DMA of the previous (next) piece.
@@ -57,6 +68,16 @@ const SCAN_THREADS: u32 = 1024;
 #[error("no usable GPU: {0}")]
 pub struct GpuUnavailable(pub String);
 
+/// How a [`GpuCompactor`] moves a batch's bytes (see the module header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuTransfer {
+    /// The device gathers straight from and into mapped page-locked host memory.
+    #[default]
+    Mapped,
+    /// Copies into device memory and back, in pieces, through pinned staging.
+    Copy,
+}
+
 /// Wall time of one profiled call's phases (see [`GpuCompactor::compact_profiled`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct GpuPhaseTimes {
@@ -73,9 +94,14 @@ pub struct GpuPhaseTimes {
 pub struct GpuCompactor {
     state: Mutex<GpuState>,
     device: String,
+    transfer: GpuTransfer,
 }
 
 struct GpuState {
+    transfer: GpuTransfer,
+    /// Mapped host buffers for batches handed over in ordinary memory.
+    mapped_in: MappedBuf,
+    mapped_out: MappedBuf,
     /// The device's name, read during (panic-guarded) initialisation.
     device: String,
     ctx: Arc<CudaContext>,
@@ -132,11 +158,17 @@ impl GpuCompactor {
         }
     }
 
-    /// Brings up device 0: context, stream, kernels (NVRTC). Never panics: a missing
-    /// or broken driver, NVRTC or device is `Err(GpuUnavailable(reason))`.
+    /// Brings up device 0: context, stream, kernels (NVRTC), with mapped transfers.
+    /// Never panics: a missing or broken driver, NVRTC or device is
+    /// `Err(GpuUnavailable(reason))`.
     pub fn new() -> Result<Self, GpuUnavailable> {
+        Self::with_transfer(GpuTransfer::Mapped)
+    }
+
+    /// [`GpuCompactor::new`] with the given way of moving the bytes.
+    pub fn with_transfer(transfer: GpuTransfer) -> Result<Self, GpuUnavailable> {
         Self::available().map_err(GpuUnavailable)?;
-        let state = match catch_unwind(GpuState::init) {
+        let state = match catch_unwind(|| GpuState::init(transfer)) {
             Ok(Ok(state)) => state,
             Ok(Err(reason)) => return Err(GpuUnavailable(reason)),
             Err(p) => {
@@ -151,7 +183,87 @@ impl GpuCompactor {
         Ok(Self {
             state: Mutex::new(state),
             device,
+            transfer,
         })
+    }
+
+    /// How this compactor moves the bytes.
+    pub fn transfer(&self) -> GpuTransfer {
+        self.transfer
+    }
+
+    /// `len` bytes of page-locked host memory mapped into this compactor's device,
+    /// zeroed: stage a batch here and [`GpuCompactor::compact_host`] packs it without a
+    /// host copy; or pass it as the result buffer.
+    pub fn host_buffer(&self, len: usize) -> Result<HostBuffer, CompactError> {
+        let state = self.state.lock();
+        catch_unwind(AssertUnwindSafe(|| HostBuffer::alloc(&state.ctx, len)))
+            .map_err(|p| CompactError::Gpu {
+                stage: "pinned alloc",
+                reason: format!("cudarc panicked: {}", panic_message(&*p)),
+            })?
+            .map_err(at("pinned alloc"))
+    }
+
+    /// Packs `batch`, whose `data` must lie inside `input`, into `result` (grown when
+    /// too small): `out` gets everything but the bytes (`out.data` is left empty), and
+    /// `result[..out.offsets[n]]` the packed bytes. The device reads `input` and writes
+    /// `result` in place: no host copy, whatever [`GpuTransfer`] this compactor uses.
+    pub fn compact_host(
+        &self,
+        batch: &StagedBatch<'_>,
+        input: &HostBuffer,
+        out: &mut Packed,
+        result: &mut HostBuffer,
+    ) -> Result<(), CompactError> {
+        let Some(at_input) = input.offset_of(batch.data) else {
+            return Err(CompactError::Gpu {
+                stage: "arguments",
+                reason: "the batch's data does not lie in the input HostBuffer".to_owned(),
+            });
+        };
+        let src = input.device_addr() + at_input as u64;
+        let (_state, done) = self.locked(|state| state.compact_mapped(batch, src, result, out));
+        done
+    }
+
+    /// Runs `f` on the state under the lock, turning a `cudarc` panic into an error
+    /// and a failed call into a drained stream (or a broken compactor). Returns the
+    /// lock with the result, for callers that hand out the state's buffers.
+    fn locked<R>(
+        &self,
+        f: impl FnOnce(&mut GpuState) -> Result<R, CompactError>,
+    ) -> (MutexGuard<'_, GpuState>, Result<R, CompactError>) {
+        let mut state = self.state.lock();
+        if let Some(why) = &state.broken {
+            let err = CompactError::Gpu {
+                stage: "earlier failure",
+                reason: why.clone(),
+            };
+            return (state, Err(err));
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| f(&mut state)));
+        let result = match result {
+            Ok(Err(CompactError::Gpu { stage, reason })) => {
+                // Drain whatever was queued before the buffers are reused; if even that
+                // fails the context is gone (sticky error) and stays unusable.
+                if let Err(e) = state.stream.synchronize() {
+                    let e = driver_error_text(&e);
+                    state.broken = Some(format!("{stage}: {reason}; then {e}"));
+                }
+                Err(CompactError::Gpu { stage, reason })
+            }
+            Ok(done) => done,
+            Err(p) => {
+                let why = format!("cudarc panicked: {}", panic_message(&*p));
+                state.broken = Some(why.clone());
+                Err(CompactError::Gpu {
+                    stage: "panic",
+                    reason: why,
+                })
+            }
+        };
+        (state, result)
     }
 
     /// The device's name, for logs and benchmark output.
@@ -175,34 +287,7 @@ impl GpuCompactor {
         out: &mut Packed,
         profile: bool,
     ) -> Result<GpuPhaseTimes, CompactError> {
-        let mut state = self.state.lock();
-        if let Some(why) = &state.broken {
-            return Err(CompactError::Gpu {
-                stage: "earlier failure",
-                reason: why.clone(),
-            });
-        }
-        let result = catch_unwind(AssertUnwindSafe(|| state.compact(batch, out, profile)));
-        match result {
-            Ok(Err(CompactError::Gpu { stage, reason })) => {
-                // Drain whatever was queued before the buffers are reused; if even that
-                // fails the context is gone (sticky error) and stays unusable.
-                if let Err(e) = state.stream.synchronize() {
-                    let e = driver_error_text(&e);
-                    state.broken = Some(format!("{stage}: {reason}; then {e}"));
-                }
-                Err(CompactError::Gpu { stage, reason })
-            }
-            Ok(done) => done,
-            Err(p) => {
-                let why = format!("cudarc panicked: {}", panic_message(&*p));
-                state.broken = Some(why.clone());
-                Err(CompactError::Gpu {
-                    stage: "panic",
-                    reason: why,
-                })
-            }
-        }
+        self.locked(|state| state.compact(batch, out, profile)).1
     }
 }
 
@@ -218,10 +303,92 @@ impl Compactor for GpuCompactor {
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {
         self.run(batch, out, false).map(|_| ())
     }
+
+    /// Mapped transfers: allocates (and pins) the mapped input and result buffers for
+    /// batches of `payload_bytes` now. A failure is logged; the buffers then grow at
+    /// the first batch that needs them.
+    fn reserve(&self, payload_bytes: u64) {
+        if self.transfer != GpuTransfer::Mapped {
+            return;
+        }
+        let len = usize::try_from(payload_bytes).unwrap_or(usize::MAX);
+        let started = Instant::now();
+        let (_state, done) = self.locked(|state| {
+            let ctx = state.ctx.clone();
+            state
+                .mapped_in
+                .ensure(&ctx, len)
+                .map_err(at("pinned alloc"))?;
+            state
+                .mapped_out
+                .ensure(&ctx, len)
+                .map_err(at("pinned alloc"))?;
+            Ok(())
+        });
+        match done {
+            Ok(()) => log::info!(
+                "GPU compactor: 2 × {} MiB of mapped page-locked memory in {:.2} s",
+                len >> 20,
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => log::warn!("GPU compactor: cannot reserve {} MiB: {e}", len >> 20),
+        }
+    }
+
+    /// Mapped transfers: the chunks are copied (in parallel) into the compactor's
+    /// mapped input buffer, packed by the device into its mapped result buffer, and
+    /// handed out from there; the compactor stays locked while the bytes are held.
+    fn pack_chunks<'a>(
+        &'a self,
+        grid: &ShardGrid,
+        coords: &[u64],
+        chunks: &[&[u8]],
+        out: &mut Packed,
+    ) -> Result<PackedBytes<'a>, CompactError> {
+        if self.transfer == GpuTransfer::Copy {
+            return super::pack_by_compact(self, grid, coords, chunks, out);
+        }
+        let mut starts = Vec::with_capacity(chunks.len() + 1);
+        starts.push(0u64);
+        let mut sizes = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            sizes.push(c.len() as u64);
+            starts.push(starts[starts.len() - 1] + c.len() as u64);
+        }
+        let total = starts[chunks.len()] as usize;
+        let (state, done) = self.locked(|state| {
+            let mut input = std::mem::take(&mut state.mapped_in);
+            let mut output = std::mem::take(&mut state.mapped_out);
+            let mut pack = || {
+                let ctx = state.ctx.clone();
+                let input = input.ensure(&ctx, total).map_err(at("pinned alloc"))?;
+                host_copy::copy_pieces(input, &starts, chunks, host_copy::cores());
+                let batch = StagedBatch {
+                    grid,
+                    coords,
+                    data: &input[..total],
+                    src_offsets: &starts[..chunks.len()],
+                    sizes: &sizes,
+                };
+                let output = output.ensure(&ctx, total).map_err(at("pinned alloc"))?;
+                state.compact_mapped(&batch, input.device_addr(), output, out)
+            };
+            let done = pack();
+            state.mapped_in = input;
+            state.mapped_out = output;
+            done
+        });
+        done?;
+        let bytes = MutexGuard::map(state, |s| match s.mapped_out.get_mut() {
+            Some(buf) => &mut buf[..total],
+            None => &mut [],
+        });
+        Ok(PackedBytes::pinned(bytes))
+    }
 }
 
 impl GpuState {
-    fn init() -> Result<Self, String> {
+    fn init(transfer: GpuTransfer) -> Result<Self, String> {
         let text = |what: &str, e: DriverError| format!("{what}: {}", driver_error_text(&e));
         let ctx = CudaContext::new(0).map_err(|e| text("cannot open CUDA device 0", e))?;
         // SAFETY: every buffer of this compactor is used on the one stream created below,
@@ -236,6 +403,9 @@ impl GpuState {
             .name()
             .unwrap_or_else(|e| format!("device 0 ({})", driver_error_text(&e)));
         Ok(Self {
+            transfer,
+            mapped_in: MappedBuf::default(),
+            mapped_out: MappedBuf::default(),
             device,
             ctx,
             stream,
@@ -252,13 +422,13 @@ impl GpuState {
         })
     }
 
-    fn compact(
+    /// Plans `batch` into `out` and sets `self.perm`; `None` when the batch is empty
+    /// (then `out` is complete), else the layout of the call's buffers.
+    fn prepare(
         &mut self,
         batch: &StagedBatch<'_>,
         out: &mut Packed,
-        profile: bool,
-    ) -> Result<GpuPhaseTimes, CompactError> {
-        let start = Instant::now();
+    ) -> Result<Option<Layout>, CompactError> {
         let total = plan::plan(batch, out)?;
         let n = out.order.len();
         self.perm.clear();
@@ -270,18 +440,60 @@ impl GpuState {
             out.offsets.clear();
             out.offsets.push(0);
             out.data.clear();
-            return Ok(GpuPhaseTimes::default());
+            return Ok(None);
         }
         self.ctx.bind_to_thread().map_err(at("bind context"))?;
-        let layout = Layout::new(n, batch.data.len(), total);
-        self.upload(batch, &layout)?;
+        Ok(Some(Layout::new(n, batch.data.len(), total)))
+    }
+
+    /// From ordinary memory to `out.data`, with this compactor's transfer.
+    fn compact(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        out: &mut Packed,
+        profile: bool,
+    ) -> Result<GpuPhaseTimes, CompactError> {
+        let start = Instant::now();
+        let Some(layout) = self.prepare(batch, out)? else {
+            return Ok(GpuPhaseTimes::default());
+        };
         let mut times = GpuPhaseTimes::default();
+        if self.transfer == GpuTransfer::Mapped {
+            let ctx = self.ctx.clone();
+            let mut input = std::mem::take(&mut self.mapped_in);
+            let mut output = std::mem::take(&mut self.mapped_out);
+            let mut pack = || {
+                let inb = input
+                    .ensure(&ctx, layout.data_len)
+                    .map_err(at("pinned alloc"))?;
+                host_copy::copy(&mut inb[..layout.data_len], batch.data, host_copy::cores());
+                let outb = output
+                    .ensure(&ctx, layout.total)
+                    .map_err(at("pinned alloc"))?;
+                times.upload = start.elapsed();
+                let kernels_start = Instant::now();
+                self.gather_mapped(batch, &layout, inb.device_addr(), outb.device_addr(), out)?;
+                times.kernels = kernels_start.elapsed();
+                let download_start = Instant::now();
+                // Reuse `out.data`'s length where it has one: no zero-fill to overwrite.
+                out.data.truncate(layout.total);
+                out.data.resize(layout.total, 0);
+                host_copy::copy(&mut out.data, &outb[..layout.total], host_copy::cores());
+                times.download = download_start.elapsed();
+                Ok(times)
+            };
+            let done = pack();
+            self.mapped_in = input;
+            self.mapped_out = output;
+            return done;
+        }
+        self.upload(batch, &layout)?;
         if profile {
             self.stream.synchronize().map_err(at("upload"))?;
             times.upload = start.elapsed();
         }
         let kernels_start = Instant::now();
-        self.launch(batch, &layout)?;
+        self.launch(batch, &layout, None, None)?;
         if profile {
             self.stream.synchronize().map_err(at("kernels"))?;
             times.kernels = kernels_start.elapsed();
@@ -290,6 +502,39 @@ impl GpuState {
         self.download(&layout, out)?;
         times.download = download_start.elapsed();
         Ok(times)
+    }
+
+    /// Packs `batch`, whose data the device reads at `src` (mapped host memory), into
+    /// `result`; `out` gets everything but the bytes.
+    fn compact_mapped(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        src: u64,
+        result: &mut HostBuffer,
+        out: &mut Packed,
+    ) -> Result<(), CompactError> {
+        let layout = self.prepare(batch, out)?;
+        out.data.clear();
+        let Some(layout) = layout else {
+            return Ok(());
+        };
+        result.grow(layout.total).map_err(at("pinned alloc"))?;
+        self.gather_mapped(batch, &layout, src, result.device_addr(), out)
+    }
+
+    /// The kernels from mapped memory at `src` into mapped memory at `dst`; returns
+    /// once the device is done, with `out.offsets` read back.
+    fn gather_mapped(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        layout: &Layout,
+        src: u64,
+        dst: u64,
+        out: &mut Packed,
+    ) -> Result<(), CompactError> {
+        self.upload_meta(batch, layout)?;
+        self.launch(batch, layout, Some(src), Some(dst))?;
+        self.download_offsets(layout, out)
     }
 }
 
@@ -359,8 +604,15 @@ fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, DriverError> {
 }
 
 impl GpuState {
-    /// Pass 1–3 on the stream, after the upload.
-    fn launch(&mut self, batch: &StagedBatch<'_>, layout: &Layout) -> Result<(), CompactError> {
+    /// Pass 1–3 on the stream, after the upload. The gather reads `src` and writes
+    /// `dst` (mapped host memory) where given, else the device buffers.
+    fn launch(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        layout: &Layout,
+        src: Option<u64>,
+        dst: Option<u64>,
+    ) -> Result<(), CompactError> {
         let n = layout.n;
         let n32 = n as u32; // `plan` checked n <= u32::MAX
         let stream = &self.stream;
@@ -377,16 +629,22 @@ impl GpuState {
         let src_offsets = dev_addr(d_meta, stream, 0);
         let sizes = dev_addr(d_meta, stream, layout.sizes_at);
         let perm = dev_addr(d_meta, stream, layout.perm_at);
-        let src = self
-            .d_src
-            .ensure(stream, layout.src_len())
-            .map(|b| dev_addr(b, stream, SRC_PAD))
-            .map_err(at("device alloc"))?;
-        let dst = self
-            .d_dst
-            .ensure(stream, layout.total)
-            .map(|b| dev_addr(b, stream, 0))
-            .map_err(at("device alloc"))?;
+        let src = match src {
+            Some(src) => src,
+            None => self
+                .d_src
+                .ensure(stream, layout.src_len())
+                .map(|b| dev_addr(b, stream, SRC_PAD))
+                .map_err(at("device alloc"))?,
+        };
+        let dst = match dst {
+            Some(dst) => dst,
+            None => self
+                .d_dst
+                .ensure(stream, layout.total)
+                .map(|b| dev_addr(b, stream, 0))
+                .map_err(at("device alloc"))?,
+        };
 
         let permute_cfg = LaunchConfig {
             grid_dim: (n32.div_ceil(PERMUTE_THREADS).min(65_535), 1, 1),
@@ -427,9 +685,11 @@ impl GpuState {
         .map_err(at("exclusive_scan"))?;
 
         // SAFETY: matches `gather_chunks(src, src_offsets, sizes, perm, offsets, dst, n)`.
-        // `plan` checked every src range lies in `data` (uploaded to `src`, with SRC_PAD
-        // bytes either side for the kernel's aligned over-read), and the scanned offsets place chunk
-        // i at offsets[perm[i]] .. + sizes[i] <= total bytes of `dst`.
+        // `plan` checked every src range lies in `data`, which `src` addresses: the
+        // device copy (SRC_PAD bytes either side for the kernel's aligned over-read) or
+        // a mapped HostBuffer (HOST_PAD bytes either side), and the scanned offsets place
+        // chunk i at offsets[perm[i]] .. + sizes[i] <= total bytes of `dst`, the device
+        // buffer or a mapped HostBuffer grown to at least `total` usable bytes.
         unsafe {
             stream
                 .launch_builder(&self.kernels.gather)

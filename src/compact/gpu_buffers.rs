@@ -1,13 +1,155 @@
-//! Growable, reused buffers for the GPU compactor: pinned host memory and device memory.
+//! Growable, reused buffers for the GPU compactor: pinned host memory, pinned host
+//! memory mapped into the device's address space ([`HostBuffer`]), and device memory.
 //!
 //! Owns allocation and growth only (grow by at least 1.5×, in whole MiB, never
 //! shrink); the copy schedule lives in `gpu.rs`. Every buffer is used on the
 //! compactor's single stream, and `gpu.rs` synchronises that stream before a buffer is
 //! reused or replaced.
 
+use std::ffi::c_void;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice, sys};
+
+/// Bytes of slack on both sides of a [`HostBuffer`]'s usable bytes: the gather's
+/// aligned loads reach up to 3 bytes before a chunk and 4 after it, and a read past a
+/// mapped allocation would fault on the device.
+pub(crate) const HOST_PAD: usize = 16;
+
+/// Page-locked host memory that the device reads and writes in place (allocated with
+/// `CU_MEMHOSTALLOC_DEVICEMAP`): a batch staged here is packed without a host copy, and
+/// the packed result lands here, ready to be written to a file. Made by
+/// [`super::GpuCompactor::host_buffer`]; derefs to its bytes (zeroed when made).
+pub struct HostBuffer {
+    buf: PinnedHostSlice<u8>,
+    /// Start of the whole allocation (usable bytes begin `HOST_PAD` later).
+    ptr: *mut u8,
+    /// The allocation's address in the device's address space.
+    dptr: u64,
+    len: usize,
+}
+
+// SAFETY: `ptr` points into the allocation owned by `buf`, which lives as long as this
+// value; `HostBuffer` hands out `&[u8]` / `&mut [u8]` to it only through `&self` /
+// `&mut self`, so Rust's aliasing rules hold across threads as for a `Vec<u8>`.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `len` usable bytes, zeroed, mapped into `ctx`'s device.
+    pub(crate) fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DriverError> {
+        let total = len + 2 * HOST_PAD;
+        // SAFETY: the memory is uninitialised; it is zero-filled below before any
+        // reference to it exists.
+        let mut buf = unsafe {
+            ctx.alloc_pinned_with_flags::<u8>(
+                total,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        }?;
+        let ptr = buf.as_mut_ptr()?;
+        // SAFETY: `ptr` points to `total` writable bytes owned by `buf`.
+        unsafe { std::ptr::write_bytes(ptr, 0, total) };
+        let mut dptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is the start of a live allocation made with DEVICEMAP in the
+        // current context (bound by `alloc_pinned_with_flags`); `dptr` is a valid
+        // out-pointer; flags must be 0.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.cast::<c_void>(), 0) }
+            .result()?;
+        Ok(Self {
+            buf,
+            ptr,
+            dptr,
+            len,
+        })
+    }
+
+    /// Usable bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Device address of usable byte 0.
+    pub(crate) fn device_addr(&self) -> u64 {
+        self.dptr + HOST_PAD as u64
+    }
+
+    /// Where `part` starts in this buffer's usable bytes, if it lies wholly inside them.
+    pub(crate) fn offset_of(&self, part: &[u8]) -> Option<usize> {
+        let start = self.as_ptr() as usize;
+        let at = (part.as_ptr() as usize).checked_sub(start)?;
+        (at.checked_add(part.len())? <= self.len).then_some(at)
+    }
+
+    /// At least `len` usable bytes: a bigger buffer (contents not kept) when this one
+    /// is too small.
+    pub(crate) fn grow(&mut self, len: usize) -> Result<(), DriverError> {
+        if len > self.len {
+            let ctx = self.buf.context().clone();
+            *self = Self::alloc(&ctx, grown_capacity(self.len, len))?;
+        }
+        Ok(())
+    }
+}
+
+impl Deref for HostBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr + HOST_PAD` starts `len` initialised bytes (zeroed at
+        // allocation) inside `buf`'s allocation, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(HOST_PAD), self.len) }
+    }
+}
+
+impl DerefMut for HostBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(HOST_PAD), self.len) }
+    }
+}
+
+impl std::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// A [`HostBuffer`] made on first use and grown as needed.
+#[derive(Default)]
+pub(crate) struct MappedBuf {
+    buf: Option<HostBuffer>,
+}
+
+impl MappedBuf {
+    /// At least `len` usable bytes. Contents are unspecified after a grow.
+    pub(crate) fn ensure(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        len: usize,
+    ) -> Result<&mut HostBuffer, DriverError> {
+        let current = match self.buf.take() {
+            Some(buf) if buf.len() >= len => return Ok(self.buf.insert(buf)),
+            // Give the old pinned memory back before pinning more: it is scarce.
+            old => old.map_or(0, |b| b.len()),
+        };
+        let buf = HostBuffer::alloc(ctx, grown_capacity(current, len))?;
+        Ok(self.buf.insert(buf))
+    }
+
+    /// The buffer, if one was made.
+    pub(crate) fn get_mut(&mut self) -> Option<&mut HostBuffer> {
+        self.buf.as_mut()
+    }
+}
 
 /// Round a requested capacity up so that a slowly growing batch size does not
 /// reallocate (and re-pin) on every call.

@@ -62,7 +62,8 @@ int main() {
     u64* src_offsets = (u64*)alloc256(n * 8, 0);
     u64* sizes = (u64*)alloc256(n * 8, 0);
     u32* perm = (u32*)alloc256(n * 4, 0);
-    unsigned char* src = alloc256(data_len + 16, 0xEE);  // garbage padding, as on a GPU
+    // 16 bytes of garbage padding on both sides, as on a GPU (SRC_PAD, HOST_PAD).
+    unsigned char* src = alloc256(data_len + 48, 0xEE) + 16;
     u64* psizes = (u64*)alloc256(n * 8, 0);
     u64* offsets = (u64*)alloc256((n + 1) * 8, 0);
     unsigned char* dst = alloc256(total, 0xAB);

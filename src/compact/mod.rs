@@ -27,17 +27,17 @@
 //! 2. permute sizes into packed order, exclusive scan into `offsets`;
 //! 3. gather each chunk's bytes to `data[offsets[P[i]]..]`.
 //!
-//! [`CpuCompactor`] does 2–3 on the host: memcpy-class copies, two threads from 4 MiB,
-//! non-temporal stores from 32 MiB. [`GpuCompactor`] does them with three
-//! NVRTC-compiled kernels via `cudarc` (driver loaded at run time; no or broken
-//! driver ⇒ [`GpuUnavailable`], never a panic), staging through reused pinned buffers.
-//! Host to host, the GPU path costs two host copies (into pinned staging, out of the
-//! pinned result) against the CPU's one, so it pays off only where the host copies
-//! are cheap relative to the gather, or the data is already on the device. A caller
-//! that only writes the packed bytes to files can skip the host gather altogether:
-//! [`plan_layout`] gives the layout, and the write gathers (`pwritev`) from the
-//! chunks' own buffers; [`Compactor::packs_on_device`] says when to.
-//! [`AutoCompactor`] picks per batch with [`auto_prefers_gpu`].
+//! [`CpuCompactor`] does 2–3 on the host: memcpy-class copies, one thread per 4 MiB up
+//! to every core, non-temporal stores from 32 MiB. [`GpuCompactor`] does them with
+//! three NVRTC-compiled kernels via `cudarc` (driver loaded at run time; no or broken
+//! driver ⇒ [`GpuUnavailable`], never a panic); its gather reads the batch from, and
+//! writes the result into, page-locked host memory mapped into the device
+//! ([`HostBuffer`]), so PCIe carries both directions at once and the host copies
+//! nothing it does not have to. A caller that only writes the packed bytes to files
+//! can skip the host gather altogether: [`plan_layout`] gives the layout, and the
+//! write gathers (`pwritev`) from the chunks' own buffers; [`Compactor::packs_on_device`]
+//! says when to. [`AutoCompactor`] picks per batch from measured speeds: a calibration
+//! when it is first needed, then the batches it runs.
 //!
 //! # Output layout
 //!
@@ -75,12 +75,14 @@
 //! }
 //! ```
 
+mod auto;
 mod cpu;
 mod cpu_stream;
 mod gpu;
 mod gpu_buffers;
 mod gpu_nvrtc;
 mod gpu_probe;
+mod host_copy;
 mod plan;
 
 #[cfg(test)]
@@ -96,8 +98,9 @@ mod tests_model;
 
 use std::ops::Range;
 
+pub use auto::{AutoCompactor, CONSIDER_BYTES, Estimate};
 pub use cpu::CpuCompactor;
-pub use gpu::{GpuCompactor, GpuPhaseTimes, GpuUnavailable};
+pub use gpu::{GpuCompactor, GpuPhaseTimes, GpuTransfer, GpuUnavailable, HostBuffer};
 
 /// Chunk grid of one array as the compactor needs it, per dimension slowest first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,11 +303,40 @@ pub trait Compactor: Send + Sync {
     fn name(&self) -> &'static str;
     /// Replaces the contents of `out` with the packed batch.
     fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError>;
-    /// Whether [`Compactor::compact`] packs a batch of `payload_bytes` on a device (the
-    /// GPU). When it does not, its gather is one host copy of every byte, which a caller
-    /// about to write the chunks to a file can skip: [`plan_layout`], then a scatter
-    /// write from the chunks' own buffers.
+    /// Whether a caller about to write the chunks to files should pack a batch of
+    /// `payload_bytes` with [`Compactor::pack_chunks`] (on a device, the GPU). When not,
+    /// the host gather is one copy of every byte, which such a caller skips:
+    /// [`plan_layout`], then a scatter write from the chunks' own buffers.
     fn packs_on_device(&self, payload_bytes: u64) -> bool;
+
+    /// Packs chunks given as separate slices (chunk `i` at grid coordinates
+    /// `coords[i*D..]`): `out` gets the layout, the returned bytes the packed data
+    /// (`out.data` may be left empty). The default concatenates and calls `compact`;
+    /// the GPU packs from and into mapped page-locked memory.
+    fn pack_chunks<'a>(
+        &'a self,
+        grid: &ShardGrid,
+        coords: &[u64],
+        chunks: &[&[u8]],
+        out: &mut Packed,
+    ) -> Result<PackedBytes<'a>, CompactError> {
+        pack_by_compact(self, grid, coords, chunks, out)
+    }
+
+    /// Makes room ahead of time for batches of up to `payload_bytes` (the GPU's mapped
+    /// page-locked buffers), so that the first large flush does not pay for pinning
+    /// memory. Blocks while it allocates; the default does nothing.
+    fn reserve(&self, _payload_bytes: u64) {}
+
+    /// What a flush took to lay out `bytes` of payload, packed on the device or only
+    /// planned on the host: [`AutoCompactor`] learns its choice from it.
+    fn observe_flush(&self, _on_device: bool, _bytes: u64, _elapsed: std::time::Duration) {}
+
+    /// For `shardfs stats`: what this compactor knows of its own speed (the device,
+    /// its calibration, the estimates it decides by); `None` for a fixed choice.
+    fn describe(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Everything [`Compactor::compact`] produces but the packed bytes: `order`, `offsets`,
@@ -321,75 +353,62 @@ pub fn plan_layout(
     plan::plan_layout(grid, coords, sizes, out)
 }
 
-/// Batches with at least this many payload bytes go to the GPU under
-/// [`AutoCompactor`]. A placeholder: **to be measured on a GPU machine** (run
-/// `cargo bench --bench compact` there and take the smallest batch size whose GPU
-/// end-to-end throughput beats the CPU's).
-pub const GPU_CROSSOVER_BYTES: u64 = 64 << 20;
+/// What [`Compactor::pack_chunks`] hands back: the packed bytes, in ordinary memory
+/// or in the GPU compactor's mapped result buffer (the compactor stays locked while
+/// they are held).
+pub struct PackedBytes<'a>(Bytes<'a>);
 
-/// The crossover rule: `true` when a batch of `batch_bytes` payload should be
-/// compacted on the GPU (if one is available).
-pub fn auto_prefers_gpu(batch_bytes: u64) -> bool {
-    batch_bytes >= GPU_CROSSOVER_BYTES
+enum Bytes<'a> {
+    Owned(Vec<u8>),
+    Pinned(parking_lot::MappedMutexGuard<'a, [u8]>),
 }
 
-/// Picks the CPU or the GPU per batch with [`auto_prefers_gpu`]; CPU only when no
-/// GPU could be initialised, and CPU again for a batch whose GPU run hit a device
-/// error ([`CompactError::Gpu`]).
-pub struct AutoCompactor {
-    cpu: CpuCompactor,
-    gpu: Option<GpuCompactor>,
+impl<'a> PackedBytes<'a> {
+    pub(crate) fn pinned(guard: parking_lot::MappedMutexGuard<'a, [u8]>) -> Self {
+        Self(Bytes::Pinned(guard))
+    }
+
+    /// Whether the bytes sit in page-locked memory of the GPU compactor.
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.0, Bytes::Pinned(_))
+    }
 }
 
-impl AutoCompactor {
-    /// Tries to bring up the GPU; logs why not and falls back to CPU only.
-    pub fn new() -> Self {
-        let gpu = match GpuCompactor::new() {
-            Ok(gpu) => Some(gpu),
-            Err(why) => {
-                log::info!("compaction on CPU only: {why}");
-                None
-            }
-        };
-        Self {
-            cpu: CpuCompactor::new(),
-            gpu,
+impl std::ops::Deref for PackedBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            Bytes::Owned(v) => v,
+            Bytes::Pinned(g) => g,
         }
     }
-
-    /// Whether a GPU is in use for large batches.
-    pub fn has_gpu(&self) -> bool {
-        self.gpu.is_some()
-    }
 }
 
-impl Default for AutoCompactor {
-    fn default() -> Self {
-        Self::new()
+/// [`Compactor::pack_chunks`] by concatenating the chunks and calling `compact`.
+pub(crate) fn pack_by_compact<'a>(
+    c: &(impl Compactor + ?Sized),
+    grid: &ShardGrid,
+    coords: &[u64],
+    chunks: &[&[u8]],
+    out: &mut Packed,
+) -> Result<PackedBytes<'a>, CompactError> {
+    let total: usize = chunks.iter().map(|c| c.len()).sum();
+    let mut data = Vec::with_capacity(total);
+    let mut src_offsets = Vec::with_capacity(chunks.len());
+    let mut sizes = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        src_offsets.push(data.len() as u64);
+        sizes.push(c.len() as u64);
+        data.extend_from_slice(c);
     }
-}
-
-impl Compactor for AutoCompactor {
-    fn name(&self) -> &'static str {
-        "auto"
-    }
-
-    fn packs_on_device(&self, payload_bytes: u64) -> bool {
-        self.gpu.is_some() && auto_prefers_gpu(payload_bytes)
-    }
-
-    fn compact(&self, batch: &StagedBatch<'_>, out: &mut Packed) -> Result<(), CompactError> {
-        if let Some(gpu) = &self.gpu
-            && auto_prefers_gpu(batch.payload_bytes())
-        {
-            match gpu.compact(batch, out) {
-                Err(CompactError::Gpu { stage, reason }) => {
-                    // A device fault must not fail the flush: the CPU gives the same bytes.
-                    log::warn!("GPU compaction failed during {stage} ({reason}); using CPU");
-                }
-                done => return done,
-            }
-        }
-        self.cpu.compact(batch, out)
-    }
+    let batch = StagedBatch {
+        grid,
+        coords,
+        data: &data,
+        src_offsets: &src_offsets,
+        sizes: &sizes,
+    };
+    c.compact(&batch, out)?;
+    Ok(PackedBytes(Bytes::Owned(std::mem::take(&mut out.data))))
 }

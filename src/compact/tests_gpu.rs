@@ -8,16 +8,60 @@ use super::gpu_probe::{probe_libraries, probe_library};
 use super::testkit::{
     OwnedBatch, Rng, Scenario, alignment_matrix_batch, assert_same, random_batch,
 };
-use super::{Compactor, CpuCompactor, GpuCompactor, GpuUnavailable, Packed, ShardGrid};
+use super::{
+    Compactor, CpuCompactor, GpuCompactor, GpuTransfer, GpuUnavailable, Packed, ShardGrid,
+    StagedBatch,
+};
 
 fn gpu_or_skip(test: &str) -> Option<GpuCompactor> {
-    match GpuCompactor::new() {
+    gpu_with_or_skip(test, GpuTransfer::Mapped)
+}
+
+fn gpu_with_or_skip(test: &str, transfer: GpuTransfer) -> Option<GpuCompactor> {
+    match GpuCompactor::with_transfer(transfer) {
         Ok(gpu) => Some(gpu),
         Err(GpuUnavailable(reason)) => {
             eprintln!("{test}: SKIPPED: no usable GPU: {reason}");
             None
         }
     }
+}
+
+/// Every batch shape of the identity tests, through the paths that do not go by
+/// `Compactor::compact`: a batch staged in a mapped `HostBuffer` (`compact_host`, at an
+/// odd offset into it) and a batch handed over as slices (`pack_chunks`).
+fn assert_host_paths_match_cpu(gpu: &GpuCompactor, b: &OwnedBatch, what: &str) {
+    let mut want = Packed::default();
+    CpuCompactor::new().compact(&b.view(), &mut want).unwrap();
+    let at = 5;
+    let mut input = gpu.host_buffer(b.data.len() + at).unwrap();
+    input[at..].copy_from_slice(&b.data);
+    let mut result = gpu.host_buffer(1).unwrap(); // grown by the call
+    let mut out = Packed::default();
+    let batch = StagedBatch {
+        data: &input[at..],
+        ..b.view()
+    };
+    gpu.compact_host(&batch, &input, &mut out, &mut result)
+        .unwrap_or_else(|e| panic!("{what}: compact_host: {e}"));
+    let total = want.data.len();
+    out.data = result[..total].to_vec();
+    assert_same(&out, &want, &format!("{what} (compact_host)"));
+
+    let chunks: Vec<&[u8]> = (0..b.sizes.len())
+        .map(|i| {
+            let from = b.src_offsets[i] as usize;
+            &b.data[from..from + b.sizes[i] as usize]
+        })
+        .collect();
+    let mut out = Packed::default();
+    let bytes = gpu
+        .pack_chunks(&b.grid, &b.coords, &chunks, &mut out)
+        .unwrap_or_else(|e| panic!("{what}: pack_chunks: {e}"));
+    assert_eq!(bytes.is_pinned(), gpu.transfer() == GpuTransfer::Mapped);
+    out.data = bytes.to_vec();
+    drop(bytes);
+    assert_same(&out, &want, &format!("{what} (pack_chunks)"));
 }
 
 #[test]
@@ -89,22 +133,47 @@ fn assert_matches_cpu(c: &dyn Compactor, b: &OwnedBatch, out: &mut Packed, what:
 
 #[test]
 fn gpu_matches_cpu_or_reports_skip() {
-    let Some(gpu) = gpu_or_skip("gpu_matches_cpu_or_reports_skip") else {
-        return;
-    };
-    let mut rng = Rng::new(0x5eed);
-    let mut out = Packed::default(); // reused on purpose: growth and shrinkage
-    for round in 0..4 {
-        for rank in 0..=4 {
-            for scenario in Scenario::ALL {
-                let b = random_batch(&mut rng, rank, scenario);
-                let what = format!("round {round} rank {rank} {scenario:?}");
-                assert_matches_cpu(&gpu, &b, &mut out, &what);
+    for transfer in [GpuTransfer::Mapped, GpuTransfer::Copy] {
+        let Some(gpu) = gpu_with_or_skip("gpu_matches_cpu_or_reports_skip", transfer) else {
+            return;
+        };
+        let mut rng = Rng::new(0x5eed);
+        let mut out = Packed::default(); // reused on purpose: growth and shrinkage
+        for round in 0..4 {
+            for rank in 0..=4 {
+                for scenario in Scenario::ALL {
+                    let b = random_batch(&mut rng, rank, scenario);
+                    let what = format!("{transfer:?} round {round} rank {rank} {scenario:?}");
+                    assert_matches_cpu(&gpu, &b, &mut out, &what);
+                    if round == 0 {
+                        assert_host_paths_match_cpu(&gpu, &b, &what);
+                    }
+                }
             }
         }
+        let matrix = alignment_matrix_batch(&mut rng, &[1, 15, 16, 17, 31, 100, 4099]);
+        assert_matches_cpu(&gpu, &matrix, &mut out, "alignment matrix");
+        assert_host_paths_match_cpu(&gpu, &matrix, "alignment matrix");
     }
-    let matrix = alignment_matrix_batch(&mut rng, &[1, 15, 16, 17, 31, 100, 4099]);
-    assert_matches_cpu(&gpu, &matrix, &mut out, "alignment matrix");
+}
+
+#[test]
+fn compact_host_refuses_data_outside_its_input_buffer_or_reports_skip() {
+    let Some(gpu) = gpu_or_skip("compact_host_refuses_data_outside_its_input_buffer") else {
+        return;
+    };
+    let b = random_batch(&mut Rng::new(3), 2, Scenario::Mixed);
+    let input = gpu.host_buffer(16).unwrap();
+    let mut result = gpu.host_buffer(16).unwrap();
+    let err = gpu
+        .compact_host(&b.view(), &input, &mut Packed::default(), &mut result)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("does not lie in the input"),
+        "{err}"
+    );
+    // The compactor is still usable afterwards.
+    assert_matches_cpu(&gpu, &b, &mut Packed::default(), "after a refused call");
 }
 
 #[test]
@@ -152,6 +221,10 @@ fn gpu_edge_cases_or_reports_skip() {
     b.data = vec![0; 4096];
     rng.fill(&mut b.data);
     assert_matches_cpu(&gpu, &b, &mut out, "16384 chunks");
+    assert_host_paths_match_cpu(&gpu, &b, "16384 chunks");
+    assert_host_paths_match_cpu(&gpu, &big, "one 9 MiB chunk");
+    assert_host_paths_match_cpu(&gpu, &zeros, "only empty chunks");
+    assert_host_paths_match_cpu(&gpu, &empty, "empty batch");
     let times = gpu.compact_profiled(&b.view(), &mut out).unwrap();
     assert!(times.kernels > std::time::Duration::ZERO);
 }
@@ -223,15 +296,34 @@ fn broken_drivers_give_err_not_panic() {
 
 #[test]
 fn auto_compactor_matches_cpu_with_or_without_gpu() {
-    use super::{AutoCompactor, auto_prefers_gpu};
-    let auto = AutoCompactor::new();
+    use super::AutoCompactor;
+    let auto = AutoCompactor::calibrated();
     assert_eq!(auto.name(), "auto");
     assert_eq!(auto.has_gpu(), GpuCompactor::available().is_ok());
-    assert!(!auto_prefers_gpu(1 << 20) && auto_prefers_gpu(1 << 30));
+    let described = auto.describe().expect("auto describes itself");
+    println!("auto compactor after calibration: {described}");
+    // With a GPU the calibration measured all four ways; without one there is nothing
+    // to choose between.
+    assert_eq!(
+        described["estimates"].is_object(),
+        auto.has_gpu(),
+        "{described}"
+    );
     let mut rng = Rng::new(77);
     for scenario in Scenario::ALL {
         let b = random_batch(&mut rng, 3, scenario);
         let mut out = Packed::default();
         assert_matches_cpu(&auto, &b, &mut out, &format!("auto {scenario:?}"));
     }
+    // Large enough to be decided by the estimates, whichever way they go.
+    let mut b = random_batch(&mut rng, 2, Scenario::FewLarge);
+    b.sizes.iter_mut().for_each(|s| *s = (*s).max(1 << 20));
+    b.src_offsets = b
+        .sizes
+        .iter()
+        .scan(0, |at, s| Some(std::mem::replace(at, *at + s)))
+        .collect();
+    b.data = vec![0; b.sizes.iter().sum::<u64>() as usize];
+    rng.fill(&mut b.data);
+    assert_matches_cpu(&auto, &b, &mut Packed::default(), "auto, large batch");
 }

@@ -12,14 +12,26 @@ use super::gpu::gather_grid;
 use super::testkit::{OwnedBatch, Rng, Scenario, alignment_matrix_batch, random_batch};
 use super::{Compactor, CpuCompactor, Packed, ShardGrid};
 
+/// The harness and the kernels it includes, built into the test binary so that a
+/// binary copied to another machine (the GPU device) needs no source tree.
+const HARNESS_SOURCE: &str = include_str!("gpu_kernel_emu.cpp");
+const KERNEL_SOURCE: &str = include_str!("gpu_kernel.cu");
+
 /// Builds the harness once per test process; `Err` = why it cannot run here.
 fn harness() -> Result<&'static Path, String> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/compact");
-            let exe =
+            let dir =
                 std::env::temp_dir().join(format!("shardfs-kernel-emu-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("temp dir: {e}"))?;
+            for (name, text) in [
+                ("gpu_kernel_emu.cpp", HARNESS_SOURCE),
+                ("gpu_kernel.cu", KERNEL_SOURCE),
+            ] {
+                std::fs::write(dir.join(name), text).map_err(|e| format!("write {name}: {e}"))?;
+            }
+            let exe = dir.join("harness");
             let status = Command::new("c++")
                 .args([
                     "-std=c++20",
@@ -142,5 +154,7 @@ fn emulated_kernels_match_cpu_or_report_skip() {
     b.data = vec![0; 512];
     rng.fill(&mut b.data);
     check(exe, &b, "10000 chunks");
-    std::fs::remove_file(exe).ok();
+    if let Some(dir) = exe.parent() {
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

@@ -404,6 +404,25 @@ impl View {
                 .collect::<Vec<_>>()
                 .into();
             v["compaction_seconds"] = (get(&f.compact_ns) as f64 / 1e9).into();
+            // Per way of laying out a flush: batches, payload, time, rate.
+            let way = |batches: &AtomicU64, bytes: &AtomicU64, ns: &AtomicU64| {
+                let (bytes, secs) = (get(bytes), get(ns) as f64 / 1e9);
+                serde_json::json!({
+                    "batches": get(batches),
+                    "bytes": bytes,
+                    "seconds": secs,
+                    "gib_per_s": if secs > 0.0 {
+                        (bytes as f64 / (1u64 << 30) as f64 / secs * 100.0).round() / 100.0
+                    } else {
+                        0.0
+                    },
+                })
+            };
+            v["compaction"] = serde_json::json!({
+                "host_planned": way(&f.host_batches, &f.host_bytes, &f.host_ns),
+                "device_packed": way(&f.device_batches, &f.device_bytes, &f.device_ns),
+                "auto": w.flusher().compactor_description(),
+            });
             v["flush_seconds"] = (get(&f.flush_ns) as f64 / 1e9).into();
             v["mean_flush_latency_ms"] = if flushes > 0 {
                 (get(&f.flush_ns) as f64 / 1e6 / flushes as f64).into()

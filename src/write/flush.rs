@@ -1,9 +1,11 @@
 //! Flushing an array: its staged chunks are ordered shard-major by the [`Compactor`] (the
 //! seed's aggregate-by-shard step), then each touched shard gets one crash-safe update
 //! (`append::apply`): its chunks' bytes plus a fresh index. On the GPU the
-//! compactor packs a copy of the batch and the shards are written from its result; on
-//! the host only the layout is planned and each shard's write gathers the bytes straight
-//! from the staged buffers, so a flush copies every byte once (into the page cache).
+//! compactor packs the batch into page-locked memory and the shards are written from
+//! there; on the host only the layout is planned and each shard's write gathers the
+//! bytes straight from the staged buffers, so a flush copies every byte once (into the
+//! page cache). `--compactor auto` takes whichever measured faster
+//! ([`crate::compact::AutoCompactor`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -15,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::merge;
 use super::staging::{StagedChunk, Staging};
-use crate::compact::{self, Compactor, Packed, ShardGrid, StagedBatch};
+use crate::compact::{self, Compactor, Packed, ShardGrid};
 use crate::format::ShardLayout;
 use crate::store::{CommitError, SlotChange, Store};
 
@@ -63,6 +65,15 @@ pub struct FlushCounters {
     pub superseded: AtomicU64,
     pub compact_ns: AtomicU64,
     pub flush_ns: AtomicU64,
+    /// Batches whose layout was only planned on the host (the shard writes gather
+    /// from the staged buffers): count, payload bytes, time.
+    pub host_batches: AtomicU64,
+    pub host_bytes: AtomicU64,
+    pub host_ns: AtomicU64,
+    /// Batches packed on the device (the GPU): count, payload bytes, time.
+    pub device_batches: AtomicU64,
+    pub device_bytes: AtomicU64,
+    pub device_ns: AtomicU64,
 }
 
 /// What one flush of an array did.
@@ -103,6 +114,11 @@ impl Flusher {
 
     pub fn compactor_name(&self) -> &'static str {
         self.compactor.name()
+    }
+
+    /// What the compactor says of itself, for `shardfs stats`.
+    pub fn compactor_description(&self) -> Option<serde_json::Value> {
+        self.compactor.describe()
     }
 
     /// Commit `array`'s staged chunks to `store`, one shard commit each, under the merge
@@ -192,40 +208,40 @@ impl Flusher {
         let t = Instant::now();
         let on_device = self.compactor.packs_on_device(payload);
         let compacted = if on_device {
-            // The device packs a copy of the batch; the shards get slices of its result.
-            let mut data = Vec::with_capacity(payload as usize);
-            let mut src_offsets = Vec::with_capacity(writes.len());
-            for (_, b) in &writes {
-                src_offsets.push(data.len() as u64);
-                data.extend_from_slice(b);
-            }
-            let batch = StagedBatch {
-                grid: &grid,
-                coords: &coords,
-                data: &data,
-                src_offsets: &src_offsets,
-                sizes: &sizes,
-            };
-            self.compactor.compact(&batch, &mut packed)
+            // The device packs the batch; the shards are written from its result (in
+            // the GPU's page-locked result buffer, held until the commits are done).
+            let chunks: Vec<&[u8]> = writes.iter().map(|(_, b)| b.as_slice()).collect();
+            self.compactor
+                .pack_chunks(&grid, &coords, &chunks, &mut packed)
+                .map(Some)
         } else {
             // On the host the gather would be one more copy of every byte: plan only, and
             // let each shard's write gather from the staged buffers (`pwritev`).
-            compact::plan_layout(&grid, &coords, &sizes, &mut packed)
+            compact::plan_layout(&grid, &coords, &sizes, &mut packed).map(|()| None)
         };
-        compacted.map_err(|e| FlushError::Compact {
+        let packed_bytes = compacted.map_err(|e| FlushError::Compact {
             array: array.rel.to_path_buf(),
             err: e.to_string(),
         })?;
-        self.counters
-            .compact_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.counters.bytes.fetch_add(payload, Ordering::Relaxed);
+        let took = t.elapsed();
+        self.compactor.observe_flush(on_device, payload, took);
+        let c = &self.counters;
+        let took_ns = took.as_nanos() as u64;
+        c.compact_ns.fetch_add(took_ns, Ordering::Relaxed);
+        c.bytes.fetch_add(payload, Ordering::Relaxed);
+        let (batches, bytes, ns) = if on_device {
+            (&c.device_batches, &c.device_bytes, &c.device_ns)
+        } else {
+            (&c.host_batches, &c.host_bytes, &c.host_ns)
+        };
+        batches.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(payload, Ordering::Relaxed);
+        ns.fetch_add(took_ns, Ordering::Relaxed);
         // The bytes of the chunk at packed position `j`.
         let chunk = |j: usize| -> &[u8] {
-            if on_device {
-                packed.chunk_bytes(j)
-            } else {
-                writes[packed.order[j] as usize].1
+            match &packed_bytes {
+                Some(bytes) => &bytes[packed.offsets[j] as usize..packed.offsets[j + 1] as usize],
+                None => writes[packed.order[j] as usize].1,
             }
         };
 

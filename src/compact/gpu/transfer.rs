@@ -1,6 +1,7 @@
-//! The pinned-memory copy schedule of one GPU compaction: staging + H2D before the
-//! kernels, D2H + copy-out after them, both in `PIECE_BYTES` pieces so the host's
-//! memcpy overlaps the DMA.
+//! The copy schedule of one GPU compaction: the metadata's H2D and the offsets' D2H
+//! (both transfers), and for copy transfers staging + H2D of the data before the
+//! kernels and D2H + copy-out after them, in `PIECE_BYTES` pieces so the host's memcpy
+//! overlaps the DMA.
 
 use super::{GpuState, Layout, PIECE_BYTES, SRC_PAD, at, new_event};
 use crate::compact::{CompactError, Packed, StagedBatch};
@@ -19,6 +20,15 @@ fn put_u32s(dst: &mut [u8], values: &[u32]) {
     }
 }
 
+/// `out.offsets` from the native-endian words in `raw`.
+fn read_offsets(raw: &[u8], out: &mut Packed) {
+    out.offsets.clear();
+    out.offsets.extend(
+        raw.chunks_exact(8)
+            .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])),
+    );
+}
+
 /// `start..end` ranges of at most `PIECE_BYTES` covering `0..len`.
 fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..len)
@@ -27,16 +37,36 @@ fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
 }
 
 impl GpuState {
+    /// Stages the metadata (`src_offsets`, `sizes`, `perm`) in pinned memory and
+    /// queues its H2D copy.
+    pub(super) fn upload_meta(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        layout: &Layout,
+    ) -> Result<(), CompactError> {
+        self.upload_with_data(batch, layout, false)
+    }
+
     /// Stages metadata and `batch.data` in pinned memory and queues their H2D copies.
     pub(super) fn upload(
         &mut self,
         batch: &StagedBatch<'_>,
         layout: &Layout,
     ) -> Result<(), CompactError> {
+        self.upload_with_data(batch, layout, true)
+    }
+
+    fn upload_with_data(
+        &mut self,
+        batch: &StagedBatch<'_>,
+        layout: &Layout,
+        with_data: bool,
+    ) -> Result<(), CompactError> {
         let stream = &self.stream;
+        let data_len = if with_data { layout.data_len } else { 0 };
         let staging = self
             .staging
-            .ensure(&self.ctx, layout.meta_len + layout.data_len)
+            .ensure(&self.ctx, layout.meta_len + data_len)
             .map_err(at("pinned alloc"))?;
         let (meta, data) = staging.split_at_mut(layout.meta_len);
         put_u64s(&mut meta[..layout.sizes_at], batch.src_offsets);
@@ -49,6 +79,9 @@ impl GpuState {
         stream
             .memcpy_htod(&*meta, &mut d_meta.slice_mut(..layout.meta_len))
             .map_err(at("H2D metadata"))?;
+        if !with_data {
+            return Ok(());
+        }
 
         let d_src = self
             .d_src
@@ -63,6 +96,39 @@ impl GpuState {
                 )
                 .map_err(at("H2D data"))?;
         }
+        Ok(())
+    }
+
+    /// Queues the D2H copy of the offsets and waits (sleeping) until it, and so
+    /// everything queued before it, is done; `out.offsets` gets them.
+    pub(super) fn download_offsets(
+        &mut self,
+        layout: &Layout,
+        out: &mut Packed,
+    ) -> Result<(), CompactError> {
+        let stream = &self.stream;
+        let offsets_len = (layout.n + 1) * 8;
+        let result = self
+            .result
+            .ensure(&self.ctx, offsets_len)
+            .map_err(at("pinned alloc"))?;
+        if self.events.is_empty() {
+            self.events
+                .push(new_event(&self.ctx).map_err(at("event create"))?);
+        }
+        let d_scan = self
+            .d_scan
+            .ensure(stream, layout.offsets_at + offsets_len)
+            .map_err(at("device alloc"))?;
+        stream
+            .memcpy_dtoh(
+                &d_scan.slice(layout.offsets_at..layout.offsets_at + offsets_len),
+                &mut result[..offsets_len],
+            )
+            .map_err(at("D2H offsets"))?;
+        self.events[0].record(stream).map_err(at("event record"))?;
+        self.events[0].synchronize().map_err(at("gather"))?;
+        read_offsets(&result[..offsets_len], out);
         Ok(())
     }
 
@@ -113,12 +179,7 @@ impl GpuState {
         }
 
         self.events[0].synchronize().map_err(at("D2H offsets"))?;
-        out.offsets.clear();
-        out.offsets.extend(
-            result[..offsets_len]
-                .chunks_exact(8)
-                .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]])),
-        );
+        read_offsets(&result[..offsets_len], out);
         out.data.clear();
         out.data.reserve(layout.total);
         for (k, (start, end)) in pieces(layout.total).enumerate() {
