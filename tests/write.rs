@@ -602,6 +602,14 @@ fn stats_count_what_the_mount_did() {
     assert!(s["flushes"].as_u64().unwrap() >= 1, "{s}");
     assert_eq!(s["chunks_flushed"], 1, "{s}");
     assert_eq!(s["staged_bytes"], 0, "{s}");
+    // Which way the flush laid the batch out: on the host (the default `auto` keeps a
+    // 24-byte batch there, and brings up no GPU for it).
+    let c = &s["compaction"];
+    assert!(c["host_planned"]["batches"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(c["host_planned"]["bytes"], 24, "{s}");
+    assert_eq!(c["device_packed"]["batches"], 0, "{s}");
+    assert!(c["auto"]["gpu"].as_str().unwrap().starts_with("not brought up"), "{s}");
+    assert!(c["auto"]["estimates"].is_null(), "{s}");
     // Hidden: not in the listing.
     assert!(
         fs::read_dir(mnt.path())
