@@ -608,7 +608,13 @@ fn stats_count_what_the_mount_did() {
     assert!(c["host_planned"]["batches"].as_u64().unwrap() >= 1, "{s}");
     assert_eq!(c["host_planned"]["bytes"], 24, "{s}");
     assert_eq!(c["device_packed"]["batches"], 0, "{s}");
-    assert!(c["auto"]["gpu"].as_str().unwrap().starts_with("not brought up"), "{s}");
+    assert!(
+        c["auto"]["gpu"]
+            .as_str()
+            .unwrap()
+            .starts_with("not brought up"),
+        "{s}"
+    );
     assert!(c["auto"]["estimates"].is_null(), "{s}");
     // Hidden: not in the listing.
     assert!(
