@@ -121,6 +121,10 @@ fn kernel_source_compiles_with_nvrtc_or_reports_skip() {
             "{sm}: a cubin is an ELF image"
         );
     }
+    println!(
+        "NVRTC compiled the kernels: PTX for its default, compute_80 and compute_90, \
+         cubins for sm_80 and sm_90"
+    );
 }
 
 fn assert_matches_cpu(c: &dyn Compactor, b: &OwnedBatch, out: &mut Packed, what: &str) {
