@@ -194,7 +194,8 @@ impl From<FormatArg> for ViewFormat {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CompactorArg {
     /// Whichever way measured faster (a calibration after the first large flush brings
-    /// up the GPU, where usable); on a local disk that is the CPU's, which copies nothing.
+    /// up the GPU, where usable). A flush's CPU way copies nothing, so it has won on
+    /// every machine measured.
     Auto,
     Cpu,
     /// The GPU; the mount fails without a usable one.

@@ -322,6 +322,9 @@ impl Inner {
             gpu.device_name(),
             started.elapsed().as_secs_f64() * 1e3
         );
+        // The GPU's pinned buffers are made again if a batch ever goes its way; until
+        // then a mount should not hold them.
+        gpu.release_buffers();
         *self.estimates.lock() = Some(estimates);
     }
 }
@@ -349,14 +352,18 @@ impl Compactor for AutoCompactor {
                     log::warn!("GPU compaction failed during {stage} ({reason}); using CPU");
                 }
                 done => {
-                    self.after_batch(bytes, Way::GpuCompact, started.elapsed());
+                    if done.is_ok() {
+                        self.after_batch(bytes, Way::GpuCompact, started.elapsed());
+                    }
                     return done;
                 }
             }
         }
         let started = Instant::now();
         let done = self.inner.cpu.compact(batch, out);
-        self.after_batch(bytes, Way::CpuGather, started.elapsed());
+        if done.is_ok() {
+            self.after_batch(bytes, Way::CpuGather, started.elapsed());
+        }
         done
     }
 

@@ -266,6 +266,23 @@ impl GpuCompactor {
         (state, result)
     }
 
+    /// Gives back the page-locked and device buffers (they are made again when a
+    /// batch needs them): for a compactor that measured slower and sits unused.
+    pub fn release_buffers(&self) {
+        let mut state = self.state.lock();
+        if let Err(e) = state.stream.synchronize() {
+            log::warn!("GPU compactor: {}", driver_error_text(&e));
+        }
+        state.mapped_in = MappedBuf::default();
+        state.mapped_out = MappedBuf::default();
+        state.staging = PinnedBuf::default();
+        state.result = PinnedBuf::default();
+        state.d_meta = DeviceBuf::default();
+        state.d_src = DeviceBuf::default();
+        state.d_scan = DeviceBuf::default();
+        state.d_dst = DeviceBuf::default();
+    }
+
     /// The device's name, for logs and benchmark output.
     pub fn device_name(&self) -> &str {
         &self.device
@@ -311,7 +328,17 @@ impl Compactor for GpuCompactor {
         if self.transfer != GpuTransfer::Mapped {
             return;
         }
-        let len = usize::try_from(payload_bytes).unwrap_or(usize::MAX);
+        // Pinned memory cannot be swapped: both buffers together take at most a quarter
+        // of the machine's memory; larger batches grow them when they come.
+        let cap = host_copy::physical_memory().map_or(u64::MAX, |m| m / 8);
+        if payload_bytes > cap {
+            log::info!(
+                "GPU compactor: reserving {} MiB per buffer, not {} (an eighth of the memory)",
+                cap >> 20,
+                payload_bytes >> 20
+            );
+        }
+        let len = usize::try_from(payload_bytes.min(cap)).unwrap_or(usize::MAX);
         let started = Instant::now();
         let (_state, done) = self.locked(|state| {
             let ctx = state.ctx.clone();
@@ -319,10 +346,11 @@ impl Compactor for GpuCompactor {
                 .mapped_in
                 .ensure(&ctx, len)
                 .map_err(at("pinned alloc"))?;
-            state
-                .mapped_out
-                .ensure(&ctx, len)
-                .map_err(at("pinned alloc"))?;
+            if let Err(e) = state.mapped_out.ensure(&ctx, len) {
+                // Half a reservation only holds memory: give it back.
+                state.mapped_in = MappedBuf::default();
+                return Err(at("pinned alloc")(e));
+            }
             Ok(())
         });
         match done {

@@ -40,7 +40,12 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// `len` usable bytes, zeroed, mapped into `ctx`'s device.
     pub(crate) fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DriverError> {
-        let total = len + 2 * HOST_PAD;
+        // Absurd sizes (a saturated `--write-buffer`) are an allocation failure, never
+        // a wrapped length or a cudarc assertion.
+        let total = len
+            .checked_add(2 * HOST_PAD)
+            .filter(|&t| t < isize::MAX as usize)
+            .ok_or(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY))?;
         // SAFETY: the memory is uninitialised; it is zero-filled below before any
         // reference to it exists.
         let mut buf = unsafe {
@@ -95,6 +100,15 @@ impl HostBuffer {
             *self = Self::alloc(&ctx, grown_capacity(self.len, len))?;
         }
         Ok(())
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // The device may still read or write this memory if a call was cut short (a
+        // panic unwinding past a launch): wait for the context before it is freed.
+        // Errors mean the context is gone, and with it any work on this memory.
+        let _ = self.buf.context().synchronize();
     }
 }
 
@@ -155,7 +169,7 @@ impl MappedBuf {
 /// reallocate (and re-pin) on every call.
 fn grown_capacity(current: usize, needed: usize) -> usize {
     const MIB: usize = 1 << 20;
-    let target = needed.max(current + current / 2);
+    let target = needed.max(current.saturating_add(current / 2));
     target.div_ceil(MIB).saturating_mul(MIB).max(needed)
 }
 
@@ -222,5 +236,21 @@ impl DeviceBuf {
             }
         };
         Ok(self.buf.insert(buf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grown_capacity;
+
+    #[test]
+    fn capacities_grow_in_whole_mib_and_never_overflow() {
+        assert_eq!(grown_capacity(0, 1), 1 << 20);
+        assert_eq!(grown_capacity(4 << 20, 5 << 20), 6 << 20);
+        assert_eq!(grown_capacity(0, 0), 0);
+        // A saturated request (a huge `--write-buffer`) saturates, never wraps or panics;
+        // `HostBuffer::alloc` then refuses it as out of memory.
+        assert_eq!(grown_capacity(usize::MAX / 2 + 7, usize::MAX), usize::MAX);
+        assert!(grown_capacity(usize::MAX - 3, 5) >= usize::MAX - 3);
     }
 }

@@ -17,6 +17,20 @@ pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The machine's memory in bytes (`MemTotal`), if it can be read.
+pub(crate) fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Threads for a copy of `total` bytes: one per [`BYTES_PER_THREAD`], at least one, at
 /// most `max_threads`.
 pub(crate) fn threads_for(total: u64, max_threads: usize) -> usize {
@@ -100,8 +114,9 @@ pub(crate) fn copy(dst: &mut [u8], src: &[u8], max_threads: usize) {
 }
 
 /// Copies `pieces[j]` to `dst[starts[j]..starts[j + 1]]` for every `j` on up to
-/// `max_threads` threads (`starts` as in [`split`], each gap the piece's length).
+/// `max_threads` threads (`starts` as in [`split`], from 0, each gap the piece's length).
 pub(crate) fn copy_pieces(dst: &mut [u8], starts: &[u64], pieces: &[&[u8]], max_threads: usize) {
+    debug_assert_eq!(starts.first(), Some(&0), "starts begin at byte 0 of dst");
     let total = starts.last().copied().unwrap_or(0);
     let threads = threads_for(total, max_threads);
     for_each_run(&mut dst[..total as usize], starts, threads, |run, part| {
@@ -159,6 +174,12 @@ mod tests {
         let want: Vec<u8> = pieces.concat();
         assert!(packed[..src.len()] == want[..]);
         assert_eq!(&packed[src.len()..], &[0; 7]);
+    }
+
+    #[test]
+    fn the_memory_is_read_from_meminfo() {
+        let bytes = physical_memory().expect("/proc/meminfo has MemTotal");
+        assert!(bytes > 64 << 20, "{bytes}");
     }
 
     #[test]
