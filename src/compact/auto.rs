@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{
-    CompactError, Compactor, CpuCompactor, GpuCompactor, Packed, PackedBytes, ShardGrid,
-    StagedBatch, pack_by_compact, plan_layout,
+    CompactError, Compactor, CpuCompactor, GpuCompactor, OwnedBatch, Packed, PackedBytes,
+    ShardGrid, StagedBatch, pack_by_compact, plan_layout,
 };
 
 /// Batches below this many payload bytes always stay on the CPU (a GPU call's fixed
@@ -226,49 +226,20 @@ fn timed(reps: usize, mut call: impl FnMut() -> Result<(), CompactError>) -> Opt
 }
 
 /// A synthetic batch of `bytes` in 64 KiB chunks, staged in a scrambled order.
-struct Synthetic {
-    grid: ShardGrid,
-    coords: Vec<u64>,
-    data: Vec<u8>,
-    src_offsets: Vec<u64>,
-    sizes: Vec<u64>,
-}
-
-impl Synthetic {
-    fn new(bytes: u64) -> Self {
-        let n = bytes.div_ceil(CALIBRATION_CHUNK);
-        let grid = ShardGrid::new(vec![16, 16, 16], vec![4, 4, 4]);
+fn synthetic(bytes: u64) -> OwnedBatch {
+    let n = bytes.div_ceil(CALIBRATION_CHUNK);
+    OwnedBatch {
+        grid: ShardGrid::new(vec![16, 16, 16], vec![4, 4, 4]),
         // An odd multiplier modulo 4096 is a permutation of the cells.
-        let coords = (0..n)
+        coords: (0..n)
             .map(|i| (i * 2_654_435_761) % 4096)
             .flat_map(|c| [c / 256, c / 16 % 16, c % 16])
-            .collect();
-        let sizes = vec![CALIBRATION_CHUNK; n as usize];
-        let src_offsets = (0..n).map(|i| i * CALIBRATION_CHUNK).collect();
-        let data = (0..n * CALIBRATION_CHUNK)
+            .collect(),
+        data: (0..n * CALIBRATION_CHUNK)
             .map(|i| (i * 7 + 3) as u8)
-            .collect();
-        Self {
-            grid,
-            coords,
-            data,
-            src_offsets,
-            sizes,
-        }
-    }
-
-    fn view(&self) -> StagedBatch<'_> {
-        StagedBatch {
-            grid: &self.grid,
-            coords: &self.coords,
-            data: &self.data,
-            src_offsets: &self.src_offsets,
-            sizes: &self.sizes,
-        }
-    }
-
-    fn chunks(&self) -> Vec<&[u8]> {
-        self.data.chunks(CALIBRATION_CHUNK as usize).collect()
+            .collect(),
+        src_offsets: (0..n).map(|i| i * CALIBRATION_CHUNK).collect(),
+        sizes: vec![CALIBRATION_CHUNK; n as usize],
     }
 }
 
@@ -284,7 +255,7 @@ impl Inner {
         let started = Instant::now();
         let mut points = Vec::new();
         for bytes in CALIBRATION_BYTES {
-            let batch = Synthetic::new(bytes);
+            let batch = synthetic(bytes);
             let view = batch.view();
             let chunks = batch.chunks();
             let mut out = Packed::default();

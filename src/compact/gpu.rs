@@ -385,11 +385,7 @@ impl Compactor for GpuCompactor {
         }
         let total = starts[chunks.len()] as usize;
         let (state, done) = self.locked(|state| {
-            let mut input = std::mem::take(&mut state.mapped_in);
-            let mut output = std::mem::take(&mut state.mapped_out);
-            let mut pack = || {
-                let ctx = state.ctx.clone();
-                let input = input.ensure(&ctx, total).map_err(at("pinned alloc"))?;
+            state.with_mapped(total, total, |state, input, output| {
                 host_copy::copy_pieces(input, &starts, chunks, host_copy::cores());
                 let batch = StagedBatch {
                     grid,
@@ -398,13 +394,8 @@ impl Compactor for GpuCompactor {
                     src_offsets: &starts[..chunks.len()],
                     sizes: &sizes,
                 };
-                let output = output.ensure(&ctx, total).map_err(at("pinned alloc"))?;
                 state.compact_mapped(&batch, input.device_addr(), output, out)
-            };
-            let done = pack();
-            state.mapped_in = input;
-            state.mapped_out = output;
-            done
+            })
         });
         done?;
         let bytes = MutexGuard::map(state, |s| match s.mapped_out.get_mut() {
@@ -487,33 +478,25 @@ impl GpuState {
         };
         let mut times = GpuPhaseTimes::default();
         if self.transfer == GpuTransfer::Mapped {
-            let ctx = self.ctx.clone();
-            let mut input = std::mem::take(&mut self.mapped_in);
-            let mut output = std::mem::take(&mut self.mapped_out);
-            let mut pack = || {
-                let inb = input
-                    .ensure(&ctx, layout.data_len)
-                    .map_err(at("pinned alloc"))?;
-                host_copy::copy(&mut inb[..layout.data_len], batch.data, host_copy::cores());
-                let outb = output
-                    .ensure(&ctx, layout.total)
-                    .map_err(at("pinned alloc"))?;
+            return self.with_mapped(layout.data_len, layout.total, |state, input, output| {
+                host_copy::copy(
+                    &mut input[..layout.data_len],
+                    batch.data,
+                    host_copy::cores(),
+                );
                 times.upload = start.elapsed();
                 let kernels_start = Instant::now();
-                self.gather_mapped(batch, &layout, inb.device_addr(), outb.device_addr(), out)?;
+                let (src, dst) = (input.device_addr(), output.device_addr());
+                state.gather_mapped(batch, &layout, src, dst, out)?;
                 times.kernels = kernels_start.elapsed();
                 let download_start = Instant::now();
                 // Reuse `out.data`'s length where it has one: no zero-fill to overwrite.
                 out.data.truncate(layout.total);
                 out.data.resize(layout.total, 0);
-                host_copy::copy(&mut out.data, &outb[..layout.total], host_copy::cores());
+                host_copy::copy(&mut out.data, &output[..layout.total], host_copy::cores());
                 times.download = download_start.elapsed();
                 Ok(times)
-            };
-            let done = pack();
-            self.mapped_in = input;
-            self.mapped_out = output;
-            return done;
+            });
         }
         self.upload(batch, &layout)?;
         if profile {
@@ -530,6 +513,30 @@ impl GpuState {
         self.download(&layout, out)?;
         times.download = download_start.elapsed();
         Ok(times)
+    }
+
+    /// Runs `f` with the mapped input and result buffers, grown to `input_len` and
+    /// `output_len` bytes. They are out of the state meanwhile (so `f` may use the
+    /// state too) and put back after, also when `f` fails.
+    fn with_mapped<R>(
+        &mut self,
+        input_len: usize,
+        output_len: usize,
+        f: impl FnOnce(&mut Self, &mut HostBuffer, &mut HostBuffer) -> Result<R, CompactError>,
+    ) -> Result<R, CompactError> {
+        let ctx = self.ctx.clone();
+        let mut input = std::mem::take(&mut self.mapped_in);
+        let mut output = std::mem::take(&mut self.mapped_out);
+        let done = (|| {
+            let inb = input.ensure(&ctx, input_len).map_err(at("pinned alloc"))?;
+            let outb = output
+                .ensure(&ctx, output_len)
+                .map_err(at("pinned alloc"))?;
+            f(self, inb, outb)
+        })();
+        self.mapped_in = input;
+        self.mapped_out = output;
+        done
     }
 
     /// Packs `batch`, whose data the device reads at `src` (mapped host memory), into

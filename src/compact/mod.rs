@@ -98,7 +98,7 @@ mod tests_model;
 
 use std::ops::Range;
 
-pub use auto::{AutoCompactor, CONSIDER_BYTES, Estimate};
+pub use auto::AutoCompactor;
 pub use cpu::CpuCompactor;
 pub use gpu::{GpuCompactor, GpuPhaseTimes, GpuTransfer, GpuUnavailable, HostBuffer};
 
@@ -170,6 +170,38 @@ impl StagedBatch<'_> {
     /// Sum of the chunk sizes (saturating), the quantity [`auto_prefers_gpu`] takes.
     pub fn payload_bytes(&self) -> u64 {
         self.sizes.iter().fold(0u64, |a, &s| a.saturating_add(s))
+    }
+}
+
+/// A batch that owns its buffers (the calibration's synthetic batches, the tests').
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedBatch {
+    pub grid: ShardGrid,
+    pub coords: Vec<u64>,
+    pub data: Vec<u8>,
+    pub src_offsets: Vec<u64>,
+    pub sizes: Vec<u64>,
+}
+
+impl OwnedBatch {
+    pub(crate) fn view(&self) -> StagedBatch<'_> {
+        StagedBatch {
+            grid: &self.grid,
+            coords: &self.coords,
+            data: &self.data,
+            src_offsets: &self.src_offsets,
+            sizes: &self.sizes,
+        }
+    }
+
+    /// Chunk `i`'s bytes, for each `i`.
+    pub(crate) fn chunks(&self) -> Vec<&[u8]> {
+        (0..self.sizes.len())
+            .map(|i| {
+                let from = self.src_offsets[i] as usize;
+                &self.data[from..from + self.sizes[i] as usize]
+            })
+            .collect()
     }
 }
 

@@ -4,6 +4,7 @@
 //! The reference never computes a key: it sorts chunks by the tuple
 //! `(shard coords, within-shard coords)` (lexicographic = row-major) and concatenates.
 
+pub(crate) use super::OwnedBatch;
 use super::{Packed, ShardGrid, ShardRun, StagedBatch};
 
 /// SplitMix64: tiny, deterministic, good enough for test data.
@@ -45,28 +46,6 @@ impl Rng {
         for i in (1..v.len()).rev() {
             let j = self.range(0, i as u64) as usize;
             v.swap(i, j);
-        }
-    }
-}
-
-/// A batch that owns its buffers.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnedBatch {
-    pub grid: ShardGrid,
-    pub coords: Vec<u64>,
-    pub data: Vec<u8>,
-    pub src_offsets: Vec<u64>,
-    pub sizes: Vec<u64>,
-}
-
-impl OwnedBatch {
-    pub(crate) fn view(&self) -> StagedBatch<'_> {
-        StagedBatch {
-            grid: &self.grid,
-            coords: &self.coords,
-            data: &self.data,
-            src_offsets: &self.src_offsets,
-            sizes: &self.sizes,
         }
     }
 }

@@ -48,12 +48,7 @@ fn assert_host_paths_match_cpu(gpu: &GpuCompactor, b: &OwnedBatch, what: &str) {
     out.data = result[..total].to_vec();
     assert_same(&out, &want, &format!("{what} (compact_host)"));
 
-    let chunks: Vec<&[u8]> = (0..b.sizes.len())
-        .map(|i| {
-            let from = b.src_offsets[i] as usize;
-            &b.data[from..from + b.sizes[i] as usize]
-        })
-        .collect();
+    let chunks = b.chunks();
     let mut out = Packed::default();
     let bytes = gpu
         .pack_chunks(&b.grid, &b.coords, &chunks, &mut out)

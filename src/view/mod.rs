@@ -380,7 +380,7 @@ impl View {
             v["staged_bytes"] = w.staged_bytes().into();
             v["flushes"] = flushes.into();
             v["chunks_flushed"] = get(&f.chunks).into();
-            v["bytes_flushed"] = get(&f.bytes).into();
+            v["bytes_flushed"] = (get(&f.host_bytes) + get(&f.device_bytes)).into();
             v["shard_updates"] = get(&f.shards).into();
             v["chunks_superseded"] = get(&f.superseded).into();
             // What is staged and not yet in the store, by array: what an unmount that
@@ -403,7 +403,7 @@ impl View {
                 })
                 .collect::<Vec<_>>()
                 .into();
-            v["compaction_seconds"] = (get(&f.compact_ns) as f64 / 1e9).into();
+            v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
             // Per way of laying out a flush: batches, payload, time, rate.
             let way = |batches: &AtomicU64, bytes: &AtomicU64, ns: &AtomicU64| {
                 let (bytes, secs) = (get(bytes), get(ns) as f64 / 1e9);

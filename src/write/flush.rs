@@ -59,14 +59,13 @@ impl FlushError {
 pub struct FlushCounters {
     pub flushes: AtomicU64,
     pub chunks: AtomicU64,
-    pub bytes: AtomicU64,
     pub shards: AtomicU64,
     /// Staged changes dropped at commit because the shard held a change closed later.
     pub superseded: AtomicU64,
-    pub compact_ns: AtomicU64,
     pub flush_ns: AtomicU64,
     /// Batches whose layout was only planned on the host (the shard writes gather
-    /// from the staged buffers): count, payload bytes, time.
+    /// from the staged buffers): count, payload bytes, time. The bytes flushed and the
+    /// compaction time are the sums of the two ways'.
     pub host_batches: AtomicU64,
     pub host_bytes: AtomicU64,
     pub host_ns: AtomicU64,
@@ -226,9 +225,6 @@ impl Flusher {
         let took = t.elapsed();
         self.compactor.observe_flush(on_device, payload, took);
         let c = &self.counters;
-        let took_ns = took.as_nanos() as u64;
-        c.compact_ns.fetch_add(took_ns, Ordering::Relaxed);
-        c.bytes.fetch_add(payload, Ordering::Relaxed);
         let (batches, bytes, ns) = if on_device {
             (&c.device_batches, &c.device_bytes, &c.device_ns)
         } else {
@@ -236,7 +232,7 @@ impl Flusher {
         };
         batches.fetch_add(1, Ordering::Relaxed);
         bytes.fetch_add(payload, Ordering::Relaxed);
-        ns.fetch_add(took_ns, Ordering::Relaxed);
+        ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
         // The bytes of the chunk at packed position `j`.
         let chunk = |j: usize| -> &[u8] {
             match &packed_bytes {

@@ -99,20 +99,21 @@ impl GpuState {
         Ok(())
     }
 
-    /// Queues the D2H copy of the offsets and waits (sleeping) until it, and so
-    /// everything queued before it, is done; `out.offsets` gets them.
-    pub(super) fn download_offsets(
+    /// Queues the D2H copy of the offsets into the pinned result buffer (grown to
+    /// `result_len` bytes) and records event 0 after it, with at least `events` events.
+    fn queue_offsets(
         &mut self,
         layout: &Layout,
-        out: &mut Packed,
+        result_len: usize,
+        events: usize,
     ) -> Result<(), CompactError> {
         let stream = &self.stream;
         let offsets_len = (layout.n + 1) * 8;
         let result = self
             .result
-            .ensure(&self.ctx, offsets_len)
+            .ensure(&self.ctx, result_len)
             .map_err(at("pinned alloc"))?;
-        if self.events.is_empty() {
+        while self.events.len() < events {
             self.events
                 .push(new_event(&self.ctx).map_err(at("event create"))?);
         }
@@ -126,8 +127,23 @@ impl GpuState {
                 &mut result[..offsets_len],
             )
             .map_err(at("D2H offsets"))?;
-        self.events[0].record(stream).map_err(at("event record"))?;
+        self.events[0].record(stream).map_err(at("event record"))
+    }
+
+    /// Queues the D2H copy of the offsets and waits (sleeping) until it, and so
+    /// everything queued before it, is done; `out.offsets` gets them.
+    pub(super) fn download_offsets(
+        &mut self,
+        layout: &Layout,
+        out: &mut Packed,
+    ) -> Result<(), CompactError> {
+        let offsets_len = (layout.n + 1) * 8;
+        self.queue_offsets(layout, offsets_len, 1)?;
         self.events[0].synchronize().map_err(at("gather"))?;
+        let result = self
+            .result
+            .ensure(&self.ctx, offsets_len)
+            .map_err(at("pinned alloc"))?;
         read_offsets(&result[..offsets_len], out);
         Ok(())
     }
@@ -139,28 +155,15 @@ impl GpuState {
         layout: &Layout,
         out: &mut Packed,
     ) -> Result<(), CompactError> {
-        let stream = &self.stream;
         let offsets_len = (layout.n + 1) * 8;
+        let result_len = layout.result_data_at + layout.total;
+        let pieces_needed = layout.total.div_ceil(PIECE_BYTES) + 1;
+        self.queue_offsets(layout, result_len, pieces_needed)?;
+        let stream = &self.stream;
         let result = self
             .result
-            .ensure(&self.ctx, layout.result_data_at + layout.total)
+            .ensure(&self.ctx, result_len)
             .map_err(at("pinned alloc"))?;
-        let pieces_needed = layout.total.div_ceil(PIECE_BYTES) + 1;
-        while self.events.len() < pieces_needed {
-            self.events
-                .push(new_event(&self.ctx).map_err(at("event create"))?);
-        }
-        let d_scan = self
-            .d_scan
-            .ensure(stream, layout.offsets_at + offsets_len)
-            .map_err(at("device alloc"))?;
-        stream
-            .memcpy_dtoh(
-                &d_scan.slice(layout.offsets_at..layout.offsets_at + offsets_len),
-                &mut result[..offsets_len],
-            )
-            .map_err(at("D2H offsets"))?;
-        self.events[0].record(stream).map_err(at("event record"))?;
         let d_dst = self
             .d_dst
             .ensure(stream, layout.total)
