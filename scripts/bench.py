@@ -786,14 +786,30 @@ class Bench:
                  for (i, j), s in zip(keys, slices)]
         payload = one.n_chunks * one.chunk_bytes
 
-        def put_files(arr: Path) -> None:
+        # µs per call of the writer, by tree: where a file's time goes.
+        calls: dict[str, dict[str, list[float]]] = {}
+        call_names = ("mkdir -p", "open", "write", "close", "rename")
+
+        def put_files(arr: Path, timed: str | None = None) -> None:
+            pc = time.perf_counter
+            acc = calls.setdefault(timed, {c: [] for c in call_names}) if timed else None
             for key, data in files:
                 path = arr / key
+                t0 = pc()
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
-                with tmp.open("wb") as f:
-                    f.write(data)
+                t1 = pc()
+                f = tmp.open("wb")
+                t2 = pc()
+                f.write(data)
+                t3 = pc()
+                f.close()
+                t4 = pc()
                 tmp.replace(path)
+                if acc is not None:
+                    t5 = pc()
+                    for c, dt in zip(call_names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                        acc[c].append(dt * 1e6)
 
         def put_zarr(arr: Path) -> None:
             a = zarr.open_array(str(arr), mode="r+")
@@ -835,15 +851,21 @@ class Bench:
             with Floor(empty, self.root / "mnt" / "wfloor") as f:
                 os.sync()
                 t = time.perf_counter()
-                put_files(f.mnt / "arr")
+                put_files(f.mnt / "arr", "FUSE floor")
                 return time.perf_counter() - t, 0.0
 
         res: dict[str, list[tuple[float, float]]] = {k: [] for k in
                                                      ("via", "vianowb", "zvia", "plain", "psync",
                                                       "zplain", "direct", "staged", "floor")}
         rss = 0
+        def put_timed(arr: Path) -> None:
+            put_files(arr, "shardfs")
+
+        def put_plain_timed(arr: Path) -> None:
+            put_files(arr, "plain files")
+
         for r in range(reps):
-            for name, put in (("via", put_files), ("zvia", put_zarr)):
+            for name, put in (("via", put_timed), ("zvia", put_zarr)):
                 dt, amp, peak, written = via_mount(f"{name}{r}", put)
                 res[name].append((dt, amp))
                 if name == "via":
@@ -854,7 +876,7 @@ class Bench:
             res["vianowb"].append((dt, amp))
             res["floor"].append(via_floor())
             res["plain"].append(here(plain / f"p{r}", put_files))
-            res["psync"].append(here(plain / f"ps{r}", put_files, sync=True))
+            res["psync"].append(here(plain / f"ps{r}", put_plain_timed, sync=True))
             res["zplain"].append(here(plain / f"zp{r}", put_zarr))
             res["direct"].append(here(store / f"direct{r}", put_zarr))
             if r == 0:
@@ -888,6 +910,11 @@ class Bench:
         for case, mine, base, base_name, target in rows:
             self.rows.append(Row(case, label, "s", med(mine, 0), med(base, 0), base_name, False,
                                  target, rss / MIB, floor_note if base == "floor" else note))
+        self.extra.append(
+            f"{label}, tmp+rename, median µs per call of the writer (every file of every run; "
+            f"{', '.join(call_names)}): " + "; ".join(
+                f"{tree} " + " / ".join(f"{statistics.median(v[c]):.0f}" for c in call_names)
+                for tree, v in calls.items()))
         amp = med("via", 1)
         self.rows.append(Row("write amplification, tmp+rename", label, "bytes/payload", amp,
                              med("direct", 1), "zarr-python on shards", False, None, None,

@@ -15,7 +15,7 @@ use fuser::{
 };
 use std::time::SystemTime;
 
-use crate::view::{Attr, KernelCommit, Kind, Opened, View, ViewError};
+use crate::view::{Attr, KernelCommit, Kind, Opened, Renamed, View, ViewError};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
@@ -504,7 +504,7 @@ impl Filesystem for ShardFs {
             .view
             .rename(parent.0, name, newparent.0, newname, noreplace)
         {
-            Ok(()) => {
+            Ok(renamed) => {
                 if let Some(w) = self.view.write_side() {
                     // Metadata renamed into place may have shrunk its array: the chunks
                     // it deleted must not pass for files through attributes the kernel
@@ -515,12 +515,15 @@ impl Filesystem for ShardFs {
                     w.settle_inode_invalidations(std::time::Duration::from_secs(1));
                 }
                 if self.view.kernel_opens()
+                    && renamed == Renamed::Other
                     && let (Some(ino), Some(n)) = (moved, self.notifier.get())
                 {
                     // The kernel keeps the moved file's pages and size, which are its
                     // writer's bytes; at the new name the view may show other bytes (v2
                     // metadata is shown as generated from `zarr.json`), and no open will
                     // drop them. Before the reply, so the writer's next read is right.
+                    // (A temporary file moved onto a chunk key is shown as written: its
+                    // pages stay, and a read of the new chunk is served from them.)
                     let _ = n.inval_inode(INodeNo(ino), 0, 0);
                 }
                 reply.ok()

@@ -434,25 +434,24 @@ impl Mount {
                 for (parent, name) in entry_rx {
                     // The kernel may not know the entry any more; that is fine.
                     let _ = entry_notifier.inval_entry(INodeNo(parent), &name);
-                    entry_done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    entry_done.bump();
                 }
             });
             std::thread::spawn(move || {
-                use std::sync::atomic::Ordering::SeqCst;
                 for i in rx {
                     match i {
                         Invalidation::Inode(ino) => {
                             // The kernel may not know the inode any more; that is fine.
                             let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
-                            done.fetch_add(1, SeqCst);
+                            done.bump();
                         }
                         Invalidation::Entry { parent, name } => {
                             if entry_tx.send((parent, name)).is_err() {
-                                done.fetch_add(1, SeqCst);
+                                done.bump();
                             }
                         }
                     }
-                    dispatched.fetch_add(1, SeqCst);
+                    dispatched.bump();
                 }
             });
             let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

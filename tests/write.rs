@@ -701,3 +701,79 @@ fn an_array_is_flushed_behind_its_writer() {
         }
     }
 }
+
+/// A temporary file renamed onto a chunk key is shown as written: the kernel keeps the
+/// pages its writer filled (whole pages: a partial last page is read again), so reading
+/// the new chunks back asks the daemon for nothing (docs/SEMANTICS.md, "Reads on a
+/// writable mount"); they read right after the flush and from a new mount too.
+#[test]
+fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
+    if !common::can_mount("chunks_renamed_into_place_are_read_back_from_the_kernels_pages") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let chunk = |i: usize| {
+        (0..16 << 10)
+            .map(|b: usize| (b * 31 + i * 7) as u8)
+            .collect::<Vec<u8>>()
+    };
+    let mnt = tempfile::tempdir().unwrap();
+    let opts = MountOptions {
+        // Nothing flushed behind the test's back: a flush gives the chunks their shard's
+        // time, which drops their pages at the kernel's next check.
+        flush_interval: std::time::Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let m = Mount::new(store.path(), mnt.path(), &opts).unwrap();
+    let a = mnt.path().join("a");
+    fs::create_dir(&a).unwrap();
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [1024, 128],
+        "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [128, 128]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    fs::write(a.join("zarr.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    for i in 0..8 {
+        fs::create_dir_all(a.join(format!("c/{i}"))).unwrap();
+        let tmp = a.join(format!("c/{i}/0.0123456789abcdef.partial"));
+        fs::write(&tmp, chunk(i)).unwrap();
+        fs::rename(&tmp, a.join(format!("c/{i}/0"))).unwrap();
+    }
+    let requests = || {
+        let s: serde_json::Value = serde_json::from_slice(&m.view().stats_json()).unwrap();
+        s["read_requests"].as_u64().unwrap()
+    };
+    let before = requests();
+    for i in 0..8 {
+        assert_eq!(
+            fs::read(a.join(format!("c/{i}/0"))).unwrap(),
+            chunk(i),
+            "{i}"
+        );
+    }
+    assert_eq!(
+        requests(),
+        before,
+        "the chunks just renamed into place were read from the kernel's pages"
+    );
+    fs::File::open(&a).unwrap().sync_all().unwrap();
+    for i in 0..8 {
+        assert_eq!(
+            fs::read(a.join(format!("c/{i}/0"))).unwrap(),
+            chunk(i),
+            "{i}, flushed"
+        );
+    }
+    m.unmount().unwrap();
+    let mnt2 = tempfile::tempdir().unwrap();
+    let _m2 = Mount::new(store.path(), mnt2.path(), &MountOptions::default()).unwrap();
+    for i in 0..8 {
+        assert_eq!(
+            fs::read(mnt2.path().join(format!("a/c/{i}/0"))).unwrap(),
+            chunk(i),
+            "{i}, remounted"
+        );
+    }
+}

@@ -327,6 +327,7 @@ impl View {
     }
 
     pub(super) fn read_from(&self, handle: &Handle, offset: u64, size: u32) -> Result<Vec<u8>> {
+        self.counters.read_requests.fetch_add(1, Ordering::Relaxed);
         match handle {
             Handle::Bytes(b) => {
                 let start = (offset.min(b.len() as u64)) as usize;
@@ -481,7 +482,10 @@ impl View {
             return flushed;
         };
         self.let_go(ino);
-        let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..));
+        // A file whose close commits nothing (a writer's temporary file) is shown as
+        // written: the kernel's pages of it stay right.
+        let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..))
+            && self.commits_on_close(&handle);
         let released = match handle {
             Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
             Handle::StoreRw(f, rel) => {

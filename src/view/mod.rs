@@ -186,6 +186,16 @@ pub struct Opened {
     pub stale_size: bool,
 }
 
+/// What a [`View::rename`] shows at the new name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renamed {
+    /// Exactly the bytes of the file that was moved (a temporary file moved onto a chunk
+    /// key): pages the kernel holds of it stay right.
+    AsWritten,
+    /// Maybe other bytes (metadata is taken in, and the v2 view generates its own).
+    Other,
+}
+
 /// The virtual tree over a store.
 pub struct View {
     store: Arc<dyn Store>,
@@ -227,6 +237,8 @@ enum NotShown {
 /// What the read side did, for `shardfs stats`.
 #[derive(Default)]
 struct ReadCounters {
+    /// File reads the daemon answered (chunks, staged or stored, metadata, files).
+    read_requests: AtomicU64,
     chunk_opens: AtomicU64,
     chunk_reads: AtomicU64,
     chunk_bytes_read: AtomicU64,
@@ -355,6 +367,7 @@ impl View {
         let mut v = serde_json::json!({
             "store": self.store.describe(),
             "inodes": self.inodes.len(),
+            "read_requests": get(&c.read_requests),
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),
             "chunk_bytes_read": get(&c.chunk_bytes_read),

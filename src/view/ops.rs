@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use super::{Attr, Handle, MetaFile, Node, Opened, Result, ShardedArray, View, ViewError};
+use super::{Attr, Handle, MetaFile, Node, Opened, Renamed, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
 
 use super::write::Target;
@@ -487,7 +487,7 @@ impl View {
         newparent: u64,
         newname: &OsStr,
         noreplace: bool,
-    ) -> Result<()> {
+    ) -> Result<Renamed> {
         let (ppath, pnode) = self.node(parent)?;
         let (npath, nnode) = self.node(newparent)?;
         let src = self
@@ -498,6 +498,7 @@ impl View {
             return Err(ViewError::Exists);
         }
         self.writer()?;
+        let mut renamed = Renamed::Other;
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 let dst = self.new_child_rel(dst_dir, newname)?;
@@ -515,7 +516,7 @@ impl View {
                 }
                 let node = self.resolve(&to)?.ok_or(ViewError::NotFound)?;
                 self.inodes.update_path(&to, node);
-                return Ok(());
+                return Ok(Renamed::Other);
             }
             (
                 Node::Dir { .. }
@@ -531,6 +532,7 @@ impl View {
             (Node::Scratch { path, .. }, _)
                 if let Some(node) = self.move_scratch_to_chunk(path, &nnode, newname)? =>
             {
+                renamed = Renamed::AsWritten;
                 node
             }
             _ => {
@@ -541,7 +543,7 @@ impl View {
             }
         };
         self.inodes.rename(&from, to, node);
-        Ok(())
+        Ok(renamed)
     }
 
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).

@@ -88,7 +88,7 @@ pub struct Writer {
     pub(super) invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
     /// Invalidations sent, and (counted by the sending thread) delivered to the kernel.
     invalidations_queued: AtomicU64,
-    invalidations_done: Arc<AtomicU64>,
+    invalidations_done: Arc<Progress>,
     /// `invalidations_queued` after the last batch of inode invalidations queued ahead of
     /// their entries ([`Writer::invalidate_inodes_first`]): what
     /// [`Writer::settle_inode_invalidations`] waits for.
@@ -96,7 +96,7 @@ pub struct Writer {
     /// Invalidations taken off the queue in order: an inode's once the kernel has it, an
     /// entry's once handed to the thread that sends entries (which may wait for a
     /// directory lock a request holds).
-    invalidations_dispatched: Arc<AtomicU64>,
+    invalidations_dispatched: Arc<Progress>,
 }
 
 /// An array whose metadata was unlinked while its other names are still shown.
@@ -124,15 +124,48 @@ pub enum Invalidation {
     },
 }
 
-/// Wait, at most `timeout`, until `counter` reaches `target` (a debug line if not).
-fn wait_until(counter: &AtomicU64, target: u64, timeout: std::time::Duration, what: &str) {
-    let deadline = std::time::Instant::now() + timeout;
-    while counter.load(Ordering::SeqCst) < target {
-        if std::time::Instant::now() >= deadline {
-            log::debug!("{what} still on the way after {timeout:?}");
+/// A count that one thread bumps and others wait for: the invalidation threads count
+/// what they delivered, and a request that must not reply before the kernel has it waits
+/// here, woken at once (it used to poll every 200 µs, a sleep and a wake-up per close).
+#[derive(Debug, Default)]
+pub struct Progress {
+    count: AtomicU64,
+    waiters: AtomicU64,
+    lock: Mutex<()>,
+    moved: parking_lot::Condvar,
+}
+
+impl Progress {
+    pub fn get(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// One more done; wakes whoever waits.
+    pub fn bump(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            // Under the lock: a waiter between its check and its sleep holds it.
+            let _g = self.lock.lock();
+            self.moved.notify_all();
+        }
+    }
+
+    /// Wait, at most `timeout`, until the count reaches `target` (a debug line if not).
+    pub fn wait_for(&self, target: u64, timeout: std::time::Duration, what: &str) {
+        if self.get() >= target {
             return;
         }
-        std::thread::sleep(std::time::Duration::from_micros(200));
+        let deadline = std::time::Instant::now() + timeout;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.lock.lock();
+        while self.get() < target {
+            if self.moved.wait_until(&mut g, deadline).timed_out() && self.get() < target {
+                log::debug!("{what} still on the way after {timeout:?}");
+                break;
+            }
+        }
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -154,9 +187,9 @@ impl Writer {
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
             invalidations_queued: AtomicU64::new(0),
-            invalidations_done: Arc::new(AtomicU64::new(0)),
+            invalidations_done: Arc::default(),
             inodes_queued: AtomicU64::new(0),
-            invalidations_dispatched: Arc::new(AtomicU64::new(0)),
+            invalidations_dispatched: Arc::default(),
         }
     }
 
@@ -227,22 +260,18 @@ impl Writer {
     /// caches then asks the daemon, which says the file is gone.
     pub fn settle_inode_invalidations(&self, timeout: std::time::Duration) {
         let target = self.inodes_queued.load(Ordering::SeqCst);
-        wait_until(
-            &self.invalidations_dispatched,
-            target,
-            timeout,
-            "inode invalidations",
-        );
+        self.invalidations_dispatched
+            .wait_for(target, timeout, "inode invalidations");
     }
 
     /// The counter the queue's reader bumps after each invalidation it took off the queue
     /// (see `invalidations_dispatched`).
-    pub fn invalidations_dispatched(&self) -> Arc<AtomicU64> {
+    pub fn invalidations_dispatched(&self) -> Arc<Progress> {
         self.invalidations_dispatched.clone()
     }
 
     /// The counter the sending threads bump after each invalidation they delivered.
-    pub fn invalidations_done(&self) -> Arc<AtomicU64> {
+    pub fn invalidations_done(&self) -> Arc<Progress> {
         self.invalidations_done.clone()
     }
 
@@ -251,12 +280,8 @@ impl Writer {
     /// `release`, `fsync`): the kernel takes the parent's lock to drop an entry.
     pub fn settle_invalidations(&self, timeout: std::time::Duration) {
         let target = self.invalidations_queued.load(Ordering::SeqCst);
-        wait_until(
-            &self.invalidations_done,
-            target,
-            timeout,
-            "kernel cache invalidations",
-        );
+        self.invalidations_done
+            .wait_for(target, timeout, "kernel cache invalidations");
     }
 
     pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
@@ -356,5 +381,41 @@ impl Writer {
                 .under(&array.rel, prefix)
                 .iter()
                 .any(|(_, exists)| *exists)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Progress;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Waiters are woken by the bump they wait for (none is lost between a waiter's check
+    /// and its sleep), and one whose target never comes returns at its timeout.
+    #[test]
+    fn a_progress_wakes_its_waiters() {
+        for round in 0..200u64 {
+            let p = Arc::new(Progress::default());
+            let bumper = {
+                let p = p.clone();
+                std::thread::spawn(move || {
+                    if round % 2 == 0 {
+                        std::thread::yield_now();
+                    }
+                    p.bump();
+                    p.bump();
+                })
+            };
+            let t = Instant::now();
+            p.wait_for(2, Duration::from_secs(30), "test");
+            assert_eq!(p.get(), 2);
+            assert!(t.elapsed() < Duration::from_secs(20), "a wake-up was lost");
+            bumper.join().unwrap();
+        }
+        let p = Progress::default();
+        let t = Instant::now();
+        p.wait_for(1, Duration::from_millis(20), "test");
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        assert_eq!(p.get(), 0);
     }
 }
