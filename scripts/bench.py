@@ -27,7 +27,9 @@ unsharded twin (one plain file per chunk, the same bytes), then measures:
   zarr-python 3 writing the same chunks one at a time into the sharded store directly
   (it rewrites the shard each time); also zarr-python 3 itself through the mount and on
   plain files; and, for reference, the mount's time until the last rename returned
-  (the chunks staged, before the flush). Write amplification = bytes the writer (for the mount: the daemon) sent
+  (the chunks staged, before the flush); and each call of that writer timed on its own
+  (mkdir -p, open, write, close, rename) on the mount, the floor and plain files + syncfs,
+  medians printed below the table. Write amplification = bytes the writer (for the mount: the daemon) sent
   to the disk (/proc/PID/io write_bytes) per payload byte;
 * metadata: `find` and `ls -R` of an array with 100,000 chunks (10,000 shards), mount
   vs twin; the time `shardfs mount` takes to return for that store of 10,000 shards;
