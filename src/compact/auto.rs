@@ -7,9 +7,11 @@
 //! staged buffers) against the GPU's `pack_chunks`. The estimates come from a
 //! calibration on synthetic batches of 1 and 32 MiB, run on a thread of its own, at
 //! the lowest CPU priority, once the first batch of at least [`CONSIDER_BYTES`] is done
-//! (so a read-only mount, or one that never flushes much, never brings up the GPU, and
-//! the calibration never competes with the batch that started it: measured on an
-//! H200, a calibration overlapping a 1 GiB flush made that flush 7 % slower), and every
+//! (for a flush: once its shards are written, [`Compactor::observe_flush`]; so a
+//! read-only mount, or one that never flushes much, never brings up the GPU, and the
+//! calibration never competes with the batch that started it: a calibration overlapping
+//! a 1 GiB flush made that flush 7 % slower on an H200, and one overlapping its shard
+//! writes 10 % on an H100), and every
 //! batch run afterwards refines the estimate of the way it took. Until the calibration
 //! is done, and on a machine without a usable GPU, everything goes to the CPU.
 

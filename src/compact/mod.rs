@@ -361,7 +361,8 @@ pub trait Compactor: Send + Sync {
     fn reserve(&self, _payload_bytes: u64) {}
 
     /// What a flush took to lay out `bytes` of payload, packed on the device or only
-    /// planned on the host: [`AutoCompactor`] learns its choice from it.
+    /// planned on the host, told once the flush's shards are written: [`AutoCompactor`]
+    /// learns its choice from it.
     fn observe_flush(&self, _on_device: bool, _bytes: u64, _elapsed: std::time::Duration) {}
 
     /// For `shardfs stats`: what this compactor knows of its own speed (the device,

@@ -223,7 +223,6 @@ impl Flusher {
             err: e.to_string(),
         })?;
         let took = t.elapsed();
-        self.compactor.observe_flush(on_device, payload, took);
         let c = &self.counters;
         let (batches, bytes, ns) = if on_device {
             (&c.device_batches, &c.device_bytes, &c.device_ns)
@@ -306,6 +305,11 @@ impl Flusher {
                 }
             }
         }
+        drop(packed_bytes);
+        // Once the shards are written and durable: the first large batch starts `auto`'s
+        // calibration, which must not compete with the shard writes of its own flush
+        // (started after the layout, it made a 1 GiB flush 10 % slower on an H100).
+        self.compactor.observe_flush(on_device, payload, took);
         Ok((written, failed, kept))
     }
 }
