@@ -586,13 +586,8 @@ pub fn compact_store(
                 }
                 Err(crate::store::shard::ReadIndexError::Io(e)) => return Err(io_err(rel)(e)),
             };
-            let times = crate::store::shard::read_times(file.as_ref(), level, len, &index)
+            let dead = crate::store::shard::dead_bytes(file.as_ref(), level, len, &index)
                 .map_err(io_err(rel))?;
-            let times_len = match times {
-                Some(t) if t.any() => crate::format::CloseTimes::encoded_len(level.n_chunks()),
-                _ => 0,
-            };
-            let dead = len.saturating_sub(index.live_bytes() + level.index_len() + times_len);
             stats.shards += 1;
             stats.bytes += len;
             stats.dead_bytes += dead;

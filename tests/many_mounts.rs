@@ -389,9 +389,16 @@ fn compaction_keeps_the_close_times_so_a_stale_write_still_loses() {
     new.close(2, Some(b"y")); // dead space in the shard, for compact to reclaim
     assert!(new.flush(&store).failed.is_empty());
     let before = fs::metadata(dir.path().join("a/c/0")).unwrap().len();
+    // `info` counts dead bytes as `compact` does: the close-time block is live.
+    let info_dead = |store: &LocalStore| shardfs::info::inspect(store).unwrap()[0].dead_bytes;
+    let dead = info_dead(&store);
+    assert!(dead > 0);
     let report = shardfs::maint::compact(dir.path(), 0.0, false).unwrap();
     assert_eq!(report.shards_rewritten, 1, "{report:?}");
+    assert_eq!(report.arrays[0].dead_bytes, dead, "{report:?}");
+    assert_eq!(report.bytes_reclaimed, dead, "{report:?}");
     assert!(fs::metadata(dir.path().join("a/c/0")).unwrap().len() < before);
+    assert_eq!(info_dead(&LocalStore::open(dir.path()).unwrap()), 0);
     // The write closed before "new" still loses after the rewrite.
     assert!(old.flush(&store).failed.is_empty());
     assert_eq!(stored(&store, 1).as_deref(), Some(&b"new"[..]));

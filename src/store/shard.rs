@@ -287,7 +287,6 @@ impl From<ReadIndexError> for ShardError {
     }
 }
 
-/// Read, decode and validate the index of the block `base..base+len` of `file`.
 /// The close times recorded in the first `len` bytes of a shard whose (valid) index is
 /// `index`, if it holds a block that checks out (`format::times`).
 pub fn read_times(
@@ -320,6 +319,24 @@ pub fn read_times(
     Ok(times::decode_times(&bytes, crc, index, start, stop))
 }
 
+/// The bytes of a shard of `len` bytes with (valid) index `index` that nothing uses:
+/// neither a live chunk, nor the index, nor a close-time block (which orders writes
+/// across mounts, and which a compacted shard keeps). What `shardfs compact` reclaims
+/// and `shardfs info` calls dead.
+pub fn dead_bytes(
+    file: &dyn StoreFile,
+    level: &ShardLevel,
+    len: u64,
+    index: &ShardIndex,
+) -> std::io::Result<u64> {
+    let times_len = match read_times(file, level, len, index)? {
+        Some(t) if t.any() => crate::format::CloseTimes::encoded_len(level.n_chunks()),
+        _ => 0,
+    };
+    Ok(len.saturating_sub(index.live_bytes() + level.index_len() + times_len))
+}
+
+/// Read, decode and validate the index of the block `base..base+len` of `file`.
 pub(crate) fn read_index(
     file: &dyn StoreFile,
     level: &ShardLevel,
