@@ -103,6 +103,77 @@ fn rm_rf_removes_an_array_of_any_rank() {
     );
 }
 
+/// Key directories made before the array's metadata (`mkdir -p a/c/0` and then
+/// `zarr.json`, as `rsync` and scripts may order it) become key directories of the new
+/// array: listed, written into, and removed by `rm -rf` with nothing left in the store,
+/// in 1-D (where such a directory stands at a chunk key, the shard's path) and 2-D.
+#[test]
+fn key_directories_made_before_the_metadata_join_the_new_array() {
+    if !common::can_mount("key_directories_made_before_the_metadata_join_the_new_array") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let meta = |shape: &[u64], chunks: &[u64]| {
+        serde_json::to_vec(&serde_json::json!({
+            "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+        }))
+        .unwrap()
+    };
+    {
+        let (mnt, _m) = mount_rw(store.path());
+        let m = mnt.path();
+        fs::create_dir_all(m.join("a2/c/0")).unwrap();
+        fs::create_dir_all(m.join("a2/c/3")).unwrap();
+        fs::write(m.join("a2/zarr.json"), meta(&[8, 8], &[2, 2])).unwrap();
+        fs::create_dir_all(m.join("a1/c/0")).unwrap();
+        fs::create_dir_all(m.join("a1/c/1")).unwrap();
+        fs::write(m.join("a1/zarr.json"), meta(&[8], &[2])).unwrap();
+        let names = |p: &Path| {
+            let mut v: Vec<String> = fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names(&m.join("a2")), ["c", "zarr.json"]);
+        assert_eq!(names(&m.join("a2/c")), ["0", "3"]);
+        // In 1-D, `c/0` is a chunk key: the directory made there is gone, the key is free.
+        for (key, fill) in [
+            ("a2/c/0/1", 5u8),
+            ("a2/c/3/3", 6),
+            ("a1/c/0", 7),
+            ("a1/c/3", 8),
+        ] {
+            let tmp = m.join(format!("{key}.partial"));
+            fs::create_dir_all(tmp.parent().unwrap()).unwrap();
+            fs::write(&tmp, vec![fill; if key.starts_with("a2") { 4 } else { 2 }]).unwrap();
+            fs::rename(&tmp, m.join(key)).unwrap();
+        }
+        File::open(m).unwrap().sync_all().unwrap();
+        assert_eq!(fs::read(m.join("a1/c/0")).unwrap(), [7, 7]);
+        assert_eq!(fs::read(m.join("a2/c/3/3")).unwrap(), [6; 4]);
+        for a in ["a1", "a2"] {
+            let st = std::process::Command::new("rm")
+                .arg("-rf")
+                .arg(m.join(a))
+                .status()
+                .unwrap();
+            assert!(st.success(), "rm -rf {a}");
+            assert!(!m.join(a).exists(), "{a}");
+        }
+    }
+    for a in ["a1", "a2"] {
+        assert!(
+            !store.path().join(a).exists(),
+            "{a}: nothing left in the store"
+        );
+    }
+}
+
 #[test]
 fn an_empty_key_directory_is_not_listed_after_a_remount() {
     if !common::can_mount("an_empty_key_directory_is_not_listed_after_a_remount") {

@@ -256,10 +256,30 @@ impl View {
                 store.rename(&file, &to)?;
                 moved.push((coords, to));
             }
-            remove_empty_dirs(store, dir, &aside);
         }
+        // Key directories made before the metadata (`mkdir -p a/c/0` first, as `rsync`
+        // and `cp -r` may): as store directories they would stand where shards go and
+        // keep `rmdir` of the array from emptying it. Emptied ones go from the store and
+        // stay as key directories of the new array, as a `mkdir` after it would make.
+        let mut made = Vec::new();
+        for (coords, path) in collect_key_dirs(store, dir, &meta).into_iter().rev() {
+            if store.remove_dir(&path).is_ok()
+                && let Some(coords) = coords
+            {
+                made.push(coords);
+            }
+        }
+        w.vdirs
+            .lock()
+            .extend(made.into_iter().map(|c| (dir.to_path_buf(), c)));
         store.write_atomically(&json_path, &sharded)?;
         let array = self.reload_array(dir)?;
+        {
+            let counts = array.layout.chunk_counts();
+            w.vdirs
+                .lock()
+                .retain(|(a, c)| a != &array.rel || c.iter().zip(counts).all(|(c, n)| c < n));
+        }
         log::info!(
             "{}: new array stored sharded, shards {:?}",
             dir.display(),
@@ -358,18 +378,39 @@ fn collect_chunk_files(
     out
 }
 
-/// Remove now-empty directories under store directory `dir` (but not `dir` or `keep`).
-fn remove_empty_dirs(store: &dyn Store, dir: &Path, keep: &Path) {
-    let Ok(entries) = store.list(dir) else {
-        return;
-    };
-    for e in entries {
-        let p = dir.join(&e.name);
-        if p != keep && e.kind == EntryKind::Dir {
-            remove_empty_dirs(store, &p, keep);
-            let _ = store.remove_dir(&p);
+/// The store directories in the key namespace of an array with metadata `meta` in store
+/// directory `dir`, parents before their children: key directories (with their leading
+/// coordinates) and directories at chunk keys (`None`).
+fn collect_key_dirs(
+    store: &dyn Store,
+    dir: &Path,
+    meta: &format::ArrayMeta,
+) -> Vec<(Option<Vec<u64>>, PathBuf)> {
+    let enc = meta.key_encoding;
+    let ndim = meta.shape.len();
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
+    while let Some((d, prefix)) = stack.pop() {
+        let Ok(entries) = store.list(&d) else {
+            continue;
+        };
+        for e in entries.into_iter().filter(|e| e.kind == EntryKind::Dir) {
+            let path = d.join(&e.name);
+            match e
+                .name
+                .to_str()
+                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
+            {
+                Some(KeyPath::Dir(c)) => {
+                    out.push((Some(c.clone()), path.clone()));
+                    stack.push((path, Some(c)));
+                }
+                Some(KeyPath::Chunk(_)) => out.push((None, path)),
+                None => {}
+            }
         }
     }
+    out
 }
 
 /// The last component of a store directory (empty for the root).
