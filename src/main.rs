@@ -41,6 +41,44 @@ fn init_syslog(default: &str) {
         .init();
 }
 
+/// What a mount refused to store with no request waiting to hear it (written with the
+/// kernel opening files: committed when idle), and metadata written but not yet a whole
+/// document (the unmount will refuse it), from its stats file: one line each.
+fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
+    let Ok(bytes) = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = v["refused"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "what was written to {} was refused ({}): the store keeps what it had",
+                r["path"].as_str().unwrap_or("?"),
+                r["why"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    out.extend(
+        v["pending_metadata"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| {
+                format!(
+                    "{p} was written but is not a whole JSON document: the unmount refuses \
+                     it, and the store keeps the document it had"
+                )
+            }),
+    );
+    out
+}
+
 /// What a mount has staged and not stored, from its stats file, for a message.
 fn unstored(mountpoint: &std::path::Path) -> String {
     let Ok(bytes) = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)) else {
@@ -100,6 +138,9 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                     mountpoint.display(),
                     unstored(&mountpoint)
                 );
+            }
+            for line in refusals(&mountpoint) {
+                eprintln!("shardfs: warning: {line}");
             }
             match mount::unmount_path(&mountpoint, lazy) {
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
@@ -221,6 +262,14 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             if let Some(why) = mount::not_zarr_warning(&m.store) {
                 eprintln!("shardfs: warning: {why}");
             }
+        }
+        if m.log_file.is_none() && daemon::syslog_writer().is_none() {
+            // The daemon's warnings (a refused write no request waits for, a flush that
+            // failed when idle) would reach no one.
+            eprintln!(
+                "shardfs: warning: no system log (/dev/log) to send the daemon's warnings \
+                 and errors to: they are lost; --log-file PATH keeps them"
+            );
         }
         return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
             Ok(()) => Ok(ExitCode::SUCCESS),

@@ -232,6 +232,111 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
     );
 }
 
+/// What no request waits to hear of is not lost without a word. With the kernel opening
+/// files, a chunk written through a descriptor opened before a shape shrink left its key
+/// outside the grid is refused: its `fsync` returns `EINVAL`, and without one the idle
+/// commit's refusal is kept in `shardfs stats` (`refused`); metadata written but not a
+/// whole document is listed (`pending_metadata`), and the unmount refuses it. `shardfs
+/// unmount` names both; the store keeps what it had.
+#[test]
+fn refusals_no_request_waits_for_are_named_at_unmount() {
+    use std::os::unix::fs::FileExt;
+    if !common::can_mount("refusals_no_request_waits_for_are_named_at_unmount") {
+        return;
+    }
+    let store = common::store_copy("zarr_basic");
+    let root = store.path().join("s");
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = shardfs()
+        .args(["mount", root.to_str().unwrap(), mnt.to_str().unwrap()])
+        .arg("--log-file")
+        .arg(dir.path().join("log"))
+        .output()
+        .unwrap();
+    let _guard = CliMount(mnt.clone());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a = mnt.join("u16_default_sparse");
+    let stored = |rel: &str| std::fs::read(root.join(rel)).unwrap();
+    let before = stored("index_start/zarr.json");
+    let open = |key: &str| {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(a.join(key))
+            .unwrap();
+        f.write_at(b"EARLY", 0).unwrap();
+        f
+    };
+    let (synced, idle) = (open("c/4/1"), open("c/4/2"));
+    // The shape shrinks from 18 rows (5 rows of chunks) to 8: chunk row 4 leaves the grid.
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("zarr.json")).unwrap()).unwrap();
+    doc["shape"][0] = 8.into();
+    std::fs::write(a.join("zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+    synced.write_at(b"DATA", 0).unwrap();
+    let err = synced.sync_all().unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
+    idle.write_at(b"DATA", 0).unwrap();
+    drop((synced, idle));
+    // A document never finished: the unmount refuses it.
+    std::fs::write(mnt.join("index_start/zarr.json"), b"{broken").unwrap();
+    let stats = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(mnt.join(".shardfs-stats")).unwrap()).unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while stats()["refused"].as_array().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal: {}",
+            stats()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let s = stats();
+    assert_eq!(s["refused"].as_array().unwrap().len(), 1, "{s}");
+    assert_eq!(s["refused"][0]["path"], "u16_default_sparse/c/4/2", "{s}");
+    assert_eq!(
+        s["pending_metadata"],
+        serde_json::json!(["index_start/zarr.json"]),
+        "{s}"
+    );
+    let out = shardfs().arg("unmount").arg(&mnt).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!is_mounted(&mnt));
+    assert!(
+        err.contains("u16_default_sparse/c/4/2 was refused"),
+        "{err}"
+    );
+    assert!(
+        err.contains("index_start/zarr.json was written but is not a whole JSON document"),
+        "{err}"
+    );
+    assert_eq!(stored("index_start/zarr.json"), before);
+    // Nothing of row 4 was stored: a mount of the grown array shows no such chunks.
+    doc["shape"][0] = 18.into();
+    std::fs::write(
+        root.join("u16_default_sparse/zarr.json"),
+        serde_json::to_vec(&doc).unwrap(),
+    )
+    .unwrap();
+    let again = tempfile::tempdir().unwrap();
+    let _m = Mount::new(&root, again.path(), &MountOptions::default()).unwrap();
+    for key in ["c/4/1", "c/4/2"] {
+        assert!(
+            !again.path().join("u16_default_sparse").join(key).exists(),
+            "{key}"
+        );
+    }
+}
+
 /// Daemons serving `mnt` (`shardfs mount ... MNT` processes).
 fn daemons_of(mnt: &Path) -> Vec<u32> {
     let needle = mnt.as_os_str().as_encoded_bytes();
@@ -784,7 +889,10 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
         // Part of a chunk written in place: committed when fsync returns.
         expect_part = std::fs::read(p(&part)).unwrap();
         expect_part[4..6].copy_from_slice(&[9, 9]);
-        let f = OpenOptions::new().write(true).open(p(&part)).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(p(&part))
+            .unwrap();
         f.write_all_at(&[9, 9], 4).unwrap();
         let c1 = committed(dir.path());
         f.sync_all().unwrap();

@@ -688,16 +688,26 @@ impl View {
                         }
                     };
                     if due {
-                        taken.push(h.fh);
+                        taken.push((*ino, h.fh));
                         map.remove(ino);
                     }
                     false
                 });
                 (taken, busy)
             };
-            for fh in taken {
+            for (ino, fh) in taken {
+                let path = self.handle_path(ino, fh);
                 if let Err(e) = self.release(fh) {
-                    log::warn!("a commit of a file written with kernel opens: {e}");
+                    log::warn!("{path}: a commit of a file written with kernel opens: {e}");
+                    if !matches!(which, KernelCommit::Of(_)) {
+                        // No request waits for this one (its file's `fsync` would hear
+                        // of it): kept for `shardfs stats` and `shardfs unmount`.
+                        let mut refused = self.counters.refused.lock();
+                        if refused.len() == REFUSALS_KEPT {
+                            refused.pop_front();
+                        }
+                        refused.push_back((path, e.to_string()));
+                    }
                     if first_err.is_ok() {
                         first_err = Err(e);
                     }
@@ -724,6 +734,42 @@ impl View {
             }
             _ => false,
         }
+    }
+
+    /// The path of the file of handle `fh` of `ino`, for a message: its inode's, or
+    /// the one the handle was opened at (an inode retired since).
+    fn handle_path(&self, ino: u64, fh: u64) -> String {
+        if let Some((path, _)) = self.inodes.get(ino) {
+            return path.display().to_string();
+        }
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch {
+                node: Node::Scratch { path, .. },
+                ..
+            }) => path.display().to_string(),
+            Ok(Handle::StoreRw(_, rel)) => rel.display().to_string(),
+            _ => format!("inode {ino}"),
+        }
+    }
+
+    /// The paths of files held for commit whose metadata is not yet a whole JSON
+    /// document (what the unmount will commit, and refuse, unless it is finished).
+    pub(super) fn partial_metadata_paths(&self) -> Vec<String> {
+        let held: Vec<(u64, u64)> = self
+            .handles
+            .implicit
+            .lock()
+            .iter()
+            .map(|(ino, h)| (*ino, h.fh))
+            .collect();
+        let mut out: Vec<String> = held
+            .into_iter()
+            .filter(|&(_, fh)| self.partial_metadata(fh))
+            .filter_map(|(ino, _)| self.inodes.get(ino))
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        out.sort();
+        out
     }
 
     /// An unlinked file: nothing to commit; it lives on only in its handle.

@@ -186,6 +186,9 @@ pub struct Opened {
     pub stale_size: bool,
 }
 
+/// How many refused commits `shardfs stats` keeps (`refused`), the latest.
+pub const REFUSALS_KEPT: usize = 16;
+
 /// What a [`View::rename`] shows at the new name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renamed {
@@ -237,6 +240,9 @@ enum NotShown {
 /// What the read side did, for `shardfs stats`.
 #[derive(Default)]
 struct ReadCounters {
+    /// Commits that no request waited for and that were refused (when idle, before a
+    /// rename, a full buffer): the file's path and why, the latest [`REFUSALS_KEPT`].
+    refused: Mutex<std::collections::VecDeque<(String, String)>>,
     /// File reads the daemon answered (chunks, staged or stored, metadata, files).
     read_requests: AtomicU64,
     chunk_opens: AtomicU64,
@@ -368,6 +374,10 @@ impl View {
             "store": self.store.describe(),
             "inodes": self.inodes.len(),
             "read_requests": get(&c.read_requests),
+            "refused": c.refused.lock().iter().map(|(path, why)| {
+                serde_json::json!({"path": path, "why": why})
+            }).collect::<Vec<_>>(),
+            "pending_metadata": self.partial_metadata_paths(),
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),
             "chunk_bytes_read": get(&c.chunk_bytes_read),

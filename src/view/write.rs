@@ -186,10 +186,27 @@ impl View {
         else {
             return Ok(());
         };
+        let name = path.file_name().unwrap_or_default();
         if !self.commits(node)? {
+            // A chunk written through a descriptor opened before its key left the grid
+            // (a shape shrink since): its bytes can never be stored there. Refused, and
+            // let go, so that a later grow does not show them as if stored.
+            if let Target::Invalid(why) = self.target(array, parent.as_deref(), name)? {
+                let written = {
+                    let f = file.lock();
+                    f.dirty && !f.orphan
+                };
+                if written {
+                    self.writer()?.remove_scratch(path);
+                    return Err(ViewError::Invalid(format!(
+                        "{}: {why} (the array's shape changed after it was opened): what \
+                         was written to it is not stored",
+                        path.display()
+                    )));
+                }
+            }
             return Ok(());
         }
-        let name = path.file_name().unwrap_or_default();
         let (data, closed) = {
             let mut f = file.lock();
             if !f.dirty || f.orphan {
