@@ -404,3 +404,41 @@ fn compaction_keeps_the_close_times_so_a_stale_write_still_loses() {
     assert_eq!(stored(&store, 1).as_deref(), Some(&b"new"[..]));
     assert_eq!(stored(&store, 2).as_deref(), Some(&b"y"[..]));
 }
+
+/// A chunk another mount removed, whose entry this mount's kernel still caches (within
+/// the 10 s TTL), is stale here, not missing: `mkdir -p` of its directory and
+/// `open(O_CREAT|O_TRUNC)` by name make it anew (the kernel looks the name up again)
+/// instead of failing with `ENOENT`.
+#[test]
+fn a_chunk_removed_by_another_mount_can_be_made_again_at_once() {
+    if !common::can_mount("a_chunk_removed_by_another_mount_can_be_made_again_at_once") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    fs::create_dir(store.path().join("a")).unwrap();
+    fs::write(store.path().join("a/zarr.json"), array_doc()).unwrap();
+    let opts = MountOptions {
+        flush_interval: Duration::from_secs(3600),
+        ..MountOptions::default()
+    };
+    let (ma, mb) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let _a = Mount::new(store.path(), ma.path(), &opts).unwrap();
+    let _b = Mount::new(store.path(), mb.path(), &opts).unwrap();
+    let key = |m: &Path| {
+        // As writers do it: `mkdir -p` of the key's directory first.
+        fs::create_dir_all(m.join("a/c")).unwrap();
+        m.join("a/c/1")
+    };
+    // Not read back: B's kernel keeps the entry, with attributes its write made stale.
+    write_close(&key(mb.path()), b"BBBB", true);
+    // A overwrites the chunk, removes it, and flushes: it is gone from the store.
+    write_close(&key(ma.path()), b"AAAA", false);
+    fs::remove_file(key(ma.path())).unwrap();
+    flush(ma.path());
+    // B makes it again through the entry its kernel still has.
+    write_close(&key(mb.path()), b"CCCC", true);
+    assert_eq!(fs::read(key(mb.path())).unwrap(), b"CCCC");
+    let fresh = tempfile::tempdir().unwrap();
+    let _c = Mount::new(store.path(), fresh.path(), &opts).unwrap();
+    assert_eq!(fs::read(key(fresh.path())).unwrap(), b"CCCC");
+}

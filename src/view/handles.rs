@@ -410,7 +410,14 @@ impl View {
                 let handle = fh.and_then(|fh| self.handles.get(fh).ok());
                 match handle.or_else(|| self.handles.any_of(ino)) {
                     Some(handle) => self.unlinked_attr(ino, &handle),
-                    None => Err(e),
+                    // The file this inode named is gone (removed by another mount or
+                    // program): stale, so that a call by path (`open(O_CREAT)`, `stat`)
+                    // has the kernel look the name up again instead of failing through an
+                    // entry it still caches.
+                    None => Err(match e {
+                        ViewError::NotFound => ViewError::StaleInode(ino),
+                        e => e,
+                    }),
                 }
             }
             res => res,
