@@ -278,6 +278,17 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     }
     if m.notify_fd.is_some() && m.log_file.is_none() {
         init_syslog("warn");
+    } else if let (None, Some(path)) = (m.notify_fd, &m.log_file) {
+        // In the foreground too, `--log-file` is where the log goes (a daemonized
+        // mount's stderr is that file already).
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening the log file {}", path.display()))?;
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+            .target(env_logger::Target::Pipe(Box::new(file)))
+            .init();
     } else {
         init_logging("info");
     }

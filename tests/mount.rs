@@ -232,6 +232,52 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
     );
 }
 
+/// `--log-file` is where the log goes in the foreground too (it went to stderr).
+#[test]
+fn cli_foreground_mount_logs_to_its_log_file() {
+    if !common::can_mount("cli_foreground_mount_logs_to_its_log_file") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (log, mnt) = (dir.path().join("log"), dir.path().join("mnt"));
+    std::fs::create_dir(&mnt).unwrap();
+    let child = shardfs()
+        .args([
+            "mount",
+            common::fixtures().join("zarr_keys").to_str().unwrap(),
+        ])
+        .arg(&mnt)
+        .arg("--foreground")
+        .arg("--log-file")
+        .arg(&log)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _guard = CliMount(mnt.clone());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !is_mounted(&mnt) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not mounted within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        shardfs()
+            .arg("unmount")
+            .arg(&mnt)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("mounted"), "the log file: {log}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("mounted"), "stderr: {stderr}");
+}
+
 /// What no request waits to hear of is not lost without a word. With the kernel opening
 /// files, a chunk written through a descriptor opened before a shape shrink left its key
 /// outside the grid is refused: its `fsync` returns `EINVAL`, and without one the idle

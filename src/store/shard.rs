@@ -53,6 +53,10 @@ pub struct Shard {
     rel: PathBuf,
     file: Option<Box<dyn StoreFile>>,
     meta: Option<EntryMeta>,
+    /// The version of what stood at the shard's path when it was loaded, for a
+    /// revalidation: the file's, or that of what could not be opened as one (a
+    /// directory, a FIFO), so that such a path is not loaded, and logged, at every look.
+    seen: Option<(u64, u64, std::time::SystemTime)>,
     index: Result<ShardIndex, ShardError>,
     nested: Mutex<HashMap<NestedKey, Result<Arc<ShardIndex>, ShardError>>>,
     /// Whether the shard after this one was asked to be loaded ahead ([`Shard::claim_next`]).
@@ -107,6 +111,7 @@ impl Shard {
             rel: rel.to_path_buf(),
             file: None,
             meta: None,
+            seen: None,
             index: Err(err),
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
@@ -141,10 +146,18 @@ impl Shard {
             },
             Err(e) => (None, None, Err(e.into())),
         };
+        let seen = match &meta {
+            Some(m) => Some(m.version()),
+            None if file.is_none() && index.is_err() => {
+                store.stat(rel).ok().flatten().map(|m| m.version())
+            }
+            None => None,
+        };
         Shard {
             rel: rel.to_path_buf(),
             file,
             meta,
+            seen,
             index,
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
@@ -491,7 +504,7 @@ impl ShardCache {
             {
                 let fresh = !revalidate || {
                     let now = store.stat(rel).ok().flatten().map(|m| m.version());
-                    now == shard.meta.map(|m| m.version())
+                    now == shard.seen
                 };
                 if fresh {
                     self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -796,5 +809,29 @@ mod tests {
         cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false);
         assert_eq!(gate.loads.load(SeqCst), 2);
         assert!(cache.peek(Path::new("a/c/0")).is_some());
+    }
+
+    /// A shard path that is not a regular file (a directory) is loaded, and logged, once:
+    /// a revalidation finds the same thing there and keeps it, until it changes.
+    #[test]
+    fn a_shard_path_that_is_a_directory_is_loaded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/c/0")).unwrap();
+        let store = crate::store::LocalStore::open(dir.path()).unwrap();
+        let gate = Arc::new(Gate::default());
+        gate.open();
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        let rel = Path::new("a/c/0");
+        for _ in 0..5 {
+            let shard = cache.get(&store, rel, &layout(), true);
+            assert!(shard.index().is_err());
+        }
+        assert_eq!(gate.loads.load(SeqCst), 1, "loaded once");
+        // Replaced by a file: loaded again.
+        std::fs::remove_dir(dir.path().join("a/c/0")).unwrap();
+        std::fs::write(dir.path().join("a/c/0"), b"not a shard").unwrap();
+        assert!(cache.get(&store, rel, &layout(), true).index().is_err());
+        assert_eq!(gate.loads.load(SeqCst), 2);
     }
 }
