@@ -406,9 +406,9 @@ impl Filesystem for ShardFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
@@ -420,14 +420,17 @@ impl Filesystem for ShardFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        // Size and times are meaningful in the view; modes and owners of virtual files
-        // are derived from the store and a change to them is accepted and dropped.
+        // Modes and owners are the store's: set on its files and directories, and
+        // derived (a change accepted and dropped) for the files the view makes up.
         let fh = fh.map(|f| f.0);
         let mut res = match size {
             Some(size) if self.view.kernel_opens() => self.view.set_size_ino(ino.0, size),
             Some(size) => self.view.set_size_open(ino.0, size, fh),
             None => self.view.getattr_open(ino.0, fh),
         };
+        if res.is_ok() && (mode.is_some() || uid.is_some() || gid.is_some()) {
+            res = self.view.set_mode_owner(ino.0, mode, uid, gid);
+        }
         if res.is_ok() && (atime.is_some() || mtime.is_some()) {
             let time = |t: Option<TimeOrNow>| {
                 t.map(|t| match t {

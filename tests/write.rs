@@ -777,3 +777,54 @@ fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
         );
     }
 }
+
+/// `chmod` and `chown` set the mode and owner of the store's own files and directories
+/// (a file outside arrays, a directory, an array's directory); the files the view makes
+/// up (chunks, metadata) keep the mode of their array's `zarr.json`, and a change to
+/// one is accepted and changes nothing.
+#[test]
+fn chmod_and_chown_reach_the_stores_files_and_directories() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !common::can_mount("chmod_and_chown_reach_the_stores_files_and_directories") {
+        return;
+    }
+    let tmp = store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let (mnt, _m) = mount_rw(&store);
+    let m = mnt.path();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let chmod =
+        |p: &Path, mode: u32| fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    fs::write(m.join("notes.txt"), b"hi").unwrap();
+    fs::create_dir(m.join("docs")).unwrap();
+    chmod(&m.join("notes.txt"), 0o600);
+    chmod(&m.join("docs"), 0o750);
+    chmod(&m.join("u16_default_sparse"), 0o700);
+    for (rel, want) in [
+        ("notes.txt", 0o600),
+        ("docs", 0o750),
+        ("u16_default_sparse", 0o700),
+    ] {
+        assert_eq!(mode(&store.join(rel)), want, "{rel} in the store");
+        assert_eq!(mode(&m.join(rel)), want, "{rel} through the mount");
+    }
+    let is_root = unsafe { libc::geteuid() } == 0;
+    if is_root {
+        std::os::unix::fs::chown(m.join("notes.txt"), Some(1234), Some(4321)).unwrap();
+        let md = fs::metadata(store.join("notes.txt")).unwrap();
+        assert_eq!((md.uid(), md.gid()), (1234, 4321));
+        let md = fs::metadata(m.join("notes.txt")).unwrap();
+        assert_eq!((md.uid(), md.gid()), (1234, 4321));
+    } else {
+        println!("chown part skipped: not root");
+    }
+    // A chunk's mode is its zarr.json's: accepted, unchanged.
+    let chunk = m.join("u16_default_sparse/c/0/0");
+    let before = mode(&chunk);
+    chmod(&chunk, 0o600);
+    assert_eq!(mode(&chunk), before);
+    assert_eq!(
+        before,
+        mode(&store.join("u16_default_sparse/zarr.json")) & 0o7777
+    );
+}

@@ -278,6 +278,19 @@ pub trait Store: Send + Sync {
         read_only()
     }
 
+    /// Set the permission bits and owner of a file or directory (`chmod`, `chown`), what
+    /// is `Some`. A store that keeps no modes or owners (object storage) ignores it.
+    fn set_mode_owner(
+        &self,
+        rel: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> io::Result<()> {
+        let _ = (rel, mode, uid, gid);
+        Ok(())
+    }
+
     /// Make a file's contents durable.
     fn sync_file(&self, rel: &Path) -> io::Result<()> {
         let _ = rel;

@@ -126,6 +126,37 @@ impl View {
     }
 
     /// Truncate (or extend) a file.
+    /// `chmod`/`chown`: applied to what is a file or directory of the store (files
+    /// outside arrays, directories, an array's directory); the files the view makes up
+    /// (chunks, key directories, metadata shown) take their mode and owner from the
+    /// array's `zarr.json` in the store, and a change to one of them is accepted and
+    /// changes nothing (`cp -p`, `rsync -a` and `tar` set them on every file they write).
+    pub fn set_mode_owner(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<Attr> {
+        let (_, node) = self.node(ino)?;
+        if mode.is_some() || uid.is_some() || gid.is_some() {
+            let rel = match &node {
+                Node::File { rel } | Node::Dir { rel } => Some(rel.clone()),
+                Node::ArrayDir { array } => Some(array.rel.clone()),
+                _ => None,
+            };
+            if let Some(rel) = rel {
+                self.writer()?;
+                self.store.set_mode_owner(&rel, mode, uid, gid)?;
+                if let Node::ArrayDir { array } = &node {
+                    // The array's directory attributes are kept with the array.
+                    self.reload_array(&array.rel)?;
+                }
+            }
+        }
+        self.getattr(ino)
+    }
+
     /// `utimensat`: times that `stat` returns while the file is unchanged, for the
     /// mount's lifetime (chunks have no times of their own in a shard; see
     /// docs/SEMANTICS.md). `None` keeps that time.

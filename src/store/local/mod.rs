@@ -339,6 +339,29 @@ impl Store for LocalStore {
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
     }
 
+    fn set_mode_owner(
+        &self,
+        rel: &Path,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> io::Result<()> {
+        // Opened, never followed (a symbolic link gives ELOOP), and changed through the
+        // descriptor: nothing outside the store is reached.
+        let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK)?;
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::fchown(
+                &fd,
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+            )?;
+        }
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o7777))?;
+        }
+        Ok(())
+    }
+
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (fp, fname) = split(from)?;
         let (tp, tname) = split(to)?;
