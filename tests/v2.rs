@@ -701,3 +701,41 @@ fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
     let img = common::json_file(&store.join("img/zarr.json"));
     assert_eq!(img["attributes"]["ome"]["version"], "0.5", "{img}");
 }
+
+/// `.zmetadata` (zarr 2's consolidated metadata) written through the v2 view is kept as
+/// written, a file of the store (README, "Zarr v2 view"): read back through the mount
+/// and by a later mount; the other v2 metadata files are taken in and never stored.
+#[test]
+fn consolidated_metadata_is_kept_as_written() {
+    if !common::can_mount("consolidated_metadata_is_kept_as_written") {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let consolidated =
+        br#"{"metadata": {".zgroup": {"zarr_format": 2}}, "zarr_consolidated_format": 1}"#;
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let g = mnt.path().join("g");
+        std::fs::create_dir(&g).unwrap();
+        write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        write_and_close(g.join(".zmetadata"), consolidated).unwrap();
+        assert_eq!(std::fs::read(g.join(".zmetadata")).unwrap(), consolidated);
+        mount.unmount().unwrap();
+    }
+    assert_eq!(
+        std::fs::read(store.path().join("g/.zmetadata")).unwrap(),
+        consolidated
+    );
+    assert!(!store.path().join("g/.zgroup").exists());
+    assert_eq!(
+        common::json_file(&store.path().join("g/zarr.json"))["node_type"],
+        "group"
+    );
+    let mnt = tempfile::tempdir().unwrap();
+    let _mount = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
+    assert_eq!(
+        std::fs::read(mnt.path().join("g/.zmetadata")).unwrap(),
+        consolidated
+    );
+}
