@@ -196,7 +196,14 @@ fn array_info(
         layout: "v3".into(),
     };
     match &meta.presentation {
-        Presentation::Plain => {}
+        Presentation::Plain => {
+            // Its chunk files, one per stored chunk (all of their bytes are live).
+            let chunk = info.chunk_shape.clone();
+            let (n, bytes) = plain_chunk_files(store, data_dir, keys, &meta.shape, &chunk);
+            info.stored_chunks = n;
+            info.bytes = bytes;
+            info.live_bytes = bytes;
+        }
         Presentation::Unsupported(why) => {
             info.status = "passthrough".into();
             info.reason = Some(why.clone());
@@ -313,6 +320,46 @@ fn descend(
         }
         prefix.pop();
     }
+}
+
+/// The chunk files of an unsharded array of `shape` and chunk `chunk` whose keys start
+/// in store directory `dir`, within its grid: how many, and their bytes.
+fn plain_chunk_files(
+    store: &dyn Store,
+    dir: &Path,
+    enc: format::ChunkKeyEncoding,
+    shape: &[u64],
+    chunk: &[u64],
+) -> (u64, u64) {
+    let ndim = shape.len();
+    if chunk.len() != ndim || chunk.contains(&0) {
+        return (0, 0);
+    }
+    let in_grid = |c: &[u64]| {
+        c.iter()
+            .zip(shape.iter().zip(chunk))
+            .all(|(c, (s, k))| *c < s.div_ceil(*k).max(1))
+    };
+    let (mut n, mut bytes) = (0, 0);
+    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
+    while let Some((d, prefix)) = stack.pop() {
+        for e in store.list(&d).unwrap_or_default() {
+            let path = d.join(&e.name);
+            match e
+                .name
+                .to_str()
+                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
+            {
+                Some(KeyPath::Dir(c)) if e.kind == EntryKind::Dir => stack.push((path, Some(c))),
+                Some(KeyPath::Chunk(c)) if e.kind == EntryKind::File && in_grid(&c) => {
+                    n += 1;
+                    bytes += store.stat(&path).ok().flatten().map_or(0, |m| m.len);
+                }
+                _ => {}
+            }
+        }
+    }
+    (n, bytes)
 }
 
 /// The human-readable report of `shardfs info`.

@@ -256,8 +256,15 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     if !m.foreground {
         // Check what can be checked before detaching, for a clear message here.
         if mount::object_url(&m.store).is_none() {
-            if !m.store.is_dir() {
-                bail!("store {} is not a directory", m.store.display());
+            match std::fs::metadata(&m.store) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    bail!("store {} does not exist", m.store.display())
+                }
+                Err(e) => bail!("store {}: {e}", m.store.display()),
+                Ok(md) if !md.is_dir() => {
+                    bail!("store {} is not a directory", m.store.display())
+                }
+                Ok(_) => {}
             }
             if let Some(why) = mount::not_zarr_warning(&m.store) {
                 eprintln!("shardfs: warning: {why}");

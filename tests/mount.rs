@@ -573,6 +573,42 @@ fn cli_info_reports_arrays_as_json() {
         a["shards"].as_u64().unwrap() as usize,
         entry["shard_keys"].as_array().unwrap().len()
     );
+    // An unsharded array: its chunk files, counted and summed.
+    let out = shardfs()
+        .arg("info")
+        .arg(common::fixtures().join("zarr_mixed"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["path"] == "plain_u8")
+        .unwrap();
+    assert_eq!(a["status"], "plain");
+    let files: Vec<u64> = common::files_under(&common::fixtures().join("zarr_mixed/plain_u8"))
+        .iter()
+        .filter(|f| f.starts_with("c/"))
+        .map(|f| {
+            std::fs::metadata(common::fixtures().join("zarr_mixed/plain_u8").join(f))
+                .unwrap()
+                .len()
+        })
+        .collect();
+    assert!(!files.is_empty());
+    assert_eq!(
+        a["stored_chunks"].as_u64().unwrap() as usize,
+        files.len(),
+        "{a}"
+    );
+    assert_eq!(
+        a["bytes"].as_u64().unwrap(),
+        files.iter().sum::<u64>(),
+        "{a}"
+    );
 }
 
 #[test]

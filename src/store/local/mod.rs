@@ -41,7 +41,8 @@ impl LocalStore {
         })?;
         Ok(LocalStore {
             root,
-            path: path.to_path_buf(),
+            // As `shardfs stats` and messages name it: absolute, as given otherwise.
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
         })
     }
 
