@@ -415,6 +415,9 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
                 a.chunk_shape,
                 a.codecs.join(", ")
             );
+            if a.status == "plain" {
+                let _ = writeln!(s, "  {} chunk files, {} bytes", a.stored_chunks, a.bytes);
+            }
         }
         let _ = writeln!(s, "  v2 view: {}", a.v2_view);
     }

@@ -251,7 +251,7 @@ fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
 /// interrupted updates, then cut torn tails back to the last complete state.
 pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport, WriteError> {
     let mut report = VerifyReport {
-        store: root.to_path_buf(),
+        store: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
         ..Default::default()
     };
     if repair {
@@ -456,7 +456,7 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
         )));
     }
     let mut report = CompactReport {
-        store: root.to_path_buf(),
+        store: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
         min_garbage,
         ..Default::default()
     };

@@ -106,7 +106,8 @@ fn rm_rf_removes_an_array_of_any_rank() {
 /// Key directories made before the array's metadata (`mkdir -p a/c/0` and then
 /// `zarr.json`, as `rsync` and scripts may order it) become key directories of the new
 /// array: listed, written into, and removed by `rm -rf` with nothing left in the store,
-/// in 1-D (where such a directory stands at a chunk key, the shard's path) and 2-D.
+/// in 1-D (where such a directory stands at a chunk key, the shard's path) and 2-D. One
+/// with files in it at a chunk key makes the metadata refused.
 #[test]
 fn key_directories_made_before_the_metadata_join_the_new_array() {
     if !common::can_mount("key_directories_made_before_the_metadata_join_the_new_array") {
@@ -172,6 +173,20 @@ fn key_directories_made_before_the_metadata_join_the_new_array() {
             "{a}: nothing left in the store"
         );
     }
+    // A directory with a file in it where a chunk's file (and a shard) would go: the
+    // metadata is refused (EINVAL) and leaves nothing behind; the directory stays.
+    let (mnt, _m) = mount_rw(store.path());
+    let m = mnt.path();
+    fs::create_dir_all(m.join("j/c/0")).unwrap();
+    fs::write(m.join("j/c/0/junk.txt"), b"hi").unwrap();
+    let mut f = File::create(m.join("j/zarr.json")).unwrap();
+    let err = f.write_all(&meta(&[8], &[2])).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
+    drop(f);
+    assert_eq!(fs::read(m.join("j/c/0/junk.txt")).unwrap(), b"hi");
+    assert!(!store.path().join("j/zarr.json").exists());
+    fs::remove_dir_all(m.join("j")).unwrap();
+    assert!(!store.path().join("j").exists());
 }
 
 #[test]

@@ -241,9 +241,25 @@ impl View {
             self.refresh_subtree(dir);
             return Err(ViewError::Invalid(why));
         }
+        let store = self.store.as_ref();
+        let key_dirs = collect_key_dirs(store, dir, &meta);
+        // A directory with something in it at a chunk key stands where a shard may go,
+        // and is not ours to remove: refused, and not left behind, as above.
+        if let Some((_, path)) = key_dirs.iter().find(|(coords, path)| {
+            coords.is_none() && store.list(path).is_ok_and(|l| !l.is_empty())
+        }) {
+            let why = format!(
+                "{} is a directory with files in it, at a chunk key of the new array \
+                 (where its shards go): move it away first",
+                path.display()
+            );
+            log::warn!("{}: refused: {why}", json_path.display());
+            self.store.remove_file(&json_path)?;
+            self.refresh_subtree(dir);
+            return Err(ViewError::Invalid(why));
+        }
         // Chunk files copied in before the metadata (`cp -r` order) would collide with
         // the shard files; move them aside, stage them, flush, then drop them.
-        let store = self.store.as_ref();
         let ingest = collect_chunk_files(store, dir, &meta);
         let aside = dir.join(".shardfs-ingest");
         let mut moved = Vec::new();
@@ -262,7 +278,7 @@ impl View {
         // keep `rmdir` of the array from emptying it. Emptied ones go from the store and
         // stay as key directories of the new array, as a `mkdir` after it would make.
         let mut made = Vec::new();
-        for (coords, path) in collect_key_dirs(store, dir, &meta).into_iter().rev() {
+        for (coords, path) in key_dirs.into_iter().rev() {
             if store.remove_dir(&path).is_ok()
                 && let Some(coords) = coords
             {

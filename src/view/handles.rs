@@ -410,12 +410,20 @@ impl View {
                 let handle = fh.and_then(|fh| self.handles.get(fh).ok());
                 match handle.or_else(|| self.handles.any_of(ino)) {
                     Some(handle) => self.unlinked_attr(ino, &handle),
-                    // The file this inode named is gone (removed by another mount or
-                    // program): stale, so that a call by path (`open(O_CREAT)`, `stat`)
-                    // has the kernel look the name up again instead of failing through an
-                    // entry it still caches.
+                    // The file this inode still names here is gone (removed by another
+                    // mount or program): stale, so that a call by path (`open(O_CREAT)`,
+                    // `stat`) has the kernel look the name up again instead of failing
+                    // through an entry it still caches. One this mount unlinked (its name
+                    // let go here: `fstat` of a descriptor the kernel opened) is `ENOENT`.
                     None => Err(match e {
-                        ViewError::NotFound => ViewError::StaleInode(ino),
+                        ViewError::NotFound
+                            if self
+                                .inodes
+                                .get(ino)
+                                .is_some_and(|(path, _)| self.inodes.peek(&path) == Some(ino)) =>
+                        {
+                            ViewError::StaleInode(ino)
+                        }
                         e => e,
                     }),
                 }
