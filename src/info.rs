@@ -341,24 +341,14 @@ fn plain_chunk_files(
             .all(|(c, (s, k))| *c < s.div_ceil(*k).max(1))
     };
     let (mut n, mut bytes) = (0, 0);
-    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
-    while let Some((d, prefix)) = stack.pop() {
-        for e in store.list(&d).unwrap_or_default() {
-            let path = d.join(&e.name);
-            match e
-                .name
-                .to_str()
-                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
-            {
-                Some(KeyPath::Dir(c)) if e.kind == EntryKind::Dir => stack.push((path, Some(c))),
-                Some(KeyPath::Chunk(c)) if e.kind == EntryKind::File && in_grid(&c) => {
-                    n += 1;
-                    bytes += store.stat(&path).ok().flatten().map_or(0, |m| m.len);
-                }
-                _ => {}
-            }
+    crate::store::walk_keys(store, dir, enc, ndim, &mut |key, kind, path| {
+        if let (KeyPath::Chunk(c), EntryKind::File) = (key, kind)
+            && in_grid(c)
+        {
+            n += 1;
+            bytes += store.stat(&path).ok().flatten().map_or(0, |m| m.len);
         }
-    }
+    });
     (n, bytes)
 }
 

@@ -62,6 +62,37 @@ impl EntryMeta {
     }
 }
 
+/// Every entry of an array's key namespace under store directory `dir` (chunk keys and
+/// key directories, as `enc` names them for `ndim` dimensions), descending into the key
+/// directories: `visit(key, kind, path)`, each directory before what is in it. Entries
+/// whose names are no keys are passed over; a directory that cannot be listed is empty.
+pub fn walk_keys(
+    store: &dyn Store,
+    dir: &Path,
+    enc: crate::format::ChunkKeyEncoding,
+    ndim: usize,
+    visit: &mut dyn FnMut(&crate::format::KeyPath, EntryKind, std::path::PathBuf),
+) {
+    use crate::format::KeyPath;
+    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
+    while let Some((d, prefix)) = stack.pop() {
+        for e in store.list(&d).unwrap_or_default() {
+            let Some(key) = e
+                .name
+                .to_str()
+                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
+            else {
+                continue;
+            };
+            let path = d.join(&e.name);
+            if let (KeyPath::Dir(c), EntryKind::Dir) = (&key, e.kind) {
+                stack.push((path.clone(), Some(c.clone())));
+            }
+            visit(&key, e.kind, path);
+        }
+    }
+}
+
 /// One entry of a directory listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListEntry {

@@ -367,30 +367,18 @@ fn collect_chunk_files(
     dir: &Path,
     meta: &format::ArrayMeta,
 ) -> Vec<(Vec<u64>, PathBuf)> {
-    let enc = meta.key_encoding;
-    let ndim = meta.shape.len();
     let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
-    while let Some((d, prefix)) = stack.pop() {
-        let Ok(entries) = store.list(&d) else {
-            continue;
-        };
-        for e in entries {
-            let Some(kp) = e
-                .name
-                .to_str()
-                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
-            else {
-                continue;
-            };
-            let is_dir = e.kind == EntryKind::Dir;
-            match kp {
-                KeyPath::Dir(c) if is_dir => stack.push((d.join(&e.name), Some(c))),
-                KeyPath::Chunk(c) if e.kind == EntryKind::File => out.push((c, d.join(&e.name))),
-                _ => {}
+    crate::store::walk_keys(
+        store,
+        dir,
+        meta.key_encoding,
+        meta.shape.len(),
+        &mut |key, kind, path| {
+            if let (KeyPath::Chunk(c), EntryKind::File) = (key, kind) {
+                out.push((c.clone(), path));
             }
-        }
-    }
+        },
+    );
     out
 }
 
@@ -402,30 +390,18 @@ fn collect_key_dirs(
     dir: &Path,
     meta: &format::ArrayMeta,
 ) -> Vec<(Option<Vec<u64>>, PathBuf)> {
-    let enc = meta.key_encoding;
-    let ndim = meta.shape.len();
     let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), None::<Vec<u64>>)];
-    while let Some((d, prefix)) = stack.pop() {
-        let Ok(entries) = store.list(&d) else {
-            continue;
-        };
-        for e in entries.into_iter().filter(|e| e.kind == EntryKind::Dir) {
-            let path = d.join(&e.name);
-            match e
-                .name
-                .to_str()
-                .and_then(|n| enc.child(ndim, prefix.as_deref(), n))
-            {
-                Some(KeyPath::Dir(c)) => {
-                    out.push((Some(c.clone()), path.clone()));
-                    stack.push((path, Some(c)));
-                }
-                Some(KeyPath::Chunk(_)) => out.push((None, path)),
-                None => {}
-            }
-        }
-    }
+    crate::store::walk_keys(
+        store,
+        dir,
+        meta.key_encoding,
+        meta.shape.len(),
+        &mut |key, kind, path| match (key, kind) {
+            (KeyPath::Dir(c), EntryKind::Dir) => out.push((Some(c.clone()), path)),
+            (KeyPath::Chunk(_), EntryKind::Dir) => out.push((None, path)),
+            _ => {}
+        },
+    );
     out
 }
 
