@@ -129,8 +129,9 @@ pub struct MountArgs {
     /// `.zgroup`, v2 chunk keys) for tools that speak only Zarr v2 (also `-o format=v2`).
     #[arg(long, value_enum, default_value_t = FormatArg::V3)]
     pub format: FormatArg,
-    /// Write the daemon's log here (level info; otherwise a daemonized mount logs warnings
-    /// and errors to the system log, /dev/log; `RUST_LOG` sets the level).
+    /// Write the daemon's log here, also with --foreground (level info; otherwise a
+    /// daemonized mount logs warnings and errors to the system log, /dev/log, and says at
+    /// mount when there is none; `RUST_LOG` sets the level).
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
     /// Seconds the kernel may cache entries and attributes [default: 10, or 1 with
