@@ -23,8 +23,8 @@
 use std::time::{Duration, Instant};
 
 use shardfs::compact::{
-    AutoCompactor, Compactor, CpuCompactor, GpuCompactor, GpuTransfer, HostBuffer, Packed,
-    ShardGrid, StagedBatch, plan_layout,
+    AutoCompactor, Compactor, CpuCompactor, GpuCompactor, GpuTransfer, HostBuffer, OwnedBatch,
+    Packed, ShardGrid, StagedBatch, plan_layout,
 };
 
 const MIB: u64 = 1 << 20;
@@ -48,63 +48,43 @@ impl Rng {
     }
 }
 
-struct Batch {
-    grid: ShardGrid,
-    coords: Vec<u64>,
-    data: Vec<u8>,
-    src_offsets: Vec<u64>,
-    sizes: Vec<u64>,
-}
-
-impl Batch {
-    /// `payload` bytes in 64 KiB–1 MiB chunks of a 30×30×30 grid (4×4×4 per shard, so
-    /// the last shard along each dim is an edge shard), staged in random order.
-    fn new(payload: u64, seed: u64) -> Self {
-        let mut rng = Rng(seed);
-        let grid = ShardGrid::new(vec![30, 30, 30], vec![4, 4, 4]);
-        let mut sizes = Vec::new();
-        let mut left = payload;
-        while left > 0 {
-            let s = rng.range(64 << 10, MIB).min(left);
-            sizes.push(s);
-            left -= s;
-        }
-        let mut cells: Vec<u64> = (0..27_000).collect();
-        for i in (1..cells.len()).rev() {
-            cells.swap(i, rng.range(0, i as u64) as usize);
-        }
-        let coords = cells[..sizes.len()]
-            .iter()
-            .flat_map(|&c| [c / 900, c / 30 % 30, c % 30])
-            .collect();
-        let mut src_offsets = Vec::with_capacity(sizes.len());
-        let mut at = 0;
-        for s in &sizes {
-            src_offsets.push(at);
-            at += s;
-        }
-        let mut data = vec![0u8; at as usize];
-        for (i, word) in data.chunks_mut(8).enumerate() {
-            let v = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
-            word.copy_from_slice(&v[..word.len()]);
-        }
-        Self {
-            grid,
-            coords,
-            data,
-            src_offsets,
-            sizes,
-        }
+/// `payload` bytes in 64 KiB–1 MiB chunks of a 30×30×30 grid (4×4×4 per shard, so
+/// the last shard along each dim is an edge shard), staged in random order.
+fn batch(payload: u64, seed: u64) -> OwnedBatch {
+    let mut rng = Rng(seed);
+    let grid = ShardGrid::new(vec![30, 30, 30], vec![4, 4, 4]);
+    let mut sizes = Vec::new();
+    let mut left = payload;
+    while left > 0 {
+        let s = rng.range(64 << 10, MIB).min(left);
+        sizes.push(s);
+        left -= s;
     }
-
-    fn view(&self) -> StagedBatch<'_> {
-        StagedBatch {
-            grid: &self.grid,
-            coords: &self.coords,
-            data: &self.data,
-            src_offsets: &self.src_offsets,
-            sizes: &self.sizes,
-        }
+    let mut cells: Vec<u64> = (0..27_000).collect();
+    for i in (1..cells.len()).rev() {
+        cells.swap(i, rng.range(0, i as u64) as usize);
+    }
+    let coords = cells[..sizes.len()]
+        .iter()
+        .flat_map(|&c| [c / 900, c / 30 % 30, c % 30])
+        .collect();
+    let mut src_offsets = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for s in &sizes {
+        src_offsets.push(at);
+        at += s;
+    }
+    let mut data = vec![0u8; at as usize];
+    for (i, word) in data.chunks_mut(8).enumerate() {
+        let v = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+        word.copy_from_slice(&v[..word.len()]);
+    }
+    OwnedBatch {
+        grid,
+        coords,
+        data,
+        src_offsets,
+        sizes,
     }
 }
 
@@ -249,7 +229,7 @@ fn main() {
     let mut buffers: Option<(HostBuffer, HostBuffer)> = None;
     for mib in SIZES_MIB.into_iter().filter(|&m| m <= args.max_mib) {
         let bytes = mib * MIB;
-        let batch = Batch::new(bytes, mib);
+        let batch = batch(bytes, mib);
         let view = batch.view();
         let reps = args.reps.unwrap_or((4096 / mib).clamp(5, 30) as usize);
         let run = |c: &dyn Compactor, out: &mut Packed| {
@@ -270,12 +250,7 @@ fn main() {
                 verdict(cpu_rate >= 25.0)
             ));
         }
-        let chunks: Vec<&[u8]> = (0..batch.sizes.len())
-            .map(|i| {
-                let from = batch.src_offsets[i] as usize;
-                &batch.data[from..from + batch.sizes[i] as usize]
-            })
-            .collect();
+        let chunks = batch.chunks();
         let m_plan = measure(reps, || {
             plan_layout(view.grid, view.coords, view.sizes, &mut got).expect("valid")
         });
@@ -396,7 +371,7 @@ fn main() {
             println!("| batch | compact() picks | a flush picks |");
             println!("|---:|---|---|");
             for mib in SIZES_MIB.into_iter().filter(|&m| m <= args.max_mib) {
-                let batch = Batch::new(mib * MIB, mib);
+                let batch = batch(mib * MIB, mib);
                 let picks = |gpu: bool| if gpu { "GPU" } else { "CPU" };
                 // Which way `compact` takes shows in the estimate it refines.
                 let before = auto.describe().expect("auto");

@@ -548,14 +548,17 @@ fn cli_mount_failures_are_clear_and_nonzero() {
 
 #[test]
 fn cli_info_reports_arrays_as_json() {
-    let out = shardfs()
-        .arg("info")
-        .arg(common::fixtures().join("zarr_nested"))
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = |fixture: &str| -> serde_json::Value {
+        let out = shardfs()
+            .arg("info")
+            .arg(common::fixtures().join(fixture))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = info("zarr_nested");
     let a = &v.as_array().unwrap()[0];
     assert_eq!(a["path"], "nested_3d");
     assert_eq!(a["status"], "sharded");
@@ -574,14 +577,7 @@ fn cli_info_reports_arrays_as_json() {
         entry["shard_keys"].as_array().unwrap().len()
     );
     // An unsharded array: its chunk files, counted and summed.
-    let out = shardfs()
-        .arg("info")
-        .arg(common::fixtures().join("zarr_mixed"))
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = info("zarr_mixed");
     let a = v
         .as_array()
         .unwrap()
@@ -589,14 +585,11 @@ fn cli_info_reports_arrays_as_json() {
         .find(|a| a["path"] == "plain_u8")
         .unwrap();
     assert_eq!(a["status"], "plain");
-    let files: Vec<u64> = common::files_under(&common::fixtures().join("zarr_mixed/plain_u8"))
+    let dir = common::fixtures().join("zarr_mixed/plain_u8");
+    let files: Vec<u64> = common::files_under(&dir)
         .iter()
         .filter(|f| f.starts_with("c/"))
-        .map(|f| {
-            std::fs::metadata(common::fixtures().join("zarr_mixed/plain_u8").join(f))
-                .unwrap()
-                .len()
-        })
+        .map(|f| std::fs::metadata(dir.join(f)).unwrap().len())
         .collect();
     assert!(!files.is_empty());
     assert_eq!(

@@ -167,15 +167,16 @@ impl StagedBatch<'_> {
         self.sizes.is_empty()
     }
 
-    /// Sum of the chunk sizes (saturating), the quantity [`auto_prefers_gpu`] takes.
+    /// Sum of the chunk sizes (saturating): what [`AutoCompactor`] estimates by.
     pub fn payload_bytes(&self) -> u64 {
         self.sizes.iter().fold(0u64, |a, &s| a.saturating_add(s))
     }
 }
 
-/// A batch that owns its buffers (the calibration's synthetic batches, the tests').
+/// A batch that owns its buffers (the calibration's synthetic batches, the tests', the
+/// benchmark's).
 #[derive(Debug, Clone)]
-pub(crate) struct OwnedBatch {
+pub struct OwnedBatch {
     pub grid: ShardGrid,
     pub coords: Vec<u64>,
     pub data: Vec<u8>,
@@ -184,7 +185,7 @@ pub(crate) struct OwnedBatch {
 }
 
 impl OwnedBatch {
-    pub(crate) fn view(&self) -> StagedBatch<'_> {
+    pub fn view(&self) -> StagedBatch<'_> {
         StagedBatch {
             grid: &self.grid,
             coords: &self.coords,
@@ -195,7 +196,7 @@ impl OwnedBatch {
     }
 
     /// Chunk `i`'s bytes, for each `i`.
-    pub(crate) fn chunks(&self) -> Vec<&[u8]> {
+    pub fn chunks(&self) -> Vec<&[u8]> {
         (0..self.sizes.len())
             .map(|i| {
                 let from = self.src_offsets[i] as usize;
