@@ -232,6 +232,43 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
     );
 }
 
+/// A daemonized mount with no system log to reach and no `--log-file` says at mount
+/// that its log goes nowhere; with `--log-file` it says nothing of it.
+#[test]
+fn cli_mount_says_when_its_log_goes_nowhere() {
+    if !common::can_mount("cli_mount_says_when_its_log_goes_nowhere") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    for log_file in [false, true] {
+        let mut cmd = shardfs();
+        cmd.args([
+            "mount",
+            common::fixtures().join("zarr_keys").to_str().unwrap(),
+        ])
+        .arg(&mnt)
+        .env("SHARDFS_SYSLOG_SOCKET", dir.path().join("no-such-socket"));
+        if log_file {
+            cmd.arg("--log-file").arg(dir.path().join("log"));
+        }
+        let out = cmd.output().unwrap();
+        let _guard = CliMount(mnt.clone());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(err.contains("no system log"), !log_file, "{err}");
+        assert!(
+            shardfs()
+                .arg("unmount")
+                .arg(&mnt)
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+}
+
 /// `--log-file` is where the log goes in the foreground too (it went to stderr).
 #[test]
 fn cli_foreground_mount_logs_to_its_log_file() {

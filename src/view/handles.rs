@@ -711,8 +711,10 @@ impl View {
                 (taken, busy)
             };
             for (ino, fh) in taken {
-                let path = self.handle_path(ino, fh);
+                // Kept for a message only: a path is made only if the commit fails.
+                let held = self.handles.get(fh).ok();
                 if let Err(e) = self.release(fh) {
+                    let path = self.handle_path(ino, held.as_ref());
                     log::warn!("{path}: a commit of a file written with kernel opens: {e}");
                     if !matches!(which, KernelCommit::Of(_)) {
                         // No request waits for this one (its file's `fsync` would hear
@@ -751,18 +753,18 @@ impl View {
         }
     }
 
-    /// The path of the file of handle `fh` of `ino`, for a message: its inode's, or
-    /// the one the handle was opened at (an inode retired since).
-    fn handle_path(&self, ino: u64, fh: u64) -> String {
+    /// The path of the file of `handle` of `ino`, for a message: its inode's, or the
+    /// one the handle was opened at (an inode retired since).
+    fn handle_path(&self, ino: u64, handle: Option<&Handle>) -> String {
         if let Some((path, _)) = self.inodes.get(ino) {
             return path.display().to_string();
         }
-        match self.handles.get(fh) {
-            Ok(Handle::Scratch {
+        match handle {
+            Some(Handle::Scratch {
                 node: Node::Scratch { path, .. },
                 ..
             }) => path.display().to_string(),
-            Ok(Handle::StoreRw(_, rel)) => rel.display().to_string(),
+            Some(Handle::StoreRw(_, rel)) => rel.display().to_string(),
             _ => format!("inode {ino}"),
         }
     }
