@@ -231,22 +231,11 @@ fn array_info(
                             })
                             .count() as u64;
                         info.live_bytes += index.live_bytes();
-                        let len = s.meta().map_or(0, |m| m.len);
-                        let rel = data_dir.join(&key);
                         // Dead as `shardfs compact` counts it (the close times are live).
-                        let dead = match store.open(&rel) {
-                            Ok(Some(file)) => crate::store::shard::dead_bytes(
-                                file.as_ref(),
-                                &layout.levels[0],
-                                len,
-                                index,
-                            ),
-                            Ok(None) => Ok(0),
-                            Err(e) => Err(e),
-                        };
-                        match dead {
-                            Ok(dead) => info.dead_bytes += dead,
-                            Err(e) => info.corrupt_shards.push((key, e.to_string())),
+                        match s.dead_bytes(&layout.levels[0]) {
+                            Some(Ok(dead)) => info.dead_bytes += dead,
+                            Some(Err(e)) => info.corrupt_shards.push((key, e.to_string())),
+                            None => {}
                         }
                     }
                     Err(e) => info.corrupt_shards.push((key, e.to_string())),

@@ -41,14 +41,17 @@ fn init_syslog(default: &str) {
         .init();
 }
 
+/// A live mount's counters, from its stats file.
+fn stats_of(mountpoint: &std::path::Path) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// What a mount refused to store with no request waiting to hear it (written with the
 /// kernel opening files: committed when idle), and metadata written but not yet a whole
 /// document (the unmount will refuse it), from its stats file: one line each.
 fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
-    let Ok(bytes) = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)) else {
-        return Vec::new();
-    };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+    let Some(v) = stats_of(mountpoint) else {
         return Vec::new();
     };
     let mut out: Vec<String> = v["refused"]
@@ -81,10 +84,7 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
 
 /// What a mount has staged and not stored, from its stats file, for a message.
 fn unstored(mountpoint: &std::path::Path) -> String {
-    let Ok(bytes) = std::fs::read(mountpoint.join(shardfs::view::STATS_FILE)) else {
-        return String::new();
-    };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+    let Some(v) = stats_of(mountpoint) else {
         return String::new();
     };
     let mut out = String::new();

@@ -195,6 +195,16 @@ impl Shard {
         self.meta.as_ref()
     }
 
+    /// Its bytes that nothing uses ([`dead_bytes`]), read through the file it was loaded
+    /// from; 0 for a shard with no file, `None` for one whose index could not be read.
+    pub fn dead_bytes(&self, level: &ShardLevel) -> Option<std::io::Result<u64>> {
+        let index = self.index.as_ref().ok()?;
+        Some(match (&self.file, &self.meta) {
+            (Some(file), Some(meta)) => dead_bytes(file.as_ref(), level, meta.len, index),
+            _ => Ok(0),
+        })
+    }
+
     /// The outer index, or why it cannot be read.
     pub fn index(&self) -> Result<&ShardIndex, &ShardError> {
         self.index.as_ref()

@@ -139,19 +139,17 @@ impl View {
         gid: Option<u32>,
     ) -> Result<Attr> {
         let (_, node) = self.node(ino)?;
-        if mode.is_some() || uid.is_some() || gid.is_some() {
-            let rel = match &node {
-                Node::File { rel } | Node::Dir { rel } => Some(rel.clone()),
-                Node::ArrayDir { array } => Some(array.rel.clone()),
-                _ => None,
-            };
-            if let Some(rel) = rel {
-                self.writer()?;
-                self.store.set_mode_owner(&rel, mode, uid, gid)?;
-                if let Node::ArrayDir { array } = &node {
-                    // The array's directory attributes are kept with the array.
-                    self.reload_array(&array.rel)?;
-                }
+        let rel = match &node {
+            Node::File { rel } | Node::Dir { rel } => Some(rel),
+            Node::ArrayDir { array } => Some(&array.rel),
+            _ => None,
+        };
+        if let Some(rel) = rel {
+            self.writer()?;
+            self.store.set_mode_owner(rel, mode, uid, gid)?;
+            if let Node::ArrayDir { array } = &node {
+                // The array's directory attributes are kept with the array.
+                self.reload_array(&array.rel)?;
             }
         }
         self.getattr(ino)

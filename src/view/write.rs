@@ -187,25 +187,29 @@ impl View {
             return Ok(());
         };
         let name = path.file_name().unwrap_or_default();
-        if !self.commits(node)? {
+        let target = self.target(array, parent.as_deref(), name)?;
+        match target {
+            Target::Meta(_) | Target::Chunk(_) => {}
+            // A temporary file: kept as written, nothing to commit.
+            Target::Scratch => return Ok(()),
             // A chunk written through a descriptor opened before its key left the grid
             // (a shape shrink since): its bytes can never be stored there. Refused, and
             // let go, so that a later grow does not show them as if stored.
-            if let Target::Invalid(why) = self.target(array, parent.as_deref(), name)? {
+            Target::Invalid(why) => {
                 let written = {
                     let f = file.lock();
                     f.dirty && !f.orphan
                 };
-                if written {
-                    self.writer()?.remove_scratch(path);
-                    return Err(ViewError::Invalid(format!(
-                        "{}: {why} (the array's shape changed after it was opened): what \
-                         was written to it is not stored",
-                        path.display()
-                    )));
+                if !written {
+                    return Ok(());
                 }
+                self.writer()?.remove_scratch(path);
+                return Err(ViewError::Invalid(format!(
+                    "{}: {why} (the array's shape changed after it was opened): what \
+                     was written to it is not stored",
+                    path.display()
+                )));
             }
-            return Ok(());
         }
         let (data, closed) = {
             let mut f = file.lock();
@@ -220,9 +224,7 @@ impl View {
             (f.data.clone(), closed)
         };
         let put = self.put(array, parent.as_deref(), name, path, data, closed);
-        if let (Err(ViewError::Invalid(_)), Ok(Target::Meta(meta))) =
-            (&put, self.target(array, parent.as_deref(), name))
-        {
+        if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
             // A refused metadata write is rolled back: the file holds the stored
             // document again, for its writer and every later reader.
             let mut f = file.lock();

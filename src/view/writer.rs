@@ -130,7 +130,6 @@ pub enum Invalidation {
 #[derive(Debug, Default)]
 pub struct Progress {
     count: AtomicU64,
-    waiters: AtomicU64,
     lock: Mutex<()>,
     moved: parking_lot::Condvar,
 }
@@ -143,11 +142,9 @@ impl Progress {
     /// One more done; wakes whoever waits.
     pub fn bump(&self) {
         self.count.fetch_add(1, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            // Under the lock: a waiter between its check and its sleep holds it.
-            let _g = self.lock.lock();
-            self.moved.notify_all();
-        }
+        // Under the lock: a waiter between its check and its sleep holds it.
+        let _g = self.lock.lock();
+        self.moved.notify_all();
     }
 
     /// Wait, at most `timeout`, until the count reaches `target` (a debug line if not).
@@ -156,16 +153,13 @@ impl Progress {
             return;
         }
         let deadline = std::time::Instant::now() + timeout;
-        self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut g = self.lock.lock();
         while self.get() < target {
             if self.moved.wait_until(&mut g, deadline).timed_out() && self.get() < target {
                 log::debug!("{what} still on the way after {timeout:?}");
-                break;
+                return;
             }
         }
-        drop(g);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
