@@ -75,11 +75,24 @@ pub(crate) fn for_each_array(
     dir: PathBuf,
     visit: &mut dyn FnMut(PathBuf, ArrayMeta) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    for_each_array_or_bad(store, dir, visit, &mut |rel, e| {
+        log::warn!("{}: {e}", rel.display())
+    })
+}
+
+/// [`for_each_array`], with each `zarr.json` that is no valid document passed to `bad`
+/// (its path, and why).
+pub(crate) fn for_each_array_or_bad(
+    store: &dyn Store,
+    dir: PathBuf,
+    visit: &mut dyn FnMut(PathBuf, ArrayMeta) -> std::io::Result<()>,
+    bad: &mut dyn FnMut(PathBuf, String),
+) -> std::io::Result<()> {
     match store.read_all(&dir.join("zarr.json")) {
         Ok(Some(bytes)) => match format::metadata::parse(&bytes) {
             Ok(Node::Array(meta)) => return visit(dir, *meta),
             Ok(Node::Group) => {}
-            Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),
+            Err(e) => bad(dir.join("zarr.json"), e.to_string()),
         },
         Ok(None) => {}
         // A zarr.json that cannot be read (a directory, say): this one node is left
@@ -90,7 +103,7 @@ pub(crate) fn for_each_array(
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for e in entries {
         if e.kind == EntryKind::Dir {
-            for_each_array(store, dir.join(&e.name), visit)?;
+            for_each_array_or_bad(store, dir.join(&e.name), visit, bad)?;
         }
     }
     Ok(())

@@ -25,7 +25,7 @@ use rustix::fs::OFlags;
 use serde::Serialize;
 
 use crate::format::{self, Presentation, ShardIndex, ShardLayout};
-use crate::info::{for_each_array, shard_coords};
+use crate::info::{for_each_array_or_bad, shard_coords};
 use crate::store::local::FileRef;
 use crate::store::local::append::{self, Current, ReadError, Source, WriteError};
 use crate::store::local::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
@@ -100,29 +100,46 @@ struct Array {
 
 /// Every presentable sharded array under the store root (path order); the others that
 /// hold `sharding_indexed` go to `unchecked`.
-fn sharded_arrays(store: &dyn Store, unchecked: &mut Vec<Problem>) -> io::Result<Vec<Array>> {
+fn sharded_arrays(
+    store: &dyn Store,
+    unchecked: &mut Vec<Problem>,
+    problems: &mut Vec<Problem>,
+) -> io::Result<Vec<Array>> {
     let mut out = Vec::new();
-    for_each_array(store, PathBuf::new(), &mut |dir, meta| {
-        match &meta.presentation {
-            Presentation::Sharded(layout) => {
-                let shards = shard_coords(store, &dir, meta.key_encoding, layout)
-                    .iter()
-                    .map(|c| dir.join(meta.key_encoding.encode(c)))
-                    .collect();
-                out.push(Array {
-                    rel: dir,
-                    layout: layout.clone(),
-                    shards,
-                });
+    let mut bad = |rel: PathBuf, why: String| {
+        problems.push(Problem {
+            shard: rel,
+            what: format!(
+                "metadata that is not a valid document ({why}): Zarr readers cannot open this node"
+            ),
+        })
+    };
+    for_each_array_or_bad(
+        store,
+        PathBuf::new(),
+        &mut |dir, meta| {
+            match &meta.presentation {
+                Presentation::Sharded(layout) => {
+                    let shards = shard_coords(store, &dir, meta.key_encoding, layout)
+                        .iter()
+                        .map(|c| dir.join(meta.key_encoding.encode(c)))
+                        .collect();
+                    out.push(Array {
+                        rel: dir,
+                        layout: layout.clone(),
+                        shards,
+                    });
+                }
+                Presentation::Unsupported(why) => unchecked.push(Problem {
+                    shard: dir,
+                    what: why.clone(),
+                }),
+                Presentation::Plain => {}
             }
-            Presentation::Unsupported(why) => unchecked.push(Problem {
-                shard: dir,
-                what: why.clone(),
-            }),
-            Presentation::Plain => {}
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+        &mut bad,
+    )?;
     Ok(out)
 }
 
@@ -190,6 +207,22 @@ fn check_block(
     }
     c.warnings
         .extend(unusual(&index).into_iter().map(|w| format!("{at}{w}")));
+    if l + 1 == layout.levels.len()
+        && let Some(want) = layout.fixed_chunk_len
+    {
+        for (slot, r) in index.entries().iter().enumerate() {
+            if let Some(r) = r
+                && r.nbytes != want
+            {
+                c.problems.push(format!(
+                    "{at}inner chunk {slot} is {} bytes; the array's codecs (no \
+                     compression) make every chunk {want} bytes: Zarr readers cannot \
+                     decode it",
+                    r.nbytes
+                ));
+            }
+        }
+    }
     if l + 1 < layout.levels.len() {
         for (slot, r) in index.entries().iter().enumerate() {
             if let Some(r) = r {
@@ -278,7 +311,8 @@ pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport,
         }
     }
     let store = LocalStore::open(root).map_err(io_at(root))?;
-    let arrays = sharded_arrays(&store, &mut report.unchecked_arrays).map_err(io_at(root))?;
+    let arrays = sharded_arrays(&store, &mut report.unchecked_arrays, &mut report.problems)
+        .map_err(io_at(root))?;
     report.arrays = arrays.len() as u64;
     let bar = progress_bar(
         progress,
@@ -329,7 +363,7 @@ pub fn verify_store(store: &dyn Store, name: &Path, progress: bool) -> io::Resul
         store: name.to_path_buf(),
         ..Default::default()
     };
-    let arrays = sharded_arrays(store, &mut report.unchecked_arrays)?;
+    let arrays = sharded_arrays(store, &mut report.unchecked_arrays, &mut report.problems)?;
     report.arrays = arrays.len() as u64;
     let bar = progress_bar(
         progress,
@@ -461,7 +495,7 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
         ..Default::default()
     };
     let store = LocalStore::open(root).map_err(io_at(root))?;
-    let arrays = sharded_arrays(&store, &mut Vec::new()).map_err(io_at(root))?;
+    let arrays = sharded_arrays(&store, &mut Vec::new(), &mut Vec::new()).map_err(io_at(root))?;
     let bar = progress_bar(
         progress,
         arrays.iter().map(|a| a.shards.len()).sum(),
@@ -556,7 +590,7 @@ pub fn compact_store(
         min_garbage,
         ..Default::default()
     };
-    let arrays = sharded_arrays(store, &mut Vec::new()).map_err(io_err(name))?;
+    let arrays = sharded_arrays(store, &mut Vec::new(), &mut Vec::new()).map_err(io_err(name))?;
     let bar = progress_bar(
         progress,
         arrays.iter().map(|a| a.shards.len()).sum(),

@@ -22,7 +22,8 @@ use shardfs::store::shard::Shard;
 const SLOTS: usize = 16;
 const SHARD: &str = "a/c/0";
 
-/// A store holding one 1-d uint8 array `a` of 2 shards of 16 inner chunks each.
+/// A store holding one 1-d uint8 array `a` of 2 shards of 16 inner chunks each,
+/// compressed (gzip), so that chunks of any length are what these tests write.
 fn make_store(root: &Path, location: IndexLocation, crc32c: bool, endian: Endian) -> ShardLayout {
     let mut index_codecs = vec![json!({"name": "bytes", "configuration": {"endian":
         if endian == Endian::Big { "big" } else { "little" }}})];
@@ -35,7 +36,8 @@ fn make_store(root: &Path, location: IndexLocation, crc32c: bool, endian: Endian
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0,
         "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [1], "codecs": [{"name": "bytes"}], "index_codecs": index_codecs,
+            "chunk_shape": [1], "codecs": [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}],
+            "index_codecs": index_codecs,
             "index_location": if location == IndexLocation::Start { "start" } else { "end" }}}],
     });
     std::fs::create_dir_all(root.join("a")).unwrap();

@@ -171,11 +171,17 @@ fn random_operation_sequences_match_the_reference() {
                     continue;
                 }
                 7 => {
-                    // truncate an existing chunk to half its size
+                    // truncate an existing chunk to half its size: no chunk of these
+                    // uncompressed arrays has that length, so it is refused and the
+                    // chunk stays as it was (issue 33, finding 5)
                     let (d, name) = split(&key);
                     if let Ok(a) = view.lookup(dir_ino(&view, d), OsStr::new(name)) {
-                        view.set_size(a.ino, len as u64 / 2).unwrap();
-                        model.get_mut(&key).unwrap().truncate(len / 2);
+                        let res = view.set_size(a.ino, len as u64 / 2);
+                        assert_eq!(
+                            res.map(|_| ()).map_err(|e| e.errno()),
+                            Err(libc::EINVAL),
+                            "step {step}: truncate {key}"
+                        );
                     }
                     continue;
                 }

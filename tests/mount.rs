@@ -791,7 +791,12 @@ struct BasicMount {
 
 impl BasicMount {
     fn new(opts: &MountOptions) -> Self {
-        let copy = common::store_copy("zarr_basic");
+        Self::of("zarr_basic", opts)
+    }
+
+    /// A copy of fixture store `fixture`, mounted.
+    fn of(fixture: &str, opts: &MountOptions) -> Self {
+        let copy = common::store_copy(fixture);
         let store = copy.path().join("s");
         let dir = tempfile::tempdir().unwrap();
         BasicMount {
@@ -1102,21 +1107,23 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
     ) {
         return;
     }
-    let key = "u16_default_sparse/c/1/1";
+    // A compressed array: its chunks have lengths of their own (an uncompressed one's
+    // are all of one length, and another is refused).
+    let key = "inner_zstd/c/1/1";
     let opts = MountOptions {
         open_checks: true,
         ttl: Some(Duration::from_secs(60)),
         ..MountOptions::default()
     };
-    let m = BasicMount::new(&opts);
+    let m = BasicMount::of("zarr_codecs", &opts);
     let (store, dir) = (m.store.clone(), &m.dir);
-    assert_eq!(std::fs::read(dir.path().join(key)).unwrap().len(), 24);
-    let grown: Vec<u8> = (0..48).collect();
+    let old = std::fs::read(dir.path().join(key)).unwrap().len() as u64;
+    let grown: Vec<u8> = (0..2 * old).map(|i| i as u8).collect();
     write_elsewhere(&store, key, &grown);
     let mut got = Vec::new();
     assert_eq!(
         std::fs::metadata(dir.path().join(key)).unwrap().len(),
-        24,
+        old,
         "the kernel still has the old size (TTL 60 s)"
     );
     std::fs::File::open(dir.path().join(key))
@@ -1126,7 +1133,7 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
     assert_eq!(got, grown, "read stopped at the size the kernel had cached");
     assert_eq!(
         std::fs::metadata(dir.path().join(key)).unwrap().len(),
-        48,
+        2 * old,
         "stat after the open"
     );
 }

@@ -49,22 +49,34 @@ fn plain_tool_patterns_land_in_the_shards() {
         v[5] = 9;
         assert_eq!(fs::read(p("c/1/1")).unwrap(), v, "read-your-writes");
         expect.push(("c/1/1".into(), Some(v)));
-        // truncate(1).
-        OpenOptions::new()
-            .write(true)
-            .open(p("c/0/0"))
-            .unwrap()
-            .set_len(10)
-            .unwrap();
-        let mut t = fs::read(
+        // truncate(1) to a length no chunk of this uncompressed array can have: refused
+        // at the commit (its fsync), and the chunk keeps its bytes (issue 33, finding 5).
+        let f = OpenOptions::new().write(true).open(p("c/0/0")).unwrap();
+        f.set_len(10).unwrap();
+        assert_eq!(
+            errno_of(f.sync_all()),
+            libc::EINVAL,
+            "a 10-byte uint16 chunk of 12"
+        );
+        drop(f);
+        let t = fs::read(
             common::fixtures()
                 .join("zarr_basic.twin")
                 .join(a)
                 .join("c/0/0"),
         )
         .unwrap();
-        t.truncate(10);
-        expect.push(("c/0/0".into(), Some(t)));
+        assert_eq!(
+            fs::read(p("c/0/0")).unwrap(),
+            t,
+            "the refused truncate left it"
+        );
+        // truncate(1) to nothing, then the whole chunk written through the same descriptor.
+        let mut f = OpenOptions::new().write(true).open(p("c/0/0")).unwrap();
+        f.set_len(0).unwrap();
+        f.write_all(&[7u8; 24]).unwrap();
+        drop(f);
+        expect.push(("c/0/0".into(), Some(vec![7; 24])));
         // zarr-python: mkdir -p, temp file, rename onto the key.
         fs::create_dir_all(p("c/3")).unwrap();
         fs::write(

@@ -48,6 +48,10 @@ pub struct ShardLayout {
     pub levels: Vec<ShardLevel>,
     /// The innermost codec chain: what the view's `zarr.json` lists as `codecs`.
     pub inner_codecs: Vec<Value>,
+    /// The encoded length of every inner chunk, where the codecs fix it (no
+    /// compression: `bytes`, `transpose`, `crc32c`): a chunk of another length can never
+    /// be decoded. Set by [`ShardLayout::with_data_type`].
+    pub fixed_chunk_len: Option<u64>,
     chunk_counts: Vec<u64>,
     shard_counts: Vec<u64>,
     /// `span[l]` per level, plus `[1; ndim]` at the end.
@@ -105,10 +109,18 @@ impl ShardLayout {
             shard_shape,
             levels,
             inner_codecs,
+            fixed_chunk_len: None,
             chunk_counts,
             shard_counts,
             span,
         })
+    }
+
+    /// The layout of an array of data type `data_type` (its `zarr.json` value): sets
+    /// [`ShardLayout::fixed_chunk_len`] where the inner codecs fix the encoded length.
+    pub fn with_data_type(mut self, data_type: Option<&Value>) -> Self {
+        self.fixed_chunk_len = fixed_len(&self.inner_codecs, self.inner_chunk_shape(), data_type);
+        self
     }
 
     pub fn ndim(&self) -> usize {
@@ -216,6 +228,36 @@ pub fn ravel(coords: impl IntoIterator<Item = u64>, extents: &[u64]) -> u64 {
         .into_iter()
         .zip(extents)
         .fold(0u64, |acc, (c, n)| acc * n + c)
+}
+
+/// The encoded length of a chunk of `shape` elements of `data_type` through `codecs`,
+/// where it is fixed: `bytes` and `transpose` keep it, `crc32c` adds 4; any other codec
+/// (compression), or a data type of no fixed size, leaves it open.
+fn fixed_len(codecs: &[Value], shape: &[u64], data_type: Option<&Value>) -> Option<u64> {
+    let item: u64 = match data_type?.as_str()? {
+        "bool" | "int8" | "uint8" => 1,
+        "int16" | "uint16" | "float16" => 2,
+        "int32" | "uint32" | "float32" => 4,
+        "int64" | "uint64" | "float64" | "complex64" => 8,
+        "complex128" => 16,
+        raw => {
+            let bits: u64 = raw.strip_prefix('r')?.parse().ok()?;
+            (bits.is_multiple_of(8) && bits > 0).then_some(bits / 8)?
+        }
+    };
+    let mut len = shape.iter().try_fold(item, |n, &d| n.checked_mul(d))?;
+    for c in codecs {
+        let name = c
+            .get("name")
+            .and_then(Value::as_str)
+            .or_else(|| c.as_str())?;
+        match name {
+            "bytes" | "transpose" => {}
+            "crc32c" => len = len.checked_add(4)?,
+            _ => return None,
+        }
+    }
+    Some(len)
 }
 
 #[cfg(test)]

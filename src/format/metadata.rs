@@ -153,6 +153,7 @@ fn sharded_layout(
             ));
         }
         return ShardLayout::new(shape.to_vec(), shard_shape, levels, inner_codecs.to_vec())
+            .map(|l| l.with_data_type(doc.get("data_type")))
             .map_err(MetadataError);
     }
 }

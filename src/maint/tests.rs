@@ -17,11 +17,26 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// A store with one 1-d uint8 array `a`: 4 shards of 4 inner chunks.
+/// A store with one 1-d uint8 array `a`: 4 shards of 4 inner chunks, compressed (gzip),
+/// so that chunks of any length are what these tests write.
 fn store(
     location: IndexLocation,
     crc32c: bool,
     endian: Endian,
+) -> (tempfile::TempDir, ShardLayout) {
+    store_with(
+        location,
+        crc32c,
+        endian,
+        json!([{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}]),
+    )
+}
+
+fn store_with(
+    location: IndexLocation,
+    crc32c: bool,
+    endian: Endian,
+    inner_codecs: serde_json::Value,
 ) -> (tempfile::TempDir, ShardLayout) {
     let dir = tempfile::tempdir().unwrap();
     let mut index_codecs = vec![json!({"name": "bytes", "configuration": {"endian":
@@ -35,7 +50,7 @@ fn store(
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
         "fill_value": 0,
         "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [2], "codecs": [{"name": "bytes"}], "index_codecs": index_codecs,
+            "chunk_shape": [2], "codecs": inner_codecs, "index_codecs": index_codecs,
             "index_location": if location == IndexLocation::Start { "start" } else { "end" }}}],
     });
     let bytes = serde_json::to_vec(&doc).unwrap();
@@ -547,4 +562,38 @@ fn verify_reports_shard_paths_that_are_not_files_and_carries_on_past_a_broken_za
         "{found:?}"
     );
     assert_eq!(report.shards_checked, 4);
+}
+
+#[test]
+fn verify_reports_chunks_whose_length_the_codecs_cannot_decode() {
+    // Uncompressed uint8 chunks of 2 elements are 2 bytes (6 with crc32c); a chunk of
+    // another length is stored data no Zarr reader decodes (issue 33, finding 5).
+    let (dir, layout) = store_with(
+        IndexLocation::End,
+        true,
+        Endian::Little,
+        json!([{"name": "bytes"}, {"name": "crc32c"}]),
+    );
+    assert_eq!(layout.fixed_chunk_len, Some(2 + 4));
+    let root = dir.path();
+    put(root, "a/c/0", &layout, &[(0, b"abcd"), (1, b"abcdef")]);
+    let found = problems_of(&verify(root, false, false).unwrap());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "a/c/0");
+    assert!(found[0].1.contains("inner chunk 0 is 4 bytes"), "{found:?}");
+}
+
+#[test]
+fn verify_reports_metadata_that_is_no_whole_document() {
+    // A `zarr.json` cut short: zarr cannot open that node (issue 33, finding 2).
+    let (dir, _) = store(IndexLocation::End, false, Endian::Little);
+    let root = dir.path();
+    std::fs::create_dir(root.join("g")).unwrap();
+    std::fs::write(root.join("g/zarr.json"), br#"{"zarr_format": 3, "node_ty"#).unwrap();
+    let report = verify(root, false, false).unwrap();
+    assert!(!report.is_clean());
+    let found = problems_of(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "g/zarr.json");
+    assert!(found[0].1.contains("not a valid document"), "{found:?}");
 }

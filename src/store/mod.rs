@@ -309,6 +309,14 @@ pub trait Store: Send + Sync {
         read_only()
     }
 
+    /// Rename a directory and everything in it, in one step that readers see whole, or
+    /// `EXDEV` where the store cannot (object storage: a directory is a prefix of many
+    /// objects).
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let _ = (from, to);
+        Err(io::Error::from_raw_os_error(libc::EXDEV))
+    }
+
     /// Set the permission bits and owner of a file or directory (`chmod`, `chown`), what
     /// is `Some`. A store that keeps no modes or owners (object storage) ignores it.
     fn set_mode_owner(

@@ -38,7 +38,7 @@ impl View {
     /// Make everything staged durable (fsync of the mount's root, unmount, full buffer).
     pub fn flush_all(&self) -> Result<()> {
         let Some(w) = &self.writer else { return Ok(()) };
-        let mut first_err = None;
+        let mut first_err = self.keep_files(super::kept::Keep::All).err();
         for rel in w.staging.arrays(None) {
             let array = self.arrays.get(&rel);
             if let Some(array) = array
@@ -68,6 +68,7 @@ impl View {
     /// Flush arrays whose oldest staged chunk is at least `idle` old (the timer).
     pub fn flush_idle(&self, idle: std::time::Duration) {
         let Some(w) = &self.writer else { return };
+        let _ = self.keep_files(super::kept::Keep::Closed);
         for rel in w.staging.arrays(Some(idle)) {
             let array = self.arrays.get(&rel);
             if let Some(array) = array {
@@ -91,6 +92,7 @@ impl View {
             && let Some(file) = self.writer()?.scratch(path)
         {
             self.commit_scratch(&node, &file)?;
+            self.keep_file(path, &file)?;
         }
         // A written chunk not yet settled (a handle of it is still open, or its release
         // has not come yet): its fsync reports its own shard, as a settled chunk's does.
@@ -121,7 +123,10 @@ impl View {
                 self.flush_array_for(&array, shard.as_deref())
             }
             Node::Scratch { array, .. } | Node::ArrayMeta { array, .. } => self.flush_array(&array),
-            Node::File { rel } => Ok(self.store.sync_file(&rel)?),
+            Node::File { rel } => {
+                self.doc_finished(&rel)?;
+                Ok(self.store.sync_file(&rel)?)
+            }
             _ => Ok(()),
         }
     }
@@ -129,8 +134,12 @@ impl View {
     /// `fsync` of a directory: an array's directory flushes the array; any other
     /// directory (the mount's root, a group) flushes everything.
     pub fn fsyncdir(&self, ino: u64) -> Result<()> {
-        match self.node(ino)?.1 {
-            Node::ArrayDir { array } | Node::KeyDir { array, .. } => self.flush_array(&array),
+        let (path, node) = self.node(ino)?;
+        match node {
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                self.keep_files(super::kept::Keep::Under(&path))?;
+                self.flush_array(&array)
+            }
             _ => self.flush_all(),
         }
     }

@@ -176,6 +176,9 @@ impl View {
     pub(super) fn reader(&self, ino: u64, node: Node, at_open: bool) -> Result<(Handle, bool)> {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
+            Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
+                (Handle::Bytes(Arc::new(doc.bytes())), false)
+            }
             Node::File { rel } => (
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
                 false,
@@ -504,9 +507,15 @@ impl View {
         let released = match handle {
             Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
             Handle::StoreRw(f, rel) => {
+                // Without kernel opens the close (`flush_handle`) refused it already.
+                let finished = if self.kernel_opens() {
+                    Ok(())
+                } else {
+                    self.doc_finished(&rel)
+                };
                 drop(f);
                 self.release_store_file(&rel);
-                Ok(())
+                finished
             }
             _ => Ok(()),
         };
@@ -568,13 +577,18 @@ impl View {
     /// empty chunk first.
     pub fn set_size_ino(&self, ino: u64, size: u64) -> Result<Attr> {
         let gathers = self.writer.is_some()
-            && matches!(
-                self.node(ino).map(|(_, n)| n),
-                Ok(Node::Chunk { .. }
+            && match self.node(ino).map(|(_, n)| n) {
+                Ok(
+                    Node::Chunk { .. }
                     | Node::ArrayMeta { .. }
                     | Node::GroupMeta { .. }
-                    | Node::Scratch { .. })
-            );
+                    | Node::Scratch { .. },
+                ) => true,
+                // A metadata document: `O_TRUNC` and the writes after it make one
+                // document, stored once whole.
+                Ok(Node::File { rel }) => super::pending_doc::is_doc(&rel),
+                _ => false,
+            };
         if !gathers {
             return self.set_size_open(ino, size, None);
         }
@@ -725,7 +739,10 @@ impl View {
                         }
                         refused.push_back((path, e.to_string()));
                     }
-                    if first_err.is_ok() {
+                    // A refusal (`EINVAL`) is that file's, kept for stats and the
+                    // unmount: it fails no `fsync` of a directory (nor the unmount).
+                    let refusal = matches!(e, ViewError::Invalid(_));
+                    if first_err.is_ok() && (matches!(which, KernelCommit::Of(_)) || !refusal) {
                         first_err = Err(e);
                     }
                 }
@@ -745,10 +762,13 @@ impl View {
             Ok(Handle::Scratch { node, file, .. }) => {
                 self.pending_meta(&node).is_some() && !whole_json(&file.lock().data)
             }
-            Ok(Handle::StoreRw(_, rel)) => {
-                self.lands_on_close(&rel).is_some()
-                    && !matches!(self.store.read_all(&rel), Ok(Some(b)) if whole_json(&b))
-            }
+            Ok(Handle::StoreRw(_, rel)) => match self.pending_doc(&rel) {
+                Some(doc) => !doc.whole(),
+                None => {
+                    self.lands_on_close(&rel).is_some()
+                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if whole_json(&b))
+                }
+            },
             _ => false,
         }
     }

@@ -7,7 +7,9 @@
 //! does, and the kernel may forget an inode between the two), and `readdir` shows the
 //! number `stat` will. Only when that number is taken by another live inode (an unlinked
 //! file still open, a renamed inode, a hash collision) is a number handed out from a
-//! counter, which never meets a hashed one (their top bit is clear).
+//! counter, which never meets a hashed one (their top bit is clear); that path then keeps
+//! the counter's number (also after the kernel forgets it, and after the inode that held
+//! its hash is gone), so a path that is not changed never changes its number.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +48,19 @@ struct Inner {
     by_path: HashMap<PathBuf, u64>,
     by_ino: HashMap<u64, Entry>,
     next: u64,
+    /// Numbers from the counter, by the path (and kind) they were given to: what that
+    /// path gets again while the number is free.
+    counted: HashMap<(PathBuf, Kind), u64>,
+}
+
+impl Inner {
+    /// The number `path` gets as a `kind` when that number is free.
+    fn number_for(&self, path: &Path, kind: Kind) -> u64 {
+        self.counted
+            .get(&(path.to_path_buf(), kind))
+            .copied()
+            .unwrap_or_else(|| stable_ino(path, kind))
+    }
 }
 
 pub struct InodeTable {
@@ -72,6 +87,7 @@ impl InodeTable {
                 by_path,
                 by_ino,
                 next: ROOT_INO + 1,
+                counted: HashMap::new(),
             }),
         }
     }
@@ -103,9 +119,19 @@ impl InodeTable {
             || inner.by_ino.values().any(|e| e.retired && e.path == path)
     }
 
-    /// The inode already given to `path`, if any (for `readdir`'s `d_ino`).
+    /// The inode already given to `path`, if any.
     pub fn peek(&self, path: &Path) -> Option<u64> {
         self.inner.read().by_path.get(path).copied()
+    }
+
+    /// The number `stat` of `path` (a `kind`) shows (for `readdir`'s `d_ino`): the inode's
+    /// it has, or the number a lookup would give it.
+    pub fn number(&self, path: &Path, kind: Kind) -> u64 {
+        let inner = self.inner.read();
+        match inner.by_path.get(path) {
+            Some(&ino) => ino,
+            None => inner.number_for(path, kind),
+        }
     }
 
     /// Give `path` an inode for `node` and count one kernel lookup. A path whose node
@@ -123,13 +149,15 @@ impl InodeTable {
                 return ino;
             }
         }
-        let stable = stable_ino(&path, node.kind());
-        let ino = if inner.by_ino.contains_key(&stable) {
+        let kind = node.kind();
+        let wanted = inner.number_for(&path, kind);
+        let ino = if inner.by_ino.contains_key(&wanted) {
             let ino = inner.next;
             inner.next += 1;
+            inner.counted.insert((path.clone(), kind), ino);
             ino
         } else {
-            stable
+            wanted
         };
         inner.by_path.insert(path.clone(), ino);
         inner.by_ino.insert(
@@ -178,6 +206,28 @@ impl InodeTable {
         if let Some(e) = inner.by_ino.get_mut(&ino) {
             e.path = to;
             e.node = node;
+        }
+    }
+
+    /// The directory at `from` and everything below it now live at `to` (a directory
+    /// renamed); whatever was at or below `to` is detached. Nodes stay as they were:
+    /// the caller looks them up again at their new paths.
+    pub fn move_tree(&self, from: &Path, to: &Path) {
+        let mut inner = self.inner.write();
+        inner.by_path.retain(|p, _| !p.starts_with(to));
+        let moved: Vec<(PathBuf, u64)> = inner
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, &i)| (p.clone(), i))
+            .collect();
+        for (old, ino) in moved {
+            inner.by_path.remove(&old);
+            let new = to.join(old.strip_prefix(from).expect("below from"));
+            if let Some(e) = inner.by_ino.get_mut(&ino) {
+                e.path = new.clone();
+            }
+            inner.by_path.insert(new, ino);
         }
     }
 
@@ -293,6 +343,23 @@ mod tests {
         assert_eq!(a, stable_ino(Path::new("a"), Kind::Dir));
         t.forget(ROOT_INO, 100);
         assert!(t.get(ROOT_INO).is_some());
+    }
+
+    #[test]
+    fn a_path_keeps_a_counted_number_after_it_is_forgotten() {
+        // A directory removed while the kernel still holds it, and made again: its hash
+        // is taken, so it gets a counted number, which stays when the old inode goes and
+        // the new one is forgotten and looked up again (issue 33, finding 4).
+        let t = InodeTable::new(dir(""));
+        let old = t.intern("d".into(), dir("d"));
+        t.detach(Path::new("d"));
+        let new = t.intern("d".into(), dir("d"));
+        assert_ne!(old, new);
+        assert_eq!(t.number(Path::new("d"), Kind::Dir), new);
+        t.forget(old, 1);
+        t.forget(new, 1);
+        assert_eq!(t.number(Path::new("d"), Kind::Dir), new, "d_ino");
+        assert_eq!(t.intern("d".into(), dir("d")), new, "st_ino");
     }
 
     #[test]

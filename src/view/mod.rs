@@ -16,11 +16,14 @@ mod draft;
 mod durable;
 mod handles;
 mod inode;
+mod kept;
 mod listing;
 mod meta;
 pub mod node;
 mod ops;
+mod pending_doc;
 mod plain;
+mod rename_dir;
 mod resolve;
 mod write;
 mod writer;
@@ -547,6 +550,10 @@ impl View {
                     ..Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
                 }
             }
+            Node::File { rel } if let Some(doc) = self.pending_doc(rel) => {
+                let m = doc.meta()?;
+                Attr::from_meta(ino, Kind::File, m.len, &m)
+            }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
                 let m = self.stat_rel(rel)?;
                 Attr::from_meta(ino, node.kind(), m.len, &m)
@@ -617,20 +624,31 @@ impl View {
             Node::Dir { rel } => self.list_store(rel, |_| true)?,
             Node::DraftGroup { path } => self.list_draft_group(path),
             Node::ArrayDir { array } => self.list_array(array)?,
-            Node::KeyDir { array, coords } => self.list_keys(array, coords)?,
+            Node::KeyDir { array, coords } => {
+                let mut keys = self.list_keys(array, coords)?;
+                let (enc, ndim) = (array.encoding(), array.layout.ndim());
+                keys.extend(
+                    self.kept_in_key_dir(&path, |n| enc.child(ndim, Some(coords), n).is_some())?,
+                );
+                keys
+            }
             _ => return Err(ViewError::NotDir),
         };
-        if self.writer.is_some() {
+        if let Some(w) = &self.writer {
             entries.extend(self.written_entries(&path, &node));
+            if let Node::Dir { rel } = &node {
+                entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
+                    ino: 0,
+                    name,
+                    kind: Kind::File,
+                }));
+            }
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         entries.dedup_by(|a, b| a.name == b.name);
         for e in &mut entries {
             let child = path.join(&e.name);
-            e.ino = self
-                .inodes
-                .peek(&child)
-                .unwrap_or_else(|| inode::stable_ino(&child, e.kind));
+            e.ino = self.inodes.number(&child, e.kind);
         }
         Ok(entries)
     }

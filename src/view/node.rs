@@ -193,7 +193,7 @@ impl ViewFormat {
 }
 
 /// File type as the mount reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Dir,
     File,

@@ -36,7 +36,13 @@ impl View {
             Node::Dir { rel } => {
                 self.writer()?;
                 let rel = self.new_child_rel(rel, name)?;
-                let f = self.store.open_rw(&rel, OpenMode::CreateNew, false)?;
+                // A metadata document is stored once whole, not made empty now.
+                let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
+                    let w = self.writer()?;
+                    Box::new(w.docs.open(&self.store, &rel, true, true)?)
+                } else {
+                    self.store.open_rw(&rel, OpenMode::CreateNew, false)?
+                };
                 (
                     Node::File { rel: rel.clone() },
                     Handle::StoreRw(std::sync::Arc::from(f), rel),
@@ -146,7 +152,10 @@ impl View {
         };
         if let Some(rel) = rel {
             self.writer()?;
-            self.store.set_mode_owner(rel, mode, uid, gid)?;
+            match self.pending_doc(rel) {
+                Some(doc) => doc.set_mode_owner(mode, uid, gid)?,
+                None => self.store.set_mode_owner(rel, mode, uid, gid)?,
+            }
             if let Node::ArrayDir { array } = &node {
                 // The array's directory attributes are kept with the array.
                 self.reload_array(&array.rel)?;
@@ -191,7 +200,10 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
-            Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
+            Node::File { rel } => {
+                self.open_store_file(rel, false)?.set_len(size)?;
+                self.doc_finished(rel)?;
+            }
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let mut f = file.lock();
@@ -431,7 +443,7 @@ impl View {
                 self.refresh_subtree(&array.rel);
                 return Ok(());
             }
-            Node::File { rel } | Node::Symlink { rel } => self.store.remove_file(rel)?,
+            Node::File { rel } | Node::Symlink { rel } => self.remove_store_file(rel)?,
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
@@ -531,6 +543,10 @@ impl View {
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 let dst = self.new_child_rel(dst_dir, newname)?;
+                self.only_whole_docs(&src, &dst)?;
+                if let Some(w) = &self.writer {
+                    w.docs.unlinked(&dst);
+                }
                 self.store.rename(rel, &dst)?;
                 // The inode moves with its file before metadata lands: the refresh of
                 // the directory that the landing makes finds it at its new name (at the
@@ -547,6 +563,10 @@ impl View {
                 self.inodes.update_path(&to, node);
                 return Ok(Renamed::Other);
             }
+            (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
+                let dst = self.new_child_rel(dst_dir, newname)?;
+                return self.rename_dir(&src, &from, &to, &dst);
+            }
             (
                 Node::Dir { .. }
                 | Node::ArrayDir { .. }
@@ -555,7 +575,7 @@ impl View {
                 _,
             ) => {
                 return Err(ViewError::Unsupported(
-                    "renaming directories is not supported; copy instead".into(),
+                    "renaming directories into arrays is not supported; copy instead".into(),
                 ));
             }
             (Node::Scratch { path, .. }, _)
@@ -587,6 +607,7 @@ impl View {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
                 self.writer()?;
                 let dst = self.new_child_rel(dst_dir, newname)?;
+                self.only_whole_docs(&src, &dst)?;
                 self.store.hard_link(rel, &dst)?;
                 Node::File { rel: dst }
             }
@@ -627,6 +648,12 @@ impl View {
             Node::Dir { rel } => {
                 self.writer()?;
                 let rel = self.new_child_rel(rel, name)?;
+                if super::pending_doc::is_doc(&rel) && !super::handles::whole_json(&data) {
+                    return Err(not_whole(&rel));
+                }
+                if let Some(w) = &self.writer {
+                    w.docs.unlinked(&rel);
+                }
                 self.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
                     self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
@@ -651,6 +678,7 @@ impl View {
     ) -> Result<()> {
         let w = self.writer()?;
         w.remove_scratch(path);
+        self.unkeep_file(path)?;
         let name = path.file_name().unwrap_or_default();
         if let Target::Chunk(coords) = self.target(array, parent, name)? {
             let array = self.current(array);
@@ -678,12 +706,55 @@ impl View {
                     self.commit_chunk(&self.current(array), coords.clone(), None)?;
                 }
             }
-            Node::File { rel } => self.store.remove_file(rel)?,
+            Node::File { rel } => self.remove_store_file(rel)?,
             Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
                 return Err(ViewError::Unsupported("moving metadata away".into()));
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// The refusal of a metadata document that is not whole where only whole ones may land.
+fn not_whole(rel: &Path) -> ViewError {
+    let why = format!(
+        "{}: not a whole JSON document: refused (the store keeps the document it had)",
+        rel.display()
+    );
+    log::warn!("{why}");
+    ViewError::Invalid(why)
+}
+
+impl View {
+    /// Remove a store file (or symlink); a metadata document being written there is let
+    /// go, and one not stored yet has nothing in the store to remove.
+    fn remove_store_file(&self, rel: &Path) -> Result<()> {
+        let pending = self.writer.as_ref().is_some_and(|w| w.docs.unlinked(rel));
+        match self.store.remove_file(rel) {
+            Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            res => Ok(res?),
+        }
+    }
+
+    /// A file renamed or linked onto a metadata document's name must be a whole one
+    /// (`rsync`'s and zarr's temporary files are, once complete): a document cut short
+    /// never reaches the store.
+    fn only_whole_docs(&self, src: &Node, dst: &Path) -> Result<()> {
+        if !super::pending_doc::is_doc(dst) {
+            return Ok(());
+        }
+        let data = match src {
+            Node::File { rel } => match self.pending_doc(rel) {
+                Some(doc) => doc.bytes(),
+                None => self.store.read_all(rel)?.unwrap_or_default(),
+            },
+            _ => Vec::new(),
+        };
+        if super::handles::whole_json(&data) {
+            Ok(())
+        } else {
+            Err(not_whole(dst))
+        }
     }
 }

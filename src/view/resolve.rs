@@ -34,6 +34,11 @@ impl ArrayRegistry {
         self.arrays.write().remove(rel);
     }
 
+    /// Forget every array at or below store path `rel` (it was renamed).
+    pub(super) fn remove_under(&self, rel: &Path) {
+        self.arrays.write().retain(|a, _| !a.starts_with(rel));
+    }
+
     /// Whether this is the first refusal of `rel` (to be logged).
     pub(super) fn first_warning(&self, rel: &Path) -> bool {
         self.warned.lock().insert(rel.to_path_buf())
@@ -94,7 +99,13 @@ impl View {
                     .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
                 match kp {
                     Some(kp) => self.key_node(array, kp),
-                    None => Ok(None),
+                    // A file of its own stored there (`super::kept`).
+                    None => Ok(match self.store.stat(&path.join(name))? {
+                        Some(m) if m.kind == EntryKind::File => Some(Node::File {
+                            rel: path.join(name),
+                        }),
+                        _ => None,
+                    }),
                 }
             }
             Node::File { .. }
@@ -221,6 +232,9 @@ impl View {
 
     pub(super) fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
         let rel = dir.join(name);
+        if self.pending_doc(&rel).is_some() {
+            return Ok(Some(Node::File { rel }));
+        }
         let Some(m) = self.store.stat(&rel)? else {
             return Ok(None);
         };

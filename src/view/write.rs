@@ -151,7 +151,10 @@ impl View {
         rel: &Path,
         truncate: bool,
     ) -> Result<Box<dyn StoreFileRw>> {
-        self.writer()?;
+        let w = self.writer()?;
+        if super::pending_doc::is_doc(rel) {
+            return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
+        }
         let v2_meta = self.format == super::ViewFormat::V2
             && rel.file_name().and_then(MetaFile::from_name).is_some();
         let mode = if v2_meta {
@@ -257,10 +260,15 @@ impl View {
         if w.landed_at_write.lock().contains(&fh) {
             return Ok(());
         }
-        let Some(bytes) = self.store.read_all(rel)? else {
-            return Ok(());
+        let whole = match self.pending_doc(rel) {
+            // Stored by the write that made it whole.
+            Some(doc) => doc.whole(),
+            None => self
+                .store
+                .read_all(rel)?
+                .is_some_and(|b| super::handles::whole_json(&b)),
         };
-        if !super::handles::whole_json(&bytes) {
+        if !whole {
             return Ok(()); // not whole yet
         }
         w.landed_at_write.lock().insert(fh);
@@ -281,6 +289,9 @@ impl View {
                     w.landed_at_write.lock().remove(&fh);
                 }
                 self.commit_scratch(&node, &file)
+            }
+            Some(Handle::StoreRw(_, rel)) if self.pending_doc(&rel).is_some_and(|d| !d.whole()) => {
+                self.doc_finished(&rel)
             }
             Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
                 // Taken in at a write already (`View::land_at_write`).
@@ -557,6 +568,7 @@ impl View {
         let Some(data) = self.writer()?.take_scratch_if_closed(path) else {
             return Ok(None);
         };
+        self.unkeep_file(path)?;
         self.commit_chunk(&array, coords.clone(), Some(data))?;
         Ok(Some(Node::Chunk { array, coords }))
     }
@@ -579,6 +591,18 @@ impl View {
         closed: Option<u64>,
     ) -> Result<()> {
         let w = self.writer()?;
+        if let (Some(d), Some(want)) = (&data, array.layout.fixed_chunk_len)
+            && d.len() as u64 != want
+        {
+            let why = format!(
+                "{}: chunk {coords:?} is {} bytes; the array's codecs (no compression) \
+                 make every chunk exactly {want} bytes: refused, not stored",
+                array.rel.display(),
+                d.len()
+            );
+            log::warn!("{why}");
+            return Err(ViewError::Invalid(why));
+        }
         let counter = if data.is_some() {
             &self.counters.chunks_committed
         } else {

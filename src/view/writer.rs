@@ -38,6 +38,8 @@ pub struct Scratch {
     /// since it was made). A mount that hears of a close only later (kernel opens)
     /// commits it as closed then, the last moment it knows the writer was still there.
     pub(super) written: u64,
+    /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
+    pub(super) kept: Option<u32>,
 }
 
 impl Scratch {
@@ -60,6 +62,11 @@ pub struct Writer {
     pub(super) scratch: Mutex<HashMap<PathBuf, Arc<Mutex<Scratch>>>>,
     pub(super) scratch_bytes: AtomicU64,
     pub(super) scratch_limit: u64,
+    /// Metadata documents of the store being written (`zarr.json` outside sharded
+    /// arrays): stored only whole.
+    pub(super) docs: Arc<super::pending_doc::PendingDocs>,
+    /// View paths of scratch files stored as files of their own ([`super::kept`]).
+    pub(super) kept_paths: Mutex<HashSet<PathBuf>>,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
     /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
     pub(super) vdirs: Mutex<HashSet<(PathBuf, Vec<u64>)>>,
@@ -171,6 +178,8 @@ impl Writer {
             scratch: Mutex::new(HashMap::new()),
             scratch_bytes: AtomicU64::new(0),
             scratch_limit: config.write_buffer.max(1 << 20),
+            docs: Arc::default(),
+            kept_paths: Mutex::new(HashSet::new()),
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
             landed_at_write: Mutex::new(HashSet::new()),
@@ -303,6 +312,7 @@ impl Writer {
             dirty,
             orphan: false,
             written: 0,
+            kept: None,
         }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
             self.unreserve(old.lock().unnamed());

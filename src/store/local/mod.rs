@@ -340,6 +340,12 @@ impl Store for LocalStore {
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
     }
 
+    /// `rename(2)`: atomic, and POSIX's rules for what may stand at `to` (nothing, or an
+    /// empty directory).
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.rename(from, to)
+    }
+
     fn set_mode_owner(
         &self,
         rel: &Path,

@@ -1,0 +1,171 @@
+//! Files in an array's directories that are neither chunks nor metadata (`a/notes.txt`,
+//! `a/c/README`, a writer's temporary file that was never renamed): created as scratch
+//! files in memory (most of them are temporary files, renamed onto a chunk key a moment
+//! later), and **stored as files** at their path in the store, where Zarr readers pass
+//! them over: at their own `fsync`, the `fsync` of their array's directory or of the
+//! mount's root, at unmount, and by the idle timer once no handle has them open. Renamed
+//! or unlinked, their stored copy goes with the name.
+//!
+//! A later mount shows them as the store's files they are, in the array's directory and
+//! in its key directories alike.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::write::Target;
+use super::writer::Scratch;
+use super::{Node, Result, View, ViewError};
+
+/// Which scratch files [`View::keep_files`] stores.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Keep<'a> {
+    /// Every one (unmount, `fsync` of the root).
+    All,
+    /// Those below a view directory (`fsync` of an array's directory).
+    Under(&'a Path),
+    /// Those no handle has open (the idle timer).
+    Closed,
+}
+
+impl View {
+    /// Store the scratch files that are files of their own (not chunks, not metadata)
+    /// whose bytes the store does not hold yet. Returns the first error.
+    pub(super) fn keep_files(&self, which: Keep) -> Result<()> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        let files: Vec<(PathBuf, Arc<Mutex<Scratch>>)> = w
+            .scratch
+            .lock()
+            .iter()
+            .filter(|(p, _)| match which {
+                Keep::Under(dir) => p.starts_with(dir),
+                _ => true,
+            })
+            .map(|(p, f)| (p.clone(), f.clone()))
+            .collect();
+        let mut first_err = Ok(());
+        for (path, file) in files {
+            {
+                let f = file.lock();
+                if f.orphan || (matches!(which, Keep::Closed) && f.opens > 0) {
+                    continue;
+                }
+            }
+            if let Err(e) = self.keep_file(&path, &file) {
+                log::warn!("{}: not stored: {e}", path.display());
+                if first_err.is_ok() {
+                    first_err = Err(e);
+                }
+            }
+        }
+        first_err
+    }
+
+    /// Store the scratch file at `path` if it is a file of its own (see the module
+    /// comment) and the store does not hold its bytes yet.
+    pub(super) fn keep_file(&self, path: &Path, file: &Arc<Mutex<Scratch>>) -> Result<()> {
+        let w = self.writer()?;
+        // Held until the file is stored and listed as such: a rename or unlink of it
+        // meanwhile waits, and then removes what was stored ([`View::unkeep_file`]).
+        let mut kept = w.kept_paths.lock();
+        let Some(Node::Scratch { array, parent, .. }) = self.resolve(path)? else {
+            return Ok(()); // renamed or unlinked meanwhile
+        };
+        let name = path.file_name().unwrap_or_default();
+        if !matches!(
+            self.target(&array, parent.as_deref(), name)?,
+            Target::Scratch
+        ) {
+            return Ok(());
+        }
+        let (data, sum) = {
+            let f = file.lock();
+            let sum = crc32c::crc32c(&f.data);
+            if f.orphan || f.kept == Some(sum) {
+                return Ok(());
+            }
+            (f.data.clone(), sum)
+        };
+        // The view path is the store path (the view shows the store's directories).
+        if let Some(dir) = path.parent() {
+            self.make_store_dirs(dir)?;
+        }
+        self.store.write_atomically(path, &data)?;
+        kept.insert(path.to_path_buf());
+        let mut f = file.lock();
+        if crc32c::crc32c(&f.data) == sum {
+            f.kept = Some(sum);
+        }
+        Ok(())
+    }
+
+    /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
+    /// the store, if one was stored.
+    pub(super) fn unkeep_file(&self, path: &Path) -> Result<()> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        if !w.kept_paths.lock().remove(path) {
+            return Ok(());
+        }
+        match self.store.remove_file(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            res => Ok(res?),
+        }
+    }
+
+    /// Make the store directories of view directory `dir` that are missing (a key
+    /// directory has none until a shard or a file lies in it).
+    fn make_store_dirs(&self, dir: &Path) -> Result<()> {
+        let mut at = PathBuf::new();
+        for part in dir.iter() {
+            at.push(part);
+            match self.store.stat(&at)? {
+                Some(m) if m.kind == crate::store::EntryKind::Dir => {}
+                Some(_) => {
+                    return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                        libc::ENOTDIR,
+                    )));
+                }
+                None => match self.store.create_dir(&at) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    res => res?,
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Files of the store in the store directory at a key directory's view path `path`
+    /// whose names are no keys (stored by [`View::keep_file`]): `a/c/README`.
+    pub(super) fn kept_in_key_dir(
+        &self,
+        path: &Path,
+        is_key: impl Fn(&str) -> bool,
+    ) -> Result<Vec<super::DirEntry>> {
+        let listed = match self.store.list(path) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
+            other => other?,
+        };
+        Ok(listed
+            .into_iter()
+            .filter(|e| e.kind == crate::store::EntryKind::File)
+            .filter(|e| !e.name.to_str().is_some_and(&is_key))
+            .map(|e| super::DirEntry {
+                ino: 0,
+                name: e.name,
+                kind: super::Kind::File,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,212 @@
+//! What is stored (issue 33): every kind of name a tool can make in the tree is stored
+//! or refused with an errno, never accepted and dropped. One test per finding of the
+//! issue's adversarial pass: files beside the chunks, metadata cut short, directory
+//! renames.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use shardfs::{Mount, MountOptions};
+
+fn mount(store: &Path, opts: &MountOptions) -> (tempfile::TempDir, Mount) {
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(store, mnt.path(), opts).unwrap();
+    (mnt, mount)
+}
+
+fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.unwrap_err().raw_os_error().unwrap()
+}
+
+fn fsync(path: &Path) -> std::io::Result<()> {
+    OpenOptions::new().write(true).open(path)?.sync_all()
+}
+
+fn assert_verify_clean(store: &Path) {
+    let report = shardfs::maint::verify(store, false, false).unwrap();
+    assert!(report.is_clean(), "{report}");
+}
+
+/// Finding 1: a file that is neither a chunk nor metadata, written into a sharded array's
+/// directory or one of its key directories, is stored as a file at its path (durable at
+/// its `fsync`, and at unmount without one); a later mount shows it; unlinked or renamed,
+/// its stored copy goes with the name. Before the fix it lived in memory only and was
+/// gone after the unmount.
+#[test]
+fn files_beside_the_chunks_are_stored_as_files() {
+    for open_checks in [false, true] {
+        if !common::can_mount("files_beside_the_chunks_are_stored_as_files") {
+            return;
+        }
+        let tmp = common::store_copy("zarr_basic");
+        let store = tmp.path().join("s");
+        let a = "u16_default_sparse";
+        let opts = MountOptions {
+            open_checks,
+            ..MountOptions::default()
+        };
+        {
+            let (mnt, _m) = mount(&store, &opts);
+            let p = |rel: &str| mnt.path().join(a).join(rel);
+            fs::write(p("notes.txt"), b"notes").unwrap();
+            fsync(&p("notes.txt")).unwrap();
+            assert_eq!(
+                fs::read(store.join(a).join("notes.txt")).unwrap(),
+                b"notes",
+                "durable at its fsync, before the unmount"
+            );
+            fs::write(p("c/README"), b"key dir").unwrap();
+            fs::create_dir_all(p("c/3")).unwrap();
+            fs::write(p("c/3/README"), b"deeper").unwrap();
+            fs::write(p(".zattrs"), b"{}").unwrap();
+            fs::write(p("gone.txt"), b"unlinked").unwrap();
+            fsync(&p("gone.txt")).unwrap();
+            fs::remove_file(p("gone.txt")).unwrap();
+            fs::write(p("old.txt"), b"renamed").unwrap();
+            fsync(&p("old.txt")).unwrap();
+            fs::rename(p("old.txt"), p("new.txt")).unwrap();
+            // A temporary file renamed onto a chunk key leaves nothing beside the shards.
+            fs::write(p("c/3/2.partial"), vec![3u8; 24]).unwrap();
+            fs::rename(p("c/3/2.partial"), p("c/3/2")).unwrap();
+        }
+        let kept = common::files_under(&store.join(a));
+        for name in ["notes.txt", "c/README", "c/3/README", ".zattrs", "new.txt"] {
+            assert!(kept.contains(name), "{name} not stored: {kept:?}");
+        }
+        for name in ["gone.txt", "old.txt", "c/3/2.partial"] {
+            assert!(!kept.contains(name), "{name} stored: {kept:?}");
+        }
+        assert_verify_clean(&store);
+        let (mnt, _m) = mount(&store, &opts);
+        let p = |rel: &str| mnt.path().join(a).join(rel);
+        assert_eq!(fs::read(p("notes.txt")).unwrap(), b"notes");
+        assert_eq!(fs::read(p("c/README")).unwrap(), b"key dir");
+        assert_eq!(fs::read(p("c/3/README")).unwrap(), b"deeper");
+        assert_eq!(fs::read(p("new.txt")).unwrap(), b"renamed");
+        assert_eq!(fs::read(p("c/3/2")).unwrap(), vec![3u8; 24]);
+        let listed: Vec<String> = fs::read_dir(p("c/3"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(listed.contains(&"README".to_string()), "{listed:?}");
+        // A stored one is a file of the store now: removed there when unlinked.
+        fs::remove_file(p("c/README")).unwrap();
+        assert!(!store.join(a).join("c/README").exists());
+    }
+}
+
+/// Finding 2: metadata outside sharded arrays (a group's `zarr.json`, a new array's)
+/// reaches the store only as a whole document. Cut short, the store keeps what it had,
+/// and the commit that finds it unfinished (`fsync`, a rename onto the name) is refused
+/// with `EINVAL`. Before the fix the half document was stored, and zarr could no longer
+/// open the group.
+#[test]
+fn metadata_cut_short_never_reaches_the_store() {
+    if !common::can_mount("metadata_cut_short_never_reaches_the_store") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let before = fs::read(store.join("zarr.json")).unwrap();
+    let half = br#"{"zarr_format": 3, "node_ty"#;
+    let group = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"k": 1}}"#;
+    {
+        let (mnt, _m) = mount(&store, &MountOptions::default());
+        let m = mnt.path();
+        // In place, cut short: never stored; its fsync says so.
+        let mut f = OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(m.join("zarr.json"))
+            .unwrap();
+        f.write_all(half).unwrap();
+        assert_eq!(fs::read(store.join("zarr.json")).unwrap(), before);
+        assert_eq!(errno_of(f.sync_all()), libc::EINVAL);
+        drop(f);
+        assert_eq!(fs::read(store.join("zarr.json")).unwrap(), before);
+        // A new group: nothing in the store until its document is whole.
+        fs::create_dir(m.join("g")).unwrap();
+        let mut f = fs::File::create(m.join("g/zarr.json")).unwrap();
+        f.write_all(&group[..20]).unwrap();
+        assert!(
+            !store.join("g/zarr.json").exists(),
+            "a new document cut short"
+        );
+        assert_eq!(fs::metadata(m.join("g/zarr.json")).unwrap().len(), 20);
+        f.write_all(&group[20..]).unwrap();
+        drop(f);
+        assert_eq!(fs::read(store.join("g/zarr.json")).unwrap(), group);
+        // A temporary file cut short is not renamed onto metadata.
+        fs::write(m.join("g/.zarr.json.tmp"), half).unwrap();
+        assert_eq!(
+            errno_of(fs::rename(
+                m.join("g/.zarr.json.tmp"),
+                m.join("g/zarr.json")
+            )),
+            libc::EINVAL
+        );
+        assert_eq!(fs::read(m.join("g/zarr.json")).unwrap(), group);
+        // A new group left cut short at the unmount.
+        fs::create_dir(m.join("h")).unwrap();
+        fs::write(m.join("h/zarr.json"), half).unwrap();
+    }
+    assert_eq!(fs::read(store.join("zarr.json")).unwrap(), before);
+    assert_eq!(fs::read(store.join("g/zarr.json")).unwrap(), group);
+    assert!(!store.join("h/zarr.json").exists());
+    assert_verify_clean(&store);
+}
+
+/// Finding 7: renaming a group's or an array's directory on a local store is one rename
+/// in the store: what was written below it and not yet flushed lands at the new path,
+/// and a later mount finds everything there. Before the fix it was `EXDEV` (`mv`
+/// copied and deleted; zarr 2's `store.rename` and `group.move` failed).
+#[test]
+fn directories_of_groups_and_arrays_are_renamed() {
+    if !common::can_mount("directories_of_groups_and_arrays_are_renamed") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let files = common::files_under(&store.join("u16_default_sparse"));
+    let (mnt, m) = mount(&store, &MountOptions::default());
+    let p = |rel: &str| mnt.path().join(rel);
+    let chunk = fs::read(p("u16_default_sparse/c/0/0")).unwrap();
+    // A chunk staged, and a file beside the chunks, not yet stored when it moves.
+    fs::write(p("u16_default_sparse/c/2/2"), vec![5u8; 24]).unwrap();
+    fs::write(p("u16_default_sparse/notes.txt"), b"n").unwrap();
+    fs::create_dir(p("grp")).unwrap();
+    fs::rename(p("u16_default_sparse"), p("grp/moved")).unwrap();
+    assert!(!p("u16_default_sparse").exists());
+    assert_eq!(fs::read(p("grp/moved/c/0/0")).unwrap(), chunk);
+    assert_eq!(fs::read(p("grp/moved/c/2/2")).unwrap(), vec![5u8; 24]);
+    assert_eq!(fs::read(p("grp/moved/notes.txt")).unwrap(), b"n");
+    // A group with an array in it, renamed again.
+    fs::rename(p("grp"), p("grp2")).unwrap();
+    assert_eq!(fs::read(p("grp2/moved/c/2/2")).unwrap(), vec![5u8; 24]);
+    // Into an array's key namespace: refused as before.
+    assert_eq!(
+        errno_of(fs::rename(p("grp2"), p("index_start/c/grp2"))),
+        libc::EXDEV
+    );
+    drop(m);
+    drop(mnt);
+    assert!(!store.join("u16_default_sparse").exists());
+    let moved = common::files_under(&store.join("grp2/moved"));
+    for f in &files {
+        assert!(moved.contains(f), "{f} not moved: {moved:?}");
+    }
+    assert!(moved.contains("notes.txt"));
+    assert_verify_clean(&store);
+    let (mnt, _m) = mount(&store, &MountOptions::default());
+    assert_eq!(
+        fs::read(mnt.path().join("grp2/moved/c/2/2")).unwrap(),
+        vec![5u8; 24]
+    );
+    assert_eq!(
+        fs::read(mnt.path().join("grp2/moved/c/0/0")).unwrap(),
+        chunk
+    );
+}
