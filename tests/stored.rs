@@ -210,3 +210,146 @@ fn directories_of_groups_and_arrays_are_renamed() {
         chunk
     );
 }
+
+/// The venv python at `.venv*/bin/python`, or why the test cannot run (a failure under
+/// CI, which must have them).
+fn python(venv: &str, test: &str) -> Option<std::path::PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(venv)
+        .join("bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}");
+    }
+    println!("SKIPPED {test}: {why}");
+    None
+}
+
+fn run_python(python: &Path, code: &str, dir: &Path) {
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(code)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Finding 3: `rsync -a`, `cp -a` and `tar x` of unsharded arrays (v3 through the v3
+/// view, v2 through the v2 view, 1- to 4-D, both v2 separators) into the mount as new
+/// arrays exit 0 and store every chunk. rsync's generator makes the key directories
+/// while its receiver renames `zarr.json` (or `.zarray`) into place; before the fix the
+/// adoption of the new array left out directories made meanwhile (and dropped its own
+/// for a moment), so `mkdir` returned 0 and the directory was gone: 6 of 6 rsync runs of
+/// a 16³ array lost chunks, and rsync exited 23.
+#[test]
+fn rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk() {
+    let test = "rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk";
+    if !common::can_mount(test) {
+        return;
+    }
+    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+        return;
+    };
+    let src = tempfile::tempdir().unwrap();
+    let shapes = "{1: (64,), 2: (16, 16), 3: (8, 8, 8), 4: (4, 4, 4, 8)}";
+    let chunks = "{1: (4,), 2: (4, 4), 3: (2, 2, 2), 4: (2, 2, 2, 2)}";
+    let values = "lambda s: (np.arange(int(np.prod(s))) % 65521).astype('uint16').reshape(s)";
+    run_python(
+        &py3,
+        &format!(
+            "import zarr, numpy as np\nshapes = {shapes}\nchunks = {chunks}\nvalues = {values}\n\
+             for d in shapes:\n    a = zarr.create_array(f'v3_{{d}}', shape=shapes[d], chunks=chunks[d], \
+             dtype='uint16', compressors=None, fill_value=0)\n    a[:] = values(shapes[d])\n"
+        ),
+        src.path(),
+    );
+    run_python(
+        &py2,
+        &format!(
+            "import zarr, numpy as np\nshapes = {shapes}\nchunks = {chunks}\nvalues = {values}\n\
+             for d in shapes:\n    for name, sep in (('dot', '.'), ('slash', '/')):\n        \
+             a = zarr.open_array(f'v2{{name}}_{{d}}', mode='w', shape=shapes[d], chunks=chunks[d], \
+             dtype='uint16', compressor=None, fill_value=0, dimension_separator=sep)\n        \
+             a[:] = values(shapes[d])\n"
+        ),
+        src.path(),
+    );
+    let store = tempfile::tempdir().unwrap();
+    for (view, prefixes) in [
+        (shardfs::view::ViewFormat::V3, &["v3_"][..]),
+        (shardfs::view::ViewFormat::V2, &["v2dot_", "v2slash_"][..]),
+    ] {
+        for d in 1..=4usize {
+            let opts = MountOptions {
+                view: shardfs::view::ViewConfig {
+                    format: view,
+                    ..Default::default()
+                },
+                chunks_per_shard: Some(vec![2; d]),
+                ..MountOptions::default()
+            };
+            let (mnt, m) = mount(store.path(), &opts);
+            for prefix in prefixes {
+                let name = format!("{prefix}{d}");
+                let from = src.path().join(&name);
+                for tool in ["rsync", "cp", "tar"] {
+                    let to = mnt.path().join(format!("{name}_{tool}"));
+                    let out = match tool {
+                        "rsync" => std::process::Command::new("rsync")
+                            .arg("-a")
+                            .arg(format!("{}/", from.display()))
+                            .arg(format!("{}/", to.display()))
+                            .output(),
+                        "cp" => std::process::Command::new("cp")
+                            .arg("-a")
+                            .arg(&from)
+                            .arg(&to)
+                            .output(),
+                        _ => {
+                            fs::create_dir(&to).unwrap();
+                            std::process::Command::new("sh")
+                                .arg("-c")
+                                .arg("tar -C \"$1\" -cf - . | tar -C \"$2\" -xf -")
+                                .arg("sh")
+                                .arg(&from)
+                                .arg(&to)
+                                .output()
+                        }
+                    }
+                    .unwrap_or_else(|e| panic!("{tool}: {e}"));
+                    assert!(
+                        out.status.success(),
+                        "{tool} of {name} ({view:?}): {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            }
+            drop(m);
+            drop(mnt);
+        }
+    }
+    assert_verify_clean(store.path());
+    // Every array, read from the store by zarr-python 3, holds the values written.
+    run_python(
+        &py3,
+        &format!(
+            "import json, os, zarr, numpy as np\nvalues = {values}\nnames = sorted(os.listdir('.'))\n\
+             assert len(names) == 36, names\n\
+             for n in names:\n    a = zarr.open_array(n)\n    \
+             codecs = json.load(open(n + '/zarr.json'))['codecs']\n    \
+             assert codecs[0]['name'] == 'sharding_indexed', (n, codecs)\n    \
+             got = a[:]\n    want = values(a.shape)\n    \
+             assert (got == want).all(), (n, int((got != want).sum()))\n"
+        ),
+        store.path(),
+    );
+}

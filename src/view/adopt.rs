@@ -242,6 +242,8 @@ impl View {
             return Err(ViewError::Invalid(why));
         }
         let store = self.store.as_ref();
+        // No name is made in the directory while it becomes an array (see `Writer::tree`).
+        let _adopting = w.tree.write();
         let key_dirs = collect_key_dirs(store, dir, &meta);
         // A directory with something in it at a chunk key stands where a shard may go,
         // and is not ours to remove: refused, and not left behind, as above.
@@ -274,22 +276,39 @@ impl View {
             }
         }
         // Key directories made before the metadata (`mkdir -p a/c/0` first, as `rsync`
-        // and `cp -r` may): as store directories they would stand where shards go and
-        // keep `rmdir` of the array from emptying it. Emptied ones go from the store and
-        // stay as key directories of the new array, as a `mkdir` after it would make.
-        let mut made = Vec::new();
-        for (coords, path) in key_dirs.into_iter().rev() {
-            if store.remove_dir(&path).is_ok()
-                && let Some(coords) = coords
-            {
-                made.push(coords);
+        // and `cp -r` may) stay key directories of the new array, as a `mkdir` after it
+        // would make. Only once the array is in place (its inodes looked at again) do the
+        // emptied store directories go: as store directories they would stand where
+        // shards go and keep `rmdir` of the array from emptying it; until then a writer
+        // that holds one (`rsync` setting its times) still finds it. One that holds a
+        // file that is no chunk (`rsync`'s temporary file) stays in the store, and the
+        // file is shown in it.
+        // A directory made at a chunk's key (in 1-D, where a shard goes) is no key
+        // directory: it goes first.
+        let (key_dirs, at_chunks): (Vec<_>, Vec<_>) = key_dirs
+            .into_iter()
+            .partition(|(coords, _)| coords.is_some());
+        for (_, path) in at_chunks.into_iter().rev() {
+            if store.remove_dir(&path).is_err() {
+                log::warn!(
+                    "{}: a directory at a chunk key of the new array is left in the store",
+                    path.display()
+                );
             }
+            self.shards.invalidate(&path);
         }
-        w.vdirs
-            .lock()
-            .extend(made.into_iter().map(|c| (dir.to_path_buf(), c)));
+        w.vdirs.lock().extend(
+            key_dirs
+                .iter()
+                .filter_map(|(coords, _)| coords.clone())
+                .map(|c| (dir.to_path_buf(), c)),
+        );
         store.write_atomically(&json_path, &sharded)?;
         let array = self.reload_array(dir)?;
+        for (_, path) in key_dirs.into_iter().rev() {
+            let _ = store.remove_dir(&path);
+            self.shards.invalidate(&path);
+        }
         {
             let counts = array.layout.chunk_counts();
             w.vdirs

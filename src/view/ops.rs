@@ -22,7 +22,8 @@ impl View {
         exclusive: bool,
         truncate: bool,
     ) -> Result<(Attr, Opened)> {
-        let (ppath, pnode) = self.node(parent)?;
+        let _making = self.writer.as_ref().map(|w| w.tree.read());
+        let (ppath, pnode) = self.fresh_parent(parent)?;
         let path = ppath.join(name);
         if let Some(existing) = self.child(&ppath, &pnode, name)? {
             if exclusive {
@@ -260,7 +261,8 @@ impl View {
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
-        let (ppath, pnode) = self.node(parent)?;
+        let _making = self.writer.as_ref().map(|w| w.tree.read());
+        let (ppath, pnode) = self.fresh_parent(parent)?;
         if self.child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
         }
@@ -755,6 +757,27 @@ impl View {
             Ok(())
         } else {
             Err(not_whole(dst))
+        }
+    }
+}
+
+impl View {
+    /// The parent directory `parent` of a name being made, as it is now: an adoption
+    /// that finished since the kernel looked it up may have made a store directory a
+    /// key directory of a new array (the inode is updated too).
+    fn fresh_parent(&self, parent: u64) -> Result<(PathBuf, Node)> {
+        let (path, node) = self.node(parent)?;
+        if !matches!(node, Node::Dir { .. }) || self.writer.is_none() {
+            return Ok((path, node));
+        }
+        match self.resolve(&path)? {
+            Some(now) if now.kind() == node.kind() => {
+                if !matches!(now, Node::Dir { .. }) {
+                    self.inodes.update(parent, now.clone());
+                }
+                Ok((path, now))
+            }
+            _ => Ok((path, node)),
         }
     }
 }

@@ -65,6 +65,13 @@ pub struct Writer {
     /// Metadata documents of the store being written (`zarr.json` outside sharded
     /// arrays): stored only whole.
     pub(super) docs: Arc<super::pending_doc::PendingDocs>,
+    /// Held (shared) by `mkdir` and `create` while they make a name, and (exclusive) by
+    /// the adoption of a new array while it turns a store directory into one: a
+    /// directory or file made in its key namespace meanwhile (`rsync -a`, whose
+    /// generator makes key directories while its receiver renames `zarr.json` into
+    /// place) is made either before (and taken in) or after (in the new array), never
+    /// between, where it was left out and looked gone a moment later.
+    pub(super) tree: parking_lot::RwLock<()>,
     /// View paths of scratch files stored as files of their own ([`super::kept`]).
     pub(super) kept_paths: Mutex<HashSet<PathBuf>>,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
@@ -180,6 +187,7 @@ impl Writer {
             scratch_limit: config.write_buffer.max(1 << 20),
             docs: Arc::default(),
             kept_paths: Mutex::new(HashSet::new()),
+            tree: parking_lot::RwLock::new(()),
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
             landed_at_write: Mutex::new(HashSet::new()),
