@@ -541,3 +541,53 @@ fn a_full_write_buffer_lets_unlinked_files_go() {
         "let go"
     );
 }
+
+/// v2 view with open checks (the daemon hears every close): a group's `.zattrs` written
+/// twice in a row, the first writer's release arriving (asynchronously, as the kernel
+/// sends it) while the second writer has the file open. The late release took the
+/// second writer's file in, half written, and removed it: the second close failed with
+/// `ENOENT`, and zarr 2 then read `KeyError: '.zattrs'` (issue 33, finding 6: the race
+/// behind the intermittent `ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view`).
+#[test]
+fn a_late_release_never_takes_in_another_writers_v2_metadata() {
+    use shardfs::compact::CpuCompactor;
+    use shardfs::view::{ViewFormat, WriteConfig, Writer};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path()).unwrap());
+    let writer = Writer::new(WriteConfig {
+        write_buffer: 1 << 20,
+        chunks_per_shard: None,
+        shard_target_bytes: 64 << 20,
+        compactor: Arc::new(CpuCompactor::new()),
+    });
+    let config = ViewConfig {
+        format: ViewFormat::V2,
+        ..ViewConfig::default()
+    };
+    let view = View::with_writer(store, config, Some(writer)).unwrap();
+    let zattrs = OsStr::new(".zattrs");
+    let write = |doc: &[u8]| {
+        let ino = view.lookup(ROOT_INO, zattrs).unwrap().ino;
+        let o = view.open(ino, true, true).unwrap();
+        view.write(o.fh, 0, doc).unwrap();
+        o.fh
+    };
+    let first = write(br#"{"a": 1}"#);
+    view.flush_handle(first).unwrap(); // its close: taken in
+    let ino = view.lookup(ROOT_INO, zattrs).unwrap().ino;
+    let second = view.open(ino, true, true).unwrap().fh;
+    view.write(second, 0, br#"{"b":"#).unwrap();
+    view.release(first).unwrap(); // the first writer's release, late
+    view.write(second, 5, br#" 2}"#).unwrap();
+    view.flush_handle(second)
+        .expect("the second writer's close");
+    view.release(second).unwrap();
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(stored["attributes"], serde_json::json!({"b": 2}));
+}

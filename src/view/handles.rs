@@ -99,6 +99,14 @@ impl HandleTable {
             .find_map(|(i, h)| (*i == ino).then(|| h.clone()))
     }
 
+    /// Whether a handle open for writing on store file `rel` is in the table.
+    pub(super) fn writes_to(&self, rel: &Path) -> bool {
+        self.files
+            .lock()
+            .values()
+            .any(|(_, h)| matches!(h, Handle::StoreRw(_, r) if r == rel))
+    }
+
     /// The handle writes without one to `ino` gather in, if any.
     fn implicit_fh(&self, ino: u64) -> Option<u64> {
         self.implicit.lock().get(&ino).map(|i| i.fh)

@@ -321,6 +321,13 @@ impl View {
     /// The last handle of v2 metadata written as a store file went: what no close took in
     /// (it was empty then) is taken in now, or refused and removed.
     pub(super) fn release_store_file(&self, rel: &Path) {
+        // Not while another writer has it open: its release comes after the close of
+        // this one (asynchronously), and the file may be that writer's, still being
+        // written (zarr 2 writing a group's `.zattrs` twice through fsspec: the second
+        // close found it taken in and gone, `ENOENT`).
+        if self.handles.writes_to(rel) {
+            return;
+        }
         if let Some(file) = self.lands_on_close(rel)
             && file != MetaFile::ZarrJson
             && matches!(self.store.stat(rel), Ok(Some(_)))
