@@ -353,3 +353,88 @@ fn rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk() {
         store.path(),
     );
 }
+
+/// An unsharded array of the store whose `zarr.json` is rewritten through the mount (an
+/// attribute added) stays unsharded: its chunk files, and files among them that are no
+/// chunks, stay where they are. Before, the rewrite took it for a new array and sharded
+/// it (found by the reference test: every chunk rewritten, files among them moved).
+#[test]
+fn an_unsharded_array_stays_unsharded_when_its_metadata_is_rewritten() {
+    if !common::can_mount("an_unsharded_array_stays_unsharded_when_its_metadata_is_rewritten") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic.twin");
+    let store = tmp.path().join("s");
+    let a = "u16_default_sparse";
+    let before = common::files_under(&store.join(a));
+    assert!(before.iter().any(|f| f.starts_with("c/")), "{before:?}");
+    {
+        let (mnt, _m) = mount(&store, &MountOptions::default());
+        let json = mnt.path().join(a).join("zarr.json");
+        let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+        doc["attributes"]["note"] = "changed".into();
+        fs::write(&json, serde_json::to_vec(&doc).unwrap()).unwrap();
+        fs::write(mnt.path().join(a).join("c/notes.txt"), b"n").unwrap();
+    }
+    let after = common::files_under(&store.join(a));
+    for f in &before {
+        assert!(after.contains(f), "{f} moved: {after:?}");
+    }
+    let doc = common::json_file(&store.join(a).join("zarr.json"));
+    assert_eq!(doc["attributes"]["note"], "changed");
+    assert_ne!(doc["codecs"][0]["name"], "sharding_indexed", "{doc}");
+}
+
+/// A file of its own in a key directory that a shape shrink then leaves outside the grid
+/// is still stored at unmount, and a later mount shows that directory as a plain one, to
+/// be read and removed (`rm -rf` of the array empties the store). Before, the directory
+/// was listed but not found, and `rm -rf` of the array failed (found by the reference
+/// test).
+#[test]
+fn a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept() {
+    let test = "a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let a = "u16_default_sparse";
+    let resize = |mnt: &Path, rows: u64| {
+        let json = mnt.join(a).join("zarr.json");
+        let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+        doc["shape"][0] = rows.into();
+        fs::write(&json, serde_json::to_vec(&doc).unwrap()).unwrap();
+    };
+    let rows = common::json_file(&store.join(a).join("zarr.json"))["shape"][0]
+        .as_u64()
+        .unwrap();
+    {
+        let (mnt, _m) = mount(&store, &MountOptions::default());
+        fs::write(mnt.path().join(a).join("c/4/README"), b"kept").unwrap();
+        resize(mnt.path(), 2);
+        assert!(!mnt.path().join(a).join("c/4").exists(), "outside the grid");
+    }
+    assert_eq!(fs::read(store.join(a).join("c/4/README")).unwrap(), b"kept");
+    let (mnt, _m) = mount(&store, &MountOptions::default());
+    let listed: Vec<String> = fs::read_dir(mnt.path().join(a).join("c"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(listed.contains(&"4".to_string()), "{listed:?}");
+    assert_eq!(
+        fs::read(mnt.path().join(a).join("c/4/README")).unwrap(),
+        b"kept"
+    );
+    resize(mnt.path(), rows);
+    assert_eq!(
+        fs::read(mnt.path().join(a).join("c/4/README")).unwrap(),
+        b"kept"
+    );
+    let st = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(mnt.path().join(a))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(!store.join(a).exists(), "rm -rf emptied the store");
+}

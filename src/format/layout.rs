@@ -27,9 +27,13 @@ pub struct ShardLevel {
 }
 
 impl ShardLevel {
-    /// Entries in this level's index.
+    /// Entries in this level's index; `u64::MAX` where the product overflows (such a
+    /// level is refused by [`ShardLayout::new`]: its index could never be encoded).
     pub fn n_chunks(&self) -> u64 {
-        self.chunks_per_shard.iter().product()
+        self.chunks_per_shard
+            .iter()
+            .try_fold(1u64, |n, &c| n.checked_mul(c))
+            .unwrap_or(u64::MAX)
     }
 
     /// Encoded index size in bytes.
@@ -262,6 +266,22 @@ fn fixed_len(codecs: &[Value], shape: &[u64], data_type: Option<&Value>) -> Opti
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn chunks_per_shard_whose_product_overflows_are_refused_not_a_panic() {
+        // Found by the metadata fuzz test: `n_chunks` multiplied without a check.
+        let level = ShardLevel {
+            chunk_shape: vec![1, 1],
+            chunks_per_shard: vec![u64::MAX / 2, 3],
+            index_codecs: super::super::IndexCodecs {
+                endian: super::super::Endian::Little,
+                crc32c: true,
+            },
+            index_location: super::super::IndexLocation::End,
+        };
+        assert_eq!(level.n_chunks(), u64::MAX);
+        assert!(ShardLayout::new(vec![4, 4], vec![4, 4], vec![level], vec![]).is_err());
+    }
+
     use super::*;
     use crate::format::index::Endian;
 

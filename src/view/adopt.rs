@@ -222,6 +222,12 @@ impl View {
         if w.raw.lock().remove(dir) {
             self.refresh_subtree(dir);
         }
+        if w.keep_unsharded.lock().remove(dir) {
+            // An unsharded array of the store whose metadata was rewritten (an attribute,
+            // a resize) stays as it is: sharding it would rewrite all its chunks, and
+            // move what else lies among them.
+            return Ok(());
+        }
         let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target)
         else {
             log::warn!(
@@ -430,4 +436,21 @@ fn node_name(dir: &Path) -> String {
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned()
+}
+
+impl View {
+    /// A `zarr.json` at store path `json` is about to be written: if it is an unsharded
+    /// array's now, the array stays unsharded ([`View::adopt_new_array`]).
+    pub(super) fn note_unsharded(&self, json: &Path) {
+        let Some(w) = &self.writer else { return };
+        let Ok(Some(bytes)) = self.read_small(json) else {
+            return;
+        };
+        if let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes)
+            && matches!(meta.presentation, format::Presentation::Plain)
+            && let Some(dir) = json.parent()
+        {
+            w.keep_unsharded.lock().insert(dir.to_path_buf());
+        }
+    }
 }

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use super::write::Target;
 use super::writer::Scratch;
 use super::{Node, Result, View, ViewError};
+use crate::format::KeyPath;
 
 /// Which scratch files [`View::keep_files`] stores.
 #[derive(Clone, Copy, Debug)]
@@ -71,15 +72,19 @@ impl View {
         // Held until the file is stored and listed as such: a rename or unlink of it
         // meanwhile waits, and then removes what was stored ([`View::unkeep_file`]).
         let mut kept = w.kept_paths.lock();
-        let Some(Node::Scratch { array, parent, .. }) = self.resolve(path)? else {
+        if !w.scratch(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
             return Ok(()); // renamed or unlinked meanwhile
-        };
-        let name = path.file_name().unwrap_or_default();
-        if !matches!(
-            self.target(&array, parent.as_deref(), name)?,
-            Target::Scratch
-        ) {
-            return Ok(());
+        }
+        // A file at a chunk key or at metadata is committed, not kept. One whose key
+        // directory a shrink left outside the grid no longer resolves: still a file.
+        if let Some(Node::Scratch { array, parent, .. }) = self.resolve(path)? {
+            let name = path.file_name().unwrap_or_default();
+            if !matches!(
+                self.target(&array, parent.as_deref(), name)?,
+                Target::Scratch
+            ) {
+                return Ok(());
+            }
         }
         let (data, sum) = {
             let f = file.lock();
@@ -159,13 +164,105 @@ impl View {
         };
         Ok(listed
             .into_iter()
-            .filter(|e| e.kind == crate::store::EntryKind::File)
-            .filter(|e| !e.name.to_str().is_some_and(&is_key))
-            .map(|e| super::DirEntry {
-                ino: 0,
-                name: e.name,
-                kind: super::Kind::File,
+            .filter_map(|e| {
+                let kind = match e.kind {
+                    crate::store::EntryKind::File => super::Kind::File,
+                    crate::store::EntryKind::Dir => super::Kind::Dir,
+                    _ => return None,
+                };
+                let key = e.name.to_str().is_some_and(&is_key);
+                (!key).then_some(super::DirEntry {
+                    ino: 0,
+                    name: e.name,
+                    kind,
+                })
             })
             .collect())
+    }
+
+    /// Whether the store directory `rel` of key directory `coords` of `array` holds
+    /// files of their own (names that are no keys there).
+    pub(super) fn holds_kept_files(
+        &self,
+        array: &super::ShardedArray,
+        coords: &[u64],
+        rel: &Path,
+    ) -> Result<bool> {
+        let (enc, ndim) = (array.encoding(), array.layout.ndim());
+        let counts = array.layout.chunk_counts();
+        let listed = match self.store.list(rel) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(false);
+            }
+            other => other?,
+        };
+        for e in listed {
+            let Some(name) = e.name.to_str() else {
+                return Ok(true);
+            };
+            match enc.child(ndim, Some(coords), name) {
+                None => return Ok(true),
+                Some(KeyPath::Chunk(_)) => {}
+                Some(KeyPath::Dir(c)) if e.kind == crate::store::EntryKind::Dir => {
+                    let in_grid = c.iter().zip(counts).all(|(c, n)| c < n);
+                    let below = rel.join(name);
+                    let holds = if in_grid {
+                        self.holds_kept_files(array, &c, &below)?
+                    } else {
+                        self.has_files(&below)?
+                    };
+                    if holds {
+                        return Ok(true);
+                    }
+                }
+                Some(KeyPath::Dir(_)) => return Ok(true),
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether store directory `rel` holds anything but directories, at any depth.
+    pub(super) fn has_files(&self, rel: &Path) -> Result<bool> {
+        let listed = match self.store.list(rel) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(false);
+            }
+            other => other?,
+        };
+        for e in listed {
+            if e.kind != crate::store::EntryKind::Dir || self.has_files(&rel.join(&e.name))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Remove the directories below store directory `rel` that hold no file at any depth
+    /// (not `rel` itself).
+    pub(super) fn remove_empty_dirs(&self, rel: &Path) -> Result<()> {
+        let Ok(listed) = self.store.list(rel) else {
+            return Ok(());
+        };
+        for e in listed {
+            let below = rel.join(&e.name);
+            if e.kind == crate::store::EntryKind::Dir && !self.has_files(&below)? {
+                self.remove_empty_dirs(&below)?;
+                match self.store.remove_dir(&below) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
     }
 }

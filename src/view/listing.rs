@@ -47,7 +47,9 @@ impl View {
                 out.push(file(enc.encode(&[]).into()));
             }
         } else if let Some(root) = enc.root_component(ndim) {
-            if self.has_chunks_under(array, &[], false)? {
+            if self.has_chunks_under(array, &[], false)?
+                || self.holds_kept_files(array, &[], &array.rel.join(root))?
+            {
                 out.push(DirEntry {
                     ino: 0,
                     name: root.into(),

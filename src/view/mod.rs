@@ -627,9 +627,23 @@ impl View {
             Node::KeyDir { array, coords } => {
                 let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
-                keys.extend(
-                    self.kept_in_key_dir(&path, |n| enc.child(ndim, Some(coords), n).is_some())?,
-                );
+                let counts = array.layout.chunk_counts();
+                // Keys are listed above; a key directory outside the grid is a plain one.
+                keys.extend(self.kept_in_key_dir(&path, |n| {
+                    match enc.child(ndim, Some(coords), n) {
+                        Some(format::KeyPath::Dir(c)) => {
+                            if c.iter().zip(counts).all(|(c, n)| c < n) {
+                                !self
+                                    .holds_kept_files(array, &c, &path.join(n))
+                                    .unwrap_or(false)
+                            } else {
+                                !self.has_files(&path.join(n)).unwrap_or(false)
+                            }
+                        }
+                        Some(format::KeyPath::Chunk(_)) => true,
+                        None => false,
+                    }
+                })?);
                 keys
             }
             _ => return Err(ViewError::NotDir),

@@ -445,7 +445,14 @@ impl View {
                 self.refresh_subtree(&array.rel);
                 return Ok(());
             }
-            Node::File { rel } | Node::Symlink { rel } => self.remove_store_file(rel)?,
+            Node::File { rel } | Node::Symlink { rel } => {
+                self.remove_store_file(rel)?;
+                // A key directory that held it stays, as any directory does when a file
+                // in it goes (it may have nothing else below it now).
+                if let Ok((_, Node::KeyDir { array, coords })) = self.node(parent) {
+                    w.vdirs.lock().insert((array.rel.clone(), coords));
+                }
+            }
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
@@ -485,6 +492,9 @@ impl View {
             }
             Node::ArrayDir { array } => {
                 self.flush_array(array)?;
+                // Empty directories the view does not show (shard directories a shrink
+                // emptied) go with it.
+                self.remove_empty_dirs(&array.rel)?;
                 self.store.remove_dir(&array.rel)?;
             }
             Node::KeyDir { array, coords } => {
@@ -505,9 +515,14 @@ impl View {
                     }
                 }
                 let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
-                // The store directory goes only when no shard is left in it.
-                if self.store.list(&store_dir).is_ok_and(|d| d.is_empty()) {
-                    self.store.remove_dir(&store_dir)?;
+                // The store directory goes only when no shard is left in it; so does the
+                // one at the key directory's own path, where files of their own lay
+                // (`super::kept`), once they were removed.
+                for dir in [store_dir, path.clone()] {
+                    self.remove_empty_dirs(&dir)?;
+                    if self.store.list(&dir).is_ok_and(|d| d.is_empty()) {
+                        self.store.remove_dir(&dir)?;
+                    }
                 }
             }
             _ => return Err(ViewError::NotDir),
@@ -548,6 +563,9 @@ impl View {
                 self.only_whole_docs(&src, &dst)?;
                 if let Some(w) = &self.writer {
                     w.docs.unlinked(&dst);
+                }
+                if super::pending_doc::is_doc(&dst) {
+                    self.note_unsharded(&dst);
                 }
                 self.store.rename(rel, &dst)?;
                 // The inode moves with its file before metadata lands: the refresh of
@@ -656,6 +674,9 @@ impl View {
                 if let Some(w) = &self.writer {
                     w.docs.unlinked(&rel);
                 }
+                if super::pending_doc::is_doc(&rel) {
+                    self.note_unsharded(&rel);
+                }
                 self.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
                     self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
@@ -733,6 +754,11 @@ impl View {
     /// go, and one not stored yet has nothing in the store to remove.
     fn remove_store_file(&self, rel: &Path) -> Result<()> {
         let pending = self.writer.as_ref().is_some_and(|w| w.docs.unlinked(rel));
+        if let (Some(w), Some(dir)) = (&self.writer, rel.parent())
+            && super::pending_doc::is_doc(rel)
+        {
+            w.keep_unsharded.lock().remove(dir);
+        }
         match self.store.remove_file(rel) {
             Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             res => Ok(res?),

@@ -254,7 +254,22 @@ impl View {
                     .iter()
                     .zip(array.layout.chunk_counts())
                     .all(|(c, n)| c < n);
-                let exists = in_grid && self.has_chunks_under(array, &coords, true)?;
+                let mut rel = array.rel.clone();
+                for c in array
+                    .shown_keys
+                    .dir_components(array.layout.ndim(), &coords)
+                {
+                    rel.push(c);
+                }
+                if !in_grid {
+                    // Outside the grid (a shrink since): no chunk lies there, but files of
+                    // their own stored there (`super::kept`) are shown in a plain
+                    // directory, to be read and removed (`rm -rf` of the array).
+                    return Ok(self.has_files(&rel)?.then_some(Node::Dir { rel }));
+                }
+                // With no chunk below, it is there while files of its own lie in it.
+                let exists = self.has_chunks_under(array, &coords, true)?
+                    || self.holds_kept_files(array, &coords, &rel)?;
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,

@@ -153,6 +153,7 @@ impl View {
     ) -> Result<Box<dyn StoreFileRw>> {
         let w = self.writer()?;
         if super::pending_doc::is_doc(rel) {
+            self.note_unsharded(rel);
             return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
         }
         let v2_meta = self.format == super::ViewFormat::V2
@@ -670,11 +671,15 @@ impl View {
         let ndim = array.layout.ndim();
         let k = prefix.as_ref().map_or(0, Vec::len);
         let p = prefix.clone().unwrap_or_default();
+        let counts = array.layout.chunk_counts();
         let mut keys: Vec<(Vec<u64>, bool)> = w
             .vdirs
             .lock()
             .iter()
             .filter(|(a, _)| a == &array.rel)
+            // One a shrink left outside the grid is no key directory now (a lookup finds
+            // none): not listed.
+            .filter(|(_, c)| c.iter().zip(counts).all(|(c, n)| c < n))
             .map(|(_, c)| (c.clone(), false))
             .collect();
         keys.extend(

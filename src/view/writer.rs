@@ -72,6 +72,10 @@ pub struct Writer {
     /// place) is made either before (and taken in) or after (in the new array), never
     /// between, where it was left out and looked gone a moment later.
     pub(super) tree: parking_lot::RwLock<()>,
+    /// Store directories of unsharded arrays whose `zarr.json` is being rewritten (an
+    /// attribute, a resize): they stay unsharded, as they are in the store. Only a new
+    /// array is stored sharded (see `View::adopt_new_array`).
+    pub(super) keep_unsharded: Mutex<HashSet<PathBuf>>,
     /// View paths of scratch files stored as files of their own ([`super::kept`]).
     pub(super) kept_paths: Mutex<HashSet<PathBuf>>,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
@@ -187,6 +191,7 @@ impl Writer {
             scratch_limit: config.write_buffer.max(1 << 20),
             docs: Arc::default(),
             kept_paths: Mutex::new(HashSet::new()),
+            keep_unsharded: Mutex::new(HashSet::new()),
             tree: parking_lot::RwLock::new(()),
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
