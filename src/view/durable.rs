@@ -68,7 +68,7 @@ impl View {
     /// Flush arrays whose oldest staged chunk is at least `idle` old (the timer).
     pub fn flush_idle(&self, idle: std::time::Duration) {
         let Some(w) = &self.writer else { return };
-        let _ = self.keep_files(super::kept::Keep::Closed);
+        let _ = self.keep_files(super::kept::Keep::Closed(idle));
         for rel in w.staging.arrays(Some(idle)) {
             let array = self.arrays.get(&rel);
             if let Some(array) = array {

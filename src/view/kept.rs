@@ -3,7 +3,8 @@
 //! files in memory (most of them are temporary files, renamed onto a chunk key a moment
 //! later), and **stored as files** at their path in the store, where Zarr readers pass
 //! them over: at their own `fsync`, the `fsync` of their array's directory or of the
-//! mount's root, at unmount, and by the idle timer once no handle has them open. Renamed
+//! mount's root, at unmount, and by the idle timer once they stood unchanged, with no
+//! handle open, for the flush interval (temporary files are renamed long before). Renamed
 //! or unlinked, their stored copy goes with the name.
 //!
 //! A later mount shows them as the store's files they are, in the array's directory and
@@ -26,8 +27,9 @@ pub(super) enum Keep<'a> {
     All,
     /// Those below a view directory (`fsync` of an array's directory).
     Under(&'a Path),
-    /// Those no handle has open (the idle timer).
-    Closed,
+    /// Those no handle has open and whose bytes stood unchanged (and unrenamed) for the
+    /// given time (the idle timer: a temporary file is renamed long before).
+    Closed(std::time::Duration),
 }
 
 impl View {
@@ -50,9 +52,26 @@ impl View {
         let mut first_err = Ok(());
         for (path, file) in files {
             {
-                let f = file.lock();
-                if f.orphan || (matches!(which, Keep::Closed) && f.opens > 0) {
+                let mut f = file.lock();
+                if f.orphan {
                     continue;
+                }
+                if let Keep::Closed(idle) = which {
+                    if f.opens > 0 {
+                        continue;
+                    }
+                    let sum = crc32c::crc32c(&f.data);
+                    if f.kept == Some(sum) {
+                        continue;
+                    }
+                    match f.seen {
+                        Some((s, since)) if s == sum && since.elapsed() >= idle => {}
+                        Some((s, _)) if s == sum => continue,
+                        _ => {
+                            f.seen = Some((sum, std::time::Instant::now()));
+                            continue;
+                        }
+                    }
                 }
             }
             if let Err(e) = self.keep_file(&path, &file) {

@@ -40,6 +40,9 @@ pub struct Scratch {
     pub(super) written: u64,
     /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
     pub(super) kept: Option<u32>,
+    /// The idle timer's last look at it: its checksum then, and since when it has had
+    /// those bytes (stored once they stood for the flush interval).
+    pub(super) seen: Option<(u32, std::time::Instant)>,
 }
 
 impl Scratch {
@@ -326,6 +329,7 @@ impl Writer {
             orphan: false,
             written: 0,
             kept: None,
+            seen: None,
         }));
         if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
             self.unreserve(old.lock().unnamed());
