@@ -328,7 +328,7 @@ impl Filesystem for ShardFs {
         if let Err(e) = self.view.commit_kernel_writes(KernelCommit::All) {
             log::error!("commit at unmount failed: {e}");
         }
-        if let Err(e) = self.view.flush_all() {
+        if let Err(e) = self.view.sync_all() {
             log::error!("flush at unmount failed: {e}");
         }
     }

@@ -529,7 +529,7 @@ impl Mount {
         // through descriptors the kernel opened (kernel opens), whose closes were not
         // heard of: committed first.
         let committed = self.view.commit_kernel_writes(KernelCommit::All);
-        let flushed = committed.and(self.view.flush_all());
+        let flushed = committed.and(self.view.sync_all());
         if !session.guard.is_finished()
             && let Err(e) = unmount_busy_retry(&self.mountpoint)
         {

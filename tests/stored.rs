@@ -438,3 +438,44 @@ fn a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept() {
     assert!(st.success());
     assert!(!store.join(a).exists(), "rm -rf emptied the store");
 }
+
+/// Finding 5: a chunk whose length no chunk of an uncompressed array can have is refused
+/// at its commit (`EINVAL`): by a rename onto the key (the temporary file stays as it
+/// was), by its `fsync` (written in place, `O_APPEND`); the chunk keeps its bytes. A
+/// stored file of its own renamed to another such name moves in the store.
+#[test]
+fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
+    let test = "chunks_of_a_length_the_codecs_cannot_decode_are_refused";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    let a = "u16_default_sparse";
+    let (mnt, m) = mount(&store, &MountOptions::default());
+    let p = |rel: &str| mnt.path().join(a).join(rel);
+    let before = fs::read(p("c/0/0")).unwrap();
+    fs::write(p("c/0/0.partial"), vec![1u8; before.len() + 2]).unwrap();
+    assert_eq!(
+        errno_of(fs::rename(p("c/0/0.partial"), p("c/0/0"))),
+        libc::EINVAL
+    );
+    assert_eq!(
+        fs::read(p("c/0/0.partial")).unwrap().len(),
+        before.len() + 2
+    );
+    let mut f = OpenOptions::new().append(true).open(p("c/0/0")).unwrap();
+    f.write_all(&[9, 9]).unwrap();
+    assert_eq!(errno_of(f.sync_all()), libc::EINVAL);
+    drop(f);
+    assert_eq!(fs::read(p("c/0/0")).unwrap(), before);
+    // A stored file of its own, renamed within the array: moved in the store.
+    fs::write(p("notes.txt"), b"n").unwrap();
+    fsync(&p("notes.txt")).unwrap();
+    fs::rename(p("notes.txt"), p("c/notes.txt")).unwrap();
+    assert!(!store.join(a).join("notes.txt").exists());
+    assert_eq!(fs::read(store.join(a).join("c/notes.txt")).unwrap(), b"n");
+    drop(m);
+    drop(mnt);
+    assert_verify_clean(&store);
+}

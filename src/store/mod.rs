@@ -93,6 +93,19 @@ pub fn walk_keys(
     }
 }
 
+/// Whether `name` is one of shardfs's own files beside the shards (a recovery record, a
+/// shard rewrite's or a metadata write's temporary file, the directory a new array's
+/// chunk files wait in): never shown as a file of the tree, and refused as a name to make.
+pub fn is_internal(name: &std::ffi::OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    name == ".shardfs-ingest"
+        || [".shardfs-append", ".shardfs-tmp", ".shardfs-new"]
+            .iter()
+            .any(|s| name.ends_with(s))
+}
+
 /// One entry of a directory listing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListEntry {
@@ -307,6 +320,11 @@ pub trait Store: Send + Sync {
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         let _ = (from, to);
         read_only()
+    }
+
+    /// Whether [`Store::rename_dir`] can rename a directory (in one step).
+    fn renames_dirs(&self) -> bool {
+        false
     }
 
     /// Rename a directory and everything in it, in one step that readers see whole, or

@@ -647,6 +647,27 @@ impl ShardCache {
             .map(|(s, _)| s.clone())
     }
 
+    /// Drop every cached shard at or below `prefix` (a directory renamed away).
+    pub fn invalidate_under(&self, prefix: &Path) {
+        for seg in &self.segments {
+            let mut seg = seg.lock();
+            let gone: Vec<PathBuf> = seg
+                .lru
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !gone.is_empty() {
+                seg.generation += 1;
+            }
+            for k in gone {
+                if let Some((_, w)) = seg.lru.pop(&k) {
+                    seg.bytes -= w;
+                }
+            }
+        }
+    }
+
     /// Drop a cached shard (the write path calls this after changing it).
     pub fn invalidate(&self, rel: &Path) {
         let mut seg = self.segment(rel).lock();

@@ -208,6 +208,14 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
+        if matches!(meta.presentation, format::Presentation::Sharded(_))
+            && self.arrays.get(dir).is_some()
+        {
+            // Taken in already (the same document landing twice: at its close, and
+            // again at its release once the kernel opens files itself): it is the
+            // sharded array this mount made, not a client's shard files.
+            return Ok(());
+        }
         if !matches!(meta.presentation, format::Presentation::Plain) {
             // A client writing a sharded array writes its shard files itself, at the
             // shard keys, and reads them back (partial shard writes): it is shown the

@@ -35,10 +35,18 @@ impl View {
         failure.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
     }
 
-    /// Make everything staged durable (fsync of the mount's root, unmount, full buffer).
+    /// Make everything this mount holds durable: staged chunks and the files of their
+    /// own in arrays' directories (`fsync` of the mount's root or a group, unmount).
+    pub fn sync_all(&self) -> Result<()> {
+        let kept = self.keep_files(super::kept::Keep::All);
+        let flushed = self.flush_all();
+        kept.and(flushed)
+    }
+
+    /// Make everything staged durable (and a full write buffer's back-pressure).
     pub fn flush_all(&self) -> Result<()> {
         let Some(w) = &self.writer else { return Ok(()) };
-        let mut first_err = self.keep_files(super::kept::Keep::All).err();
+        let mut first_err = None;
         for rel in w.staging.arrays(None) {
             let array = self.arrays.get(&rel);
             if let Some(array) = array
@@ -84,7 +92,7 @@ impl View {
             // Retired while open (a chunk file taken into a new array, whose adoption
             // flushed it): whatever it became is made durable with everything else.
             Err(ViewError::StaleInode(_)) if self.inodes.get_any(ino).is_some() => {
-                return self.flush_all();
+                return self.sync_all();
             }
             res => res?,
         };
@@ -140,7 +148,7 @@ impl View {
                 self.keep_files(super::kept::Keep::Under(&path))?;
                 self.flush_array(&array)
             }
-            _ => self.flush_all(),
+            _ => self.sync_all(),
         }
     }
 }

@@ -96,13 +96,37 @@ impl View {
         }
         // A file at a chunk key or at metadata is committed, not kept. One whose key
         // directory a shrink left outside the grid no longer resolves: still a file.
-        if let Some(Node::Scratch { array, parent, .. }) = self.resolve(path)? {
-            let name = path.file_name().unwrap_or_default();
-            if !matches!(
-                self.target(&array, parent.as_deref(), name)?,
-                Target::Scratch
-            ) {
-                return Ok(());
+        let name = path.file_name().unwrap_or_default();
+        match self.resolve(path)? {
+            Some(Node::Scratch { array, parent, .. }) => {
+                if !matches!(
+                    self.target(&array, parent.as_deref(), name)?,
+                    Target::Scratch
+                ) {
+                    return Ok(());
+                }
+            }
+            // It settled meanwhile into what its name is (a chunk, committed at its
+            // close): nothing to keep.
+            Some(_) => return Ok(()),
+            // Its directory no longer resolves (a key directory a shrink left outside
+            // the grid): still a file, unless its name is a chunk key (a chunk opened
+            // before the shrink and never written), which is never stored as a file,
+            // where a shard may go.
+            None => {
+                let node = self.inodes.peek(path).and_then(|i| self.inodes.get_any(i));
+                if let Some((_, Node::Scratch { array, parent, .. })) = node
+                    && name
+                        .to_str()
+                        .and_then(|n| {
+                            array
+                                .encoding()
+                                .child(array.layout.ndim(), parent.as_deref(), n)
+                        })
+                        .is_some()
+                {
+                    return Ok(());
+                }
             }
         }
         let (data, sum) = {
@@ -119,9 +143,29 @@ impl View {
         }
         self.store.write_atomically(path, &data)?;
         kept.insert(path.to_path_buf());
+        // Stored and closed: the store file is the file from now on, as for a later
+        // mount; its memory goes back to the write buffer. (Open, it stays in memory
+        // for its writer and is stored again when changed.)
+        let mut map = w.scratch.lock();
         let mut f = file.lock();
-        if crc32c::crc32c(&f.data) == sum {
-            f.kept = Some(sum);
+        if crc32c::crc32c(&f.data) != sum {
+            return Ok(());
+        }
+        f.kept = Some(sum);
+        if f.opens == 0 && map.get(path).is_some_and(|m| Arc::ptr_eq(m, file)) {
+            w.unreserve(f.data.len() as u64);
+            f.data = Vec::new();
+            drop(f);
+            map.remove(path);
+            kept.remove(path);
+            if let Some(ino) = self.inodes.peek(path) {
+                self.inodes.update(
+                    ino,
+                    Node::File {
+                        rel: path.to_path_buf(),
+                    },
+                );
+            }
         }
         Ok(())
     }
@@ -143,7 +187,7 @@ impl View {
 
     /// Make the store directories of view directory `dir` that are missing (a key
     /// directory has none until a shard or a file lies in it).
-    fn make_store_dirs(&self, dir: &Path) -> Result<()> {
+    pub(super) fn make_store_dirs(&self, dir: &Path) -> Result<()> {
         let mut at = PathBuf::new();
         for part in dir.iter() {
             at.push(part);
@@ -183,6 +227,7 @@ impl View {
         };
         Ok(listed
             .into_iter()
+            .filter(|e| !crate::store::is_internal(&e.name))
             .filter_map(|e| {
                 let kind = match e.kind {
                     crate::store::EntryKind::File => super::Kind::File,
@@ -200,7 +245,8 @@ impl View {
     }
 
     /// Whether the store directory `rel` of key directory `coords` of `array` holds
-    /// files of their own (names that are no keys there).
+    /// files of their own (names that are no keys there), or a directory outside the grid
+    /// with files; key directories below it are not looked into.
     pub(super) fn holds_kept_files(
         &self,
         array: &super::ShardedArray,
@@ -220,22 +266,22 @@ impl View {
             }
             other => other?,
         };
-        for e in listed {
+        for e in listed
+            .into_iter()
+            .filter(|e| !crate::store::is_internal(&e.name))
+        {
             let Some(name) = e.name.to_str() else {
                 return Ok(true);
             };
             match enc.child(ndim, Some(coords), name) {
                 None => return Ok(true),
                 Some(KeyPath::Chunk(_)) => {}
+                // A key directory in the grid is looked at for its own sake (not here:
+                // that would walk every shard directory below); one outside the grid is
+                // a plain directory, there if it holds files.
                 Some(KeyPath::Dir(c)) if e.kind == crate::store::EntryKind::Dir => {
                     let in_grid = c.iter().zip(counts).all(|(c, n)| c < n);
-                    let below = rel.join(name);
-                    let holds = if in_grid {
-                        self.holds_kept_files(array, &c, &below)?
-                    } else {
-                        self.has_files(&below)?
-                    };
-                    if holds {
+                    if !in_grid && self.has_files(&rel.join(name))? {
                         return Ok(true);
                     }
                 }
@@ -258,7 +304,10 @@ impl View {
             }
             other => other?,
         };
-        for e in listed {
+        for e in listed
+            .into_iter()
+            .filter(|e| !crate::store::is_internal(&e.name))
+        {
             if e.kind != crate::store::EntryKind::Dir || self.has_files(&rel.join(&e.name))? {
                 return Ok(true);
             }

@@ -628,9 +628,14 @@ impl View {
                 let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
                 let counts = array.layout.chunk_counts();
-                // Keys are listed above; a key directory outside the grid is a plain one.
+                let listed: HashSet<std::ffi::OsString> =
+                    keys.iter().map(|e| e.name.clone()).collect();
+                // Keys are listed above; a key directory with no chunk below is listed
+                // while files of their own lie in it, and one outside the grid is a plain
+                // directory, listed while it holds files.
                 keys.extend(self.kept_in_key_dir(&path, |n| {
                     match enc.child(ndim, Some(coords), n) {
+                        Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
                         Some(format::KeyPath::Dir(c)) => {
                             if c.iter().zip(counts).all(|(c, n)| c < n) {
                                 !self

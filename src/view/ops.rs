@@ -11,7 +11,7 @@ use super::{Attr, Handle, MetaFile, Node, Opened, Renamed, Result, ShardedArray,
 use crate::format::KeyPath;
 
 use super::write::Target;
-use crate::store::OpenMode;
+use crate::store::{OpenMode, StoreFileRw};
 
 impl View {
     /// Create and open `name` in `parent`.
@@ -23,6 +23,7 @@ impl View {
         truncate: bool,
     ) -> Result<(Attr, Opened)> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
+        refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
         let path = ppath.join(name);
         if let Some(existing) = self.child(&ppath, &pnode, name)? {
@@ -201,10 +202,17 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
-            Node::File { rel } => {
-                self.open_store_file(rel, false)?.set_len(size)?;
-                self.doc_finished(rel)?;
+            Node::File { rel } if super::pending_doc::is_doc(rel) => {
+                // A metadata document: truncated as a whole document or refused, checked
+                // while this handle still holds it (the last one lets it go).
+                self.note_unsharded(rel);
+                let f = w.docs.open(&self.store, rel, false, false)?;
+                f.set_len(size)?;
+                if !f.whole() {
+                    return Err(not_whole(rel));
+                }
             }
+            Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let mut f = file.lock();
@@ -262,6 +270,7 @@ impl View {
 
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
+        refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
         if self.child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
@@ -546,6 +555,7 @@ impl View {
         newname: &OsStr,
         noreplace: bool,
     ) -> Result<Renamed> {
+        refuse_internal(newname)?;
         let (ppath, pnode) = self.node(parent)?;
         let (npath, nnode) = self.node(newparent)?;
         let src = self
@@ -603,6 +613,30 @@ impl View {
             {
                 renamed = Renamed::AsWritten;
                 node
+            }
+            // A file of its own of the store renamed to another such name in an array's
+            // directories: one rename in the store, never a copy held in memory meanwhile.
+            (Node::File { rel }, Node::ArrayDir { array } | Node::KeyDir { array, .. })
+                if matches!(
+                    self.target(
+                        array,
+                        match &nnode {
+                            Node::KeyDir { coords, .. } => Some(coords.as_slice()),
+                            _ => None,
+                        },
+                        newname
+                    )?,
+                    Target::Scratch
+                ) =>
+            {
+                if let Some(dir) = to.parent() {
+                    self.make_store_dirs(dir)?;
+                }
+                // Whatever had the name in memory is replaced.
+                self.writer()?.remove_scratch(&to);
+                self.unkeep_file(&to)?;
+                self.store.rename(rel, &to)?;
+                Node::File { rel: to.clone() }
             }
             _ => {
                 let data = self.content(&src)?;
@@ -796,6 +830,11 @@ impl View {
         if !matches!(node, Node::Dir { .. }) || self.writer.is_none() {
             return Ok((path, node));
         }
+        // Only an array at or above it changes what it is (an in-memory look, no I/O:
+        // a plain tree costs nothing here).
+        if !path.ancestors().any(|a| self.arrays.get(a).is_some()) {
+            return Ok((path, node));
+        }
         match self.resolve(&path)? {
             Some(now) if now.kind() == node.kind() => {
                 if !matches!(now, Node::Dir { .. }) {
@@ -806,4 +845,15 @@ impl View {
             _ => Ok((path, node)),
         }
     }
+}
+
+/// Names shardfs keeps for its own files beside the shards cannot be made.
+fn refuse_internal(name: &OsStr) -> Result<()> {
+    if crate::store::is_internal(name) {
+        return Err(ViewError::Invalid(format!(
+            "{}: a name shardfs keeps for its own files",
+            name.to_string_lossy()
+        )));
+    }
+    Ok(())
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -40,17 +41,18 @@ pub(super) fn is_doc(rel: &Path) -> bool {
 pub(super) struct PendingDoc {
     rel: PathBuf,
     store: Arc<dyn Store>,
+    /// Handles open on it ([`DocFile`]s alive). Atomic, as is `gone`: the table's lock
+    /// is never held waiting for `state`, which a store of the document holds.
+    opens: AtomicU32,
+    /// Its name was taken away (unlinked): it is never stored again.
+    gone: AtomicBool,
     state: Mutex<DocState>,
 }
 
 struct DocState {
     data: Vec<u8>,
-    /// Handles open on it ([`DocFile`]s alive).
-    opens: u32,
     /// `data` is what the store holds (nothing to store).
     stored: bool,
-    /// Its name was taken away (unlinked): it is never stored again.
-    gone: bool,
     mtime: SystemTime,
     /// Mode and owner the stored file gets (a new file replaces it at every store): the
     /// stored one's, or what `chmod`/`chown` set meanwhile.
@@ -62,6 +64,15 @@ impl PendingDoc {
     /// Whether its bytes are one whole JSON document.
     pub(super) fn whole(&self) -> bool {
         super::handles::whole_json(&self.state.lock().data)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.state.lock().data.is_empty()
+    }
+
+    /// Handles open on it now.
+    pub(super) fn opens(&self) -> u32 {
+        self.opens.load(Ordering::SeqCst)
     }
 
     pub(super) fn bytes(&self) -> Vec<u8> {
@@ -106,7 +117,7 @@ impl PendingDoc {
         f(&mut st.data);
         st.stored = false;
         st.mtime = SystemTime::now();
-        if st.gone || !super::handles::whole_json(&st.data) {
+        if self.gone.load(Ordering::SeqCst) || !super::handles::whole_json(&st.data) {
             return Ok(());
         }
         // Stored under the lock: two writers' documents land in the order they were made.
@@ -156,7 +167,7 @@ impl PendingDocs {
             .lock()
             .values()
             .filter(|d| d.rel.parent() == Some(dir))
-            .filter(|d| !d.state.lock().gone)
+            .filter(|d| !d.gone.load(Ordering::SeqCst))
             .filter_map(|d| d.rel.file_name().map(ToOwned::to_owned))
             .collect()
     }
@@ -182,11 +193,11 @@ impl PendingDocs {
                 let d = Arc::new(PendingDoc {
                     rel: rel.to_path_buf(),
                     store: store.clone(),
+                    opens: AtomicU32::new(0),
+                    gone: AtomicBool::new(false),
                     state: Mutex::new(DocState {
                         stored: stored.is_some(),
                         data: stored.unwrap_or_default(),
-                        opens: 0,
-                        gone: false,
                         mtime: SystemTime::UNIX_EPOCH,
                         mode: meta.map(|m| u32::from(m.perm)),
                         owner: (meta.map(|m| m.uid), meta.map(|m| m.gid)),
@@ -196,7 +207,7 @@ impl PendingDocs {
                 d
             }
         };
-        doc.state.lock().opens += 1;
+        doc.opens.fetch_add(1, Ordering::SeqCst);
         drop(docs);
         let file = DocFile {
             doc,
@@ -218,7 +229,7 @@ impl PendingDocs {
     pub(super) fn unlinked(&self, rel: &Path) -> bool {
         match self.docs.lock().remove(rel) {
             Some(d) => {
-                d.state.lock().gone = true;
+                d.gone.store(true, Ordering::SeqCst);
                 true
             }
             None => false,
@@ -226,10 +237,12 @@ impl PendingDocs {
     }
 
     fn closed(&self, doc: &Arc<PendingDoc>) {
+        if doc.opens.fetch_sub(1, Ordering::SeqCst) > 1 {
+            return;
+        }
         let mut docs = self.docs.lock();
-        let mut st = doc.state.lock();
-        st.opens = st.opens.saturating_sub(1);
-        if st.opens == 0
+        // Opened again meanwhile (`open` counts under the table's lock): it stays.
+        if doc.opens.load(Ordering::SeqCst) == 0
             && let Some(d) = docs.get(&doc.rel)
             && Arc::ptr_eq(d, doc)
         {
@@ -244,6 +257,13 @@ pub(super) struct DocFile {
     doc: Arc<PendingDoc>,
     /// The table it was opened from.
     docs: Arc<PendingDocs>,
+}
+
+impl DocFile {
+    /// Whether the document is one whole JSON document now.
+    pub(super) fn whole(&self) -> bool {
+        self.doc.whole()
+    }
 }
 
 impl Drop for DocFile {

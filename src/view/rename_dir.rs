@@ -3,8 +3,12 @@
 //! `rename(2)`, atomic) it is one rename in the store, after everything written below it
 //! through this mount is committed and stored; elsewhere (object storage, where a
 //! directory is a prefix of many objects) it is `EXDEV`, and `mv` copies and deletes.
+//!
+//! While it runs, nothing is made or committed anywhere in the mount (`Writer::tree`,
+//! held exclusively): a chunk committed meanwhile would be staged under the old path,
+//! for an array no longer there.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::handles::KernelCommit;
 use super::kept::Keep;
@@ -21,12 +25,14 @@ impl View {
     ) -> Result<Renamed> {
         let w = self.writer()?;
         let rel = match src {
-            Node::Dir { rel } => rel.clone(),
-            Node::ArrayDir { array } if !array.draft => array.rel.clone(),
+            Node::Dir { rel } if self.store.renames_dirs() => rel.clone(),
+            Node::ArrayDir { array } if self.store.renames_dirs() && !array.draft => {
+                array.rel.clone()
+            }
             _ => {
                 return Err(ViewError::Unsupported(
-                    "renaming key directories or directories of a draft-layout store is not \
-                     supported"
+                    "this store cannot rename a directory in one step (object storage), \
+                     nor key directories or a draft-layout store's: copy instead"
                         .into(),
                 ));
             }
@@ -37,9 +43,11 @@ impl View {
                 from.display()
             )));
         }
-        // What this mount holds below it is stored first, so that nothing it writes
-        // later goes to the old paths.
+        // What this mount holds below it is committed first (this may commit chunks,
+        // which the lock below would wait for), then stored under the lock, so that
+        // nothing it writes later goes to the old paths.
         self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
+        let _renaming = w.tree.write();
         let open_below = w
             .scratch
             .lock()
@@ -60,15 +68,69 @@ impl View {
         }
         self.keep_files(Keep::Under(from))?;
         self.store.rename_dir(&rel, dst)?;
-        // Nothing of this mount's state names the old paths any more.
-        w.scratch.lock().retain(|p, _| !p.starts_with(from));
+        // This mount's state follows the directory to its new path.
+        let moved = |p: &Path, from: &Path, to: &Path| -> PathBuf {
+            to.join(p.strip_prefix(from).expect("below from"))
+        };
+        {
+            let mut scratch = w.scratch.lock();
+            let gone: Vec<PathBuf> = scratch
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in gone {
+                // Stored above, or nothing to store (closed and committed): let go, with
+                // the room they held in the write buffer.
+                if let Some(f) = scratch.remove(&p) {
+                    w.unreserve(f.lock().data.len() as u64);
+                }
+            }
+        }
         w.kept_paths.lock().retain(|p| !p.starts_with(from));
-        w.vdirs.lock().retain(|(a, _)| !a.starts_with(&rel));
-        w.raw.lock().retain(|a| !a.starts_with(&rel));
+        {
+            let mut vdirs = w.vdirs.lock();
+            let old: Vec<_> = vdirs
+                .iter()
+                .filter(|(a, _)| a.starts_with(&rel))
+                .cloned()
+                .collect();
+            for (a, c) in old {
+                vdirs.remove(&(a.clone(), c.clone()));
+                vdirs.insert((moved(&a, &rel, dst), c));
+            }
+        }
+        for set in [&w.raw, &w.keep_unsharded] {
+            let mut set = set.lock();
+            let old: Vec<PathBuf> = set
+                .iter()
+                .filter(|a| a.starts_with(&rel))
+                .cloned()
+                .collect();
+            for a in old {
+                set.remove(&a);
+                set.insert(moved(&a, &rel, dst));
+            }
+        }
+        // Arrays whose metadata was unlinked below it hold their old paths: let go (their
+        // other names are plain files of the store at the new path).
         w.headless.lock().retain(|a, _| !a.starts_with(&rel));
         w.plain_headless.lock().retain(|a, _| !a.starts_with(&rel));
-        w.times.lock().retain(|p, _| !p.starts_with(from));
+        {
+            let mut times = w.times.lock();
+            let old: Vec<PathBuf> = times
+                .keys()
+                .filter(|p| p.starts_with(from))
+                .cloned()
+                .collect();
+            for p in old {
+                if let Some(t) = times.remove(&p) {
+                    times.insert(moved(&p, from, to), t);
+                }
+            }
+        }
         self.arrays.remove_under(&rel);
+        self.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
         self.inodes.move_tree(from, to);
         self.refresh_subtree(to);

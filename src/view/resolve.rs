@@ -100,6 +100,7 @@ impl View {
                 match kp {
                     Some(kp) => self.key_node(array, kp),
                     // A file of its own stored there (`super::kept`).
+                    None if crate::store::is_internal(name) => Ok(None),
                     None => Ok(match self.store.stat(&path.join(name))? {
                         Some(m) if m.kind == EntryKind::File => Some(Node::File {
                             rel: path.join(name),

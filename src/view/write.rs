@@ -291,6 +291,16 @@ impl View {
                 }
                 self.commit_scratch(&node, &file)
             }
+            // A shell's redirection (`echo ... > zarr.json`) closes a duplicate of the
+            // still-empty file before it writes: that close waits for the one that
+            // brings the document.
+            Some(Handle::StoreRw(_, rel))
+                if self
+                    .pending_doc(&rel)
+                    .is_some_and(|d| d.is_empty() && d.opens() > 1) =>
+            {
+                Ok(())
+            }
             Some(Handle::StoreRw(_, rel)) if self.pending_doc(&rel).is_some_and(|d| !d.whole()) => {
                 self.doc_finished(&rel)
             }
@@ -573,6 +583,21 @@ impl View {
         };
         let array = self.current(array);
         self.writable(&array)?;
+        // A length no chunk of the array can have is refused before anything moves:
+        // the file stays as it was.
+        if let (Some(want), Some(len)) = (
+            array.layout.fixed_chunk_len,
+            self.writer()?.scratch_len(path),
+        ) && len != want
+        {
+            let why = format!(
+                "{}: {len} bytes; the array's codecs (no compression) make every chunk \
+                 exactly {want} bytes: refused",
+                path.display()
+            );
+            log::warn!("{why}");
+            return Err(ViewError::Invalid(why));
+        }
         let Some(data) = self.writer()?.take_scratch_if_closed(path) else {
             return Ok(None);
         };
@@ -599,6 +624,19 @@ impl View {
         closed: Option<u64>,
     ) -> Result<()> {
         let w = self.writer()?;
+        // Not while a directory is renamed (`View::rename_dir`): then the array may have
+        // moved, and a chunk staged under its old path would be stored nowhere.
+        let _committing = w.tree.read();
+        if self.arrays.get(&array.rel).is_none() {
+            log::warn!(
+                "{}: chunk {coords:?} not committed: the array is no longer there (its \
+                 directory was renamed or its metadata removed)",
+                array.rel.display()
+            );
+            return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                libc::ESTALE,
+            )));
+        }
         if let (Some(d), Some(want)) = (&data, array.layout.fixed_chunk_len)
             && d.len() as u64 != want
         {

@@ -340,6 +340,10 @@ impl Store for LocalStore {
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
     }
 
+    fn renames_dirs(&self) -> bool {
+        true
+    }
+
     /// `rename(2)`: atomic, and POSIX's rules for what may stand at `to` (nothing, or an
     /// empty directory).
     fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
