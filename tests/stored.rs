@@ -149,6 +149,28 @@ fn metadata_cut_short_never_reaches_the_store() {
             libc::EINVAL
         );
         assert_eq!(fs::read(m.join("g/zarr.json")).unwrap(), group);
+        // Written in two pieces through two descriptors (`printf a > f; printf b >> f`):
+        // the first close leaves it pending, the second completes it.
+        fs::create_dir(m.join("p")).unwrap();
+        fs::write(m.join("p/zarr.json"), &group[..20]).unwrap();
+        assert_eq!(fs::read(m.join("p/zarr.json")).unwrap(), &group[..20]);
+        OpenOptions::new()
+            .append(true)
+            .open(m.join("p/zarr.json"))
+            .unwrap()
+            .write_all(&group[20..])
+            .unwrap();
+        assert_eq!(fs::read(store.join("p/zarr.json")).unwrap(), group);
+        // A sharded array whose metadata is rewritten cut short is still removed whole
+        // by `rm -rf` (the pending write goes with the unlink, and the metadata under it).
+        fs::write(m.join("index_start/zarr.json"), half).unwrap();
+        let st = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(m.join("index_start"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "rm -rf of an array with metadata cut short");
+        assert!(!store.join("index_start").exists());
         // A new group left cut short at the unmount.
         fs::create_dir(m.join("h")).unwrap();
         fs::write(m.join("h/zarr.json"), half).unwrap();
@@ -156,6 +178,7 @@ fn metadata_cut_short_never_reaches_the_store() {
     assert_eq!(fs::read(store.join("zarr.json")).unwrap(), before);
     assert_eq!(fs::read(store.join("g/zarr.json")).unwrap(), group);
     assert!(!store.join("h/zarr.json").exists());
+    assert_eq!(fs::read(store.join("p/zarr.json")).unwrap(), group);
     assert_verify_clean(&store);
 }
 

@@ -768,7 +768,9 @@ impl View {
     fn partial_metadata(&self, fh: u64) -> bool {
         match self.handles.get(fh) {
             Ok(Handle::Scratch { node, file, .. }) => {
-                self.pending_meta(&node).is_some() && !whole_json(&file.lock().data)
+                let f = file.lock();
+                // Unlinked since: nothing of it will be committed.
+                !f.orphan && self.pending_meta(&node).is_some() && !whole_json(&f.data)
             }
             Ok(Handle::StoreRw(_, rel)) => match self.pending_doc(&rel) {
                 Some(doc) => !doc.whole(),
@@ -813,7 +815,16 @@ impl View {
             .filter_map(|(ino, _)| self.inodes.get(ino))
             .map(|(p, _)| p.display().to_string())
             .collect();
+        if let Some(w) = &self.writer {
+            out.extend(
+                w.docs
+                    .unfinished()
+                    .into_iter()
+                    .map(|p| p.display().to_string()),
+            );
+        }
         out.sort();
+        out.dedup();
         out
     }
 

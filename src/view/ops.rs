@@ -360,7 +360,8 @@ impl View {
         Ok((ppath, path, node))
     }
 
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+    pub fn unlink(&self, dir: u64, name: &OsStr) -> Result<()> {
+        let parent = dir;
         let (ppath, path, node) = match self.existing_child(parent, name) {
             Err(ViewError::NotFound | ViewError::StaleInode(_))
                 if let Some((ppath, pnode)) = self.inodes.get_any(parent)
@@ -386,7 +387,13 @@ impl View {
                 array,
                 parent,
             } => {
+                let metadata = self.pending_meta(&node).is_some();
                 self.unname_scratch(path, array, parent.as_deref())?;
+                if metadata {
+                    // A write of the array's metadata not yet taken in (cut short): it
+                    // goes, and so does the metadata under it, as the unlink says.
+                    return self.unlink(dir, name);
+                }
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);

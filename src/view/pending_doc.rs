@@ -219,9 +219,12 @@ impl PendingDocs {
         Ok(file)
     }
 
-    /// Whether a document is being written at or below store path `rel`.
+    /// Whether a document is open for writing at or below store path `rel`.
     pub(super) fn any_under(&self, rel: &Path) -> bool {
-        self.docs.lock().keys().any(|p| p.starts_with(rel))
+        self.docs
+            .lock()
+            .iter()
+            .any(|(p, d)| p.starts_with(rel) && d.opens.load(Ordering::SeqCst) > 0)
     }
 
     /// The name of the document at `rel` was taken away: it is never stored again.
@@ -240,6 +243,12 @@ impl PendingDocs {
         if doc.opens.fetch_sub(1, Ordering::SeqCst) > 1 {
             return;
         }
+        // A document not yet whole stays, with no handle: its writer may write the rest
+        // through another descriptor (`printf a > zarr.json; printf b >> zarr.json`).
+        // It is completed then, unlinked, or refused by the unmount.
+        if !doc.whole() {
+            return;
+        }
         let mut docs = self.docs.lock();
         // Opened again meanwhile (`open` counts under the table's lock): it stays.
         if doc.opens.load(Ordering::SeqCst) == 0
@@ -248,6 +257,30 @@ impl PendingDocs {
         {
             docs.remove(&doc.rel);
         }
+    }
+
+    /// Documents not whole that no handle has open (what the unmount refuses).
+    pub(super) fn unfinished(&self) -> Vec<PathBuf> {
+        self.docs
+            .lock()
+            .values()
+            .filter(|d| d.opens.load(Ordering::SeqCst) == 0 && !d.gone.load(Ordering::SeqCst))
+            .filter(|d| !d.whole())
+            .map(|d| d.rel.clone())
+            .collect()
+    }
+
+    /// Let go of the documents not whole that no handle has open at or below `rel` (a
+    /// directory renamed away): as the unmount would, the store keeps what it had.
+    pub(super) fn drop_unfinished_under(&self, rel: &Path) {
+        self.docs.lock().retain(|p, d| {
+            let drop = p.starts_with(rel) && d.opens.load(Ordering::SeqCst) == 0;
+            if drop {
+                d.gone.store(true, Ordering::SeqCst);
+                log::warn!("{}", d.unfinished_error());
+            }
+            !drop
+        });
     }
 }
 

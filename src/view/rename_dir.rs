@@ -59,6 +59,7 @@ impl View {
                 libc::EBUSY,
             )));
         }
+        w.docs.drop_unfinished_under(&rel);
         for array in w.staging.arrays(None) {
             if array.starts_with(&rel)
                 && let Some(a) = self.arrays.get(&array)
