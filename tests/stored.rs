@@ -487,11 +487,23 @@ fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
         fs::read(p("c/0/0.partial")).unwrap().len(),
         before.len() + 2
     );
-    let mut f = OpenOptions::new().append(true).open(p("c/0/0")).unwrap();
+    // Written in place: refused at its fsync; the chunk keeps its bytes.
+    let c01 = fs::read(p("c/0/1")).unwrap();
+    let mut f = OpenOptions::new().append(true).open(p("c/0/1")).unwrap();
     f.write_all(&[9, 9]).unwrap();
     assert_eq!(errno_of(f.sync_all()), libc::EINVAL);
     drop(f);
-    assert_eq!(fs::read(p("c/0/0")).unwrap(), before);
+    assert_eq!(fs::read(p("c/0/1")).unwrap(), c01);
+    // A chunk file made, then a directory's fsync before its bytes come: not committed
+    // (and refused, as an empty chunk) by that fsync, so the write that follows lands.
+    let f = fs::File::create(p("c/1/0")).unwrap();
+    fs::File::open(mnt.path().join(a))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    (&f).write_all(&vec![4u8; before.len()]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
     // A stored file of its own, renamed within the array: moved in the store.
     fs::write(p("notes.txt"), b"n").unwrap();
     fsync(&p("notes.txt")).unwrap();
@@ -501,4 +513,17 @@ fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
     drop(m);
     drop(mnt);
     assert_verify_clean(&store);
+    let (mnt, _m) = mount(&store, &MountOptions::default());
+    let p = |rel: &str| mnt.path().join(a).join(rel);
+    assert_eq!(fs::read(p("c/1/0")).unwrap(), vec![4u8; before.len()]);
+    assert_eq!(
+        fs::read(p("c/0/0")).unwrap(),
+        before,
+        "the refused rename stored nothing"
+    );
+    assert_eq!(
+        fs::read(p("c/0/1")).unwrap(),
+        c01,
+        "the refused append stored nothing"
+    );
 }

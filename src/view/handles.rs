@@ -600,6 +600,22 @@ impl View {
         if !gathers {
             return self.set_size_open(ino, size, None);
         }
+        if size == 0
+            && self.handles.implicit_fh(ino).is_some()
+            && let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino))
+        {
+            // What was written before this truncate to nothing (`O_TRUNC` of a new
+            // open: the writer before it closed its file, unheard) is committed as that
+            // close would have committed it, not merged with what comes next (a refusal
+            // of the next write would take it along). Its refusal is that earlier
+            // writer's, which no request waits for: kept for stats and the unmount.
+            let path = self.handle_path(ino, None);
+            let mut refused = self.counters.refused.lock();
+            if refused.len() == REFUSALS_KEPT {
+                refused.pop_front();
+            }
+            refused.push_back((path, e.to_string()));
+        }
         let fh = self.implicit_begin(ino, size == 0)?;
         let res = self.set_size_open(ino, size, Some(fh));
         self.handles.implicit_end(ino);
@@ -712,15 +728,19 @@ impl View {
                         KernelCommit::Settled { except } => {
                             except != Some(*ino)
                                 && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
                                 && !self.unlinked(h.fh)
                         }
                         KernelCommit::Full { except } => {
-                            except != Some(*ino) && !self.partial_metadata(h.fh)
+                            except != Some(*ino)
+                                && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();
                             e >= KERNEL_WRITE_IDLE
                                 && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
                                 && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
                         }
                     };
@@ -735,7 +755,13 @@ impl View {
             for (ino, fh) in taken {
                 // Kept for a message only: a path is made only if the commit fails.
                 let held = self.handles.get(fh).ok();
-                if let Err(e) = self.release(fh) {
+                let released = self.release(fh);
+                if released.is_ok() && !self.counters.refused.lock().is_empty() {
+                    // Committed now: an earlier refusal of the same file is no longer true.
+                    let path = self.handle_path(ino, held.as_ref());
+                    self.counters.refused.lock().retain(|(p, _)| *p != path);
+                }
+                if let Err(e) = released {
                     let path = self.handle_path(ino, held.as_ref());
                     log::warn!("{path}: a commit of a file written with kernel opens: {e}");
                     if !matches!(which, KernelCommit::Of(_)) {
@@ -826,6 +852,20 @@ impl View {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// A file made (or truncated) and not written since: its writer has not begun, and
+    /// only its own `fsync`, a rename of it or the unmount commit it (committed by
+    /// another file's, an empty chunk was refused, and the write that came next found
+    /// the file gone).
+    fn untouched(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { file, .. }) => {
+                let f = file.lock();
+                f.data.is_empty() && f.written == 0
+            }
+            _ => false,
+        }
     }
 
     /// An unlinked file: nothing to commit; it lives on only in its handle.

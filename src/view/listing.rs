@@ -57,7 +57,33 @@ impl View {
                 });
             }
         } else if enc.nested() {
-            out.extend(self.list_keys(array, &[])?);
+            let keys = self.list_keys(array, &[])?;
+            // Key directories with no chunk below that hold files of their own (the
+            // store directory at their path: `super::kept`).
+            let listed: std::collections::HashSet<std::ffi::OsString> =
+                keys.iter().map(|e| e.name.clone()).collect();
+            out.extend(keys);
+            if !array.draft {
+                let counts = array.layout.chunk_counts();
+                for e in self.store.list(&array.rel).unwrap_or_default() {
+                    let Some(name) = e.name.to_str() else {
+                        continue;
+                    };
+                    if e.kind != EntryKind::Dir || listed.contains(&e.name) {
+                        continue;
+                    }
+                    if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
+                        && c.iter().zip(counts).all(|(c, n)| c < n)
+                        && self.holds_kept_files(array, &c, &array.rel.join(name))?
+                    {
+                        out.push(DirEntry {
+                            ino: 0,
+                            name: e.name,
+                            kind: Kind::Dir,
+                        });
+                    }
+                }
+            }
         } else {
             out.extend(self.list_flat(array)?);
         }

@@ -768,6 +768,13 @@ impl View {
                 let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
                 if !same {
                     self.commit_chunk(&self.current(array), coords.clone(), None)?;
+                    // Its key directory stays, as when the chunk is unlinked.
+                    if let Some((_, parent)) = coords.split_last() {
+                        self.writer()?
+                            .vdirs
+                            .lock()
+                            .insert((array.rel.clone(), parent.to_vec()));
+                    }
                 }
             }
             Node::File { rel } => self.remove_store_file(rel)?,

@@ -228,6 +228,11 @@ impl View {
             (f.data.clone(), closed)
         };
         let put = self.put(array, parent.as_deref(), name, path, data, closed);
+        if put.is_ok() {
+            // Stored: an earlier refusal of the same file is no longer true.
+            let shown = path.display().to_string();
+            self.counters.refused.lock().retain(|(p, _)| *p != shown);
+        }
         if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
             // A refused metadata write is rolled back: the file holds the stored
             // document again, for its writer and every later reader.
@@ -552,7 +557,18 @@ impl View {
                 Err(ViewError::Invalid(why))
             }
             Target::Scratch => {
-                let file = self.writer()?.new_scratch(path, data, false, 0)?;
+                let w = self.writer()?;
+                // A file of its own of the store at that name is replaced: its stored
+                // copy is this file's from now on (overwritten when this one is stored,
+                // removed with its name).
+                if self
+                    .store
+                    .stat(path)?
+                    .is_some_and(|m| m.kind == crate::store::EntryKind::File)
+                {
+                    w.kept_paths.lock().insert(path.to_path_buf());
+                }
+                let file = w.new_scratch(path, data, false, 0)?;
                 drop(file);
                 Ok(Node::Scratch {
                     path: path.to_path_buf(),
