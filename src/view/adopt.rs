@@ -252,6 +252,8 @@ impl View {
             let why = format!("its chunks could never be stored: {e}");
             log::warn!("{}: refused: {why}", json_path.display());
             self.store.remove_file(&json_path)?;
+            // The document being written there goes too: nothing shows it any more.
+            w.docs.unlinked(&json_path);
             self.refresh_subtree(dir);
             return Err(ViewError::Invalid(why));
         }
@@ -271,6 +273,8 @@ impl View {
             );
             log::warn!("{}: refused: {why}", json_path.display());
             self.store.remove_file(&json_path)?;
+            // The document being written there goes too: nothing shows it any more.
+            w.docs.unlinked(&json_path);
             self.refresh_subtree(dir);
             return Err(ViewError::Invalid(why));
         }

@@ -106,14 +106,11 @@ impl View {
                     return Ok(());
                 }
             }
-            // It settled meanwhile into what its name is (a chunk, committed at its
-            // close): nothing to keep.
-            Some(_) => return Ok(()),
             // Its directory no longer resolves (a key directory a shrink left outside
-            // the grid): still a file, unless its name is a chunk key (a chunk opened
-            // before the shrink and never written), which is never stored as a file,
-            // where a shard may go.
-            None => {
+            // the grid: nothing, or the copy stored before, is found at its path): still
+            // a file, unless its name is a chunk key (a chunk opened before the shrink
+            // and never written), which is never stored as a file, where a shard may go.
+            None | Some(Node::File { .. }) => {
                 let node = self.inodes.peek(path).and_then(|i| self.inodes.get_any(i));
                 if let Some((_, Node::Scratch { array, parent, .. })) = node
                     && name
@@ -128,6 +125,9 @@ impl View {
                     return Ok(());
                 }
             }
+            // It settled meanwhile into what its name is (a chunk, committed at its
+            // close): nothing to keep.
+            Some(_) => return Ok(()),
         }
         let (data, sum) = {
             let f = file.lock();
