@@ -214,20 +214,9 @@ impl View {
         path: &Path,
         is_key: impl Fn(&str) -> bool,
     ) -> Result<Vec<super::DirEntry>> {
-        let listed = match self.store.list(path) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(Vec::new());
-            }
-            other => other?,
-        };
+        let listed = self.own_entries(path)?;
         Ok(listed
             .into_iter()
-            .filter(|e| !crate::store::is_internal(&e.name))
             .filter_map(|e| {
                 let kind = match e.kind {
                     crate::store::EntryKind::File => super::Kind::File,
@@ -255,21 +244,8 @@ impl View {
     ) -> Result<bool> {
         let (enc, ndim) = (array.encoding(), array.layout.ndim());
         let counts = array.layout.chunk_counts();
-        let listed = match self.store.list(rel) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(false);
-            }
-            other => other?,
-        };
-        for e in listed
-            .into_iter()
-            .filter(|e| !crate::store::is_internal(&e.name))
-        {
+        let listed = self.own_entries(rel)?;
+        for e in listed {
             let Some(name) = e.name.to_str() else {
                 return Ok(true);
             };
@@ -293,21 +269,8 @@ impl View {
 
     /// Whether store directory `rel` holds anything but directories, at any depth.
     pub(super) fn has_files(&self, rel: &Path) -> Result<bool> {
-        let listed = match self.store.list(rel) {
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-            {
-                return Ok(false);
-            }
-            other => other?,
-        };
-        for e in listed
-            .into_iter()
-            .filter(|e| !crate::store::is_internal(&e.name))
-        {
+        let listed = self.own_entries(rel)?;
+        for e in listed {
             if e.kind != crate::store::EntryKind::Dir || self.has_files(&rel.join(&e.name))? {
                 return Ok(true);
             }
@@ -316,21 +279,35 @@ impl View {
     }
 
     /// Remove the directories below store directory `rel` that hold no file at any depth
-    /// (not `rel` itself).
+    /// (not `rel` itself). Best effort: one that cannot go (a recovery record of
+    /// shardfs's own in it) stays, and the caller's `rmdir` says `ENOTEMPTY`.
     pub(super) fn remove_empty_dirs(&self, rel: &Path) -> Result<()> {
-        let Ok(listed) = self.store.list(rel) else {
-            return Ok(());
-        };
-        for e in listed {
+        for e in self.own_entries(rel)? {
             let below = rel.join(&e.name);
             if e.kind == crate::store::EntryKind::Dir && !self.has_files(&below)? {
                 self.remove_empty_dirs(&below)?;
-                match self.store.remove_dir(&below) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
-                }
+                let _ = self.store.remove_dir(&below);
             }
         }
         Ok(())
+    }
+
+    /// The entries of store directory `rel` but shardfs's own files; none where it is
+    /// no directory (a key directory with nothing of its own in the store).
+    fn own_entries(&self, rel: &Path) -> Result<Vec<crate::store::ListEntry>> {
+        match self.store.list(rel) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(Vec::new())
+            }
+            other => Ok(other?
+                .into_iter()
+                .filter(|e| !crate::store::is_internal(&e.name))
+                .collect()),
+        }
     }
 }

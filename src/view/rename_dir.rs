@@ -70,48 +70,33 @@ impl View {
         self.keep_files(Keep::Under(from))?;
         self.store.rename_dir(&rel, dst)?;
         // This mount's state follows the directory to its new path.
-        let moved = |p: &Path, from: &Path, to: &Path| -> PathBuf {
-            to.join(p.strip_prefix(from).expect("below from"))
+        let rebase = |p: PathBuf, from: &Path, to: &Path| match p.strip_prefix(from) {
+            Ok(rest) => to.join(rest),
+            Err(_) => p,
         };
         {
+            // Stored above, or nothing to store (closed and committed): let go, with
+            // the room they held in the write buffer.
             let mut scratch = w.scratch.lock();
-            let gone: Vec<PathBuf> = scratch
-                .keys()
-                .filter(|p| p.starts_with(from))
-                .cloned()
-                .collect();
-            for p in gone {
-                // Stored above, or nothing to store (closed and committed): let go, with
-                // the room they held in the write buffer.
-                if let Some(f) = scratch.remove(&p) {
+            scratch.retain(|p, f| {
+                let keep = !p.starts_with(from);
+                if !keep {
                     w.unreserve(f.lock().data.len() as u64);
                 }
-            }
+                keep
+            });
         }
         w.kept_paths.lock().retain(|p| !p.starts_with(from));
         {
             let mut vdirs = w.vdirs.lock();
-            let old: Vec<_> = vdirs
-                .iter()
-                .filter(|(a, _)| a.starts_with(&rel))
-                .cloned()
+            *vdirs = vdirs
+                .drain()
+                .map(|(a, c)| (rebase(a, &rel, dst), c))
                 .collect();
-            for (a, c) in old {
-                vdirs.remove(&(a.clone(), c.clone()));
-                vdirs.insert((moved(&a, &rel, dst), c));
-            }
         }
         for set in [&w.raw, &w.keep_unsharded] {
             let mut set = set.lock();
-            let old: Vec<PathBuf> = set
-                .iter()
-                .filter(|a| a.starts_with(&rel))
-                .cloned()
-                .collect();
-            for a in old {
-                set.remove(&a);
-                set.insert(moved(&a, &rel, dst));
-            }
+            *set = set.drain().map(|a| rebase(a, &rel, dst)).collect();
         }
         // Arrays whose metadata was unlinked below it hold their old paths: let go (their
         // other names are plain files of the store at the new path).
@@ -119,16 +104,10 @@ impl View {
         w.plain_headless.lock().retain(|a, _| !a.starts_with(&rel));
         {
             let mut times = w.times.lock();
-            let old: Vec<PathBuf> = times
-                .keys()
-                .filter(|p| p.starts_with(from))
-                .cloned()
+            *times = times
+                .drain()
+                .map(|(p, t)| (rebase(p, from, to), t))
                 .collect();
-            for p in old {
-                if let Some(t) = times.remove(&p) {
-                    times.insert(moved(&p, from, to), t);
-                }
-            }
         }
         self.arrays.remove_under(&rel);
         self.shards.invalidate_under(&rel);
