@@ -68,6 +68,11 @@ fn files_beside_the_chunks_are_stored_as_files() {
             fs::write(p("old.txt"), b"renamed").unwrap();
             fsync(&p("old.txt")).unwrap();
             fs::rename(p("old.txt"), p("new.txt")).unwrap();
+            // Names shardfs keeps for its own files beside the shards cannot be made.
+            assert_eq!(
+                errno_of(fs::write(p("c/0.shardfs-append"), b"x")),
+                libc::EINVAL
+            );
             // A temporary file renamed onto a chunk key leaves nothing beside the shards.
             fs::write(p("c/3/2.partial"), vec![3u8; 24]).unwrap();
             fs::rename(p("c/3/2.partial"), p("c/3/2")).unwrap();
