@@ -515,6 +515,17 @@ fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
     fs::rename(p("notes.txt"), p("c/notes.txt")).unwrap();
     assert!(!store.join(a).join("notes.txt").exists());
     assert_eq!(fs::read(store.join(a).join("c/notes.txt")).unwrap(), b"n");
+    // Rewritten whole and closed, then truncated to a length no chunk has through
+    // another descriptor (`truncate -s`): the truncate is refused at its fsync, and the
+    // chunk keeps the rewrite its close acknowledged (with kernel opens the close is
+    // unheard; before the fix the refusal took the rewrite along: seed 302 of the
+    // reference soak).
+    fs::write(p("c/1/1"), vec![6u8; before.len()]).unwrap();
+    let f = OpenOptions::new().write(true).open(p("c/1/1")).unwrap();
+    f.set_len(before.len() as u64 + 4).unwrap();
+    assert_eq!(errno_of(f.sync_all()), libc::EINVAL);
+    drop(f);
+    assert_eq!(fs::read(p("c/1/1")).unwrap(), vec![6u8; before.len()]);
     drop(m);
     drop(mnt);
     assert_verify_clean(&store);
@@ -530,5 +541,10 @@ fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
         fs::read(p("c/0/1")).unwrap(),
         c01,
         "the refused append stored nothing"
+    );
+    assert_eq!(
+        fs::read(p("c/1/1")).unwrap(),
+        vec![6u8; before.len()],
+        "the refused truncate kept the rewrite before it"
     );
 }

@@ -600,15 +600,19 @@ impl View {
         if !gathers {
             return self.set_size_open(ino, size, None);
         }
-        if size == 0
-            && self.handles.implicit_fh(ino).is_some()
+        if self
+            .handles
+            .implicit_fh(ino)
+            .is_some_and(|fh| size == 0 || self.gathered_whole(fh, size))
             && let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino))
         {
             // What was written before this truncate to nothing (`O_TRUNC` of a new
-            // open: the writer before it closed its file, unheard) is committed as that
-            // close would have committed it, not merged with what comes next (a refusal
-            // of the next write would take it along). Its refusal is that earlier
-            // writer's, which no request waits for: kept for stats and the unmount.
+            // open: the writer before it closed its file, unheard), or before a
+            // truncate that changes a whole chunk or document (`truncate -s`, which may
+            // be another process's), is committed as that close would have committed
+            // it, not merged with what comes next (a refusal of the truncated bytes
+            // would take it along). Its refusal is that earlier writer's, which no
+            // request waits for: kept for stats and the unmount.
             let path = self.handle_path(ino, None);
             let mut refused = self.counters.refused.lock();
             if refused.len() == REFUSALS_KEPT {
@@ -864,6 +868,44 @@ impl View {
                 let f = file.lock();
                 f.data.is_empty() && f.written == 0
             }
+            _ => false,
+        }
+    }
+
+    /// Bytes gathered in `fh` that a commit would take as they stand (a chunk of a
+    /// length its array's codecs can decode, a whole metadata document), which a
+    /// truncate to `size` would change.
+    fn gathered_whole(&self, fh: u64, size: u64) -> bool {
+        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
+            return false;
+        };
+        let f = file.lock();
+        if f.orphan || f.data.len() as u64 == size || (f.data.is_empty() && f.written == 0) {
+            return false;
+        }
+        let decodes = |array: &Arc<ShardedArray>| {
+            self.current(array)
+                .layout
+                .fixed_chunk_len
+                .is_none_or(|want| f.data.len() as u64 == want)
+        };
+        match &node {
+            Node::Chunk { array, .. } => decodes(array),
+            // A chunk key written as a file of its own first (before its array's
+            // metadata, or opened for writing).
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                path.file_name().is_some_and(|name| {
+                    matches!(
+                        self.target(array, parent.as_deref(), name),
+                        Ok(super::write::Target::Chunk(_))
+                    )
+                }) && decodes(array)
+            }
+            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => whole_json(&f.data),
             _ => false,
         }
     }
