@@ -132,6 +132,10 @@ impl View {
         if !shrinks {
             return Ok(());
         }
+        // Files of their own still in memory are stored first: one in a key directory
+        // the shrink leaves outside the grid would no longer resolve (its directory is
+        // shown as the store's plain directory from now on, holding what is stored).
+        self.keep_files(super::kept::Keep::Under(&array.rel))?;
         let mut gone = Vec::new();
         self.any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
             let index = view.refresh_shard(array, shard);
