@@ -1292,6 +1292,16 @@ class Run:
             return "new-foreign-commit-error"
         if mr == "ENOENT" and step is not None and self.was_outside(step.path, Tree(self.plain, "", self.fmt).arrays):
             return "keydir-outside-grid"
+        made = getattr(step, "link", None) or getattr(step, "rename", None)
+        if mr == "ENOENT" and made and self.was_outside(made[1], Tree(self.plain, "", self.fmt).arrays):
+            # a link or rename into an (empty) key directory outside the grid, which the
+            # mount does not show: undo it in the twin, so that the trees stay comparable
+            if i < len(rp) and rp[i] == "ok":
+                if hasattr(step, "link"):
+                    (self.plain / made[1]).unlink()
+                else:
+                    os.rename(self.plain / made[1], self.plain / made[0])
+            return "keydir-outside-grid"
         if mr == "ENOENT" and step is not None and self.under(step.path, self.renamed_dirs):
             # a key directory (emptied) of a renamed array, gone on the mount
             d = step.path
