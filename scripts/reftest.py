@@ -128,6 +128,10 @@ KNOWN_OPEN = {
 META_V3 = {"zarr.json"}
 META_V2 = {".zarray", ".zattrs", ".zgroup"}
 HIDDEN = {".shardfs-stats"}
+# The v2 view makes `.zmetadata` of every group from the hierarchy, never stored (SEMANTICS
+# "Fill values in the v2 view" ... "`.zmetadata` of every group of the v2 view is made from
+# the hierarchy below it"): not part of either tree.
+MADE_V2 = {".zmetadata"}
 ZSTD_V3 = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
 BYTES_V3 = {"name": "bytes", "configuration": {"endian": "little"}}
 
@@ -162,7 +166,7 @@ def main():
     try:
         if "--plain" in args:
             root = os.path.join(top, "plain")
-            shutil.copytree(mnt, root, ignore=lambda d, n: [x for x in n if x in reftest.HIDDEN])
+            shutil.copytree(mnt, root, ignore=lambda d, n: [x for x in n if x in reftest.HIDDEN | reftest.MADE_V2])
         for i, op in enumerate(OPS):
             steps = [getattr(reftest, name)(*a, **k) for name, a, k in op]
             out = reftest.run_steps(reftest.Op("replay", steps), reftest.Side(reftest.Path(root)))
@@ -1496,7 +1500,7 @@ class Run:
                 rel = "" if rel == "." else rel
                 for n in dn + fn:
                     r = join(rel, n)
-                    if not rel and n in HIDDEN:
+                    if not rel and n in HIDDEN or self.fmt == "v2" and n in MADE_V2:
                         continue
                     try:
                         out[r] = os.lstat(os.path.join(dp, n))
@@ -1781,7 +1785,7 @@ class Run:
             make_store(self.store, bases, a.seed)
             self.mount()
             shutil.copytree(self.mnt, self.plain, symlinks=True,
-                            ignore=lambda d, names: [n for n in names if n in HIDDEN])
+                            ignore=lambda d, names: [n for n in names if n in HIDDEN | MADE_V2])
             for p in Path(self.plain).rglob("*"):
                 if p.name in ("zarr.json",) + tuple(META_V2):
                     self.meta_whole[str(p.relative_to(self.plain))] = p.read_bytes()

@@ -702,40 +702,158 @@ fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
     assert_eq!(img["attributes"]["ome"]["version"], "0.5", "{img}");
 }
 
-/// `.zmetadata` (zarr 2's consolidated metadata) written through the v2 view is kept as
-/// written, a file of the store (README, "Zarr v2 view"): read back through the mount
-/// and by a later mount; the other v2 metadata files are taken in and never stored.
+/// `.zmetadata` (zarr 2's consolidated metadata) in the v2 view is made from the
+/// hierarchy as it is now, for every group (issue 38): never stale, never stored. One
+/// written through the view (directly, or as zarr 2 writes it: a temporary file renamed
+/// onto the name) is accepted and let go; `rm -rf` of a group passes over it.
 #[test]
-fn consolidated_metadata_is_kept_as_written() {
-    if !common::can_mount("consolidated_metadata_is_kept_as_written") {
+fn consolidated_metadata_is_made_from_the_hierarchy() {
+    if !common::can_mount("consolidated_metadata_is_made_from_the_hierarchy") {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let consolidated =
-        br#"{"metadata": {".zgroup": {"zarr_format": 2}}, "zarr_consolidated_format": 1}"#;
+    let stale = br#"{"metadata": {".zgroup": {"zarr_format": 2}, "gone/.zarray": {}}, "zarr_consolidated_format": 1}"#;
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
     {
         let mnt = tempfile::tempdir().unwrap();
         let mount = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
         let g = mnt.path().join("g");
         std::fs::create_dir(&g).unwrap();
         write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
-        write_and_close(g.join(".zmetadata"), consolidated).unwrap();
-        assert_eq!(std::fs::read(g.join(".zmetadata")).unwrap(), consolidated);
+        std::fs::create_dir(g.join("a")).unwrap();
+        write_and_close(
+            g.join("a/.zarray"),
+            br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i2", "fill_value": null, "compressor": null, "filters": null, "order": "C"}"#,
+        )
+        .unwrap();
+        // Written directly, and as zarr 2 writes it: both accepted, neither kept.
+        write_and_close(g.join(".zmetadata"), stale).unwrap();
+        write_and_close(g.join(".zmetadata.1234.partial"), stale).unwrap();
+        std::fs::rename(g.join(".zmetadata.1234.partial"), g.join(".zmetadata")).unwrap();
+        let names: Vec<String> = std::fs::read_dir(&g)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.contains(&".zmetadata".to_string()), "{names:?}");
+        assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
+        let made = read(&g.join(".zmetadata"));
+        assert_eq!(made["zarr_consolidated_format"], 1);
+        let meta = made["metadata"].as_object().unwrap();
+        assert_eq!(meta[".zgroup"], serde_json::json!({"zarr_format": 2}));
+        assert_eq!(meta["a/.zarray"]["shape"], serde_json::json!([4]));
+        assert_eq!(
+            meta["a/.zarray"],
+            read(&g.join("a/.zarray")),
+            "as its file reads"
+        );
+        assert!(
+            !meta.contains_key("gone/.zarray"),
+            "not what was written: {made}"
+        );
+        // Never stale: a change below shows at once.
+        write_and_close(g.join("a/.zattrs"), br#"{"note": "later"}"#).unwrap();
+        let made = read(&g.join(".zmetadata"));
+        assert_eq!(made["metadata"]["a/.zattrs"]["note"], "later", "{made}");
         mount.unmount().unwrap();
     }
-    assert_eq!(
-        std::fs::read(store.path().join("g/.zmetadata")).unwrap(),
-        consolidated
-    );
-    assert!(!store.path().join("g/.zgroup").exists());
+    assert!(!store.path().join("g/.zmetadata").exists(), "never stored");
+    assert!(!store.path().join("g/.zmetadata.1234.partial").exists());
     assert_eq!(
         common::json_file(&store.path().join("g/zarr.json"))["node_type"],
         "group"
     );
     let mnt = tempfile::tempdir().unwrap();
-    let _mount = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
+    let mount = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let made = read(&mnt.path().join("g/.zmetadata"));
+    assert_eq!(made["metadata"]["a/.zattrs"]["note"], "later", "{made}");
+    let st = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(mnt.path().join("g"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    mount.unmount().unwrap();
+    assert!(!store.path().join("g").exists(), "rm -rf emptied the store");
+}
+
+/// Issue 38: in an array with dimension names (xarray's) and no `_FillValue` attribute,
+/// `.zarray` shows `fill_value: null` (xarray on zarr 2 masks nothing), and a chunk the
+/// store does not have reads, by its key, as a chunk of the v3 fill value: zarr 2 never
+/// reads uninitialised memory. Not listed; `unlink` changes nothing; a write stores it.
+/// Sharded (inner chunks) and unsharded (passed-through chunk files) alike.
+#[test]
+fn missing_chunks_of_xarray_arrays_read_as_the_fill_value() {
+    if !common::can_mount("missing_chunks_of_xarray_arrays_read_as_the_fill_value") {
+        return;
+    }
+    let tmp = common::store_copy("zarr_basic");
+    let store = tmp.path().join("s");
+    // A sharded one of the fixtures, named as xarray names dimensions; fill value 9.
+    let sharded = store.join("u16_default_sparse/zarr.json");
+    let mut doc = common::json_file(&sharded);
+    doc["dimension_names"] = serde_json::json!(["y", "x"]);
+    doc["fill_value"] = 9.into();
+    std::fs::write(&sharded, serde_json::to_vec(&doc).unwrap()).unwrap();
+    // An unsharded one: uint8, chunks of 2, fill 7, chunk 0 stored.
+    std::fs::create_dir_all(store.join("p/c")).unwrap();
+    std::fs::write(
+        store.join("p/zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+             "fill_value": 7, "codecs": [{"name": "bytes"}], "dimension_names": ["x"],
+             "attributes": {}}"#,
+    )
+    .unwrap();
+    std::fs::write(store.join("p/c/0"), [1u8, 2]).unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+    let m = mnt.path();
+    let zarray = |a: &str| common::json_file(&m.join(a).join(".zarray"));
+    let listed = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(zarray("p")["fill_value"], serde_json::Value::Null);
+    assert_eq!(listed(&m.join("p")), [".zarray", ".zattrs", "0"]);
+    assert_eq!(std::fs::read(m.join("p/1")).unwrap(), [7, 7]);
+    std::fs::remove_file(m.join("p/1")).unwrap();
     assert_eq!(
-        std::fs::read(mnt.path().join("g/.zmetadata")).unwrap(),
-        consolidated
+        std::fs::read(m.join("p/1")).unwrap(),
+        [7, 7],
+        "still the fill"
     );
+    assert!(!m.join("p/2").exists(), "outside the grid");
+    write_and_close(m.join("p/1"), [3u8, 4]).unwrap();
+    // Sharded: every key of the grid reads; the ones not listed as the fill value.
+    let a = m.join("u16_default_sparse");
+    assert_eq!(
+        zarray("u16_default_sparse")["fill_value"],
+        serde_json::Value::Null
+    );
+    let fill: Vec<u8> = 9u16.to_le_bytes().repeat(4 * 3);
+    let mut served = 0;
+    for i in 0..18u64.div_ceil(4) {
+        let row = listed(&a.join(i.to_string()))
+            .into_iter()
+            .collect::<Vec<_>>();
+        for j in 0..13u64.div_ceil(3) {
+            let key = a.join(format!("{i}/{j}"));
+            let bytes = std::fs::read(&key).unwrap();
+            if !row.contains(&j.to_string()) {
+                assert_eq!(bytes, fill, "{}", key.display());
+                served += 1;
+            }
+        }
+    }
+    assert!(served > 0, "the fixture is sparse");
+    mount.unmount().unwrap();
+    assert_eq!(std::fs::read(store.join("p/c/1")).unwrap(), [3, 4]);
+    assert!(!store.join("p/c/2").exists());
 }

@@ -5,6 +5,7 @@
 //! `docs/FORMAT.md`.
 
 pub mod draft;
+pub mod fill;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod index;

@@ -39,9 +39,35 @@ pub const ARRAY_DIMENSIONS: &str = "_ARRAY_DIMENSIONS";
 pub const ZARRAY: &str = ".zarray";
 pub const ZATTRS: &str = ".zattrs";
 pub const ZGROUP: &str = ".zgroup";
+/// zarr 2's consolidated metadata of a group and all below it.
+pub const ZMETADATA: &str = ".zmetadata";
 
-/// `data_type` → (numpy kind, item size).
+/// The `data_type` of v3 metadata `doc` as one string: its name, or for
+/// `fixed_length_utf32` (numpy's `U`) `fixed_length_utf32:<length_bytes>`.
+pub(crate) fn data_type_name(doc: &Map<String, Value>) -> Result<String, String> {
+    match doc.get("data_type") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Object(o))
+            if o.get("name").and_then(Value::as_str) == Some("fixed_length_utf32") =>
+        {
+            let n = o
+                .get("configuration")
+                .and_then(|c| c.get("length_bytes"))
+                .and_then(Value::as_u64)
+                .filter(|n| n % 4 == 0 && *n > 0)
+                .ok_or("fixed_length_utf32 without a length_bytes that is a multiple of 4")?;
+            Ok(format!("fixed_length_utf32:{n}"))
+        }
+        Some(other) => Err(format!("data type {other} has no Zarr v2 equivalent")),
+        None => Err("no data_type".into()),
+    }
+}
+
+/// `data_type` ([`data_type_name`]) → (numpy kind, item size; characters for `U`).
 fn v2_kind(data_type: &str) -> Option<(char, u32)> {
+    if let Some(n) = data_type.strip_prefix("fixed_length_utf32:") {
+        return Some(('U', n.parse::<u32>().ok()? / 4));
+    }
     Some(match data_type {
         "bool" => ('b', 1),
         "int8" => ('i', 1),
@@ -57,6 +83,8 @@ fn v2_kind(data_type: &str) -> Option<(char, u32)> {
         "float64" => ('f', 8),
         "complex64" => ('c', 8),
         "complex128" => ('c', 16),
+        // Variable-length: numpy object arrays.
+        "string" | "bytes" | "variable_length_bytes" => ('O', 0),
         _ => return None,
     })
 }
@@ -91,10 +119,20 @@ pub fn zarray(
     codecs: &[Value],
     keys: ChunkKeyEncoding,
 ) -> Result<Value, String> {
-    let data_type = doc
-        .get("data_type")
-        .and_then(Value::as_str)
-        .ok_or("data_type is not a plain string")?;
+    Ok(zarray_fill(doc, shape, chunks, codecs, keys)?.0)
+}
+
+/// [`zarray`], and whether the view serves a chunk of the v3 fill value at keys the store
+/// has no chunk for (false: none needed, the fill values mean the same; see
+/// [`super::fill`] and [`fill_chunk`]).
+pub fn zarray_fill(
+    doc: &Map<String, Value>,
+    shape: &[u64],
+    chunks: &[u64],
+    codecs: &[Value],
+    keys: ChunkKeyEncoding,
+) -> Result<(Value, bool), String> {
+    let data_type = &data_type_name(doc)?;
     let (kind, size) =
         v2_kind(data_type).ok_or(format!("data type {data_type:?} has no Zarr v2 equivalent"))?;
     let ndim = shape.len();
@@ -123,45 +161,102 @@ pub fn zarray(
     let Some((bytes, rest)) = rest.split_first() else {
         return Err("the codec chain has no bytes codec".into());
     };
-    if codec_name(bytes) != "bytes" {
-        return Err(format!(
-            "codec {:?} has no Zarr v2 equivalent",
-            codec_name(bytes)
-        ));
-    }
-    let endian = bytes
-        .get("configuration")
-        .and_then(|c| c.get("endian"))
-        .and_then(Value::as_str);
-    let byte_order = match (size, endian) {
-        (1, _) => '|',
-        (_, Some("little")) => '<',
-        (_, Some("big")) => '>',
-        _ => return Err("the bytes codec names no endianness".into()),
+    let mut v2_codecs = Vec::new();
+    let dtype = match (kind, codec_name(bytes)) {
+        // Variable-length strings and bytes: numcodecs' VLenUTF8 and VLenBytes filters
+        // lay out a chunk byte for byte as the v3 codecs do, for dtype `|O`.
+        ('O', "vlen-utf8") if data_type == "string" => {
+            v2_codecs.push(json!({"id": "vlen-utf8"}));
+            "|O".to_string()
+        }
+        ('O', "vlen-bytes") if data_type != "string" => {
+            v2_codecs.push(json!({"id": "vlen-bytes"}));
+            "|O".to_string()
+        }
+        (_, "bytes") if kind != 'O' => {
+            let endian = bytes
+                .get("configuration")
+                .and_then(|c| c.get("endian"))
+                .and_then(Value::as_str);
+            let byte_order = match (size, endian) {
+                (1, _) if kind != 'U' => '|',
+                (_, Some("little")) => '<',
+                (_, Some("big")) => '>',
+                _ => return Err("the bytes codec names no endianness".into()),
+            };
+            format!("{byte_order}{kind}{size}")
+        }
+        (_, other) => return Err(format!("codec {other:?} has no Zarr v2 equivalent")),
     };
-    let mut v2_codecs = rest
-        .iter()
-        .map(to_numcodecs)
-        .collect::<Result<Vec<_>, _>>()?;
+    for c in rest {
+        v2_codecs.push(to_numcodecs(c)?);
+    }
     let compressor = v2_codecs.pop().unwrap_or(Value::Null);
     let filters = if v2_codecs.is_empty() {
         Value::Null
     } else {
         Value::Array(v2_codecs)
     };
-    let fill = v2_fill_value(doc.get("fill_value").unwrap_or(&Value::Null), kind, size)?;
+    // The fill value as xarray on zarr 2 reads it (the CF `_FillValue`, `null` for none),
+    // and the chunk of the v3 fill value that keeps missing chunks reading the same.
+    let v3_fill = doc.get("fill_value").unwrap_or(&Value::Null);
+    let wanted = match super::fill::attr_fill(doc, data_type) {
+        Some(v) => v,
+        // Only xarray masks the fill value, and it reads only arrays with dimension
+        // names: those show `null` (nothing masked), the others the v3 fill value.
+        None if has_dimension_names(doc) => Value::Null,
+        None => v3_fill.clone(),
+    };
+    let (shown, chunk) = if super::fill::same_fill(data_type, &wanted, v3_fill) {
+        (wanted, false)
+    } else if super::fill::encodable(data_type, v3_fill, codecs) {
+        (wanted, true)
+    } else {
+        // Missing chunks could not read as zarr 3 reads them: the v3 fill value.
+        (v3_fill.clone(), false)
+    };
+    let fill = if shown.is_null() {
+        Value::Null
+    } else {
+        v2_fill_value(&shown, kind, size)?
+    };
     // `.zarray` as zarr-python 2 writes it: keys sorted.
-    Ok(json!({
+    let zarray = json!({
         "chunks": chunks,
         "compressor": compressor,
         "dimension_separator": keys.separator.to_string(),
-        "dtype": format!("{byte_order}{kind}{size}"),
+        "dtype": dtype,
         "fill_value": fill,
         "filters": filters,
         "order": order,
         "shape": shape,
         "zarr_format": 2,
-    }))
+    });
+    Ok((zarray, chunk))
+}
+
+/// Whether v3 metadata `doc` names its dimensions (`dimension_names`, or xarray's
+/// `_ARRAY_DIMENSIONS` attribute): an array xarray reads.
+fn has_dimension_names(doc: &Map<String, Value>) -> bool {
+    let named = |v: Option<&Value>| {
+        v.and_then(Value::as_array)
+            .is_some_and(|n| !n.is_empty() && n.iter().all(Value::is_string))
+    };
+    named(doc.get("dimension_names"))
+        || named(doc.get("attributes").and_then(|a| a.get(ARRAY_DIMENSIONS)))
+}
+
+/// The chunk of its v3 fill value an array of v3 metadata `doc`, chunks of `chunks`
+/// elements encoded with `codecs`, is served with at keys the store has no chunk for,
+/// where [`zarray_fill`] says so.
+pub fn fill_chunk(
+    doc: &Map<String, Value>,
+    chunks: &[u64],
+    codecs: &[Value],
+) -> Result<Vec<u8>, String> {
+    let data_type = data_type_name(doc)?;
+    let fill = doc.get("fill_value").unwrap_or(&Value::Null);
+    super::fill::fill_chunk(&data_type, fill, chunks, codecs)
 }
 
 /// The v2 key encoding the view shows for an array whose shards have `store` keys: the
@@ -373,7 +468,7 @@ fn float_fill(v: &Value, size: u32) -> Result<Value, String> {
     })
 }
 
-fn half_to_f64(h: u16) -> f64 {
+pub(super) fn half_to_f64(h: u16) -> f64 {
     let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
     let exp = i32::from((h >> 10) & 0x1f);
     let frac = f64::from(h & 0x3ff);
@@ -401,6 +496,10 @@ pub fn zattrs(doc: &Map<String, Value>) -> Value {
     {
         attrs.insert(ARRAY_DIMENSIONS.into(), Value::Array(names.clone()));
     }
+    if doc.get("node_type").and_then(Value::as_str) == Some("array") {
+        // Shown as `fill_value` in `.zarray` ([`super::fill`]).
+        attrs.remove(super::fill::FILL_VALUE_ATTR);
+    }
     Value::Object(attrs)
 }
 
@@ -423,6 +522,15 @@ pub fn apply_zattrs(
         return Err(".zattrs is not a JSON object".into());
     };
     let mut attrs = super::ome::to_v05(attrs, name);
+    // The fill value `.zattrs` does not show (it is `.zarray`'s `fill_value`) stays.
+    if ndim.is_some()
+        && !attrs.contains_key(super::fill::FILL_VALUE_ATTR)
+        && let Some(v) = doc
+            .get("attributes")
+            .and_then(|a| a.get(super::fill::FILL_VALUE_ATTR))
+    {
+        attrs.insert(super::fill::FILL_VALUE_ATTR.into(), v.clone());
+    }
     if let Some(ndim) = ndim
         && let Some(Value::Array(names)) = attrs.get(ARRAY_DIMENSIONS)
         && names.len() == ndim
@@ -459,21 +567,54 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
         .get("dtype")
         .and_then(Value::as_str)
         .ok_or("dtype is not a plain string (structured dtypes have no v3 equivalent)")?;
-    let (data_type, endian, size) = numpy_dtype(dtype)?;
-    let kind = dtype
-        .trim_start_matches(['<', '>', '|', '='])
-        .chars()
-        .next()
-        .unwrap_or(' ');
-    let codecs = codec_chain(&z, "order", shape.len(), endian, |c| {
-        from_numcodecs(c, size)
-    })?;
+    let bare = dtype.trim_start_matches(['<', '>', '|', '=']);
+    let (data_type, codecs, kind) = if bare == "O" {
+        let (t, c, k) = object_codecs(&z)?;
+        (Value::from(t), c, k)
+    } else if let Some(chars) = bare.strip_prefix('U') {
+        // numpy's fixed-width unicode: UTF-32 code units, `chars` of them.
+        let chars: u64 = chars
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or(format!("dtype {dtype:?} is not a numpy type"))?;
+        let endian = if dtype.starts_with('>') {
+            "big"
+        } else {
+            "little"
+        };
+        let codecs = codec_chain(&z, "order", shape.len(), endian, |c| from_numcodecs(c, 4))?;
+        let t = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": chars * 4}});
+        (t, codecs, 'U')
+    } else {
+        let (data_type, endian, size) = numpy_dtype(dtype)?;
+        let kind = dtype
+            .trim_start_matches(['<', '>', '|', '='])
+            .chars()
+            .next()
+            .unwrap_or(' ');
+        let codecs = codec_chain(&z, "order", shape.len(), endian, |c| {
+            from_numcodecs(c, size)
+        })?;
+        (Value::from(data_type), codecs, kind)
+    };
+    // `null` (xarray on zarr 2: nothing is masked) is stored as the v3 default; any other
+    // fill value is also kept as the `_FillValue` attribute, as xarray on zarr 3 keeps
+    // it, so that the view shows it again and xarray on zarr 3 masks what zarr 2 did.
+    let mut attributes = Map::new();
     let fill = match (z.get("fill_value"), kind) {
         (None | Some(Value::Null), 'b') => json!(false),
         (None | Some(Value::Null), 'c') => json!([0.0, 0.0]),
         (None | Some(Value::Null), 'f') => json!(0.0),
+        (None | Some(Value::Null), 'O' | 'U') => json!(""),
         (None | Some(Value::Null), _) => json!(0),
-        (Some(v), _) => v.clone(),
+        (Some(v), _) => {
+            attributes.insert(
+                super::fill::FILL_VALUE_ATTR.into(),
+                super::fill::attr_for(data_type.as_str().unwrap_or(""), v),
+            );
+            v.clone()
+        }
     };
     let separator = match z.get("dimension_separator").and_then(Value::as_str) {
         None | Some(".") => ".",
@@ -489,7 +630,7 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
         "chunk_key_encoding": {"name": "v2", "configuration": {"separator": separator}},
         "fill_value": fill,
         "codecs": codecs,
-        "attributes": {},
+        "attributes": attributes,
     });
     let Value::Object(doc) = doc else {
         unreachable!("a JSON object literal")
@@ -497,13 +638,54 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
     Ok(doc)
 }
 
+/// The v3 data type and codecs of a `.zarray` of dtype `|O`: its first filter says what
+/// the objects are (`vlen-utf8`: strings, `vlen-bytes`: bytes), and is the v3 codec that
+/// lays them out as it does; the other filters and the compressor follow.
+fn object_codecs(z: &Map<String, Value>) -> Result<(&'static str, Vec<Value>, char), String> {
+    let filters: &[Value] = match z.get("filters") {
+        Some(Value::Array(f)) => f,
+        _ => &[],
+    };
+    let first = filters
+        .first()
+        .and_then(|f| f.get("id"))
+        .and_then(Value::as_str);
+    let (data_type, codec) = match first {
+        Some("vlen-utf8") => ("string", "vlen-utf8"),
+        Some("vlen-bytes") => ("variable_length_bytes", "vlen-bytes"),
+        other => {
+            return Err(format!(
+                "dtype |O with first filter {other:?}: only vlen-utf8 and vlen-bytes objects have a v3 equivalent"
+            ));
+        }
+    };
+    let mut codecs = vec![json!({"name": codec})];
+    for f in &filters[1..] {
+        codecs.push(from_numcodecs(f, 1)?);
+    }
+    match z.get("compressor") {
+        None | Some(Value::Null) => {}
+        Some(c) => codecs.push(from_numcodecs(c, 1)?),
+    }
+    Ok((data_type, codecs, 'O'))
+}
+
 /// Whether two `.zarray` documents describe the same array but for its shape (each is
 /// taken through the v3 form, so that spellings of the same codec compare equal).
 pub fn same_but_shape(a: &[u8], b: &[u8]) -> Result<bool, String> {
-    let norm = |z: &[u8]| -> Result<Map<String, Value>, String> {
+    // The fill value by what it means (`0` and `0.0` of a float array are the same).
+    type Norm = (Map<String, Value>, Option<Vec<u8>>);
+    let norm = |z: &[u8]| -> Result<Norm, String> {
         let mut doc = v3_from_zarray(z)?;
         doc.remove("shape");
-        Ok(doc)
+        let fill = doc.remove("fill_value").unwrap_or(Value::Null);
+        if let Some(Value::Object(attrs)) = doc.get_mut("attributes") {
+            attrs.remove(super::fill::FILL_VALUE_ATTR);
+        }
+        let element = data_type_name(&doc)
+            .ok()
+            .and_then(|t| super::fill::element(&t, &fill));
+        Ok((doc, element))
     };
     Ok(norm(a)? == norm(b)?)
 }
@@ -623,9 +805,25 @@ impl PlainKeys {
     }
 }
 
+/// The `.zarray` of an unsharded v3 array, and whether the view serves chunks of the fill
+/// value at keys the store has no chunk for ([`zarray_fill`]).
+pub fn plain_zarray_fill(doc: &Map<String, Value>) -> Result<(Value, bool), String> {
+    let (shape, chunks, codecs, keys) = plain_parts(doc)?;
+    zarray_fill(doc, &shape, &chunks, codecs, keys.shown())
+}
+
 /// The `.zarray` of an unsharded v3 array, and its key translation; `Err` says why it has
 /// no v2 form.
 pub fn plain_zarray(doc: &Map<String, Value>) -> Result<(Value, PlainKeys), String> {
+    let (shape, chunks, codecs, keys) = plain_parts(doc)?;
+    let zarray = zarray(doc, &shape, &chunks, codecs, keys.shown())?;
+    Ok((zarray, keys))
+}
+
+/// Shape, chunk shape, codecs and key translation of an unsharded v3 array.
+type PlainParts<'a> = (Vec<u64>, Vec<u64>, &'a [Value], PlainKeys);
+
+fn plain_parts(doc: &Map<String, Value>) -> Result<PlainParts<'_>, String> {
     let shape = doc
         .get("shape")
         .and_then(Value::as_array)
@@ -656,6 +854,5 @@ pub fn plain_zarray(doc: &Map<String, Value>) -> Result<(Value, PlainKeys), Stri
         store,
         ndim: shape.len(),
     };
-    let zarray = zarray(doc, &shape, &chunks, codecs, keys.shown())?;
-    Ok((zarray, keys))
+    Ok((shape, chunks, codecs, keys))
 }

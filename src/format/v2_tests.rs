@@ -9,7 +9,7 @@ const SLASH: ChunkKeyEncoding = ChunkKeyEncoding::DEFAULT;
 
 #[test]
 fn dtypes_orders_and_codecs_map_to_numcodecs() {
-    let d = doc(json!({"data_type": "uint16", "fill_value": 3}));
+    let d = doc(json!({"data_type": "uint16", "fill_value": 3, "attributes": {"_FillValue": 3}}));
     let codecs = [
         json!({"name": "transpose", "configuration": {"order": [1, 0]}}),
         json!({"name": "bytes", "configuration": {"endian": "big"}}),
@@ -66,18 +66,97 @@ fn fill_values_follow_v2_conventions() {
         ("complex64", json!([1.0, "NaN"]), json!([1.0, "NaN"])),
         ("bool", json!(true), json!(true)),
     ] {
-        let d = doc(json!({"data_type": dt, "fill_value": fill}));
-        let z = zarray(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+        // Shown where the array keeps it as its CF `_FillValue` (xarray's convention).
+        let d = doc(
+            json!({"data_type": dt, "fill_value": fill, "node_type": "array", "attributes": {"_FillValue": fill}}),
+        );
+        let (z, chunk) = zarray_fill(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
         assert_eq!(z["fill_value"], want, "{dt} {fill}");
+        assert!(!chunk, "the same fill: missing chunks read the same");
+        assert!(!zattrs(&d).as_object().unwrap().contains_key("_FillValue"));
     }
+}
+
+/// Issue 38: without a `_FillValue` attribute nothing is masked (`null`), and missing
+/// chunks are served as chunks of the v3 fill value; with one that differs from the v3
+/// fill value, it is shown, and missing chunks still read as the v3 fill value.
+#[test]
+fn fill_value_null_unless_the_array_keeps_a_cf_fill_value() {
+    let le = [json!({"name": "bytes", "configuration": {"endian": "little"}})];
+    let d = doc(json!({"data_type": "int32", "fill_value": 0, "node_type": "array"}));
+    let (z, chunk) = zarray_fill(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+    assert_eq!(
+        z["fill_value"], 0,
+        "no dimension names: no xarray reader, the v3 fill"
+    );
+    assert!(!chunk);
+    let d = doc(
+        json!({"data_type": "int32", "fill_value": 0, "node_type": "array",
+                       "dimension_names": ["x"]}),
+    );
+    let (z, chunk) = zarray_fill(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["fill_value"], Value::Null);
+    assert!(chunk);
+    assert_eq!(fill_chunk(&d, &[2], &le).unwrap(), vec![0u8; 8]);
+    let nan = "AAAAAAAA+H8="; // xarray's base64 of the little-endian double NaN
+    let d = doc(
+        json!({"data_type": "float32", "fill_value": 0.0, "node_type": "array",
+                       "attributes": {"_FillValue": nan, "units": "K"}}),
+    );
+    let (z, chunk) = zarray_fill(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["fill_value"], "NaN");
+    assert!(chunk);
+    assert_eq!(fill_chunk(&d, &[2], &le).unwrap(), vec![0u8; 8]);
+    assert_eq!(zattrs(&d), json!({"units": "K"}));
+    // A `.zattrs` written back keeps the attribute `.zattrs` does not show.
+    let mut back = d.clone();
+    apply_zattrs(&mut back, &to_bytes(&json!({"units": "C"})), Some(1), "t").unwrap();
+    assert_eq!(back["attributes"], json!({"units": "C", "_FillValue": nan}));
+    // And a v2 `.zarray` round trip (of xarray's: with dimension names): null stays
+    // null, a fill value is kept.
+    for fill in [Value::Null, json!(-9)] {
+        let z = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4",
+                       "fill_value": fill, "compressor": null, "filters": null, "order": "C"});
+        let mut v3 = v3_from_zarray(&to_bytes(&z)).unwrap();
+        v3.insert("dimension_names".into(), json!(["x"]));
+        let codecs = v3["codecs"].as_array().unwrap().clone();
+        let (shown, _) = zarray_fill(&v3, &[4], &[2], &codecs, shown_keys(SLASH)).unwrap();
+        assert_eq!(shown["fill_value"], fill);
+    }
+}
+
+/// Issue 38: v3 strings (`vlen-utf8`) are v2 objects with the `vlen-utf8` filter, both ways.
+#[test]
+fn strings_are_v2_objects_with_the_vlen_utf8_filter() {
+    let codecs = [
+        json!({"name": "vlen-utf8"}),
+        json!({"name": "zstd", "configuration": {"level": 0, "checksum": false}}),
+    ];
+    let d = doc(
+        json!({"data_type": "string", "fill_value": "", "node_type": "array",
+                       "dimension_names": ["x"]}),
+    );
+    let (z, chunk) = zarray_fill(&d, &[3], &[2], &codecs, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["dtype"], "|O");
+    assert_eq!(z["filters"], json!([{"id": "vlen-utf8"}]));
+    assert_eq!(z["compressor"], json!({"id": "zstd", "level": 0}));
+    assert_eq!(z["fill_value"], Value::Null);
+    assert!(chunk);
+    let chunk = zstd::decode_all(fill_chunk(&d, &[2], &codecs).unwrap().as_slice()).unwrap();
+    assert_eq!(chunk, [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+    assert_eq!(back["data_type"], "string");
+    assert_eq!(back["fill_value"], "");
+    assert_eq!(back["codecs"], json!(codecs));
 }
 
 #[test]
 fn arrays_without_a_v2_form_say_why() {
     let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
     let cases = [
+        (json!({"data_type": "string"}), vec![le.clone()], "bytes"),
         (
-            json!({"data_type": "string"}),
+            json!({"data_type": "float8"}),
             vec![le.clone()],
             "data type",
         ),
@@ -269,4 +348,18 @@ fn an_unsharded_array_has_a_zarray() {
     let mut odd = d.clone();
     odd.insert("data_type".into(), json!("string"));
     assert!(crate::format::v2::plain_zarray(&odd).is_err());
+}
+
+/// A resize through the view writes back the `.zarray` it read: a float fill value shown
+/// as `0.0` and written as `0` is the same fill value.
+#[test]
+fn a_resize_compares_fill_values_by_meaning() {
+    let a = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<f4",
+                   "fill_value": 0.0, "compressor": null, "filters": null, "order": "C"});
+    let mut b = a.clone();
+    b["fill_value"] = json!(0);
+    b["shape"] = json!([6]);
+    assert!(same_but_shape(&to_bytes(&a), &to_bytes(&b)).unwrap());
+    b["fill_value"] = json!(1);
+    assert!(!same_but_shape(&to_bytes(&a), &to_bytes(&b)).unwrap());
 }

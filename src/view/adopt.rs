@@ -182,7 +182,14 @@ impl View {
                 self.store.write_atomically(&dir.join(file.name()), b"{}")?;
                 return self.metadata_landed(dir, file);
             }
-            MetaFile::Zgroup => self.store.remove_file(&dir.join("zarr.json"))?,
+            MetaFile::Zgroup => {
+                self.store.remove_file(&dir.join("zarr.json"))?;
+                if self.format == ViewFormat::V2
+                    && let Some(w) = &self.writer
+                {
+                    w.zmetadata_left.lock().insert(dir.to_path_buf());
+                }
+            }
             _ => return Err(ViewError::NotFound),
         }
         self.refresh_subtree(dir);

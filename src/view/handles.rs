@@ -184,6 +184,10 @@ impl View {
     pub(super) fn reader(&self, ino: u64, node: Node, at_open: bool) -> Result<(Handle, bool)> {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
+            Node::PlainFill { data, .. } => (Handle::Bytes(data), false),
+            Node::Consolidated { dir } => {
+                (Handle::Bytes(Arc::new(self.consolidated(&dir)?)), false)
+            }
             Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
                 (Handle::Bytes(Arc::new(doc.bytes())), false)
             }
@@ -199,7 +203,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(&array);
-                match self.chunk(&array, &coords, at_open)? {
+                match self.chunk_or_fill(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
                         self.load_next_ahead(&array, &coords, &shard);
                         let now = (range, shard.meta().map(EntryMeta::version));
@@ -231,7 +235,8 @@ impl View {
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
-            | Node::DraftGroup { .. } => {
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => {
@@ -370,6 +375,7 @@ impl View {
                 let end = (start + size as usize).min(f.data.len());
                 Ok(f.data[start..end].to_vec())
             }
+            Handle::Discard => Ok(Vec::new()),
         }
     }
 

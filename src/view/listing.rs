@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{DirEntry, Kind, Result, ShardedArray, View, ViewError};
+use super::{DirEntry, Kind, Node, Result, ShardedArray, View, ViewError};
 use crate::store::EntryKind;
 use crate::store::shard::Shard;
 
@@ -316,7 +316,9 @@ impl View {
             return listing;
         }
         let mut out = Vec::new();
-        for e in self.list_store(rel, |n| n != "zarr.json")? {
+        for e in self.list_store(rel, |n| {
+            n != "zarr.json" && n != crate::format::v2::ZMETADATA
+        })? {
             if e.kind == Kind::Dir {
                 let child = rel.join(&e.name);
                 let shown = match self.store.stat(&child)? {
@@ -329,6 +331,9 @@ impl View {
             }
             out.push(e);
         }
+        if self.has_zmetadata(rel)? {
+            out.push(file(crate::format::v2::ZMETADATA.into()));
+        }
         if self.store_group(rel)?.is_some() {
             out.extend(
                 self.format
@@ -338,6 +343,66 @@ impl View {
             );
         }
         Ok(out)
+    }
+
+    /// `.zmetadata` of the group at `dir` (the v2 view): every metadata document of the
+    /// group and of the groups and arrays below it, as the view shows them now, in zarr
+    /// 2's consolidated format (`zarr.consolidate_metadata` writes the same).
+    pub(super) fn consolidated(&self, dir: &Path) -> Result<Vec<u8>> {
+        use crate::format::v2;
+        let mut meta = serde_json::Map::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(at) = todo.pop() {
+            let prefix = at
+                .strip_prefix(dir)
+                .unwrap_or(&at)
+                .to_string_lossy()
+                .into_owned();
+            let key = |f: &str| {
+                if prefix.is_empty() {
+                    f.to_string()
+                } else {
+                    format!("{prefix}/{f}")
+                }
+            };
+            let mut array = false;
+            for f in [v2::ZGROUP, v2::ZARRAY, v2::ZATTRS] {
+                let Some(bytes) = self.view_doc(&at.join(f))? else {
+                    continue;
+                };
+                array |= f == v2::ZARRAY;
+                // A document that is no JSON (a writer's, cut short) is left out, as zarr
+                // 2 would fail on it.
+                if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                    meta.insert(key(f), doc);
+                }
+            }
+            if array {
+                continue;
+            }
+            let Some(Node::Dir { rel }) = self.resolve(&at)? else {
+                continue;
+            };
+            for e in self.list_v2_dir(&rel)? {
+                if e.kind == Kind::Dir {
+                    todo.push(at.join(&e.name));
+                }
+            }
+        }
+        let doc = serde_json::json!({"metadata": meta, "zarr_consolidated_format": 1});
+        Ok(v2::to_bytes(&doc))
+    }
+
+    /// The bytes of metadata file `path` of the view, if it is one.
+    fn view_doc(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        Ok(match self.resolve(path)? {
+            Some(Node::ArrayMeta { array, file }) => {
+                Some(self.current(&array).meta_bytes(file).to_vec())
+            }
+            Some(Node::GroupMeta { dir, file }) => Some(self.group_meta(&dir, file)?),
+            Some(Node::File { rel }) => self.read_small(&rel)?,
+            _ => None,
+        })
     }
 
     /// A group of a draft store: its metadata files, its groups and arrays.

@@ -157,7 +157,12 @@ enum Handle {
         node: Node,
         file: Arc<Mutex<writer::Scratch>>,
     },
+    /// Writes accepted and let go (`.zmetadata` of the v2 view, which the view makes).
+    Discard,
 }
+
+/// A chunk of the fill value of an unsharded array, with the metadata it was made from.
+type PlainFillChunk = (serde_json::Map<String, serde_json::Value>, Arc<Vec<u8>>);
 
 /// Where a chunk's bytes are now.
 enum ChunkData {
@@ -221,6 +226,9 @@ pub struct View {
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
     draft: Option<draft::DraftState>,
+    /// The v2 view: chunks of the fill value of unsharded arrays, by array, with the
+    /// metadata they were made from ([`View::plain_fill_at`]).
+    plain_fills: Mutex<std::collections::HashMap<PathBuf, PlainFillChunk>>,
 }
 
 /// Where an array lives in the store.
@@ -285,6 +293,7 @@ impl View {
             counters: ReadCounters::default(),
             format: config.format,
             draft: None,
+            plain_fills: Mutex::default(),
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -558,6 +567,25 @@ impl View {
                 let m = self.stat_rel(rel)?;
                 Attr::from_meta(ino, node.kind(), m.len, &m)
             }
+            // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
+            Node::PlainFill { array, data, .. } => {
+                let mut m = self.stat_rel(array)?;
+                m.perm &= 0o666;
+                Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
+            }
+            Node::Consolidated { dir } => {
+                let mut m = self.stat_rel(dir)?;
+                m.perm &= 0o666;
+                m.mtime = std::time::SystemTime::now();
+                Attr {
+                    volatile: true,
+                    ..Attr::from_meta(ino, Kind::File, self.consolidated(dir)?.len() as u64, &m)
+                }
+            }
+            Node::PlainFillDir { array, .. } => {
+                let m = self.stat_rel(array)?;
+                Attr::from_meta(ino, Kind::Dir, 0, &m)
+            }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
@@ -583,7 +611,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
-                let data = self.chunk(&array, coords, self.kernel_opens())?;
+                let data = self.chunk_or_fill(&array, coords, self.kernel_opens())?;
                 let mut m = match &data {
                     ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
                     ChunkData::Staged(_) => array.dir_meta,

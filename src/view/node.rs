@@ -33,6 +33,10 @@ pub struct ShardedArray {
     pub json: Arc<Vec<u8>>,
     /// `.zarray` and `.zattrs` (the v2 view only).
     pub v2: Option<V2Docs>,
+    /// The v2 view: the chunk served at keys of the grid that the store has no chunk
+    /// for, where `.zarray` shows another fill value than the v3 one
+    /// ([`crate::format::fill`]).
+    pub v2_fill: Option<Arc<Vec<u8>>>,
     /// The array directory's store metadata: owner, mode and times of virtual entries.
     pub dir_meta: EntryMeta,
     /// The stored `zarr.json`'s metadata.
@@ -131,6 +135,26 @@ pub enum Node {
         array: Arc<ShardedArray>,
         parent: Option<Vec<u64>>,
     },
+    /// The v2 view of an unsharded array whose `.zarray` shows another fill value than
+    /// the v3 one ([`crate::format::fill`]): a chunk key of its grid that the store has no
+    /// file for, served as a chunk of the v3 fill value; found by name, never listed.
+    /// `rel` is the store path the chunk would have (a write makes it there).
+    PlainFill {
+        rel: PathBuf,
+        array: PathBuf,
+        data: Arc<Vec<u8>>,
+    },
+    /// Likewise a key directory (nested keys) the store has no directory for: found by
+    /// name, empty when listed, made in the store by the first file made in it.
+    PlainFillDir {
+        rel: PathBuf,
+        array: PathBuf,
+    },
+    /// `.zmetadata` of a group in the v2 view: zarr 2's consolidated metadata, made from
+    /// the hierarchy below `dir` as it is now, never stored ([`View::consolidated`]).
+    Consolidated {
+        dir: PathBuf,
+    },
 }
 
 /// The metadata files the view makes.
@@ -206,8 +230,11 @@ impl Node {
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
-            | Node::DraftGroup { .. } => Kind::Dir,
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => Kind::Dir,
             Node::File { .. }
+            | Node::PlainFill { .. }
+            | Node::Consolidated { .. }
             | Node::ArrayMeta { .. }
             | Node::GroupMeta { .. }
             | Node::Chunk { .. }

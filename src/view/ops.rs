@@ -26,7 +26,13 @@ impl View {
         refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
         let path = ppath.join(name);
-        if let Some(existing) = self.child(&ppath, &pnode, name)? {
+        let existing = match self.child(&ppath, &pnode, name)? {
+            // Served where nothing is stored: `O_EXCL` makes the file (`tar x`, which
+            // retries after an unlink, would otherwise never get it).
+            Some(n) if exclusive && self.is_fill(&path, &n)? => None,
+            found => found,
+        };
+        if let Some(existing) = existing {
             if exclusive {
                 return Err(ViewError::Exists);
             }
@@ -124,6 +130,7 @@ impl View {
                     self.commit_scratch(&node, &file)?;
                 }
             }
+            Handle::Discard => {}
             _ => {
                 return Err(ViewError::Io(std::io::Error::from_raw_os_error(
                     libc::EBADF,
@@ -202,6 +209,14 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
+            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
+            Node::Consolidated { .. } => {}
+            Node::PlainFill { .. } => {
+                // Made in the store first, then truncated as the file it now is.
+                if let Handle::StoreRw(f, _) = self.open_for_write(ino, &path, &node, false)? {
+                    f.set_len(size)?;
+                }
+            }
             Node::File { rel } if super::pending_doc::is_doc(rel) => {
                 // A metadata document: truncated as a whole document or refused, checked
                 // while this handle still holds it (the last one lets it go).
@@ -260,7 +275,8 @@ impl View {
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
-            | Node::DraftGroup { .. } => {
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
@@ -272,7 +288,7 @@ impl View {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
-        if self.child(&ppath, &pnode, name)?.is_some() {
+        if self.stored_child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
         }
         let node = match &pnode {
@@ -354,7 +370,7 @@ impl View {
     fn existing_child(&self, parent: u64, name: &OsStr) -> Result<(PathBuf, PathBuf, Node)> {
         let (ppath, pnode) = self.node(parent)?;
         let node = self
-            .child(&ppath, &pnode, name)?
+            .stored_child(&ppath, &pnode, name)?
             .ok_or(ViewError::NotFound)?;
         let path = ppath.join(name);
         Ok((ppath, path, node))
@@ -362,11 +378,17 @@ impl View {
 
     pub fn unlink(&self, dir: u64, name: &OsStr) -> Result<()> {
         let parent = dir;
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
         let (ppath, path, node) = match self.existing_child(parent, name) {
             Err(ViewError::NotFound | ViewError::StaleInode(_))
                 if let Some((ppath, pnode)) = self.inodes.get_any(parent)
                     && self.is_chunk_key(&pnode, name)
-                    && self.inodes.known(&ppath.join(name)) =>
+                    && self.inodes.known(&ppath.join(name))
+                    // Not one the v2 view serves as the fill value: that one is not
+                    // stored, and was not deleted.
+                    && matches!(self.child(&ppath, &pnode, name), Ok(None)) =>
             {
                 // The kernel still knows the name (an unlink comes without a lookup when
                 // the dentry is cached) but the chunk is gone: deleted by the mount
@@ -382,6 +404,12 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Stats => return Err(ViewError::ReadOnly),
+            // Left to `only_fill` above.
+            Node::PlainFill { .. } => return Ok(()),
+            // Made from the hierarchy, never stored: gone where the group is.
+            Node::Consolidated { dir } => {
+                w.zmetadata_left.lock().remove(dir);
+            }
             Node::Scratch {
                 path,
                 array,
@@ -472,7 +500,8 @@ impl View {
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
-            | Node::DraftGroup { .. } => {
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
                 return Err(ViewError::IsDir);
             }
         }
@@ -481,6 +510,9 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
         let (_, path, node) = self.existing_child(parent, name)?;
         let w = self.writer()?;
         match &node {
@@ -490,6 +522,7 @@ impl View {
                     None => self.store.remove_dir(rel)?,
                 }
                 w.raw.lock().remove(rel);
+                w.zmetadata_left.lock().remove(rel);
             }
             Node::ArrayDir { array } if w.headless.lock().contains_key(&array.rel) => {
                 let ino = self.inodes.intern(path.clone(), node.clone());
@@ -565,14 +598,24 @@ impl View {
         refuse_internal(newname)?;
         let (ppath, pnode) = self.node(parent)?;
         let (npath, nnode) = self.node(newparent)?;
+        let nnode = self.made_dir(newparent, nnode)?;
         let src = self
-            .child(&ppath, &pnode, name)?
+            .stored_child(&ppath, &pnode, name)?
             .ok_or(ViewError::NotFound)?;
         let (from, to) = (ppath.join(name), npath.join(newname));
-        if self.child(&npath, &nnode, newname)?.is_some() && noreplace {
+        let target = self.stored_child(&npath, &nnode, newname)?;
+        if target.is_some() && noreplace {
             return Err(ViewError::Exists);
         }
         self.writer()?;
+        if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
+            // zarr 2's `consolidate_metadata` (a temporary file renamed onto the name):
+            // accepted and let go, as the view makes `.zmetadata` from the hierarchy.
+            self.remove_store_file(rel)?;
+            self.inodes
+                .rename(&from, to, Node::Consolidated { dir: dir.clone() });
+            return Ok(Renamed::Other);
+        }
         let mut renamed = Renamed::Other;
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
@@ -608,7 +651,8 @@ impl View {
                 Node::Dir { .. }
                 | Node::ArrayDir { .. }
                 | Node::KeyDir { .. }
-                | Node::DraftGroup { .. },
+                | Node::DraftGroup { .. }
+                | Node::PlainFillDir { .. },
                 _,
             ) => {
                 return Err(ViewError::Unsupported(
@@ -660,8 +704,9 @@ impl View {
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
         let (_, src) = self.node(ino)?;
         let (npath, nnode) = self.node(newparent)?;
+        let nnode = self.made_dir(newparent, nnode)?;
         let to = npath.join(newname);
-        if self.child(&npath, &nnode, newname)?.is_some() {
+        if self.stored_child(&npath, &nnode, newname)?.is_some() {
             return Err(ViewError::Exists);
         }
         let node = match (&src, &nnode) {
@@ -841,6 +886,7 @@ impl View {
     /// key directory of a new array (the inode is updated too).
     fn fresh_parent(&self, parent: u64) -> Result<(PathBuf, Node)> {
         let (path, node) = self.node(parent)?;
+        let node = self.made_dir(parent, node)?;
         if !matches!(node, Node::Dir { .. }) || self.writer.is_none() {
             return Ok((path, node));
         }
@@ -858,6 +904,35 @@ impl View {
             }
             _ => Ok((path, node)),
         }
+    }
+}
+
+impl View {
+    /// Whether `name` in `parent` is there only as the v2 view's fill value
+    /// ([`View::is_fill`]): nothing is stored to remove, and it still reads as the fill
+    /// value after an `unlink` or `rmdir`, which succeed (as a deleted chunk reads).
+    fn only_fill(&self, parent: u64, name: &OsStr) -> Result<bool> {
+        let (ppath, pnode) = self.node(parent)?;
+        let fill = match self.child(&ppath, &pnode, name) {
+            Ok(Some(n)) => self.is_fill(&ppath.join(name), &n)?,
+            _ => false,
+        };
+        if fill {
+            self.writer()?;
+        }
+        Ok(fill)
+    }
+
+    /// Directory `node` (inode `ino`) as a name is made in it: a key directory where the
+    /// v2 view serves the fill value ([`Node::PlainFillDir`]) is made in the store first.
+    pub(super) fn made_dir(&self, ino: u64, node: Node) -> Result<Node> {
+        let Node::PlainFillDir { rel, .. } = node else {
+            return Ok(node);
+        };
+        self.make_plain_dirs(&rel)?;
+        let now = Node::Dir { rel };
+        self.inodes.update(ino, now.clone());
+        Ok(now)
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -117,8 +118,109 @@ impl View {
             let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
                 return Ok(None);
             };
-            self.store_child(dir, file)
+            match self.store_child(dir, file)? {
+                None => Ok(self.plain_fill_at(&path)),
+                found => Ok(found),
+            }
         })())
+    }
+
+    /// Store path `rel`, which the store does not have, where it is a chunk key (or a key
+    /// directory) of the grid of an unsharded array at or above it that the v2 view
+    /// serves chunks of the fill value for ([`crate::format::fill`]): that node.
+    pub(super) fn plain_fill_at(&self, rel: &Path) -> Option<Node> {
+        if self.format != ViewFormat::V2 {
+            return None;
+        }
+        // The nearest array directory above decides (no I/O past the first array found;
+        // one stat per plain directory above otherwise).
+        let (array, doc, keys) = rel.ancestors().skip(1).find_map(|a| {
+            self.plain_array(a)
+                .map(|(doc, keys)| (a.to_path_buf(), doc, keys))
+        })?;
+        let mut kp = None;
+        for comp in rel.strip_prefix(&array).ok()?.components() {
+            let parent = match &kp {
+                None => None,
+                Some(format::KeyPath::Dir(c)) => Some(c.clone()),
+                Some(format::KeyPath::Chunk(_)) => return None,
+            };
+            let name = comp.as_os_str().to_str()?;
+            kp = Some(keys.store.child(keys.ndim, parent.as_deref(), name)?);
+        }
+        let (zarray, fills) = v2::plain_zarray_fill(&doc).ok()?;
+        if !fills {
+            return None;
+        }
+        let counts: Vec<u64> = zarray["shape"]
+            .as_array()?
+            .iter()
+            .zip(zarray["chunks"].as_array()?)
+            .map(|(s, c)| Some(s.as_u64()?.div_ceil(c.as_u64()?.max(1))))
+            .collect::<Option<_>>()?;
+        let in_grid = |c: &[u64]| c.iter().zip(&counts).all(|(c, n)| c < n);
+        match kp? {
+            format::KeyPath::Chunk(c) if in_grid(&c) => Some(Node::PlainFill {
+                rel: rel.to_path_buf(),
+                data: self.plain_fill_chunk(&array, &doc)?,
+                array,
+            }),
+            format::KeyPath::Dir(c) if in_grid(&c) => Some(Node::PlainFillDir {
+                rel: rel.to_path_buf(),
+                array,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The chunk of the fill value of the unsharded array at `rel` with metadata `doc`
+    /// (encoded once per document: kept until the metadata changes).
+    fn plain_fill_chunk(&self, rel: &Path, doc: &Map<String, Value>) -> Option<Arc<Vec<u8>>> {
+        let mut cache = self.plain_fills.lock();
+        if let Some((d, data)) = cache.get(rel)
+            && d == doc
+        {
+            return Some(data.clone());
+        }
+        let chunks: Vec<u64> = doc
+            .get("chunk_grid")?
+            .get("configuration")?
+            .get("chunk_shape")?
+            .as_array()?
+            .iter()
+            .map(Value::as_u64)
+            .collect::<Option<_>>()?;
+        let codecs = doc.get("codecs")?.as_array()?;
+        let data = match v2::fill_chunk(doc, &chunks, codecs) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                log::warn!("{}: no chunk of the fill value: {e}", rel.display());
+                return None;
+            }
+        };
+        if cache.len() >= 64 {
+            cache.clear();
+        }
+        cache.insert(rel.to_path_buf(), (doc.clone(), data.clone()));
+        Some(data)
+    }
+
+    /// Make store directory `dir` and those missing above it (the key directories of a
+    /// chunk written where the view served the fill value).
+    pub(super) fn make_plain_dirs(&self, dir: &Path) -> Result<()> {
+        self.writer()?;
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty())
+            .take_while(|d| !matches!(self.store.stat(d), Ok(Some(_))))
+            .collect();
+        for d in missing.into_iter().rev() {
+            match self.store.create_dir(d) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                res => res?,
+            }
+        }
+        Ok(())
     }
 
     /// Whether metadata file `file` of the unsharded array at `rel` is shown.

@@ -68,7 +68,10 @@ impl View {
             }
         }
         match node {
-            Node::Stats => Err(ViewError::NotDir),
+            Node::Stats | Node::PlainFill { .. } | Node::Consolidated { .. } => {
+                Err(ViewError::NotDir)
+            }
+            Node::PlainFillDir { rel, .. } => Ok(self.plain_fill_at(&rel.join(name))),
             Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
             Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
@@ -139,6 +142,12 @@ impl View {
         if let Some(child) = self.plain_child(rel, name) {
             return child;
         }
+        if name == format::v2::ZMETADATA {
+            // Made for every group, whatever the store holds under that name.
+            return Ok(self.has_zmetadata(rel)?.then(|| Node::Consolidated {
+                dir: rel.to_path_buf(),
+            }));
+        }
         match MetaFile::from_name(name) {
             Some(MetaFile::ZarrJson) => return Ok(None),
             Some(file) => {
@@ -158,7 +167,25 @@ impl View {
             }
             None => {}
         }
-        self.store_child(rel, name)
+        match self.store_child(rel, name)? {
+            // A chunk (or key directory) of an unsharded array's grid the store has none
+            // of, where the view serves chunks of the fill value.
+            None => Ok(self.plain_fill_at(&rel.join(name))),
+            found => Ok(found),
+        }
+    }
+
+    /// Whether store directory `rel` has a `.zmetadata` in the v2 view: a group, or one
+    /// whose `.zgroup` was unlinked and whose `.zmetadata` was not yet.
+    pub(super) fn has_zmetadata(&self, rel: &Path) -> Result<bool> {
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.zmetadata_left.lock().contains(rel))
+        {
+            return Ok(true);
+        }
+        Ok(self.store_group(rel)?.is_some())
     }
 
     /// The document of the group whose `zarr.json` is in store directory `rel`.
@@ -268,9 +295,10 @@ impl View {
                     // directory, to be read and removed (`rm -rf` of the array).
                     return Ok(self.has_files(&rel)?.then_some(Node::Dir { rel }));
                 }
-                // With no chunk below, it is there while files of its own lie in it.
-                let exists = self.has_chunks_under(array, &coords, true)?
-                    || self.holds_kept_files(array, &coords, &rel)?;
+                // With no chunk below, it is there while files of its own lie in it, and
+                // where the v2 view serves chunks of the fill value (found, not listed).
+                let exists =
+                    array.v2_fill.is_some() || self.stored_key_dir(array, &coords, &rel)?;
                 Ok(exists.then(|| Node::KeyDir {
                     array: array.clone(),
                     coords,
@@ -279,7 +307,7 @@ impl View {
             // A miss is checked against the shard on disk (one `stat`): a chunk that
             // another program added to a shard whose index is cached is found.
             KeyPath::Chunk(coords) => match self.chunk(array, &coords, false).or_else(|e| match e {
-                ViewError::NotFound => self.chunk(array, &coords, true),
+                ViewError::NotFound => self.chunk_or_fill(array, &coords, true),
                 e => Err(e),
             }) {
                 Ok(_) => Ok(Some(Node::Chunk {
@@ -289,6 +317,48 @@ impl View {
                 Err(ViewError::NotFound) => Ok(None),
                 Err(e) => Err(e),
             },
+        }
+    }
+
+    /// Whether key directory `coords` of `array` (at view path `rel`) holds anything:
+    /// chunks (staged, stored, or made by `mkdir`), or files of their own.
+    fn stored_key_dir(&self, array: &ShardedArray, coords: &[u64], rel: &Path) -> Result<bool> {
+        Ok(self.has_chunks_under(array, coords, true)?
+            || self.holds_kept_files(array, coords, rel)?)
+    }
+
+    /// Whether `node` is there only as the v2 view's fill value: a chunk of an array's
+    /// grid, or a key directory, that nothing is stored at ([`ShardedArray::v2_fill`],
+    /// [`Node::PlainFill`]). Found by name for reading; for whatever makes or removes a
+    /// name (create with `O_EXCL`, `mkdir`, `link`, `rename`, `unlink`, `rmdir`) it is
+    /// not there.
+    pub(super) fn is_fill(&self, path: &Path, node: &Node) -> Result<bool> {
+        Ok(match node {
+            Node::PlainFill { .. } | Node::PlainFillDir { .. } => true,
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                array.v2_fill.is_some()
+                    && matches!(self.chunk(&array, coords, false), Err(ViewError::NotFound))
+            }
+            Node::KeyDir { array, coords } => {
+                let array = self.current(array);
+                array.v2_fill.is_some() && !self.stored_key_dir(&array, coords, path)?
+            }
+            _ => false,
+        })
+    }
+
+    /// [`Self::child`], less what is there only as the v2 view's fill value
+    /// ([`Self::is_fill`]).
+    pub(super) fn stored_child(
+        &self,
+        path: &Path,
+        node: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        match self.child(path, node, name)? {
+            Some(n) if self.is_fill(&path.join(name), &n)? => Ok(None),
+            found => Ok(found),
         }
     }
 
@@ -315,6 +385,26 @@ impl View {
             Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
             Ok(None) => Err(ViewError::NotFound),
             Err(err) => Err(ViewError::Shard { shard: rel, err }),
+        }
+    }
+
+    /// [`Self::chunk`], or where the store has none, the chunk of the fill value the v2
+    /// view serves for the array ([`ShardedArray::v2_fill`]) at keys of its grid: found
+    /// by name, never listed (a listing shows what is stored).
+    pub(super) fn chunk_or_fill(
+        &self,
+        array: &ShardedArray,
+        coords: &[u64],
+        revalidate: bool,
+    ) -> Result<ChunkData> {
+        match self.chunk(array, coords, revalidate) {
+            Err(ViewError::NotFound)
+                if let Some(fill) = &array.v2_fill
+                    && array.layout.locate(coords).is_some() =>
+            {
+                Ok(ChunkData::Staged(fill.clone()))
+            }
+            res => res,
         }
     }
 
@@ -433,6 +523,7 @@ impl View {
         json_meta: EntryMeta,
     ) -> std::result::Result<ShardedArray, String> {
         let json = Arc::new(meta.unsharded_json(&layout));
+        let mut v2_fill = None;
         let (shown_keys, v2) = match self.format {
             ViewFormat::V3 if src.draft => (
                 format::ChunkKeyEncoding {
@@ -444,13 +535,20 @@ impl View {
             ViewFormat::V3 => (src.store_keys, None),
             ViewFormat::V2 => {
                 let keys = format::v2::shown_keys(src.store_keys);
-                let zarray = format::v2::zarray(
+                let (zarray, fill) = format::v2::zarray_fill(
                     &meta.doc,
                     &layout.shape,
                     layout.inner_chunk_shape(),
                     &layout.inner_codecs,
                     keys,
                 )?;
+                if fill {
+                    v2_fill = Some(Arc::new(format::v2::fill_chunk(
+                        &meta.doc,
+                        layout.inner_chunk_shape(),
+                        &layout.inner_codecs,
+                    )?));
+                }
                 let zattrs = format::v2::zattrs(&meta.doc);
                 (
                     keys,
@@ -472,6 +570,7 @@ impl View {
             layout,
             json,
             v2,
+            v2_fill,
             dir_meta,
             json_meta,
         })

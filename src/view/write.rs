@@ -77,6 +77,20 @@ impl View {
         };
         let (file, node) = match node {
             Node::Stats => return Err(ViewError::ReadOnly),
+            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
+            Node::Consolidated { .. } => return Ok(Handle::Discard),
+            Node::PlainFill { rel, data, .. } => {
+                // Made in the store as the chunk it reads as (a partial write keeps the
+                // rest of it), then written as the store file it now is.
+                if let Some(dir) = rel.parent() {
+                    self.make_plain_dirs(dir)?;
+                }
+                self.store
+                    .write_atomically(rel, if truncate { &[] } else { data.as_slice() })?;
+                self.inodes.update(ino, Node::File { rel: rel.clone() });
+                let f = self.open_store_file(rel, false)?;
+                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
+            }
             Node::File { rel } => {
                 let f = self.open_store_file(rel, truncate)?;
                 return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
@@ -130,7 +144,8 @@ impl View {
             Node::Dir { .. }
             | Node::ArrayDir { .. }
             | Node::KeyDir { .. }
-            | Node::DraftGroup { .. } => {
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => {
@@ -167,7 +182,7 @@ impl View {
     }
 
     pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
-        match self.chunk(array, coords, true)? {
+        match self.chunk_or_fill(array, coords, true)? {
             ChunkData::Staged(b) => Ok(b.to_vec()),
             ChunkData::Shard(shard, range) => {
                 let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
@@ -361,7 +376,7 @@ impl View {
         match handle {
             Handle::Scratch { node, .. } => self.commits(node).unwrap_or(true),
             Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
-            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } => false,
+            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard => false,
         }
     }
 

@@ -99,6 +99,10 @@ pub struct Writer {
     pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
     /// The same for unsharded arrays of the v2 view (see `view/plain.rs`).
     pub(super) plain_headless: Mutex<HashMap<PathBuf, super::plain::PlainHeadless>>,
+    /// Groups of the v2 view whose `.zgroup` was unlinked: their `.zmetadata` is still
+    /// there until it is unlinked too, or the directory goes (`rm -rf` lists it after
+    /// `.zgroup`).
+    pub(super) zmetadata_left: Mutex<std::collections::HashSet<PathBuf>>,
     /// Times set by `utimensat` (`touch -d`, `rsync -a`), by view path: kept for the
     /// mount's lifetime and shown while the file is unchanged since.
     pub(super) times: Mutex<HashMap<PathBuf, SetTimes>>,
@@ -201,6 +205,7 @@ impl Writer {
             landed_at_write: Mutex::new(HashSet::new()),
             headless: Mutex::new(HashMap::new()),
             plain_headless: Mutex::new(HashMap::new()),
+            zmetadata_left: Mutex::default(),
             times: Mutex::new(HashMap::new()),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,

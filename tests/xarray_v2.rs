@@ -1,0 +1,283 @@
+//! xarray on zarr 2 through the v2 view (`--format v2`), issue 38: the datasets xarray on
+//! zarr 3 writes must read through the view with the values and dtypes xarray on zarr 3
+//! reads directly; xarray on zarr 2 writes through the view (strings, fill values,
+//! consolidated metadata) and zarr 3 reads the store; dask region writes from several
+//! processes, through one mount and through two mounts of one store, keep every region.
+//! Runs `scripts/xarray_v2.py` under both venvs from `scripts/setup-venv` (xarray, dask
+//! and pandas are in both requirements files), against the `shardfs` binary: the Python
+//! processes then talk to a mount daemon of its own, as users' do (a mount served from
+//! threads of this test program would share its descriptors with every child it forks).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn shardfs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardfs"))
+}
+
+/// The venv python at `.venv*/bin/python`, or why the test cannot run: a missing venv
+/// skips with the reason (a failure under CI, where `scripts/test` makes both); a venv
+/// without xarray and dask is out of date, and fails with what to run.
+fn python(venv: &str, setup: &str, test: &str) -> Option<PathBuf> {
+    let p = repo().join(venv).join("bin/python");
+    if !p.exists() {
+        let why = format!("no {venv}: run {setup} (scripts/test does)");
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: {why}");
+        }
+        println!("SKIPPED {test}: {why}");
+        eprintln!("SKIPPED {test}: {why}");
+        return None;
+    }
+    let out = Command::new(&p)
+        .args(["-c", "import xarray, dask, pandas"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{test}: {venv} has no xarray/dask/pandas: run {setup}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(p)
+}
+
+fn venvs(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let py2 = python(".venv-zarr2", "scripts/setup-venv zarr2", test)?;
+    let py3 = python(".venv", "scripts/setup-venv", test)?;
+    Some((py2, py3))
+}
+
+/// Runs the steps of one test and collects their failures, so that one failing step
+/// does not hide the next ones' results (each step prints every check it made).
+#[derive(Default)]
+struct Steps {
+    failed: Vec<String>,
+}
+
+impl Steps {
+    /// `scripts/xarray_v2.py ARGS` under `python`; a non-zero exit (a failed check or a
+    /// crash) is recorded with the lines that say why.
+    fn run(&mut self, python: &Path, args: &[&str]) {
+        let out = Command::new(python)
+            .arg(repo().join("scripts/xarray_v2.py"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let venv = python
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap();
+        let step = format!("{} xarray_v2.py {}", venv.to_string_lossy(), args.join(" "));
+        println!("== {step}\n{stdout}");
+        if !out.status.success() {
+            let fails: Vec<&str> = stdout
+                .lines()
+                .filter(|l| l.starts_with("FAIL") || l.starts_with("xarray_v2:"))
+                .collect();
+            let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+            self.failed.push(format!(
+                "{step}:\n  {}\n  stderr (last lines): {}",
+                fails.join("\n  "),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ));
+        }
+    }
+
+    fn assert_none_failed(self, test: &str) {
+        assert!(
+            self.failed.is_empty(),
+            "{test}: {} step(s) failed\n{}",
+            self.failed.len(),
+            self.failed.join("\n")
+        );
+    }
+}
+
+/// A mount made with the command line, unmounted when dropped (also when a test
+/// panics), so that a failing test leaves nothing mounted.
+struct CliMount {
+    at: PathBuf,
+    mounted: bool,
+}
+
+impl CliMount {
+    fn new(store: &Path, at: &Path, options: &str) -> CliMount {
+        let out = shardfs()
+            .arg("mount")
+            .arg(store)
+            .arg(at)
+            .args(["-o", options])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "shardfs mount {} {} -o {options}: {}",
+            store.display(),
+            at.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        CliMount {
+            at: at.to_path_buf(),
+            mounted: true,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.at
+    }
+
+    /// `shardfs unmount`: returns once the daemon has written everything and exited.
+    fn unmount(mut self) {
+        self.mounted = false;
+        let out = shardfs().arg("unmount").arg(&self.at).output().unwrap();
+        assert!(
+            out.status.success(),
+            "shardfs unmount {}: {}",
+            self.at.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for CliMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = shardfs()
+                .arg("unmount")
+                .arg("--lazy")
+                .arg(&self.at)
+                .output();
+        }
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A dataset that xarray on zarr 3 writes (sharded and unsharded variables; CF time;
+/// bool; int32 with all-zero chunks zarr 3 does not store; int64 coordinates; `string`
+/// and `<U` strings; NaN and int `_FillValue`s; a variable with no chunk stored) reads
+/// through a read-only v2 view, with xarray on zarr 2 and consolidated True, None and
+/// False, as xarray on zarr 3 reads the store: every variable, dims, dtype, values
+/// (NaN and NaT included) and attributes.
+#[test]
+fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
+    let test = "xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some((py2, py3)) = venvs(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let truth = tmp.path().join("truth.pkl");
+    let mut steps = Steps::default();
+    steps.run(&py3, &["write", s(&store)]);
+    steps.run(&py3, &["expect", s(&store), s(&truth)]);
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+    steps.run(&py2, &["read-v2", s(mount.path()), s(&truth)]);
+    mount.unmount();
+    steps.assert_none_failed(test);
+}
+
+/// xarray on zarr 2 writes a dataset (object and `<U` strings, a float with a NaN
+/// `_FillValue`, a packed int with -1, ints and bool with zarr 2's null fill, CF time)
+/// through a writable v2 view and reads it back there, consolidated True, None and
+/// False, also after an attribute was set without consolidating again (`.zmetadata` is
+/// made from the hierarchy, never stale). Then zarr 3 reads the store directly (every
+/// array sharded v3, no v2 file kept, `.zmetadata` included), and xarray on zarr 2 reads
+/// it again through a fresh read-only mount.
+#[test]
+fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
+    let test = "xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some((py2, py3)) = venvs(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let want = tmp.path().join("written.pkl");
+    let mut steps = Steps::default();
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = CliMount::new(&store, mnt.path(), "rw,format=v2");
+        let ds = mount.path().join("ds");
+        steps.run(&py2, &["write-v2", s(&ds), s(&want)]);
+        mount.unmount();
+    }
+    steps.run(&py3, &["check-v3", s(&store.join("ds")), s(&want)]);
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        steps.run(&py2, &["read-v2", s(&mount.path().join("ds")), s(&want)]);
+        mount.unmount();
+    }
+    steps.assert_none_failed(test);
+}
+
+/// The xarray pattern for writing one dataset from many processes: a template written
+/// with `compute=False`, then each process `to_zarr(region=...)` of its own rows (dask
+/// arrays; the regions share shards in the store). Through one mount, and through two
+/// mounts of one store with the processes split between them (the pattern that loses
+/// data in zarr-python #3682). Every region is checked through the mount it was written
+/// through (one mount), in the store with zarr 3, and through a fresh v2 mount.
+#[test]
+fn dask_region_writes_from_several_processes_keep_every_region() {
+    let test = "dask_region_writes_from_several_processes_keep_every_region";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some((py2, py3)) = venvs(test) else {
+        return;
+    };
+    let regions = "8";
+    let mut steps = Steps::default();
+    for nmounts in [1, 2] {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        {
+            let dirs: Vec<_> = (0..nmounts).map(|_| tempfile::tempdir().unwrap()).collect();
+            let mounts: Vec<CliMount> = dirs
+                .iter()
+                .map(|d| CliMount::new(&store, d.path(), "rw,format=v2"))
+                .collect();
+            let targets: Vec<PathBuf> = mounts.iter().map(|m| m.path().join("r")).collect();
+            let mut args = vec!["dask-regions", regions];
+            args.extend(targets.iter().map(|t| s(t)));
+            steps.run(&py2, &args);
+            if nmounts == 1 {
+                steps.run(&py2, &["regions-check", regions, s(&targets[0])]);
+            }
+            for m in mounts {
+                m.unmount();
+            }
+        }
+        steps.run(&py3, &["regions-check", regions, s(&store.join("r"))]);
+        let mnt = tempfile::tempdir().unwrap();
+        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        steps.run(
+            &py2,
+            &["regions-check", regions, s(&mount.path().join("r"))],
+        );
+        mount.unmount();
+    }
+    steps.assert_none_failed(test);
+}
