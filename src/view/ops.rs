@@ -912,7 +912,10 @@ impl View {
     /// ([`View::is_fill`]): nothing is stored to remove, and it still reads as the fill
     /// value after an `unlink` or `rmdir`, which succeed (as a deleted chunk reads).
     fn only_fill(&self, parent: u64, name: &OsStr) -> Result<bool> {
-        let (ppath, pnode) = self.node(parent)?;
+        // A stale directory is its caller's to answer.
+        let Ok((ppath, pnode)) = self.node(parent) else {
+            return Ok(false);
+        };
         let fill = match self.child(&ppath, &pnode, name) {
             Ok(Some(n)) => self.is_fill(&ppath.join(name), &n)?,
             _ => false,
