@@ -363,3 +363,34 @@ fn a_resize_compares_fill_values_by_meaning() {
     b["fill_value"] = json!(1);
     assert!(!same_but_shape(&to_bytes(&a), &to_bytes(&b)).unwrap());
 }
+
+/// Issue 38: variable-length bytes (`vlen-bytes`) and numpy's fixed-width unicode
+/// (`fixed_length_utf32`) have their v2 forms too, both ways.
+#[test]
+fn vlen_bytes_and_fixed_width_unicode_map_both_ways() {
+    let zstd = json!({"name": "zstd", "configuration": {"level": 0, "checksum": false}});
+    let d =
+        doc(json!({"data_type": "variable_length_bytes", "fill_value": "", "node_type": "array"}));
+    let codecs = [json!({"name": "vlen-bytes"}), zstd.clone()];
+    let z = zarray(&d, &[3], &[2], &codecs, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["dtype"], "|O");
+    assert_eq!(z["filters"], json!([{"id": "vlen-bytes"}]));
+    let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+    assert_eq!(back["data_type"], "variable_length_bytes");
+    assert_eq!(back["codecs"], json!(codecs));
+    let u = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 12}});
+    let d = doc(
+        json!({"data_type": u, "fill_value": "", "node_type": "array", "dimension_names": ["y"]}),
+    );
+    let le = json!({"name": "bytes", "configuration": {"endian": "little"}});
+    let codecs = [le, zstd];
+    let (z, fills) = zarray_fill(&d, &[4], &[4], &codecs, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["dtype"], "<U3");
+    assert_eq!(z["fill_value"], Value::Null);
+    assert!(fills);
+    let chunk = zstd::decode_all(fill_chunk(&d, &[4], &codecs).unwrap().as_slice()).unwrap();
+    assert_eq!(chunk, vec![0u8; 48]);
+    let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+    assert_eq!(back["data_type"], u);
+    assert_eq!(back["codecs"], json!(codecs));
+}
