@@ -28,6 +28,11 @@ them as pickles of {variable: (dims, dtype, values, attrs)}: npz cannot hold obj
                                 (zarr 2) the standard region pattern: a template written
                                 with compute=False, then N processes each to_zarr one
                                 disjoint region (dask arrays), split between the mounts.
+    append-v2 MOUNT             (zarr 2) xarray appends two time steps along `time`
+                                through a writable v2 view of what `write` made.
+    check-append STORE WANT.pkl (zarr 3) xarray's default open of STORE (zarr 3 prefers
+                                the consolidated metadata xarray kept in zarr.json)
+                                sees the appended steps, with the values appended.
     regions-check N ROOT/G      (either) the N regions read back (a v2 mount under zarr 2,
                                 the store under zarr 3) hold their values.
 
@@ -574,6 +579,63 @@ def regions_check(nregions: int, root: str) -> None:
             ok(f"{name}: {nregions} regions checked ({g.dtype})")
 
 
+def append_v2(mount: str) -> None:
+    """xarray on zarr 2 appends, through the writable view at `mount`, the first two time
+    steps again (times moved past the end) to every variable along `time` of what
+    `write` made (xarray on zarr 3, which keeps its consolidated metadata inline in the
+    root `zarr.json`)."""
+    assert zarr_major() == 2, "append-v2 runs under zarr 2 (.venv-zarr2)"
+    import xarray as xr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_zarr(mount, consolidated=False)
+        timed = [v for v in ds.data_vars if "time" in ds[v].dims]
+        new = ds[timed].isel(time=slice(0, 2)).load()
+        step = ds.time.values[1] - ds.time.values[0]
+        new = new.assign_coords(time=new.time + (ds.time.values[-1] - ds.time.values[0] + step))
+        for v in new.variables.values():
+            v.encoding = {}
+        try:
+            new.to_zarr(mount, mode="a", append_dim="time")
+            ok(f"appended 2 time steps to {len(timed)} variables through the view")
+        except Exception as e:  # noqa: BLE001
+            fail(f"to_zarr(mode='a', append_dim='time') raised {type(e).__name__}: {str(e)[:300]}")
+
+
+def check_append(store: str, want_path: str) -> None:
+    """zarr 3 with its defaults (xarray's `open_zarr`, which prefers the consolidated
+    metadata it wrote) sees the append `append-v2` made through the v2 view: the time
+    steps, and the appended values equal to the first two steps (`want_path`: `expect`'s
+    truth of the store before the append)."""
+    assert zarr_major() == 3, "check-append runs under zarr 3 (.venv)"
+    import xarray as xr
+
+    with open(want_path, "rb") as f:
+        want = pickle.load(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_zarr(store)
+    n = len(want["time"][2])
+    if ds.sizes.get("time") != n + 2:
+        fail(f"zarr 3's default open sees {ds.sizes.get('time')} time steps, {n + 2} expected "
+             "(consolidated metadata that no longer describes the store?)")
+        return
+    ok(f"zarr 3's default open sees {n + 2} time steps")
+    for name, entry in want.items():
+        if name == V3_FILL:
+            continue
+        dims, _, values, _ = entry
+        if "time" not in dims or name == "time":
+            continue
+        got = ds[name].isel(time=slice(n, n + 2)).values
+        d = value_diffs(np.take(values, [0, 1], axis=dims.index("time")), got)
+        if d:
+            fail(f"{name}: appended steps differ: {d}")
+        else:
+            ok(f"{name}: appended steps as written")
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if not argv:
@@ -589,6 +651,10 @@ def main() -> None:
         write_v2(*rest)
     elif cmd == "check-v3" and len(rest) == 2:
         check_v3(*rest)
+    elif cmd == "append-v2" and len(rest) == 1:
+        append_v2(rest[0])
+    elif cmd == "check-append" and len(rest) == 2:
+        check_append(*rest)
     elif cmd == "dask-regions" and len(rest) in (2, 3):
         dask_regions(int(rest[0]), rest[1:])
     elif cmd == "regions-check" and len(rest) == 2:

@@ -281,3 +281,31 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
     }
     steps.assert_none_failed(test);
 }
+
+/// xarray on zarr 3 keeps its consolidated metadata in the root `zarr.json`, and zarr 3
+/// reads that instead of the hierarchy. xarray on zarr 2 appending through the v2 view
+/// (`to_zarr(mode="a", append_dim="time")`) changes the hierarchy below it: the mount
+/// drops it, so zarr 3's default open sees the appended steps (before, it saw the old
+/// length and silently missed them).
+#[test]
+fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
+    let test = "an_append_through_the_v2_view_reaches_zarr3_default_open";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some((py2, py3)) = venvs(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let truth = tmp.path().join("truth.pkl");
+    let mut steps = Steps::default();
+    steps.run(&py3, &["write", s(&store)]);
+    steps.run(&py3, &["expect", s(&store), s(&truth)]);
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = CliMount::new(&store, mnt.path(), "format=v2");
+    steps.run(&py2, &["append-v2", s(mount.path())]);
+    mount.unmount();
+    steps.run(&py3, &["check-append", s(&store), s(&truth)]);
+    steps.assert_none_failed(test);
+}

@@ -63,11 +63,16 @@ pub fn element(data_type: &str, v: &Value) -> Option<Vec<u8>> {
             _ => return None,
         })
     };
+    // An integer that the type holds (`300` is no `int8`).
     let int = |v: &Value, size: usize, signed: bool| -> Option<Vec<u8>> {
+        let bits = 8 * size as u32;
         let bytes = if signed {
-            v.as_i64()?.to_le_bytes()
+            let x = v.as_i64()?;
+            let fits = bits == 64 || (-(1i64 << (bits - 1))..(1i64 << (bits - 1))).contains(&x);
+            fits.then_some(x.to_le_bytes())?
         } else {
-            v.as_u64()?.to_le_bytes()
+            let x = v.as_u64()?;
+            (bits == 64 || x < (1u64 << bits)).then_some(x.to_le_bytes())?
         };
         Some(bytes[..size].to_vec())
     };
@@ -111,12 +116,18 @@ pub fn element(data_type: &str, v: &Value) -> Option<Vec<u8>> {
 
 /// The `_FillValue` attribute of a v3 array, as the JSON value it means for `data_type`
 /// (xarray's encoding for Zarr v3 decoded: a float is base64 of a little-endian double;
-/// a plain number or `"NaN"` is taken as it is). `None`: no such attribute.
+/// a plain number or `"NaN"` is taken as it is; `null`, which shardfs stores for a v2
+/// `fill_value: null` written through the view, is `null`). `None`: no such attribute.
+///
+/// An attribute that means no value of the data type (`-1` of a `uint8`, `"abc"` of an
+/// `int32`: a converter's, not xarray's) is not taken: `None`, and `.zattrs` shows it.
 pub fn attr_fill(doc: &serde_json::Map<String, Value>, data_type: &str) -> Option<Value> {
+    let v = decoded_attr(doc, data_type)?;
+    (v.is_null() || element(data_type, &v).is_some()).then_some(v)
+}
+
+fn decoded_attr(doc: &serde_json::Map<String, Value>, data_type: &str) -> Option<Value> {
     let v = doc.get("attributes")?.get(FILL_VALUE_ATTR)?;
-    if v.is_null() {
-        return None;
-    }
     if data_type.starts_with("float")
         && let Some(s) = v.as_str()
         && !matches!(s, "NaN" | "Infinity" | "-Infinity")

@@ -235,6 +235,15 @@ pub fn zarray_fill(
     Ok((zarray, chunk))
 }
 
+/// Whether `.zarray` shows the `_FillValue` attribute of v3 array metadata `doc` as its
+/// `fill_value` (and `.zattrs` hides it): one that means a value of the data type.
+fn shows_attr_fill(doc: &Map<String, Value>) -> bool {
+    data_type_name(doc)
+        .ok()
+        .and_then(|t| super::fill::attr_fill(doc, &t))
+        .is_some()
+}
+
 /// Whether v3 metadata `doc` names its dimensions (`dimension_names`, or xarray's
 /// `_ARRAY_DIMENSIONS` attribute): an array xarray reads.
 fn has_dimension_names(doc: &Map<String, Value>) -> bool {
@@ -496,7 +505,7 @@ pub fn zattrs(doc: &Map<String, Value>) -> Value {
     {
         attrs.insert(ARRAY_DIMENSIONS.into(), Value::Array(names.clone()));
     }
-    if doc.get("node_type").and_then(Value::as_str) == Some("array") {
+    if doc.get("node_type").and_then(Value::as_str) == Some("array") && shows_attr_fill(doc) {
         // Shown as `fill_value` in `.zarray` ([`super::fill`]).
         attrs.remove(super::fill::FILL_VALUE_ATTR);
     }
@@ -524,6 +533,7 @@ pub fn apply_zattrs(
     let mut attrs = super::ome::to_v05(attrs, name);
     // The fill value `.zattrs` does not show (it is `.zarray`'s `fill_value`) stays.
     if ndim.is_some()
+        && shows_attr_fill(doc)
         && !attrs.contains_key(super::fill::FILL_VALUE_ATTR)
         && let Some(v) = doc
             .get("attributes")
@@ -538,6 +548,14 @@ pub fn apply_zattrs(
     {
         doc.insert("dimension_names".into(), Value::Array(names.clone()));
         attrs.remove(ARRAY_DIMENSIONS);
+    }
+    // A `null` fill value is kept as a `null` `_FillValue` only while the array has no
+    // dimension names: with them the view shows `null` anyway, and xarray on zarr 3
+    // would read the attribute as a fill value.
+    if doc.contains_key("dimension_names")
+        && attrs.get(super::fill::FILL_VALUE_ATTR) == Some(&Value::Null)
+    {
+        attrs.remove(super::fill::FILL_VALUE_ATTR);
     }
     doc.insert("attributes".into(), Value::Object(attrs));
     Ok(())
@@ -601,12 +619,21 @@ pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
     // `null` (xarray on zarr 2: nothing is masked) is stored as the v3 default; any other
     // fill value is also kept as the `_FillValue` attribute, as xarray on zarr 3 keeps
     // it, so that the view shows it again and xarray on zarr 3 masks what zarr 2 did.
+    // `null` is kept as a `null` `_FillValue` until the array has dimension names
+    // ([`apply_zattrs`]: xarray's arrays show `null` without it, and xarray on zarr 3
+    // would take it for a value).
     let mut attributes = Map::new();
+    if matches!(z.get("fill_value"), None | Some(Value::Null)) {
+        attributes.insert(super::fill::FILL_VALUE_ATTR.into(), Value::Null);
+    }
     let fill = match (z.get("fill_value"), kind) {
         (None | Some(Value::Null), 'b') => json!(false),
         (None | Some(Value::Null), 'c') => json!([0.0, 0.0]),
         (None | Some(Value::Null), 'f') => json!(0.0),
         (None | Some(Value::Null), 'O' | 'U') => json!(""),
+        // zarr 2's default fill value of object arrays is `0`, which no v3 string or
+        // bytes array can have: none.
+        (Some(v), 'O' | 'U') if !v.is_string() => json!(""),
         (None | Some(Value::Null), _) => json!(0),
         (Some(v), _) => {
             attributes.insert(

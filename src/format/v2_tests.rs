@@ -112,13 +112,25 @@ fn fill_value_null_unless_the_array_keeps_a_cf_fill_value() {
     let mut back = d.clone();
     apply_zattrs(&mut back, &to_bytes(&json!({"units": "C"})), Some(1), "t").unwrap();
     assert_eq!(back["attributes"], json!({"units": "C", "_FillValue": nan}));
-    // And a v2 `.zarray` round trip (of xarray's: with dimension names): null stays
-    // null, a fill value is kept.
-    for fill in [Value::Null, json!(-9)] {
+    // And a v2 `.zarray` round trip, with and without dimension names (xarray writes
+    // `.zattrs` right after): null stays null, a fill value is kept.
+    for (fill, dims) in [
+        (Value::Null, false),
+        (Value::Null, true),
+        (json!(-9), false),
+    ] {
         let z = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4",
                        "fill_value": fill, "compressor": null, "filters": null, "order": "C"});
         let mut v3 = v3_from_zarray(&to_bytes(&z)).unwrap();
-        v3.insert("dimension_names".into(), json!(["x"]));
+        if dims {
+            let zattrs = to_bytes(&json!({"_ARRAY_DIMENSIONS": ["x"]}));
+            apply_zattrs(&mut v3, &zattrs, Some(1), "a").unwrap();
+            assert_eq!(
+                v3["attributes"],
+                json!({}),
+                "no null _FillValue left for xarray on zarr 3"
+            );
+        }
         let codecs = v3["codecs"].as_array().unwrap().clone();
         let (shown, _) = zarray_fill(&v3, &[4], &[2], &codecs, shown_keys(SLASH)).unwrap();
         assert_eq!(shown["fill_value"], fill);
@@ -393,4 +405,34 @@ fn vlen_bytes_and_fixed_width_unicode_map_both_ways() {
     let back = v3_from_zarray(&to_bytes(&z)).unwrap();
     assert_eq!(back["data_type"], u);
     assert_eq!(back["codecs"], json!(codecs));
+}
+
+/// A `_FillValue` that means no value of the array's type (a converter's, not xarray's:
+/// `-1` of a `uint8`, `300` of an `int8`, `"abc"` of an `int32`, bad base64) is not
+/// taken: `.zarray` shows what it would without it and `.zattrs` keeps the attribute.
+/// zarr 2's default fill `0` of object arrays is stored as the v3 `""`.
+#[test]
+fn fill_value_attributes_of_no_value_of_the_type_are_left_as_attributes() {
+    let le = [json!({"name": "bytes", "configuration": {"endian": "little"}})];
+    for (dt, attr) in [
+        ("uint8", json!(-1)),
+        ("int8", json!(300)),
+        ("int32", json!("abc")),
+        ("float32", json!("not base64!")),
+        ("int16", json!([1, 2])),
+    ] {
+        let d = doc(
+            json!({"data_type": dt, "fill_value": 0, "node_type": "array",
+                           "attributes": {"_FillValue": attr}}),
+        );
+        let z = zarray(&d, &[4], &[2], &le, shown_keys(SLASH)).unwrap();
+        assert_eq!(z["fill_value"], json!(0), "{dt} {attr}");
+        assert_eq!(zattrs(&d)["_FillValue"], attr, "{dt}");
+    }
+    let z = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|O",
+                   "fill_value": 0, "compressor": null, "filters": [{"id": "vlen-utf8"}],
+                   "order": "C"});
+    let v3 = v3_from_zarray(&to_bytes(&z)).unwrap();
+    assert_eq!(v3["fill_value"], "");
+    assert_eq!(v3["attributes"], json!({}));
 }

@@ -17,6 +17,7 @@ impl View {
     /// `dir`. A `zarr.json` may make a new array; in the v2 view `.zarray`, `.zgroup` and
     /// `.zattrs` are taken into the directory's `zarr.json` and removed.
     pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
+        self.unconsolidate_above(dir);
         match (file, self.format) {
             (MetaFile::ZarrJson, _) => self.adopt_new_array(dir),
             (_, ViewFormat::V3) => Ok(()),
@@ -31,6 +32,41 @@ impl View {
                 }
                 self.refresh_subtree(dir);
                 taken
+            }
+        }
+    }
+
+    /// The hierarchy changed at store directory `dir` (metadata written or removed, a
+    /// node made, removed or moved): the `consolidated_metadata` that groups above it
+    /// keep in their `zarr.json` (zarr-python 3 and xarray write it) no longer describes
+    /// it, and zarr 3 reads it instead of the hierarchy. It is dropped, so that readers
+    /// read the hierarchy as it is (`zarr.consolidate_metadata` writes it again). Best
+    /// effort: a failure is logged, and fails nothing.
+    pub(super) fn unconsolidate_above(&self, dir: &Path) {
+        if self.writer.is_none() {
+            return;
+        }
+        for group in dir.ancestors().skip(1) {
+            let json = group.join("zarr.json");
+            let Ok(Some(bytes)) = self.read_small(&json) else {
+                continue;
+            };
+            let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(&bytes) else {
+                continue;
+            };
+            if doc.get("node_type").and_then(Value::as_str) != Some("group")
+                || doc.get("consolidated_metadata").is_none_or(Value::is_null)
+            {
+                continue;
+            }
+            doc.remove("consolidated_metadata");
+            let out = serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
+            match self.store.write_atomically(&json, &out) {
+                Ok(()) => log::info!(
+                    "{}: consolidated metadata dropped (the hierarchy below changed)",
+                    json.display()
+                ),
+                Err(e) => log::warn!("{}: consolidated metadata not dropped: {e}", json.display()),
             }
         }
     }

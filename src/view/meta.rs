@@ -113,6 +113,7 @@ impl View {
         }
         self.flush_array(&array)?;
         self.store.write_atomically(&array.meta_rel, &out)?;
+        self.unconsolidate_above(&array.rel);
         self.reload_array(&array.rel)
     }
 

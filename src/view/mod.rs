@@ -157,8 +157,9 @@ enum Handle {
         node: Node,
         file: Arc<Mutex<writer::Scratch>>,
     },
-    /// Writes accepted and let go (`.zmetadata` of the v2 view, which the view makes).
-    Discard,
+    /// Writes accepted and let go: `.zmetadata` of the v2 view, which the view makes
+    /// from the hierarchy below this directory (and reads serve).
+    Discard(PathBuf),
 }
 
 /// A chunk of the fill value of an unsharded array, with the metadata it was made from.

@@ -130,7 +130,7 @@ impl View {
                     self.commit_scratch(&node, &file)?;
                 }
             }
-            Handle::Discard => {}
+            Handle::Discard(_) => {}
             _ => {
                 return Err(ViewError::Io(std::io::Error::from_raw_os_error(
                     libc::EBADF,
@@ -506,6 +506,9 @@ impl View {
             }
         }
         self.inodes.detach(&path);
+        if MetaFile::from_name(name).is_some() {
+            self.unconsolidate_above(&ppath);
+        }
         Ok(())
     }
 
@@ -577,6 +580,7 @@ impl View {
             _ => return Err(ViewError::NotDir),
         }
         self.inodes.detach(&path);
+        self.unconsolidate_above(&path);
         Ok(())
     }
 

@@ -114,6 +114,8 @@ impl View {
         // Its inodes move with it, and are looked at again there.
         self.inodes.move_tree(from, to);
         self.refresh_subtree(to);
+        self.unconsolidate_above(from);
+        self.unconsolidate_above(to);
         Ok(Renamed::Other)
     }
 }

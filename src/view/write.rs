@@ -78,7 +78,7 @@ impl View {
         let (file, node) = match node {
             Node::Stats => return Err(ViewError::ReadOnly),
             // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
-            Node::Consolidated { .. } => return Ok(Handle::Discard),
+            Node::Consolidated { dir } => return Ok(Handle::Discard(dir.clone())),
             Node::PlainFill { rel, data, .. } => {
                 // Made in the store as the chunk it reads as (a partial write keeps the
                 // rest of it), then written as the store file it now is.
@@ -376,7 +376,9 @@ impl View {
         match handle {
             Handle::Scratch { node, .. } => self.commits(node).unwrap_or(true),
             Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
-            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard => false,
+            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard(_) => {
+                false
+            }
         }
     }
 
