@@ -28,6 +28,10 @@ them as pickles of {variable: (dims, dtype, values, attrs)}: npz cannot hold obj
                                 (zarr 2) the standard region pattern: a template written
                                 with compute=False, then N processes each to_zarr one
                                 disjoint region (dask arrays), split between the mounts.
+    read-v3 ROOT WANT.pkl       (zarr 3) xarray opens ROOT (the store, or a v3 view) with
+                                consolidated True and None (its default), compares.
+    write-v3 MOUNT/G OUT.pkl    (zarr 3) xarray writes a dataset, with its consolidated
+                                metadata, through a writable v3 view; OUT: the truth.
     append-v2 MOUNT             (zarr 2) xarray appends two time steps along `time`
                                 through a writable v2 view of what `write` made.
     check-append STORE WANT.pkl (zarr 3) xarray's default open of STORE (zarr 3 prefers
@@ -636,6 +640,45 @@ def check_append(store: str, want_path: str) -> None:
             ok(f"{name}: appended steps as written")
 
 
+def read_v3(root: str, want_path: str) -> None:
+    """xarray on zarr 3 opens `root` (the store, or a v3 view of it) with consolidated
+    True and None (its default: the consolidated metadata kept in `zarr.json`) and
+    compares every variable with WANT."""
+    assert zarr_major() == 3, "read-v3 runs under zarr 3 (.venv)"
+    with open(want_path, "rb") as f:
+        want = pickle.load(f)
+    want.pop(V3_FILL, None)
+    for consolidated in (True, None):
+        label = f"zarr 3 consolidated={consolidated} on {os.path.basename(root)}"
+        got = open_read(root, consolidated, label)
+        if got is not None:
+            compare(label, want, snapshot(got))
+
+
+def write_v3(root: str, out: str) -> None:
+    """xarray on zarr 3 writes a dataset to `root` (a group of a writable v3 view) as
+    Zarr v3 with its consolidated metadata; OUT: what xarray reads of it from a plain
+    directory (the truth for `read-v3` of the store)."""
+    assert zarr_major() == 3, "write-v3 runs under zarr 3 (.venv)"
+    import tempfile
+
+    ds = dataset_v3()[0]
+    ds = ds[[v for v in ds.data_vars if ds[v].dtype.kind in "fiub"]]
+    for v in ds.variables.values():
+        v.encoding = {}
+    with tempfile.TemporaryDirectory() as plain, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(plain, zarr_format=3)
+        truth = snapshot(open_read(plain, None, "plain directory"))
+        try:
+            ds.to_zarr(root, zarr_format=3)
+            ok(f"to_zarr through the v3 view ({len(ds.data_vars)} variables)")
+        except Exception as e:  # noqa: BLE001
+            fail(f"to_zarr through the v3 view raised {type(e).__name__}: {str(e)[:300]}")
+    with open(out, "wb") as f:
+        pickle.dump(truth, f)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if not argv:
@@ -651,6 +694,10 @@ def main() -> None:
         write_v2(*rest)
     elif cmd == "check-v3" and len(rest) == 2:
         check_v3(*rest)
+    elif cmd == "read-v3" and len(rest) == 2:
+        read_v3(*rest)
+    elif cmd == "write-v3" and len(rest) == 2:
+        write_v3(*rest)
     elif cmd == "append-v2" and len(rest) == 1:
         append_v2(rest[0])
     elif cmd == "check-append" and len(rest) == 2:

@@ -19,7 +19,10 @@ impl View {
     pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
         self.unconsolidate_above(dir);
         match (file, self.format) {
-            (MetaFile::ZarrJson, _) => self.adopt_new_array(dir),
+            (MetaFile::ZarrJson, _) => {
+                self.store_consolidated(dir);
+                self.adopt_new_array(dir)
+            }
             (_, ViewFormat::V3) => Ok(()),
             (_, ViewFormat::V2) => {
                 self.writer()?;
@@ -68,6 +71,37 @@ impl View {
                 ),
                 Err(e) => log::warn!("{}: consolidated metadata not dropped: {e}", json.display()),
             }
+        }
+    }
+
+    /// A group's `zarr.json` written through the v3 view (`zarr.consolidate_metadata`):
+    /// its `consolidated_metadata` describes the arrays as the view shows them,
+    /// unsharded; each sharded array's entry is stored as the array is stored, so that
+    /// readers of the store read its shards as shards. Best effort, as in
+    /// [`Self::unconsolidate_above`].
+    fn store_consolidated(&self, dir: &Path) {
+        let json = dir.join("zarr.json");
+        let Ok(Some(bytes)) = self.read_small(&json) else {
+            return;
+        };
+        let stored = crate::format::metadata::map_consolidated(&bytes, |key, _| {
+            let own = self.read_small(&dir.join(key).join("zarr.json")).ok()??;
+            match crate::format::metadata::parse(&own) {
+                Ok(crate::format::Node::Array(a))
+                    if matches!(a.presentation, crate::format::Presentation::Sharded(_)) =>
+                {
+                    serde_json::from_slice(&own).ok()
+                }
+                _ => None,
+            }
+        });
+        if let Some(out) = stored
+            && let Err(e) = self.store.write_atomically(&json, &out)
+        {
+            log::warn!(
+                "{}: consolidated metadata stored as written: {e}",
+                json.display()
+            );
         }
     }
 

@@ -191,6 +191,9 @@ impl View {
             Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
                 (Handle::Bytes(Arc::new(doc.bytes())), false)
             }
+            Node::File { rel } if let Some(doc) = self.shown_group_doc(&rel) => {
+                (Handle::Bytes(doc), false)
+            }
             Node::File { rel } => (
                 Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
                 false,

@@ -162,6 +162,10 @@ enum Handle {
     Discard(PathBuf),
 }
 
+/// A group document as the v3 view shows it (`None`: as stored), with the version of the
+/// stored file it was made from.
+type ShownGroupDoc = ((u64, u64, std::time::SystemTime), Option<Arc<Vec<u8>>>);
+
 /// A chunk of the fill value of an unsharded array, with the metadata it was made from.
 type PlainFillChunk = (serde_json::Map<String, serde_json::Value>, Arc<Vec<u8>>);
 
@@ -230,6 +234,10 @@ pub struct View {
     /// The v2 view: chunks of the fill value of unsharded arrays, by array, with the
     /// metadata they were made from ([`View::plain_fill_at`]).
     plain_fills: Mutex<std::collections::HashMap<PathBuf, PlainFillChunk>>,
+    /// The v3 view: group documents whose stored `consolidated_metadata` is shown with
+    /// the sharded arrays' entries unsharded, by path, with the stored file's version
+    /// they were made from ([`View::shown_group_doc`]).
+    group_docs: Mutex<std::collections::HashMap<PathBuf, ShownGroupDoc>>,
 }
 
 /// Where an array lives in the store.
@@ -295,6 +303,7 @@ impl View {
             format: config.format,
             draft: None,
             plain_fills: Mutex::default(),
+            group_docs: Mutex::default(),
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -563,6 +572,10 @@ impl View {
             Node::File { rel } if let Some(doc) = self.pending_doc(rel) => {
                 let m = doc.meta()?;
                 Attr::from_meta(ino, Kind::File, m.len, &m)
+            }
+            Node::File { rel } if let Some(doc) = self.shown_group_doc(rel) => {
+                let m = self.stat_rel(rel)?;
+                Attr::from_meta(ino, Kind::File, doc.len() as u64, &m)
             }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
                 let m = self.stat_rel(rel)?;

@@ -188,6 +188,32 @@ impl View {
         Ok(self.store_group(rel)?.is_some())
     }
 
+    /// The v3 view: the `zarr.json` at store path `rel`, where it is a group's whose
+    /// stored `consolidated_metadata` (zarr-python 3 and xarray write it, and read it
+    /// instead of the hierarchy) describes sharded arrays, with their entries as the view
+    /// shows those arrays: unsharded. `None`: shown as stored.
+    pub(super) fn shown_group_doc(&self, rel: &Path) -> Option<Arc<Vec<u8>>> {
+        if self.format != ViewFormat::V3 || rel.file_name()? != "zarr.json" {
+            return None;
+        }
+        let version = self.store.stat(rel).ok()??.version();
+        if let Some((v, doc)) = self.group_docs.lock().get(rel)
+            && *v == version
+        {
+            return doc.clone();
+        }
+        let bytes = self.read_small(rel).ok()??;
+        let doc =
+            format::metadata::map_consolidated(&bytes, |_, e| format::metadata::unsharded_entry(e))
+                .map(Arc::new);
+        let mut cache = self.group_docs.lock();
+        if cache.len() >= 256 {
+            cache.clear();
+        }
+        cache.insert(rel.to_path_buf(), (version, doc.clone()));
+        doc
+    }
+
     /// The document of the group whose `zarr.json` is in store directory `rel`.
     pub(super) fn store_group(
         &self,
