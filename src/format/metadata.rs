@@ -270,6 +270,57 @@ impl ArrayMeta {
     }
 }
 
+/// The `consolidated_metadata` of group document `group` (zarr-python 3 keeps every
+/// node's metadata below the group there, and reads it instead of the hierarchy) with
+/// each sharded array's entry passed through `each` (the view's unsharded form, or the
+/// stored form back). `None`: the document has no such array entry and stays as it is.
+pub fn map_consolidated(
+    group: &[u8],
+    each: impl Fn(&str, &Map<String, Value>) -> Option<Value>,
+) -> Option<Vec<u8>> {
+    let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(group) else {
+        return None;
+    };
+    if doc.get("node_type").and_then(Value::as_str) != Some("group") {
+        return None;
+    }
+    let entries = doc
+        .get_mut("consolidated_metadata")?
+        .get_mut("metadata")?
+        .as_object_mut()?;
+    let mut changed = false;
+    for (key, entry) in entries.iter_mut() {
+        let Value::Object(e) = entry else { continue };
+        if e.get("node_type").and_then(Value::as_str) != Some("array") {
+            continue;
+        }
+        if let Some(new) = each(key, e)
+            && new != *entry
+        {
+            *entry = new;
+            changed = true;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = serde_json::to_vec_pretty(&Value::Object(doc)).ok()?;
+    out.push(b'\n');
+    Some(out)
+}
+
+/// A consolidated entry of a sharded array as the v3 view shows that array: unsharded.
+pub fn unsharded_entry(entry: &Map<String, Value>) -> Option<Value> {
+    let bytes = serde_json::to_vec(entry).ok()?;
+    let Ok(Node::Array(meta)) = parse(&bytes) else {
+        return None;
+    };
+    let Presentation::Sharded(layout) = &meta.presentation else {
+        return None;
+    };
+    serde_json::from_slice(&meta.unsharded_json(layout)).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,55 +448,4 @@ mod tests {
             Ok(Node::Group)
         ));
     }
-}
-
-/// The `consolidated_metadata` of group document `group` (zarr-python 3 keeps every
-/// node's metadata below the group there, and reads it instead of the hierarchy) with
-/// each sharded array's entry passed through `each` (the view's unsharded form, or the
-/// stored form back). `None`: the document has no such array entry and stays as it is.
-pub fn map_consolidated(
-    group: &[u8],
-    each: impl Fn(&str, &Map<String, Value>) -> Option<Value>,
-) -> Option<Vec<u8>> {
-    let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(group) else {
-        return None;
-    };
-    if doc.get("node_type").and_then(Value::as_str) != Some("group") {
-        return None;
-    }
-    let entries = doc
-        .get_mut("consolidated_metadata")?
-        .get_mut("metadata")?
-        .as_object_mut()?;
-    let mut changed = false;
-    for (key, entry) in entries.iter_mut() {
-        let Value::Object(e) = entry else { continue };
-        if e.get("node_type").and_then(Value::as_str) != Some("array") {
-            continue;
-        }
-        if let Some(new) = each(key, e)
-            && new != *entry
-        {
-            *entry = new;
-            changed = true;
-        }
-    }
-    if !changed {
-        return None;
-    }
-    let mut out = serde_json::to_vec_pretty(&Value::Object(doc)).ok()?;
-    out.push(b'\n');
-    Some(out)
-}
-
-/// A consolidated entry of a sharded array as the v3 view shows that array: unsharded.
-pub fn unsharded_entry(entry: &Map<String, Value>) -> Option<Value> {
-    let bytes = serde_json::to_vec(entry).ok()?;
-    let Ok(Node::Array(meta)) = parse(&bytes) else {
-        return None;
-    };
-    let Presentation::Sharded(layout) = &meta.presentation else {
-        return None;
-    };
-    serde_json::from_slice(&meta.unsharded_json(layout)).ok()
 }
