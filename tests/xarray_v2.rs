@@ -166,6 +166,15 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// xarray on zarr 3 writes `dataset_v3()` to `dir/store` (a plain directory), and what it
+/// reads back from there is saved to `dir/truth.pkl`: (store, truth).
+fn written_by_xarray_on_zarr3(steps: &mut Steps, py3: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let (store, truth) = (dir.join("store"), dir.join("truth.pkl"));
+    steps.run(py3, &["write", s(&store)]);
+    steps.run(py3, &["expect", s(&store), s(&truth)]);
+    (store, truth)
+}
+
 /// A dataset that xarray on zarr 3 writes (sharded and unsharded variables; CF time;
 /// bool; int32 with all-zero chunks zarr 3 does not store; int64 coordinates; `string`
 /// and `<U` strings; NaN and int `_FillValue`s; a variable with no chunk stored) reads
@@ -181,12 +190,8 @@ fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
     let Some((py2, py3)) = venvs(test) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let truth = tmp.path().join("truth.pkl");
-    let mut steps = Steps::default();
-    steps.run(&py3, &["write", s(&store)]);
-    steps.run(&py3, &["expect", s(&store), s(&truth)]);
+    let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
+    let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
     let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
     steps.run(&py2, &["read-v2", s(mount.path()), s(&truth)]);
@@ -296,12 +301,8 @@ fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
     let Some((py2, py3)) = venvs(test) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let truth = tmp.path().join("truth.pkl");
-    let mut steps = Steps::default();
-    steps.run(&py3, &["write", s(&store)]);
-    steps.run(&py3, &["expect", s(&store), s(&truth)]);
+    let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
+    let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
     let mount = CliMount::new(&store, mnt.path(), "format=v2");
     steps.run(&py2, &["append-v2", s(mount.path())]);
@@ -325,12 +326,8 @@ fn xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view() 
     let Some((_, py3)) = venvs(test) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let store = tmp.path().join("store");
-    let truth = tmp.path().join("truth.pkl");
-    let mut steps = Steps::default();
-    steps.run(&py3, &["write", s(&store)]);
-    steps.run(&py3, &["expect", s(&store), s(&truth)]);
+    let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
+    let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
     let mount = CliMount::new(&store, mnt.path(), "ro");
     steps.run(&py3, &["read-v3", s(mount.path()), s(&truth)]);
