@@ -132,12 +132,14 @@ impl View {
         if self.format != ViewFormat::V2 {
             return None;
         }
-        // The nearest array directory above decides (no I/O past the first array found;
-        // one stat per plain directory above otherwise).
-        let (array, doc, keys) = rel.ancestors().skip(1).find_map(|a| {
-            self.plain_array(a)
-                .map(|(doc, keys)| (a.to_path_buf(), doc, keys))
-        })?;
+        // The nearest node above decides (an array holds no groups or arrays): one read
+        // of a `zarr.json` per directory above up to it, none past it.
+        let array = rel
+            .ancestors()
+            .skip(1)
+            .find(|a| matches!(self.store.stat(&a.join("zarr.json")), Ok(Some(_))))?
+            .to_path_buf();
+        let (doc, keys) = self.plain_array(&array)?;
         let mut kp = None;
         for comp in rel.strip_prefix(&array).ok()?.components() {
             let parent = match &kp {
