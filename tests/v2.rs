@@ -728,8 +728,12 @@ fn consolidated_metadata_is_made_from_the_hierarchy() {
             br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i2", "fill_value": null, "compressor": null, "filters": null, "order": "C"}"#,
         )
         .unwrap();
-        // Written directly, and as zarr 2 writes it: both accepted, neither kept.
+        // Written directly, and as zarr 2 writes it: both accepted, neither kept. Read
+        // right after the direct write (zarr 2's `consolidate_metadata` re-reads it):
+        // the document the view makes, whole (it read nothing for a second).
         write_and_close(g.join(".zmetadata"), stale).unwrap();
+        let made = read(&g.join(".zmetadata"));
+        assert!(made["metadata"].get("a/.zarray").is_some(), "{made}");
         write_and_close(g.join(".zmetadata.1234.partial"), stale).unwrap();
         std::fs::rename(g.join(".zmetadata.1234.partial"), g.join(".zmetadata")).unwrap();
         let names: Vec<String> = std::fs::read_dir(&g)
