@@ -356,6 +356,46 @@ mod tests {
         json!([{"name": "bytes", "configuration": {"endian": "little"}}])
     }
 
+    /// A group's consolidated metadata (zarr-python 3's) with a sharded array's entry
+    /// shown unsharded; a group with none, or only unsharded entries, stays as it is.
+    #[test]
+    fn consolidated_entries_of_sharded_arrays_map() {
+        let s = sharded(bytes_codec(), json!({}));
+        let plain = json!({"zarr_format": 3, "node_type": "array", "shape": [2],
+                           "data_type": "uint8", "codecs": bytes_codec()});
+        let group = json!({"zarr_format": 3, "node_type": "group", "attributes": {},
+            "consolidated_metadata": {"kind": "inline", "must_understand": false,
+                "metadata": {"s": s, "p": plain, "g": {"zarr_format": 3, "node_type": "group"}}}});
+        let out = map_consolidated(&serde_json::to_vec(&group).unwrap(), |_, e| {
+            unsharded_entry(e)
+        })
+        .unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        let m = &out["consolidated_metadata"]["metadata"];
+        assert_eq!(
+            m["s"]["chunk_grid"]["configuration"]["chunk_shape"],
+            json!([2, 2])
+        );
+        assert_eq!(m["s"]["codecs"], bytes_codec());
+        assert_eq!(m["p"], plain);
+        assert_eq!(m["g"], group["consolidated_metadata"]["metadata"]["g"]);
+        let without = json!({"zarr_format": 3, "node_type": "group", "attributes": {}});
+        assert!(
+            map_consolidated(&serde_json::to_vec(&without).unwrap(), |_, e| {
+                unsharded_entry(e)
+            })
+            .is_none()
+        );
+        let only_plain = json!({"zarr_format": 3, "node_type": "group",
+            "consolidated_metadata": {"metadata": {"p": plain}}});
+        assert!(
+            map_consolidated(&serde_json::to_vec(&only_plain).unwrap(), |_, e| {
+                unsharded_entry(e)
+            })
+            .is_none()
+        );
+    }
+
     #[test]
     fn presents_a_sharded_array() {
         let a = array(&sharded(bytes_codec(), json!({})));
