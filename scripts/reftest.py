@@ -1296,6 +1296,18 @@ class Run:
             return "new-foreign-commit-error"
         if mr == "ENOENT" and step is not None and self.was_outside(step.path, Tree(self.plain, "", self.fmt).arrays):
             return "keydir-outside-grid"
+        if mr == "ok" and i < len(rp) and rp[i] == "ENOTEMPTY" and step is not None \
+                and step.desc.startswith("rmdir "):
+            # the twin's directory holds only empty key directories outside the grid,
+            # which the mount does not show: the mount's rmdir of it is that difference;
+            # follow it in the twin
+            arrays = Tree(self.plain, "", self.fmt).arrays
+            below = [os.path.relpath(os.path.join(d, n), self.plain)
+                     for d, dn, fn in os.walk(self.plain / step.path) for n in dn + fn]
+            if below and all(os.path.isdir(self.plain / b) and self.was_outside(b, arrays)
+                             for b in below):
+                shutil.rmtree(self.plain / step.path)
+                return "keydir-outside-grid"
         made = getattr(step, "link", None) or getattr(step, "rename", None)
         if mr == "ENOENT" and made and self.was_outside(made[1], Tree(self.plain, "", self.fmt).arrays):
             # a link or rename into an (empty) key directory outside the grid, which the

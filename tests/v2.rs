@@ -834,6 +834,18 @@ fn missing_chunks_of_xarray_arrays_read_as_the_fill_value() {
         "still the fill"
     );
     assert!(!m.join("p/2").exists(), "outside the grid");
+    // It exists for the kernel: a link onto it is EEXIST; it is no rename source.
+    write_and_close(m.join("p/tmp"), [5u8, 5]).unwrap();
+    let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    assert_eq!(
+        errno(std::fs::hard_link(m.join("p/tmp"), m.join("p/1"))),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(
+        errno(std::fs::rename(m.join("p/1"), m.join("p/moved"))),
+        Some(libc::ENOENT)
+    );
+    std::fs::remove_file(m.join("p/tmp")).unwrap();
     write_and_close(m.join("p/1"), [3u8, 4]).unwrap();
     // Sharded: every key of the grid reads; the ones not listed as the fill value.
     let a = m.join("u16_default_sparse");

@@ -238,19 +238,18 @@ pub fn fill_chunk(
                 d.extend(sum.to_le_bytes());
                 d
             }
-            ("gzip", Some(d)) => {
+            ("gzip" | "numcodecs.zlib", Some(d)) => {
+                use std::io::Read;
                 let level = get("level").and_then(Value::as_u64).unwrap_or(1).min(9) as u32;
-                let mut e =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
-                e.write_all(&d).map_err(|e| e.to_string())?;
-                e.finish().map_err(|e| e.to_string())?
-            }
-            ("numcodecs.zlib", Some(d)) => {
-                let level = get("level").and_then(Value::as_u64).unwrap_or(1).min(9) as u32;
-                let mut e =
-                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(level));
-                e.write_all(&d).map_err(|e| e.to_string())?;
-                e.finish().map_err(|e| e.to_string())?
+                let level = flate2::Compression::new(level);
+                let mut out = Vec::new();
+                if name == "gzip" {
+                    flate2::read::GzEncoder::new(d.as_slice(), level).read_to_end(&mut out)
+                } else {
+                    flate2::read::ZlibEncoder::new(d.as_slice(), level).read_to_end(&mut out)
+                }
+                .map_err(|e| e.to_string())?;
+                out
             }
             ("zstd", Some(d)) => {
                 let level = get("level").and_then(Value::as_i64).unwrap_or(0) as i32;
@@ -376,6 +375,12 @@ mod tests {
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(c.as_slice()), &mut d)
             .unwrap();
         assert_eq!(d, vec![9u8; 100]);
+        let zlib = json!({"name": "numcodecs.zlib", "configuration": {"level": 1}});
+        let c = fill_chunk("uint8", &json!(3), &[50], &[json!({"name": "bytes"}), zlib]).unwrap();
+        let mut d = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(c.as_slice()), &mut d)
+            .unwrap();
+        assert_eq!(d, vec![3u8; 50]);
         let blosc = json!({"name": "blosc", "configuration": {"typesize": 2}});
         let c = fill_chunk("uint16", &json!(1), &[4], &[bytes, blosc]).unwrap();
         assert_eq!(c.len(), 16 + 8);

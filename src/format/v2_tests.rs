@@ -108,6 +108,14 @@ fn fill_value_null_unless_the_array_keeps_a_cf_fill_value() {
     assert!(chunk);
     assert_eq!(fill_chunk(&d, &[2], &le).unwrap(), vec![0u8; 8]);
     assert_eq!(zattrs(&d), json!({"units": "K"}));
+    // A compressor the view cannot encode a chunk with: the v3 fill value, no chunks.
+    let lz4 = [
+        le[0].clone(),
+        json!({"name": "numcodecs.lz4", "configuration": {}}),
+    ];
+    let (z, chunk) = zarray_fill(&d, &[4], &[2], &lz4, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["fill_value"], 0.0);
+    assert!(!chunk);
     // A `.zattrs` written back keeps the attribute `.zattrs` does not show.
     let mut back = d.clone();
     apply_zattrs(&mut back, &to_bytes(&json!({"units": "C"})), Some(1), "t").unwrap();

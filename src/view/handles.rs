@@ -191,7 +191,7 @@ impl View {
             Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
                 (Handle::Bytes(Arc::new(doc.bytes())), false)
             }
-            Node::File { rel } if let Some(doc) = self.shown_group_doc(&rel) => {
+            Node::File { rel } if let Some(doc) = self.shown_group_doc(&rel, None) => {
                 (Handle::Bytes(doc), false)
             }
             Node::File { rel } => (

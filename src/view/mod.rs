@@ -573,13 +573,16 @@ impl View {
                 let m = doc.meta()?;
                 Attr::from_meta(ino, Kind::File, m.len, &m)
             }
-            Node::File { rel } if let Some(doc) = self.shown_group_doc(rel) => {
-                let m = self.stat_rel(rel)?;
-                Attr::from_meta(ino, Kind::File, doc.len() as u64, &m)
-            }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
                 let m = self.stat_rel(rel)?;
-                Attr::from_meta(ino, node.kind(), m.len, &m)
+                // A group document the v3 view shows changed (one `stat` for both).
+                let len = match node {
+                    Node::File { .. } => self
+                        .shown_group_doc(rel, Some(&m))
+                        .map_or(m.len, |d| d.len() as u64),
+                    _ => m.len,
+                };
+                Attr::from_meta(ino, node.kind(), len, &m)
             }
             // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
             Node::PlainFill { array, data, .. } => {

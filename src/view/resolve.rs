@@ -192,11 +192,19 @@ impl View {
     /// stored `consolidated_metadata` (zarr-python 3 and xarray write it, and read it
     /// instead of the hierarchy) describes sharded arrays, with their entries as the view
     /// shows those arrays: unsharded. `None`: shown as stored.
-    pub(super) fn shown_group_doc(&self, rel: &Path) -> Option<Arc<Vec<u8>>> {
+    /// `meta`: the file's, where the caller has it (else it is looked up).
+    pub(super) fn shown_group_doc(
+        &self,
+        rel: &Path,
+        meta: Option<&EntryMeta>,
+    ) -> Option<Arc<Vec<u8>>> {
         if self.format != ViewFormat::V3 || rel.file_name()? != "zarr.json" {
             return None;
         }
-        let version = self.store.stat(rel).ok()??.version();
+        let version = match meta {
+            Some(m) => m.version(),
+            None => self.store.stat(rel).ok()??.version(),
+        };
         if let Some((v, doc)) = self.group_docs.lock().get(rel)
             && *v == version
         {
