@@ -362,6 +362,32 @@ fn s3_mount_failures_say_why() {
             .args(["mount", "s3://bucket/x"]),
         "is not an http:// or https:// URL",
     );
+    fails(
+        s3.shardfs()
+            .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+            .env_remove("AWS_ALLOW_HTTP")
+            .args(["mount", "s3://bucket/x"]),
+        "set AWS_ALLOW_HTTP=true",
+    );
+    // A stalled endpoint (it takes the connection and never answers): the mount gives
+    // up after --s3-timeout, saying so, not after the client's own 30 s per attempt.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let started = std::time::Instant::now();
+    fails(
+        s3.shardfs()
+            .env(
+                "AWS_ENDPOINT_URL",
+                format!("http://{}", stalled.local_addr().unwrap()),
+            )
+            .args(["mount", "--s3-timeout", "2", "s3://bucket/x"]),
+        "did not answer in time",
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "a stalled endpoint held the mount {:?}",
+        started.elapsed()
+    );
+    drop(stalled);
     // No credentials: the client falls back to the EC2 instance metadata service,
     // which is not there.
     fails(

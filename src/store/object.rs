@@ -169,6 +169,8 @@ pub struct ObjectStoreStore {
     budget: Arc<Budget>,
     counters: Arc<Counters>,
     meta: Arc<MetaCache>,
+    /// The longest any one request may take, its retries included (`--s3-timeout`).
+    deadline: Duration,
 }
 
 /// Why an object store could not be opened, said for the person who typed the URL.
@@ -207,6 +209,17 @@ impl ObjectStoreStore {
                 )));
             }
         }
+        // object_store refuses plain http unless told ("builder error"): say how.
+        for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
+            if let Ok(v) = std::env::var(var)
+                && v.starts_with("http://")
+                && !std::env::var("AWS_ALLOW_HTTP").is_ok_and(|a| a.eq_ignore_ascii_case("true"))
+            {
+                return Err(err(format!(
+                    "{var}={v:?} is plain http: set AWS_ALLOW_HTTP=true to use it"
+                )));
+            }
+        }
         let mut builder = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .with_retry(object_store::RetryConfig {
@@ -222,6 +235,7 @@ impl ObjectStoreStore {
         let s3 = builder.build().map_err(|e| err(e.to_string()))?;
         let mut store = Self::new(Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
         store.budget = Arc::new(Budget::new(opts.read_ahead));
+        store.deadline = opts.timeout;
         store.meta = Arc::new(MetaCache::new(opts.meta_ttl));
         store.check().map_err(err)?;
         Ok(store)
@@ -244,15 +258,14 @@ impl ObjectStoreStore {
             budget: Arc::new(Budget::new(DEFAULT_READ_AHEAD)),
             counters: Arc::default(),
             meta: Arc::new(MetaCache::new(Duration::ZERO)),
+            deadline: DEFAULT_TIMEOUT,
         })
     }
 
     /// One listing of the prefix, so that a wrong bucket, wrong credentials or an
     /// unreachable endpoint are said at mount, not as EIO later.
     fn check(&self) -> Result<(), String> {
-        let listing = self
-            .rt
-            .block_on(self.inner.list_with_delimiter(Some(&self.prefix)));
+        let listing = self.block_on(self.inner.list_with_delimiter(Some(&self.prefix)));
         match listing {
             Ok(_) => Ok(()),
             Err(e) => Err(describe_error(&e)),
@@ -286,8 +299,8 @@ impl ObjectStoreStore {
         Ok(key)
     }
 
-    fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+    fn block_on<T>(&self, f: impl Future<Output = ObjResult<T>>) -> ObjResult<T> {
+        within(self.rt.handle(), self.deadline, f)
     }
 
     fn head(&self, rel: &Path) -> io::Result<Option<object_store::ObjectMeta>> {
@@ -442,6 +455,36 @@ impl std::fmt::Debug for ObjectStoreStore {
 }
 
 /// A person's words for an object store failure at mount.
+type ObjResult<T> = Result<T, object_store::Error>;
+
+/// No answer within `--s3-timeout`: what a request that outlived it fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out: no answer within {}s (--s3-timeout)", .0.as_secs_f64())]
+struct TimedOut(Duration);
+
+/// `f`, failing with [`TimedOut`] after `deadline`: a stalled endpoint (an answer that
+/// never comes or never ends) holds no request longer, whatever the client's own
+/// timeouts and retries do (issue 34: a hanging request took 30 s with
+/// `--s3-timeout 3`).
+async fn timed<T>(deadline: Duration, f: impl Future<Output = ObjResult<T>>) -> ObjResult<T> {
+    match tokio::time::timeout(deadline, f).await {
+        Ok(res) => res,
+        Err(_) => Err(object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(TimedOut(deadline)),
+        }),
+    }
+}
+
+/// [`timed`], on the runtime behind `handle`, from a thread outside it.
+fn within<T>(
+    handle: &tokio::runtime::Handle,
+    deadline: Duration,
+    f: impl Future<Output = ObjResult<T>>,
+) -> ObjResult<T> {
+    handle.block_on(timed(deadline, f))
+}
+
 fn describe_error(e: &object_store::Error) -> String {
     // The first line: the rest is the server's XML.
     let full = e.to_string();
@@ -459,6 +502,10 @@ fn describe_error(e: &object_store::Error) -> String {
             "no credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and \
              the instance metadata service (169.254.169.254) gave none ({text})"
         ),
+        // Ours ([`TimedOut`]), or the client's own: a timeout says timeout.
+        _ if lower.contains("timed out") || lower.contains("operation timed out") => {
+            format!("the endpoint did not answer in time: {text}")
+        }
         object_store::Error::NotFound { .. } => format!("no such bucket ({text})"),
         object_store::Error::PermissionDenied { .. } => format!("access denied (403): {text}"),
         object_store::Error::Unauthenticated { .. } => {
@@ -467,13 +514,16 @@ fn describe_error(e: &object_store::Error) -> String {
         _ if full.contains("NoSuchBucket") || lower.contains("bucket does not exist") => {
             format!("no such bucket ({text})")
         }
-        _ if lower.contains("accessdenied") || lower.contains("403") => {
+        // A status 403, not any "403" (a key, a byte count, a duration in the text).
+        _ if lower.contains("accessdenied")
+            || lower.contains("status 403")
+            || lower.contains("403 forbidden") =>
+        {
             format!("access denied (403): {text}")
         }
         _ if lower.contains("connect")
             || lower.contains("error sending request")
-            || lower.contains("dns")
-            || lower.contains("timed out") =>
+            || lower.contains("dns") =>
         {
             format!("cannot reach the endpoint: {text}")
         }
@@ -556,6 +606,7 @@ struct ObjectFile {
     /// To forget this name when it turns out changed.
     meta_cache: Arc<MetaCache>,
     rel: PathBuf,
+    deadline: Duration,
 }
 
 /// The first and the largest read-ahead window; each window is 4 times the last. On
@@ -567,6 +618,12 @@ const MAX_WINDOW: u64 = 8 << 20;
 /// A read that starts at most this far past where the last one ended still counts as
 /// going forward (chunks a reader skipped, an index between blocks).
 const FORWARD_GAP: u64 = 64 << 10;
+/// An object of at most this size is fetched whole (less the chunk read before) once a
+/// second chunk of it is read, in whatever order: zarr-python lays a shard's chunks in
+/// Morton order, so a reader of the chunk files in key order jumps about inside each
+/// shard, and read-ahead by file offsets never started (issue 34: 261 GETs in series
+/// for a 4-shard array, where 9 do).
+const WHOLE_MAX: u64 = 64 << 20;
 
 /// Read-ahead state of one open object: where the last read's chunk ended, the window the
 /// next forward read fetches, and the bytes fetched ahead.
@@ -588,6 +645,13 @@ struct ReadAhead {
     /// long after it was read; the window it held would keep the budget from the next).
     served: u64,
     window: u64,
+    /// Distinct chunks read (steps inside chunks): at two, the object is fetched whole
+    /// ([`WHOLE_MAX`]) and the file says it is being read through.
+    chunks: u32,
+    /// The first chunk read, left out of the whole fetch (its reader has it).
+    first_chunk: Option<std::ops::Range<u64>>,
+    /// Whether the object was fetched whole (or that was tried): once per open file.
+    whole: bool,
     held: Option<Held>,
     /// The window being fetched now: a reader inside it waits for it rather than
     /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
@@ -595,17 +659,38 @@ struct ReadAhead {
     pending: Option<std::ops::Range<u64>>,
 }
 
-/// Bytes fetched ahead, `start..start + bytes.len()` of the object, counted against the
+/// Bytes fetched ahead: pieces `(start, bytes)` of the object, in order and apart (a
+/// window is one; a whole object less a chunk read before, two), counted against the
 /// store's budget while held.
 struct Held {
-    start: u64,
-    bytes: bytes::Bytes,
+    pieces: Vec<(u64, bytes::Bytes)>,
     budget: Arc<Budget>,
+}
+
+impl Held {
+    fn len(&self) -> u64 {
+        self.pieces.iter().map(|(_, b)| b.len() as u64).sum()
+    }
+
+    /// Where the last piece ends.
+    fn end(&self) -> u64 {
+        self.pieces
+            .last()
+            .map_or(0, |(start, b)| start + b.len() as u64)
+    }
+
+    /// Bytes `offset..end` of the object, if one piece holds them all.
+    fn slice(&self, offset: u64, end: u64) -> Option<&[u8]> {
+        self.pieces.iter().find_map(|(start, b)| {
+            (*start <= offset && end <= start + b.len() as u64)
+                .then(|| &b[(offset - start) as usize..(end - start) as usize])
+        })
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.budget.release(self.bytes.len() as u64);
+        self.budget.release(self.len());
     }
 }
 
@@ -661,27 +746,75 @@ pub struct Counters {
 impl ObjectFile {
     /// `range` of the object, as the version this file was opened at.
     fn fetch(&self, range: std::ops::Range<u64>) -> io::Result<bytes::Bytes> {
+        let start = range.start;
+        let mut got = self.fetch_pieces(std::slice::from_ref(&range))?;
+        Ok(got.pop().map_or_else(bytes::Bytes::new, |(s, b)| {
+            debug_assert_eq!(s, start);
+            b
+        }))
+    }
+
+    /// `ranges` of the object, as the version this file was opened at: one GET each, all
+    /// in flight at once.
+    fn fetch_pieces(
+        &self,
+        ranges: &[std::ops::Range<u64>],
+    ) -> io::Result<Vec<(u64, bytes::Bytes)>> {
         use std::sync::atomic::Ordering::Relaxed;
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(range)),
-            if_match: self.meta.e_tag.clone(),
-            ..Default::default()
-        };
-        let got = self
-            .handle
-            .block_on(async { self.store.get_opts(&self.key, opts).await?.bytes().await });
-        if let Err(
-            object_store::Error::Precondition { .. } | object_store::Error::NotFound { .. },
-        ) = &got
-        {
-            self.meta_cache.forget(&self.rel);
+        let gets: Vec<_> = ranges
+            .iter()
+            .map(|range| {
+                let (store, key) = (self.store.clone(), self.key.clone());
+                let opts = GetOptions {
+                    range: Some(GetRange::Bounded(range.clone())),
+                    if_match: self.meta.e_tag.clone(),
+                    ..Default::default()
+                };
+                let deadline = self.deadline;
+                self.handle.spawn(async move {
+                    let get = async { store.get_opts(&key, opts).await?.bytes().await };
+                    timed(deadline, get).await
+                })
+            })
+            .collect();
+        let got = self.handle.block_on(async {
+            let mut out = Vec::with_capacity(gets.len());
+            for get in gets {
+                out.push(get.await);
+            }
+            out
+        });
+        let mut pieces = Vec::with_capacity(got.len());
+        let mut failed = None;
+        for (range, got) in ranges.iter().zip(got) {
+            let got = got.unwrap_or_else(|join| {
+                Err(object_store::Error::Generic {
+                    store: "S3",
+                    source: Box::new(join),
+                })
+            });
+            match got {
+                Ok(bytes) => {
+                    self.counters.gets.fetch_add(1, Relaxed);
+                    self.counters
+                        .get_bytes
+                        .fetch_add(bytes.len() as u64, Relaxed);
+                    pieces.push((range.start, bytes));
+                }
+                Err(e) => {
+                    if let object_store::Error::Precondition { .. }
+                    | object_store::Error::NotFound { .. } = &e
+                    {
+                        self.meta_cache.forget(&self.rel);
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        let bytes = got.map_err(|e| to_io(Path::new(self.key.as_ref()), e))?;
-        self.counters.gets.fetch_add(1, Relaxed);
-        self.counters
-            .get_bytes
-            .fetch_add(bytes.len() as u64, Relaxed);
-        Ok(bytes)
+        match failed {
+            Some(e) => Err(to_io(Path::new(self.key.as_ref()), e)),
+            None => Ok(pieces),
+        }
     }
 }
 
@@ -694,17 +827,17 @@ struct InFlight<'a> {
 }
 
 impl InFlight<'_> {
-    /// The window came: hold it (what it holds stays reserved until it is dropped).
-    /// `served`: bytes of it the reader that fetched it has taken.
-    fn hold(mut self, bytes: bytes::Bytes, served: u64) {
+    /// The window came, in `pieces`: hold it (what it holds stays reserved until it is
+    /// dropped). `served`: bytes of it the reader that fetched it has taken.
+    fn hold(mut self, pieces: Vec<(u64, bytes::Bytes)>, served: u64) {
         let f = self.file;
-        let len = bytes.len() as u64;
-        let mut ra = f.ahead.lock();
-        ra.held = Some(Held {
-            start: self.range.start,
-            bytes,
+        let held = Held {
+            pieces,
             budget: f.budget.clone(),
-        });
+        };
+        let len = held.len();
+        let mut ra = f.ahead.lock();
+        ra.held = Some(held);
         ra.served = served;
         drop(ra);
         self.reserved = self.reserved.saturating_sub(len);
@@ -724,11 +857,13 @@ impl Drop for InFlight<'_> {
 }
 
 impl ObjectFile {
-    /// A read served from bytes fetched ahead, or a ranged GET: of what was asked for
+    /// A read served from bytes fetched ahead, or ranged GETs: of what was asked for
     /// (to the end of its chunk, when it is part of one: the kernel asks for a large
     /// chunk in pieces, and a cold read of one chunk moves that chunk only) when reads
-    /// jump around, of a window that grows up to [`MAX_WINDOW`] while they go forward.
-    /// Forward is counted in chunks: the pieces of one chunk are one step.
+    /// jump around, of a window that grows up to [`MAX_WINDOW`] while they go forward,
+    /// and of the whole object (up to [`WHOLE_MAX`], less the first chunk read) once a
+    /// second chunk of it is read, in whatever order. Forward is counted in chunks: the
+    /// pieces of one chunk are one step.
     fn read_in(
         &self,
         buf: &mut [u8],
@@ -742,14 +877,14 @@ impl ObjectFile {
         let end = size.min(offset + buf.len() as u64);
         let want = (end - offset) as usize;
         // What this read is part of: its chunk, or itself.
-        let unit = match chunk {
-            Some(c) if c.start <= offset && end <= c.end => c.start..c.end.min(size),
-            _ => offset..end,
+        let (unit, in_chunk) = match chunk {
+            Some(c) if c.start <= offset && end <= c.end => (c.start..c.end.min(size), true),
+            _ => (offset..end, false),
         };
         // Forward: from where the last read's chunk ended, or from the end of the window
         // held (readers of one file side by side, as zarr-python's, take turns in it).
         let after = |n: u64| unit.start >= n && unit.start - n <= FORWARD_GAP;
-        let fetch_end = {
+        let (fetch, reserved) = {
             let mut ra = self.ahead.lock();
             // The next piece of the chunk the last read was in is no new step.
             let step = ra.unit != Some(unit.clone());
@@ -762,12 +897,10 @@ impl ObjectFile {
             }
             loop {
                 if let Some(h) = &ra.held
-                    && h.start <= offset
-                    && end <= h.start + h.bytes.len() as u64
+                    && let Some(bytes) = h.slice(offset, end)
                 {
-                    let at = (offset - h.start) as usize;
-                    buf[..want].copy_from_slice(&h.bytes[at..at + want]);
-                    let held = h.bytes.len() as u64;
+                    buf[..want].copy_from_slice(bytes);
+                    let held = h.len();
                     ra.next = Some(unit.end);
                     ra.unit = Some(unit.clone());
                     ra.served += want as u64;
@@ -781,12 +914,15 @@ impl ObjectFile {
                     _ => break,
                 }
             }
+            let mut whole = false;
+            if step && in_chunk {
+                ra.chunks = ra.chunks.saturating_add(1);
+                let first = ra.first_chunk.get_or_insert_with(|| unit.clone()).clone();
+                whole = ra.chunks >= 2 && !ra.whole && size <= WHOLE_MAX && first != unit;
+            }
             if step {
-                let forward = ra.next.is_some_and(after)
-                    || ra
-                        .held
-                        .as_ref()
-                        .is_some_and(|h| after(h.start + h.bytes.len() as u64));
+                let forward =
+                    ra.next.is_some_and(after) || ra.held.as_ref().is_some_and(|h| after(h.end()));
                 // Two forward steps in a row before fetching ahead: the first chunk
                 // after an index at the start of a shard is forward too, and a cold read
                 // of one chunk must move only that chunk. Steps the window held served
@@ -804,39 +940,73 @@ impl ObjectFile {
             }
             ra.next = Some(unit.end);
             ra.unit = Some(unit.clone());
-            // A window when going forward: the window held gives way to it (and its
-            // budget with it). Else the rest of the chunk (its next pieces will be asked
-            // for next), unless a window is held: a read elsewhere leaves that for the
-            // readers still inside it (side by side, or a shard loaded ahead whole).
-            let window = if step { ra.window } else { 0 };
-            let rest = if ra.held.is_none() {
-                unit.end.min(offset + MAX_WINDOW)
-            } else {
-                end
-            };
-            let ahead_end = size.min(offset + window).max(rest);
-            if window > 0 && ahead_end > end {
+            // A second chunk: the whole object but the first chunk, whose reader has it
+            // (a shard's chunks lie apart, so this one is in one of the two pieces).
+            let whole = whole.then(|| {
+                ra.whole = true;
+                let first = ra.first_chunk.clone().unwrap_or(0..0);
+                let pieces: Vec<_> = [0..first.start, first.end..size]
+                    .into_iter()
+                    .filter(|r| !r.is_empty())
+                    .collect();
+                let need: u64 = pieces.iter().map(|r| r.end - r.start).sum();
+                (pieces, need)
+            });
+            if let Some((pieces, need)) = whole.filter(|(pieces, need)| {
+                pieces.iter().any(|r| r.start <= offset && end <= r.end)
+                    && self.budget.reserve(*need)
+            }) {
                 ra.held = None;
-            }
-            if ahead_end > end && self.budget.reserve(ahead_end - offset) {
-                ra.pending = Some(offset..ahead_end);
-                ahead_end
+                ra.pending = Some(0..size);
+                (pieces, need)
             } else {
-                end
+                // A window when going forward: the window held gives way to it (and its
+                // budget with it). Else the rest of the chunk (its next pieces will be
+                // asked for next), unless a window is held: a read elsewhere leaves that
+                // for the readers still inside it (side by side, or a shard loaded ahead
+                // whole).
+                let window = if step { ra.window } else { 0 };
+                let rest = if ra.held.is_none() {
+                    unit.end.min(offset + MAX_WINDOW)
+                } else {
+                    end
+                };
+                let ahead_end = size.min(offset + window).max(rest);
+                if window > 0 && ahead_end > end {
+                    ra.held = None;
+                }
+                if ahead_end > end && self.budget.reserve(ahead_end - offset) {
+                    ra.pending = Some(offset..ahead_end);
+                    (
+                        std::iter::once(offset..ahead_end).collect(),
+                        ahead_end - offset,
+                    )
+                } else {
+                    (std::iter::once(offset..end).collect(), 0)
+                }
             }
         };
         // However the fetch of a window ends (an error, a panic), its in-flight mark goes
         // and its waiters wake: none waits for ever.
-        let window = (fetch_end > end).then(|| InFlight {
+        let window = (reserved > 0).then(|| InFlight {
             file: self,
-            range: offset..fetch_end,
-            reserved: fetch_end - offset,
+            range: if fetch.len() == 1 {
+                fetch[0].clone()
+            } else {
+                0..size
+            },
+            reserved,
         });
-        let bytes = self.fetch(offset..fetch_end)?;
-        let n = bytes.len().min(want);
-        buf[..n].copy_from_slice(&bytes[..n]);
+        let pieces = self.fetch_pieces(&fetch)?;
+        // The piece this read lies in (what came of it, if the object ended early).
+        let got = pieces
+            .iter()
+            .find(|(start, b)| *start <= offset && offset < start + b.len() as u64)
+            .map_or(&[][..], |(start, b)| &b[(offset - start) as usize..]);
+        let n = got.len().min(want);
+        buf[..n].copy_from_slice(&got[..n]);
         if let Some(w) = window {
-            w.hold(bytes, n as u64);
+            w.hold(pieces, n as u64);
         }
         Ok(n)
     }
@@ -861,7 +1031,8 @@ impl StoreFile for ObjectFile {
     }
 
     fn streaming(&self) -> bool {
-        self.ahead.lock().seq >= 1
+        let ra = self.ahead.lock();
+        ra.seq >= 1 || ra.chunks >= 2
     }
 
     /// One GET of the object's first [`MAX_WINDOW`] bytes (all of a shard of up to 8
@@ -887,7 +1058,7 @@ impl StoreFile for ObjectFile {
             reserved: len,
         };
         if let Ok(bytes) = self.fetch(0..len) {
-            window.hold(bytes, 0);
+            window.hold(vec![(0, bytes)], 0);
         }
     }
 }
@@ -909,6 +1080,7 @@ struct ObjectStoreStoreRef {
     key: ObjPath,
     handle: tokio::runtime::Handle,
     meta: Arc<MetaCache>,
+    deadline: Duration,
 }
 
 impl ObjectFileRw {
@@ -919,7 +1091,11 @@ impl ObjectFileRw {
         }
         let store = &self.store;
         let payload = PutPayload::from(d.0.clone());
-        let put = store.handle.block_on(store.inner.put(&store.key, payload));
+        let put = within(
+            &store.handle,
+            store.deadline,
+            store.inner.put(&store.key, payload),
+        );
         store.meta.forget(&self.rel);
         put.map_err(|e| to_io(&self.rel, e))?;
         d.1 = false;
@@ -1050,6 +1226,7 @@ impl Store for ObjectStoreStore {
             counters: self.counters.clone(),
             meta_cache: self.meta.clone(),
             rel: rel.to_path_buf(),
+            deadline: self.deadline,
         })))
     }
 
@@ -1219,6 +1396,7 @@ impl Store for ObjectStoreStore {
                 key: self.key(rel)?,
                 handle: self.rt.handle().clone(),
                 meta: self.meta.clone(),
+                deadline: self.deadline,
             }),
             rel: rel.to_path_buf(),
             state,
@@ -1579,6 +1757,61 @@ mod tests {
             assert!(small[..] == data[at as usize..at as usize + small.len()]);
         }
         assert!(f.streaming());
+    }
+
+    /// Chunks read in an order that jumps about (zarr-python lays a shard's chunks in
+    /// Morton order; a reader in key order jumps inside it): the first chunk is fetched
+    /// alone, the second brings the rest of the object in one go, and every other chunk
+    /// reads from that; the file says it is being read through (the view then loads the
+    /// next shards ahead); each byte moves once; the budget is given back.
+    #[test]
+    fn a_second_chunk_in_any_order_fetches_the_rest_of_the_object() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let chunk = 96u64 << 10;
+        let n = 64u64;
+        let data: Vec<u8> = (0..(chunk * n) as u32).map(|i| (i % 241) as u8).collect();
+        let s = store();
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        // Not forward: each chunk a stride of 7 from the last (mod 64), starting inside.
+        let order: Vec<u64> = (0..n).map(|i| (5 + 7 * i) % n).collect();
+        let mut buf = vec![0u8; 64 << 10]; // the kernel asks in pieces
+        for (k, &c) in order.iter().enumerate() {
+            let range = c * chunk..(c + 1) * chunk;
+            for at in (range.start..range.end).step_by(buf.len()) {
+                let len = (range.end - at).min(buf.len() as u64) as usize;
+                let got = f.read_chunk_at(&mut buf[..len], at, range.clone()).unwrap();
+                assert_eq!(got, len);
+                assert!(
+                    buf[..len] == data[at as usize..at as usize + len],
+                    "at {at}"
+                );
+            }
+            if k == 0 {
+                assert!(!f.streaming(), "one chunk is not a reader going through");
+                assert_eq!(s.counters().get_bytes.load(Relaxed), chunk, "a cold chunk");
+            }
+        }
+        assert!(f.streaming());
+        // The first chunk, then the object before it and after it, side by side.
+        assert_eq!(s.counters().gets.load(Relaxed), 3);
+        assert_eq!(s.counters().get_bytes.load(Relaxed), data.len() as u64);
+        assert_eq!(s.read_ahead().0, 0, "read through: let go");
+        drop(f);
+        // Beyond the budget: chunk by chunk, as before, and the budget stays whole.
+        let mut s = store();
+        s.budget = Arc::new(Budget::new(1 << 20));
+        s.write_atomically(Path::new("shard"), &data).unwrap();
+        let f = s.open(Path::new("shard")).unwrap().unwrap();
+        let mut one = vec![0u8; chunk as usize];
+        for &c in &order[..4] {
+            let range = c * chunk..(c + 1) * chunk;
+            f.read_chunk_at(&mut one, range.start, range.clone())
+                .unwrap();
+            assert!(one[..] == data[range.start as usize..range.end as usize]);
+        }
+        assert_eq!(s.counters().gets.load(Relaxed), 4);
+        assert_eq!(s.read_ahead().0, 0);
     }
 
     /// A warmed object serves its reads from one GET made before them; a warm takes at

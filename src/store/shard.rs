@@ -25,6 +25,10 @@ use crate::format::{ChunkRange, IndexError, Location, ShardIndex, ShardLayout, S
 pub enum ShardError {
     #[error("I/O error: {0}")]
     Io(String),
+    /// The shard's file changed while it was read (`ESTALE`: object storage's
+    /// conditional GET found another version); loading it again reads the new one.
+    #[error("changed while read: {0}")]
+    Changed(String),
     #[error("corrupt index: {0}")]
     Index(#[from] IndexError),
     #[error("corrupt nested index (level {level}, bytes {start}..{end}): {err}")]
@@ -42,9 +46,18 @@ pub enum ShardError {
 
 impl From<std::io::Error> for ShardError {
     fn from(e: std::io::Error) -> Self {
-        ShardError::Io(e.to_string())
+        if e.raw_os_error() == Some(libc::ESTALE) {
+            ShardError::Changed(e.to_string())
+        } else {
+            ShardError::Io(e.to_string())
+        }
     }
 }
+
+/// How often a shard whose file changed while it was loaded (another writer's PUT landed
+/// between the HEAD and the GET of its index) is loaded again before the reader gets the
+/// error: each time means another writer committed in between.
+const LOAD_ATTEMPTS: u32 = 8;
 
 type NestedKey = (usize, u64, u64);
 
@@ -91,7 +104,13 @@ impl Shard {
         prefix: Option<Truncated>,
         warm: bool,
     ) -> Shard {
-        let shard = Self::load_quiet(store, rel, layout, prefix, warm);
+        let mut shard = Self::load_quiet(store, rel, layout, prefix, warm);
+        for _ in 1..LOAD_ATTEMPTS {
+            if !matches!(shard.index, Err(ShardError::Changed(_))) {
+                break;
+            }
+            shard = Self::load_quiet(store, rel, layout, prefix, warm);
+        }
         let shard = match (&shard.index, shard.exists()) {
             (Err(_), true) => {
                 let _guard = store.read_lock(rel.parent().unwrap_or(Path::new("")));
@@ -304,7 +323,7 @@ pub(crate) enum ReadIndexError {
 impl From<ReadIndexError> for ShardError {
     fn from(e: ReadIndexError) -> Self {
         match e {
-            ReadIndexError::Io(e) => ShardError::Io(e.to_string()),
+            ReadIndexError::Io(e) => e.into(),
             ReadIndexError::Index(e) => ShardError::Index(e),
         }
     }
