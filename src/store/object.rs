@@ -310,11 +310,16 @@ impl ObjectStoreStore {
         if let Some(known) = self.meta.fresh(&self.meta.heads, rel) {
             return Ok(known);
         }
+        if self.listed_absent(rel) {
+            return Ok(None);
+        }
         let generation = self.meta.generation();
         self.counters
             .heads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let found = match self.block_on(self.inner.head(&self.key(rel)?)) {
+        let key = self.key(rel)?;
+        log::debug!("HEAD {key}");
+        let found = match self.block_on(self.inner.head(&key)) {
             Ok(m) => Some(m),
             Err(object_store::Error::NotFound { .. }) => None,
             Err(e) => return Err(to_io(rel, e)),
@@ -332,6 +337,7 @@ impl ObjectStoreStore {
             .lists
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = self.key(rel)?;
+        log::debug!("LIST {key}/");
         let l = self
             .block_on(self.inner.list_with_delimiter(Some(&key)))
             .map_err(|e| to_io(rel, e))?;
@@ -359,7 +365,43 @@ impl ObjectStoreStore {
             }
         }
         self.keep_listed_heads(rel, &key, &l.objects, generation);
+        // What a HEAD and a listing of each directory listed would say: no object has
+        // its name, and something lies below it (`stat` of a directory just listed, as
+        // `ls -l` and `cp -r` do, asks nothing more). A name that is both is an object.
+        let objects: BTreeSet<&str> = l
+            .objects
+            .iter()
+            .filter_map(|o| o.location.filename())
+            .collect();
+        for p in l.common_prefixes.iter().take(LISTED_HEADS) {
+            if let Some(name) = p.filename()
+                && !objects.contains(name)
+            {
+                let below = rel.join(name);
+                self.meta.keep(&self.meta.heads, &below, None, generation);
+                self.meta
+                    .keep(&self.meta.children, &below, true, generation);
+            }
+        }
+        self.meta
+            .keep(&self.meta.children, rel, !out.is_empty(), generation);
         Ok((out, generation))
+    }
+
+    /// The objects and common prefixes right below `rel`: a listing kept for the TTL,
+    /// or a LIST.
+    fn listing(&self, rel: &Path) -> io::Result<Arc<Vec<ListEntry>>> {
+        if let Some(known) = self.meta.fresh(&self.meta.listings, rel) {
+            return Ok(known);
+        }
+        if self.listed_absent(rel) {
+            return Ok(Arc::default());
+        }
+        let (listed, generation) = self.list_objects(rel)?;
+        let listed = Arc::new(listed);
+        self.meta
+            .keep(&self.meta.listings, rel, listed.clone(), generation);
+        Ok(listed)
     }
 
     /// A listing gives each object's size and ETag, as a HEAD would: keep them as the
@@ -386,23 +428,24 @@ impl ObjectStoreStore {
         }
     }
 
+    /// Whether a fresh listing of `rel`'s parent has no entry of its name: then no
+    /// object has that name and none lies below it (a view of an array asks for files of
+    /// their own at every key directory it lists: without this, a LIST and a HEAD each).
+    fn listed_absent(&self, rel: &Path) -> bool {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return false;
+        };
+        self.meta
+            .fresh(&self.meta.listings, parent)
+            .is_some_and(|l| !l.iter().any(|e| e.name == name))
+    }
+
     /// Whether any object lies below `rel`.
     fn has_children(&self, rel: &Path) -> io::Result<bool> {
         if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
             return Ok(known);
         }
-        let generation = self.meta.generation();
-        self.counters
-            .lists
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = self.key(rel)?;
-        let l = self
-            .block_on(self.inner.list_with_delimiter(Some(&key)))
-            .map_err(|e| to_io(rel, e))?;
-        let any = !l.objects.is_empty() || !l.common_prefixes.is_empty();
-        self.meta.keep(&self.meta.children, rel, any, generation);
-        self.keep_listed_heads(rel, &key, &l.objects, generation);
-        Ok(any)
+        Ok(!self.listing(rel)?.is_empty())
     }
 
     fn put(&self, rel: &Path, data: Vec<u8>, mode: PutMode) -> io::Result<()> {
@@ -771,6 +814,7 @@ impl ObjectFile {
                     ..Default::default()
                 };
                 let deadline = self.deadline;
+                log::debug!("GET {} bytes {}..{}", self.key, range.start, range.end);
                 self.handle.spawn(async move {
                     let get = async { store.get_opts(&key, opts).await?.bytes().await };
                     timed(deadline, get).await
@@ -1179,16 +1223,7 @@ impl Store for ObjectStoreStore {
     }
 
     fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
-        let listed = match self.meta.fresh(&self.meta.listings, rel) {
-            Some(known) => known,
-            None => {
-                let (listed, generation) = self.list_objects(rel)?;
-                let listed = Arc::new(listed);
-                self.meta
-                    .keep(&self.meta.listings, rel, listed.clone(), generation);
-                listed
-            }
-        };
+        let listed = self.listing(rel)?;
         let mut out = listed.as_ref().clone();
         let mut seen: BTreeSet<String> = out
             .iter()
@@ -1860,6 +1895,41 @@ mod tests {
         f.read_at(&mut buf, 0).unwrap();
         f.read_at(&mut buf, 4096).unwrap();
         assert_eq!(s.counters().get_bytes.load(Relaxed), 4 * 4096);
+    }
+
+    /// A fresh listing answers for the names in it and for those not in it: `stat` of a
+    /// directory listed, and `stat`, `list` and `open` of a name the listing lacks, ask
+    /// nothing more (`ls -lR` of an array asked a LIST and a HEAD per key directory);
+    /// a write here is seen at once.
+    #[test]
+    fn a_listing_answers_for_the_names_below_it() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mem = Arc::new(object_store::memory::InMemory::new());
+        let mut s = ObjectStoreStore::new(mem, "p", "memory://test").unwrap();
+        s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+        s.write_atomically(Path::new("a/c/0/0"), b"shard").unwrap();
+        s.write_atomically(Path::new("a/c/1/0"), b"shard").unwrap();
+        let asked = |s: &ObjectStoreStore| {
+            s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed)
+        };
+        assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 2);
+        let before = asked(&s);
+        assert_eq!(
+            s.stat(Path::new("a/c/0")).unwrap().unwrap().kind,
+            EntryKind::Dir
+        );
+        assert!(s.stat(Path::new("a/c/7")).unwrap().is_none());
+        let err = s.list(Path::new("a/c/7")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+        assert!(s.open(Path::new("a/c/7")).unwrap().is_none());
+        assert_eq!(asked(&s), before, "answered from the listing");
+        // Made here: seen at once.
+        s.write_atomically(Path::new("a/c/7/0"), b"new").unwrap();
+        assert_eq!(
+            s.stat(Path::new("a/c/7")).unwrap().unwrap().kind,
+            EntryKind::Dir
+        );
+        assert_eq!(s.list(Path::new("a/c/7")).unwrap().len(), 1);
     }
 
     /// With a TTL, what a HEAD or listing found is used again; this store's own writes
