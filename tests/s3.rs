@@ -695,6 +695,26 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(stats["shards_loaded_ahead"].as_u64() >= Some(4), "{stats}");
     m.unmount();
+    // A listing of the whole array from a fresh mount (`ls -lR`) reads the shards'
+    // indexes (side by side) and no chunk: at most the 8 indexes' bytes move.
+    let m = s3.mount("s3://bucket/a", &mnt, &["-o", "ro"]);
+    std::fs::read(mnt.join("zarr.json")).unwrap();
+    let before = requests();
+    let mut listed = 0;
+    for row in std::fs::read_dir(mnt.join("c")).unwrap() {
+        for chunk in std::fs::read_dir(row.unwrap().path()).unwrap() {
+            assert_eq!(chunk.unwrap().metadata().unwrap().len(), 4 * 4096);
+            listed += 1;
+        }
+    }
+    let after = requests();
+    println!("a listing of every chunk: requests {before} -> {after}");
+    assert_eq!(listed, 128);
+    assert!(
+        delta(&before, &after, "get_bytes") <= 8 * index_len as u64,
+        "{before} -> {after}"
+    );
+    m.unmount();
 }
 
 /// `shardfs compact s3://...` rewrites a shard with dead space (here made by a local

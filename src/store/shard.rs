@@ -613,6 +613,28 @@ impl ShardCache {
     /// is kept from a load the cache was invalidated during, or that failed (the reader
     /// then loads it, and meets the error, itself).
     pub fn prefetch(self: &Arc<Self>, store: Arc<dyn Store>, rel: PathBuf, layout: ShardLayout) {
+        self.prefetch_with(store, rel, layout, true);
+    }
+
+    /// [`ShardCache::prefetch`] of the index alone: for a listing that needs the indexes
+    /// of several shards (on object storage, their requests side by side rather than one
+    /// after another), moving none of their chunks.
+    pub fn prefetch_index(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        rel: PathBuf,
+        layout: ShardLayout,
+    ) {
+        self.prefetch_with(store, rel, layout, false);
+    }
+
+    fn prefetch_with(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        rel: PathBuf,
+        layout: ShardLayout,
+        warm: bool,
+    ) {
         if self.peek(&rel).is_some() {
             return;
         }
@@ -637,7 +659,7 @@ impl ShardCache {
                 cache
                     .prefetches
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cache.load(store.as_ref(), &rel, &layout, true);
+                cache.load(store.as_ref(), &rel, &layout, warm);
             });
         if spawned.is_err() {
             drop(Loaded {
