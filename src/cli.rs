@@ -156,15 +156,16 @@ pub struct MountArgs {
     /// entries that name it.
     #[arg(long, hide = true, conflicts_with = "open_checks")]
     pub kernel_opens: bool,
-    /// Object storage (`s3://`): how long one request may keep failing, its retries
-    /// included, before the operation gives up with EIO (also `-o s3_timeout=SECS`). A
-    /// chunk whose commit gave up stays staged and is tried again at the next flush.
+    /// Object storage (`s3://`): how long one request may take, its retries and an
+    /// answer that never comes included, before the operation gives up with EIO (also
+    /// `-o s3_timeout=SECS`). A chunk whose commit gave up stays staged and is tried
+    /// again at the next flush.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub s3_timeout: f64,
     /// Object storage (`s3://`): memory, in MiB, that all open shards together may hold
-    /// read ahead while reads go forward through them, half of it at most for the next
-    /// shards loaded ahead of such a reader (also `-o s3_cache=MIB`). A read that jumps
-    /// around fetches only what it asks for.
+    /// read ahead (the rest of a shard once a second chunk of it is read, windows while
+    /// reads go forward), half of it at most for the next shards loaded ahead of such a
+    /// reader (also `-o s3_cache=MIB`). A cold read of one chunk fetches only that chunk.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub s3_cache: u64,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16; on object storage

@@ -1849,6 +1849,134 @@ mod tests {
         assert_eq!(s.read_ahead().0, 0);
     }
 
+    /// An object store in which another writer's PUT of an object (the same bytes: a new
+    /// ETag) lands right before each of the next `changes` conditional GETs of it, as
+    /// another mount's commits between a HEAD and the GET of an index do.
+    #[derive(Debug)]
+    struct Racing {
+        inner: object_store::memory::InMemory,
+        changes: std::sync::atomic::AtomicU32,
+    }
+
+    impl std::fmt::Display for Racing {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Racing")
+        }
+    }
+
+    type Stream<T> = std::pin::Pin<Box<dyn futures_core::Stream<Item = T> + Send>>;
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Racing {
+        async fn put_opts(
+            &self,
+            location: &ObjPath,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &ObjPath,
+            options: GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if options.if_match.is_some()
+                && self
+                    .changes
+                    .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+            {
+                let bytes = self.inner.get(location).await?.bytes().await?;
+                self.inner.put(location, bytes.into()).await?;
+            }
+            self.inner.get_opts(location, options).await
+        }
+
+        fn delete_stream(
+            &self,
+            locations: Stream<object_store::Result<ObjPath>>,
+        ) -> Stream<object_store::Result<ObjPath>> {
+            self.inner.delete_stream(locations)
+        }
+
+        fn list(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> Stream<object_store::Result<object_store::ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+
+        async fn copy_opts(
+            &self,
+            from: &ObjPath,
+            to: &ObjPath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// A shard that another writer replaces between its HEAD and the GET of its index,
+    /// several times in a row, is loaded again until it reads, never failed (issue 34:
+    /// 8 of 464,000 reads got EIO while two other mounts wrote the same shards); only a
+    /// shard that keeps changing past the attempts fails, as changed.
+    #[test]
+    fn a_shard_changed_while_loaded_is_loaded_again() {
+        use crate::format::ShardLayout;
+        use crate::store::commit::SlotChange;
+        use crate::store::shard::{Shard, ShardError};
+        let racing = Arc::new(Racing {
+            inner: object_store::memory::InMemory::new(),
+            changes: Default::default(),
+        });
+        let s = ObjectStoreStore::new(racing.clone(), "", "memory://racing").unwrap();
+        let rel = Path::new("a/c/0");
+        let data = [5u8; 4];
+        s.commit_shard(rel, &level(), &mut |_| {
+            vec![SlotChange {
+                slot: 1,
+                data: Some(&data[..]),
+                closed: 1,
+            }]
+        })
+        .unwrap();
+        let layout = ShardLayout::new(vec![16], vec![16], vec![level()], Vec::new()).unwrap();
+        racing.changes.store(5, std::sync::atomic::Ordering::SeqCst);
+        let shard = Shard::load(&s, rel, &layout);
+        let loc = layout.locate(&[1]).unwrap();
+        let range = shard.chunk(&layout, &loc).unwrap().unwrap();
+        assert_eq!(shard.read(range, 0, 4).unwrap(), data);
+        assert_eq!(racing.changes.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Changed at every attempt: the error says so.
+        racing
+            .changes
+            .store(100, std::sync::atomic::Ordering::SeqCst);
+        let shard = Shard::load(&s, rel, &layout);
+        assert!(
+            matches!(shard.chunk(&layout, &loc), Err(ShardError::Changed(_))),
+            "{:?}",
+            shard.chunk(&layout, &loc).err()
+        );
+    }
+
     /// A warmed object serves its reads from one GET made before them; a warm takes at
     /// most half the read-ahead budget.
     #[test]
