@@ -250,6 +250,79 @@ fn positive_secs(option: &str, secs: f64) -> Result<Duration, String> {
 /// 4-shard array 2.8 times as fast at 30 ms (issue 34). Idle threads cost a stack each.
 pub const OBJECT_STORE_THREADS: usize = 32;
 
+/// The mount options shardfs takes (`-o`), as the error for an unknown one lists them.
+const MOUNT_OPTIONS: &[&str] = &[
+    "ro",
+    "rw",
+    "format=v2",
+    "format=v3",
+    "open_checks",
+    "kernel_opens",
+    "nonempty",
+    "s3_timeout=SECS",
+    "s3_cache=MIB",
+    "write_behind=MIB",
+    "allow_other",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "sync",
+    "async",
+    "dirsync",
+];
+
+/// The error for an unknown `-o` option: the nearest known one, if one is near, and
+/// the list.
+fn unknown_option(given: &str) -> String {
+    let key = |o: &str| o.split('=').next().unwrap_or(o).to_ascii_lowercase();
+    let g = key(given);
+    let near = match g.as_str() {
+        "readonly" | "read_only" | "read-only" => Some("ro"),
+        "readwrite" | "read_write" | "read-write" => Some("rw"),
+        // `s3_timout=3` against `s3_timeout`; `format_v2` against `format=v2`.
+        _ => MOUNT_OPTIONS
+            .iter()
+            .filter_map(|o| {
+                let (d, len) = if o.chars().any(|c| c.is_ascii_uppercase()) {
+                    (edit_distance(&g, &key(o)), key(o).len())
+                } else {
+                    (edit_distance(&given.to_ascii_lowercase(), o), o.len())
+                };
+                (d <= (len / 3).max(1)).then_some((d, *o))
+            })
+            .min()
+            .map(|(_, o)| o),
+    };
+    let hint = near.map_or(String::new(), |o| format!(" (did you mean {o:?}?)"));
+    format!(
+        "unknown mount option {given:?}{hint}; the options are: {}; fstab's own \
+         (defaults, _netdev, nofail, auto, noauto, user, users, x-*) are accepted and ignored",
+        MOUNT_OPTIONS.join(", ")
+    )
+}
+
+/// Levenshtein distance, for [`unknown_option`]'s suggestion.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            let next = (row[j] + 1).min(row[j + 1] + 1).min(prev + cost);
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     let mut opts = MountOptions {
         allow_other: args.allow_other,
@@ -392,7 +465,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
             "sync" => MountOption::Sync,
             "async" => MountOption::Async,
             "dirsync" => MountOption::DirSync,
-            other => return Err(format!("unknown mount option {other:?}")),
+            other => return Err(unknown_option(other)),
         };
         // A later option wins over an earlier conflicting one, as with mount(8).
         opts.flags.retain(|f| !conflicts(f, &flag));
@@ -539,10 +612,24 @@ mod tests {
     #[test]
     fn unknown_options_are_refused_by_name() {
         let m = mount_args(parse(&["shardfs", "mount", "a", "b", "-o", "ro,bogus"]));
-        assert_eq!(
-            mount_options(&m).unwrap_err(),
-            "unknown mount option \"bogus\""
-        );
+        let err = mount_options(&m).unwrap_err();
+        assert!(err.starts_with("unknown mount option \"bogus\"; "), "{err}");
+        assert!(err.contains("the options are: ro, rw, format=v2"), "{err}");
+        // The nearest, where one is near.
+        for (typo, meant) in [
+            ("nosiud", "nosuid"),
+            ("readonly", "ro"),
+            ("format_v2", "format=v2"),
+            ("s3_timout=3", "s3_timeout=SECS"),
+            ("allowother", "allow_other"),
+        ] {
+            let m = mount_args(parse(&["shardfs", "mount", "a", "b", "-o", typo]));
+            let err = mount_options(&m).unwrap_err();
+            assert!(
+                err.contains(&format!("(did you mean {meant:?}?)")),
+                "{typo}: {err}"
+            );
+        }
         let m = mount_args(parse(&["shardfs", "mount", "a", "b", "--ttl=NaN"]));
         assert!(mount_options(&m).is_err());
     }

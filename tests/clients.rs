@@ -358,8 +358,10 @@ fn times_set_through_the_mount_are_what_stat_returns() {
 }
 
 #[test]
-fn an_array_directory_holds_other_directories_and_refuses_sockets() {
-    if !common::can_mount("an_array_directory_holds_other_directories_and_refuses_sockets") {
+fn an_array_directory_holds_other_directories_and_refuses_sockets_and_links() {
+    if !common::can_mount(
+        "an_array_directory_holds_other_directories_and_refuses_sockets_and_links",
+    ) {
         return;
     }
     let store = tempfile::tempdir().unwrap();
@@ -380,6 +382,32 @@ fn an_array_directory_holds_other_directories_and_refuses_sockets() {
     // says for a file system that does not support the type.
     let e = std::os::unix::net::UnixListener::bind(mnt.path().join("sock")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+    // A symbolic link: EPERM too, as symlink(2) says (was ENOSYS).
+    let e = std::os::unix::fs::symlink("a3", mnt.path().join("link")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+    // Extended attributes and preallocation are not served: EOPNOTSUPP, as the kernel
+    // says once a file system answered ENOSYS (no warning in the log for each call).
+    fs::write(mnt.path().join("f"), b"x").unwrap();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.path().join("f"))
+        .unwrap();
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: fallocate on a descriptor we own.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 4096) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        r != 0 && err == Some(libc::EOPNOTSUPP),
+        "fallocate: {r} {err:?}"
+    );
+    let name = std::ffi::CString::new("user.x").unwrap();
+    // SAFETY: fsetxattr on a descriptor we own, with a valid name and value.
+    let r = unsafe { libc::fsetxattr(f.as_raw_fd(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    let err = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        r != 0 && err == Some(libc::EOPNOTSUPP),
+        "setxattr: {r} {err:?}"
+    );
 }
 
 #[test]
