@@ -18,8 +18,12 @@ use std::time::Duration;
 use crate::mount::Mount;
 
 /// Start the daemon (this program with `args` plus `--notify-fd`) and wait until it
-/// reports the mount live (`Ok`) or failed (`Err` with its message).
-pub fn spawn_daemon(args: &[OsString], log_file: Option<&Path>) -> io::Result<Result<(), String>> {
+/// reports the mount live (`Ok`, with the notes it has for whoever mounted) or failed
+/// (`Err` with its message).
+pub fn spawn_daemon(
+    args: &[OsString],
+    log_file: Option<&Path>,
+) -> io::Result<Result<Vec<String>, String>> {
     let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     // The child must inherit the write end: clear close-on-exec on it alone.
     rustix::io::fcntl_setfd(&write_end, rustix::io::FdFlags::empty())?;
@@ -49,8 +53,12 @@ pub fn spawn_daemon(args: &[OsString], log_file: Option<&Path>) -> io::Result<Re
     let mut msg = String::new();
     File::from(read_end).read_to_string(&mut msg)?;
     let msg = msg.trim();
-    if msg == "ok" {
-        return Ok(Ok(()));
+    let mut lines = msg.lines();
+    if lines.next() == Some("ok") {
+        return Ok(Ok(lines
+            .filter_map(|l| l.strip_prefix("note: "))
+            .map(str::to_string)
+            .collect()));
     }
     let status = child.wait()?;
     Ok(Err(if msg.is_empty() {
@@ -60,7 +68,8 @@ pub fn spawn_daemon(args: &[OsString], log_file: Option<&Path>) -> io::Result<Re
     }))
 }
 
-/// Report readiness (or failure) to the parent on `fd`, then close it.
+/// Report readiness (or failure) to the parent on `fd`, then close it: `ok`, then a
+/// line `note: ...` per note for whoever mounted, or the error.
 pub fn notify(fd: Option<i32>, msg: &str) {
     if let Some(fd) = fd {
         // SAFETY: the parent passed this descriptor for exactly this use and nothing else

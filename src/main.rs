@@ -164,6 +164,12 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         Command::Info { store: path, json } => {
             init_logging("warn");
             let s = mount::open_store(&path, &Default::default())?;
+            // Nothing at all below an object storage prefix: most likely a mistyped one.
+            if let Some(url) = mount::object_url(&path)
+                && s.list(std::path::Path::new(""))?.is_empty()
+            {
+                bail!("{url} holds no objects (is the prefix right?)");
+            }
             let arrays = info::inspect(s.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&arrays)?);
@@ -270,16 +276,22 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                 eprintln!("shardfs: warning: {why}");
             }
         }
-        if m.log_file.is_none() && daemon::syslog_writer().is_none() {
-            // The daemon's warnings (a refused write no request waits for, a flush that
-            // failed when idle) would reach no one.
-            eprintln!(
-                "shardfs: warning: no system log (/dev/log) to send the daemon's warnings \
-                 and errors to: they are lost; --log-file PATH keeps them"
-            );
-        }
         return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
-            Ok(()) => Ok(ExitCode::SUCCESS),
+            Ok(notes) => {
+                for note in notes {
+                    eprintln!("shardfs: note: {note}");
+                }
+                // Once the mount stands (never before a real error): the daemon's
+                // warnings (a refused write no request waits for, a flush that failed
+                // when idle) would reach no one.
+                if m.log_file.is_none() && daemon::syslog_writer().is_none() {
+                    eprintln!(
+                        "shardfs: warning: no system log (/dev/log) to send the daemon's \
+                         warnings and errors to: they are lost; --log-file PATH keeps them"
+                    );
+                }
+                Ok(ExitCode::SUCCESS)
+            }
             Err(msg) => bail!("{msg}"),
         };
     }
@@ -307,7 +319,16 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     daemon::block_signals();
     match mount::Mount::new(&m.store, &m.mountpoint, &opts) {
         Ok(mnt) => {
-            daemon::notify(m.notify_fd, "ok");
+            let mut ready = String::from("ok");
+            for note in mount_notes(&m.store, &mnt) {
+                log::warn!("{note}");
+                if m.notify_fd.is_some() {
+                    ready.push_str(&format!("\nnote: {note}"));
+                } else {
+                    eprintln!("shardfs: note: {note}");
+                }
+            }
+            daemon::notify(m.notify_fd, &ready);
             daemon::serve(mnt)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -316,4 +337,25 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             Err(e.into())
         }
     }
+}
+
+/// What whoever mounted should hear about a mount that stands: an object storage prefix
+/// with nothing below it (a mistyped prefix mounts as a new, empty, writable store).
+fn mount_notes(store: &std::path::Path, mnt: &mount::Mount) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(url) = mount::object_url(store)
+        && mnt
+            .view()
+            .readdir(shardfs::view::ROOT_INO)
+            .is_ok_and(|entries| {
+                entries
+                    .iter()
+                    .all(|e| e.name.to_string_lossy().starts_with(".shardfs"))
+            })
+    {
+        notes.push(format!(
+            "{url} holds no objects: mounted as a new, empty store (is the prefix right?)"
+        ));
+    }
+    notes
 }

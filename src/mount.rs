@@ -133,8 +133,9 @@ impl Default for MountOptions {
 /// Why a mount failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    #[error("cannot open store {path}: {source}")]
-    Store { path: PathBuf, source: io::Error },
+    /// `why` is said in words of its own (not an error chain): the cause, said once.
+    #[error("cannot open store {path}: {why}")]
+    Store { path: PathBuf, why: String },
     #[error("mount point {path}: {why}")]
     MountPoint { path: PathBuf, why: String },
     #[error("cannot mount at {path}: {source}")]
@@ -161,11 +162,32 @@ pub fn open_store(
             .map_err(|e| MountError::ObjectStore(e.to_string()))?;
         return Ok(Arc::new(s));
     }
-    let local = LocalStore::open(store).map_err(|source| MountError::Store {
+    let local = LocalStore::open(store).map_err(|e| MountError::Store {
         path: store.to_path_buf(),
-        source,
+        why: local_open_error(store, &e),
     })?;
     Ok(Arc::new(local))
+}
+
+/// Why a local store could not be opened, in words for whoever typed its name: once (the
+/// error's own text names the path again), and for a name that looks like a URL, which
+/// URLs are stores.
+fn local_open_error(store: &Path, e: &io::Error) -> String {
+    let name = store.to_string_lossy();
+    if name.contains("://") || name.starts_with("s3:") {
+        return "not a directory, and not an object storage URL: shardfs mounts a local \
+                directory or s3://BUCKET/PREFIX"
+            .into();
+    }
+    match e.kind() {
+        io::ErrorKind::NotFound => "no such directory".into(),
+        io::ErrorKind::NotADirectory => {
+            "not a directory (a store is a directory with a zarr.json, or s3://BUCKET/PREFIX)"
+                .into()
+        }
+        io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
 }
 
 /// Refuse a mount point that would hang or hide things: inside the store (the daemon
@@ -373,12 +395,12 @@ impl Mount {
                 .min(crate::store::limits::cached_shards_within(
                     crate::store::limits::raise_open_files(),
                 ));
-        let view = Arc::new(
-            View::with_writer(store, view_config, writer).map_err(|source| MountError::Store {
+        let view = Arc::new(View::with_writer(store, view_config, writer).map_err(|e| {
+            MountError::Store {
                 path: fsname.clone(),
-                source,
-            })?,
-        );
+                why: e.to_string(),
+            }
+        })?);
         let mut config = Config::default();
         config.mount_options = vec![
             MountOption::FSName(fsname.display().to_string()),

@@ -267,6 +267,23 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
                 .success()
         );
     }
+    // A mount that fails says why, and nothing of the log (issue 37: the note came
+    // first, before the real error).
+    std::fs::write(mnt.join("file"), b"x").unwrap(); // not empty: refused
+    let out = shardfs()
+        .args([
+            "mount",
+            common::fixtures().join("zarr_keys").to_str().unwrap(),
+        ])
+        .arg(&mnt)
+        .env("SHARDFS_SYSLOG_SOCKET", dir.path().join("no-such-socket"))
+        .output()
+        .unwrap();
+    let _guard = CliMount(mnt.clone());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(!err.contains("no system log"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 /// `--log-file` is where the log goes in the foreground too (it went to stderr).
@@ -581,6 +598,34 @@ fn cli_mount_failures_are_clear_and_nonzero() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+}
+
+/// A store name that is not a directory says why once, in words, and one that looks
+/// like a URL says which URLs are stores (issue 37: the reason came twice, and `s3:/x`
+/// or `http://...` read as missing local paths).
+#[test]
+fn a_store_that_cannot_be_opened_says_why_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("garbage.bin");
+    std::fs::write(&file, b"not a store").unwrap();
+    let said = |store: &std::path::Path| -> String {
+        let out = shardfs().arg("info").arg(store).output().unwrap();
+        assert!(!out.status.success(), "{}", store.display());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = said(&file);
+    assert!(err.contains("not a directory"), "{err}");
+    assert_eq!(err.matches("garbage.bin").count(), 1, "{err}");
+    for url in ["s3:/typo/x", "http://example.org/x"] {
+        let err = said(std::path::Path::new(url));
+        assert!(
+            err.contains("only") || err.contains("s3://BUCKET/PREFIX"),
+            "{err}"
+        );
+        assert!(err.contains("not an object storage URL"), "{err}");
+    }
+    let err = said(&tmp.path().join("nothere"));
+    assert!(err.contains("no such directory"), "{err}");
 }
 
 #[test]

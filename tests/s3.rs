@@ -219,6 +219,15 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
         out.status.success() && info.contains("u16_default_sparse"),
         "{info}"
     );
+    // A prefix with nothing below (mistyped): said, exit 1.
+    let out = s3
+        .shardfs()
+        .args(["info", "s3://bucket/dtaa"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("s3://bucket/dtaa holds no objects"), "{err}");
     // mount.fuse3, as an fstab line `shardfs#s3://bucket/data /mnt fuse ro 0 0` runs it.
     if let Some(helper) = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"]
         .into_iter()
@@ -413,7 +422,21 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let m = s3.mount("s3://bucket/new", &mnt, &[]);
+    // A prefix with nothing below: mounted, with a note (a mistyped prefix would be
+    // a new, empty store without a word).
+    let out = s3
+        .shardfs()
+        .args(["mount", "s3://bucket/new"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let m = CliMount(mnt.clone());
+    assert!(
+        said.contains("note: s3://bucket/new holds no objects"),
+        "{said}"
+    );
     let write = "import zarr, numpy as np, sys\n\
         g = zarr.open_group(sys.argv[1], mode='w')\n\
         a = g.create_array('img', shape=(64, 48), chunks=(16, 16), dtype='uint16')\n\
