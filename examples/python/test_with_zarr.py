@@ -43,3 +43,27 @@ def test_the_context_manager_unmounts_also_when_the_body_raises(tmp_path, shardf
 def test_errors_carry_the_commands_message(tmp_path):
     with pytest.raises(shardfs.MountError, match="does not exist|no such directory|not a directory"):
         shardfs.mount(tmp_path / "missing", tmp_path)
+
+
+def test_a_mount_its_test_unmounted_itself_is_fine_at_teardown(tmp_path, shardfs_mounter):
+    store = tmp_path / "s"
+    store.mkdir()
+    mnt = shardfs_mounter(store)
+    assert os.path.ismount(mnt)
+    shardfs.unmount(mnt)
+    assert not os.path.ismount(mnt)
+
+
+def test_the_readme_python_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's Python block, run as written in a directory holding data.zarr (its
+    mount point /tmp/mnt replaced by one of the test's own)."""
+    readme = open(os.environ["SHARDFS_README"]).read()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    store = tmp_path / "data.zarr"
+    a = zarr.create_array(str(store / "raw"), shape=(8, 8), chunks=(2, 2), shards=(4, 4),
+                          dtype="uint8")
+    a[:] = 7
+    (tmp_path / "mnt").mkdir()
+    monkeypatch.chdir(tmp_path)
+    code = block.replace('"/tmp/mnt"', repr(str(tmp_path / "mnt")))
+    exec(compile(code, "README.md", "exec"), {})

@@ -63,6 +63,25 @@ pub fn can_mount(test: &str) -> bool {
     false
 }
 
+/// The Python of venv `venv` (`.venv`, `.venv-zarr2`) of this checkout, made by
+/// scripts/setup-venv; where there is none the test prints why and gets `None` (under
+/// CI that is a failure).
+pub fn venv_python(venv: &str, test: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(venv)
+        .join("bin/python");
+    if p.exists() {
+        return Some(p);
+    }
+    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}");
+    }
+    println!("SKIPPED {test}: {why}");
+    eprintln!("SKIPPED {test}: {why}");
+    None
+}
+
 /// Every regular file under `dir`, as `/`-separated paths relative to `dir`.
 pub fn files_under(dir: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
