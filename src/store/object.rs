@@ -695,6 +695,9 @@ struct ReadAhead {
     first_chunk: Option<std::ops::Range<u64>>,
     /// Whether the object was fetched whole (or that was tried): once per open file.
     whole: bool,
+    /// Bytes read outside chunks (a shard's index): a whole fetch holds them again,
+    /// and its reader will not ask for them again, so they count as served.
+    outside: u64,
     held: Option<Held>,
     /// The window being fetched now: a reader inside it waits for it rather than
     /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
@@ -928,8 +931,11 @@ impl ObjectFile {
         // Forward: from where the last read's chunk ended, or from the end of the window
         // held (readers of one file side by side, as zarr-python's, take turns in it).
         let after = |n: u64| unit.start >= n && unit.start - n <= FORWARD_GAP;
-        let (fetch, reserved) = {
+        let (fetch, reserved, served_before) = {
             let mut ra = self.ahead.lock();
+            if !in_chunk {
+                ra.outside = ra.outside.saturating_add(want as u64);
+            }
             // The next piece of the chunk the last read was in is no new step.
             let step = ra.unit != Some(unit.clone());
             if step {
@@ -1002,7 +1008,7 @@ impl ObjectFile {
             }) {
                 ra.held = None;
                 ra.pending = Some(0..size);
-                (pieces, need)
+                (pieces, need, ra.outside)
             } else {
                 // A window when going forward: the window held gives way to it (and its
                 // budget with it). Else the rest of the chunk (its next pieces will be
@@ -1024,9 +1030,10 @@ impl ObjectFile {
                     (
                         std::iter::once(offset..ahead_end).collect(),
                         ahead_end - offset,
+                        0,
                     )
                 } else {
-                    (std::iter::once(offset..end).collect(), 0)
+                    (std::iter::once(offset..end).collect(), 0, 0)
                 }
             }
         };
@@ -1050,7 +1057,7 @@ impl ObjectFile {
         let n = got.len().min(want);
         buf[..n].copy_from_slice(&got[..n]);
         if let Some(w) = window {
-            w.hold(pieces, n as u64);
+            w.hold(pieces, n as u64 + served_before);
         }
         Ok(n)
     }
@@ -1804,10 +1811,16 @@ mod tests {
         use std::sync::atomic::Ordering::Relaxed;
         let chunk = 96u64 << 10;
         let n = 64u64;
-        let data: Vec<u8> = (0..(chunk * n) as u32).map(|i| (i % 241) as u8).collect();
+        let index = 16 * n + 4; // after the chunks, as zarr-python writes it
+        let data: Vec<u8> = (0..(chunk * n + index) as u32)
+            .map(|i| (i % 241) as u8)
+            .collect();
         let s = store();
         s.write_atomically(Path::new("shard"), &data).unwrap();
         let f = s.open(Path::new("shard")).unwrap().unwrap();
+        let mut idx = vec![0u8; index as usize];
+        f.read_at(&mut idx, chunk * n).unwrap(); // a shard is loaded by its index
+        assert!(idx[..] == data[(chunk * n) as usize..]);
         // Not forward: each chunk a stride of 7 from the last (mod 64), starting inside.
         let order: Vec<u64> = (0..n).map(|i| (5 + 7 * i) % n).collect();
         let mut buf = vec![0u8; 64 << 10]; // the kernel asks in pieces
@@ -1824,13 +1837,21 @@ mod tests {
             }
             if k == 0 {
                 assert!(!f.streaming(), "one chunk is not a reader going through");
-                assert_eq!(s.counters().get_bytes.load(Relaxed), chunk, "a cold chunk");
+                let moved = s.counters().get_bytes.load(Relaxed);
+                assert_eq!(moved, index + chunk, "the index, then a cold chunk");
             }
         }
         assert!(f.streaming());
-        // The first chunk, then the object before it and after it, side by side.
-        assert_eq!(s.counters().gets.load(Relaxed), 3);
-        assert_eq!(s.counters().get_bytes.load(Relaxed), data.len() as u64);
+        // The index, the first chunk, then the object before it and after it (the index
+        // again: a few bytes) side by side.
+        assert_eq!(s.counters().gets.load(Relaxed), 4);
+        assert_eq!(
+            s.counters().get_bytes.load(Relaxed),
+            data.len() as u64 + index
+        );
+        // Every chunk read: the window is let go, though its reader never asked again
+        // for the index in it (else the budget stayed taken until the shard left the
+        // cache, and later shards found none).
         assert_eq!(s.read_ahead().0, 0, "read through: let go");
         drop(f);
         // Beyond the budget: chunk by chunk, as before, and the budget stays whole.
