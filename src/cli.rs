@@ -243,7 +243,6 @@ fn positive_secs(option: &str, secs: f64) -> Result<Duration, String> {
     }
 }
 
-/// Turn the arguments into mount options. Errors name the offending option.
 /// The least FUSE threads of a mount of object storage without `--threads`: a FUSE
 /// thread is held by its request for a round trip (10-30 ms on S3), so 2 threads (a
 /// 2-core machine's default) let 16 readers have 2 GETs in flight; `--threads 16` read a
@@ -323,6 +322,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// Turn the arguments into mount options. Errors name the offending option.
 pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     let mut opts = MountOptions {
         allow_other: args.allow_other,

@@ -13,6 +13,7 @@ CI environment variable is set, so a CI machine without FUSE cannot pass by skip
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -38,6 +39,20 @@ def _require_fuse() -> None:
         pytest.skip(why)
 
 
+def _mounted(path: Path) -> bool:
+    """Whether a mount is at `path`, from the mount table: `os.path.ismount` says no for
+    a mount whose daemon died (its stat fails), the very one teardown must unmount."""
+    want = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            # mountinfo escapes space, tab, newline and backslash as octal.
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)
+            if point == want:
+                return True
+    return False
+
+
 @pytest.fixture
 def shardfs_mounter(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """A function `mount(store, **options) -> mountpoint` (options as for
@@ -56,7 +71,7 @@ def shardfs_mounter(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     yield mount
     errors = []
     for mnt in reversed(made):
-        if not os.path.ismount(mnt):
+        if not _mounted(mnt):
             continue  # the test unmounted it itself
         try:
             shardfs.unmount(mnt)

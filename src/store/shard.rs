@@ -569,7 +569,7 @@ impl ShardCache {
         }
         self.misses
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let shard = self.load(store, rel, layout, false);
+        let shard = self.load(store, rel, layout, false, false);
         drop(claimed);
         shard
     }
@@ -577,16 +577,24 @@ impl ShardCache {
     /// Load the shard at `rel` (running the hook first) and cache it, unless a shard of
     /// its segment was invalidated meanwhile (this mount's commit: what was loaded may be
     /// from before it; the caller still gets it, as a read side by side with the commit).
-    /// Loaded `ahead`, its file's start is fetched with it, and nothing is kept either
-    /// when the load failed or a reader loaded the shard meanwhile (it may be newer).
-    fn load(&self, store: &dyn Store, rel: &Path, layout: &ShardLayout, ahead: bool) -> Arc<Shard> {
+    /// Loaded `ahead` (in the background, for no reader), nothing is kept either when
+    /// the load failed or a reader loaded the shard meanwhile (it may be newer). `warm`:
+    /// its file's start is fetched with the index ([`Shard::load_with`]).
+    fn load(
+        &self,
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        ahead: bool,
+        warm: bool,
+    ) -> Arc<Shard> {
         let generation = self.segment(rel).lock().generation;
         let prefix = match self.hook.as_ref().map(|h| h.before_load(rel)) {
             Some(Err(err)) => return Arc::new(Shard::failed(rel, err)),
             Some(Ok(prefix)) => prefix,
             None => None,
         };
-        let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, ahead));
+        let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, warm));
         let weight = shard.weight();
         let mut seg = self.segment(rel).lock();
         if seg.generation != generation
@@ -659,7 +667,7 @@ impl ShardCache {
                 cache
                     .prefetches
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cache.load(store.as_ref(), &rel, &layout, warm);
+                cache.load(store.as_ref(), &rel, &layout, true, warm);
             });
         if spawned.is_err() {
             drop(Loaded {

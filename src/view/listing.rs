@@ -314,8 +314,6 @@ impl View {
         Ok(false)
     }
 
-    /// Reload a shard's index if its file changed since it was cached (a listing is where
-    /// a reader first meets chunks written by someone else).
     /// On object storage, the indexes of the `shards` a listing is about to read (when
     /// more than one) are loaded side by side in the background, so that the listing's
     /// reads of them one after another mostly wait for requests already in flight
@@ -334,6 +332,8 @@ impl View {
         }
     }
 
+    /// Reload a shard's index if its file changed since it was cached (a listing is where
+    /// a reader first meets chunks written by someone else).
     pub(super) fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) -> Arc<Shard> {
         let rel = array.shard_rel(shard);
         self.shards
