@@ -53,7 +53,8 @@ from obstore.store import S3Store
 from zarr.storage import LocalStore, ObjectStore
 
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("SHARDFS", REPO / "target" / "release" / "shardfs"))
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+BIN = Path(os.environ.get("SHARDFS", TARGET / "release" / "shardfs"))
 S3S = Path(os.environ.get("S3S_FS", REPO / "target" / "tools" / "bin" / "s3s-fs"))
 PROXY = REPO / "scripts" / "latency_proxy.py"
 ZARR2_PY = REPO / ".venv-zarr2" / "bin" / "python"
