@@ -43,7 +43,7 @@ def _mounted(path: Path) -> bool:
     """Whether a mount is at `path`, from the mount table: `os.path.ismount` says no for
     a mount whose daemon died (its stat fails), the very one teardown must unmount."""
     want = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
+    with open("/proc/self/mountinfo", errors="surrogateescape") as f:
         for line in f:
             point = line.split()[4]
             # mountinfo escapes space, tab, newline and backslash as octal.

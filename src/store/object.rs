@@ -217,7 +217,7 @@ impl ObjectStoreStore {
                     // What object_store takes for yes.
                     ["true", "1", "on", "yes", "y"]
                         .iter()
-                        .any(|y| a.trim().eq_ignore_ascii_case(y))
+                        .any(|y| a.eq_ignore_ascii_case(y))
                 })
             {
                 return Err(err(format!(
@@ -370,7 +370,7 @@ impl ObjectStoreStore {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         for p in &l.common_prefixes {
-            if let Some(name) = name_of(p)
+            if let Some((name, _)) = name_of(p)
                 && seen.insert(name.clone())
             {
                 out.push(ListEntry {
@@ -380,7 +380,7 @@ impl ObjectStoreStore {
             }
         }
         for o in &l.objects {
-            if let Some(name) = name_of(&o.location)
+            if let Some((name, _)) = name_of(&o.location)
                 && o.location != key
                 && seen.insert(name.clone())
             {
@@ -397,10 +397,10 @@ impl ObjectStoreStore {
         let objects: BTreeSet<String> = l
             .objects
             .iter()
-            .filter_map(|o| name_of(&o.location))
+            .filter_map(|o| name_of(&o.location).map(|(n, _)| n))
             .collect();
         for p in l.common_prefixes.iter().take(LISTED_HEADS) {
-            if let Some(name) = name_of(p)
+            if let Some((name, true)) = name_of(p)
                 && !objects.contains(&name)
             {
                 let below = rel.join(name);
@@ -440,7 +440,7 @@ impl ObjectStoreStore {
         generation: u64,
     ) {
         for o in objects.iter().take(LISTED_HEADS) {
-            if let Some(name) = name_of(&o.location)
+            if let Some((name, true)) = name_of(&o.location)
                 && o.location != *key
                 && o.e_tag.is_some()
             {
@@ -553,16 +553,35 @@ fn within<T>(
     handle.block_on(timed(deadline, f))
 }
 
-/// The last part of `path` as the name it was made from: object_store percent-encodes
-/// the characters of a part it keeps out of keys (`notes~` is stored as `notes%7E`), and
-/// hands listed keys back so. A listing showed `notes%7E`, and a name compared with a
-/// listing must be compared with what was made.
-fn name_of(path: &ObjPath) -> Option<String> {
+/// The last part of a listed `path` as a name, and whether this store reaches the object
+/// by that name ([`ObjectStoreStore::key`] makes the listed key from it). object_store
+/// percent-encodes the characters of a part it keeps out of keys (`notes~` is stored as
+/// `notes%7E`) and hands listed keys back so: decoded, that is the name it was made
+/// from (a listing showed `notes%7E`). A key another tool wrote (`notes~` itself, or
+/// `x%2Fy`) may decode to a name that is no file name (`x/y`, `.`) or that leads to
+/// another key: then the part is shown as it is, and answers about the object are not
+/// kept under the name (`false`).
+fn name_of(path: &ObjPath) -> Option<(String, bool)> {
     let part = path.filename()?;
-    percent_encoding::percent_decode_str(part)
+    let decoded = percent_encoding::percent_decode_str(part)
         .decode_utf8()
         .ok()
-        .map(|n| n.into_owned())
+        .filter(|n| is_file_name(n));
+    match decoded {
+        Some(n) if object_store::path::PathPart::from(n.as_ref()).as_ref() == part => {
+            Some((n.into_owned(), true))
+        }
+        _ if is_file_name(part) => Some((
+            part.to_string(),
+            object_store::path::PathPart::from(part).as_ref() == part,
+        )),
+        _ => None,
+    }
+}
+
+/// Whether `n` can be a name in a directory.
+fn is_file_name(n: &str) -> bool {
+    !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\0'])
 }
 
 /// A person's words for an object store failure at mount.
@@ -592,14 +611,14 @@ fn describe_error(e: &object_store::Error) -> String {
             "no credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and \
              the instance metadata service (169.254.169.254) gave none ({text})"
         ),
-        // Ours ([`TimedOut`]), or the client's own: a timeout says timeout.
-        _ if causes.contains("timed out") => {
-            format!("the endpoint did not answer in time: {text}")
-        }
         object_store::Error::NotFound { .. } => format!("no such bucket ({text})"),
         object_store::Error::PermissionDenied { .. } => format!("access denied (403): {text}"),
         object_store::Error::Unauthenticated { .. } => {
             format!("the credentials were refused: {text}")
+        }
+        // Ours ([`TimedOut`]), or the client's own: a timeout says timeout.
+        _ if causes.contains("timed out") => {
+            format!("the endpoint did not answer in time: {text}")
         }
         _ if full.contains("NoSuchBucket") || lower.contains("bucket does not exist") => {
             format!("no such bucket ({text})")
@@ -1095,11 +1114,18 @@ impl ObjectFile {
             range: in_flight,
             reserved,
         });
+        let started = std::time::Instant::now();
         let pieces = match self.fetch_pieces(&fetch) {
             Ok(pieces) => pieces,
-            // The read ahead failed (a large range that ran out of time, say): its
-            // waiters go their own way, and this read fetches what it asked for alone.
-            Err(_) if window.is_some() => {
+            // The read ahead failed, not for want of time (an outage would fail the read
+            // alone too, after as long again) nor because the object changed or went
+            // (ESTALE, ENOENT: so would the read): its waiters go their own way, and this
+            // read fetches what it asked for alone.
+            Err(e)
+                if window.is_some()
+                    && e.raw_os_error() == Some(libc::EIO)
+                    && started.elapsed() < self.deadline / 2 =>
+            {
                 window = None;
                 vec![(offset, self.fetch(offset..end)?)]
             }
@@ -2177,6 +2203,36 @@ mod tests {
         let d = s.stat(Path::new("a/d~")).unwrap().unwrap();
         assert_eq!(d.kind, EntryKind::Dir);
         assert_eq!(s.list(Path::new("a/d~")).unwrap().len(), 1);
+    }
+
+    /// Keys another tool wrote whose parts decode to no file name (`x%2Fy` to `x/y`,
+    /// `%2E` to `.`) or lead elsewhere (`raw~`: this store would ask for `raw%7E`) are
+    /// listed as they are, the listing stays whole, and nothing about them is kept under
+    /// another name (`.` made `a` itself look like a file).
+    #[test]
+    fn foreign_keys_that_decode_to_no_name_are_listed_as_they_are() {
+        let mem = Arc::new(object_store::memory::InMemory::new());
+        let mut s = ObjectStoreStore::new(mem.clone(), "", "memory://foreign").unwrap();
+        s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+        let put = |key: ObjPath| {
+            s.block_on(mem.put(&key, PutPayload::from(b"x".to_vec())))
+                .unwrap();
+        };
+        put(ObjPath::from("a").join("x/y")); // stored as a/x%2Fy
+        put(ObjPath::from("a").join(".")); // stored as a/%2E
+        put(ObjPath::parse("a/raw~").unwrap()); // as boto3 writes it
+        let mut listed: Vec<String> = s
+            .list(Path::new("a"))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name.into_string().unwrap())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, ["%2E", "raw~", "x%2Fy"]);
+        assert_eq!(
+            s.stat(Path::new("a")).unwrap().unwrap().kind,
+            EntryKind::Dir
+        );
     }
 
     /// A fresh listing answers for the names in it and for those not in it: `stat` of a
