@@ -336,7 +336,10 @@ impl Mount {
         let backing = open_store(store, &s3)?;
         let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
             path: mountpoint.to_path_buf(),
-            why: e.to_string(),
+            why: match e.kind() {
+                io::ErrorKind::NotFound => "no such directory (make it first: mkdir)".into(),
+                _ => e.to_string(),
+            },
         })?;
         if !meta.is_dir() {
             return Err(MountError::MountPoint {
@@ -583,6 +586,12 @@ impl Mount {
                 e.to_string(),
             )
         })?;
+        // After a plain umount(8) the daemon still stores what is staged: this line says
+        // when the store is whole (reading it directly is safe from here on).
+        log::info!(
+            "{}: unmounted; everything written through it is stored",
+            self.mountpoint.display()
+        );
         ended
     }
 }
