@@ -328,6 +328,12 @@ fn cli_foreground_mount_logs_to_its_log_file() {
     assert!(out.status.success());
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("mounted"), "the log file: {log}");
+    // The line that says the store is whole after an unmount (a plain umount returns
+    // before the daemon has stored what is staged).
+    assert!(
+        log.contains("unmounted; everything written through it is stored"),
+        "the log file: {log}"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("mounted"), "stderr: {stderr}");
 }
