@@ -239,23 +239,6 @@ fn directories_of_groups_and_arrays_are_renamed() {
     );
 }
 
-/// The venv python at `.venv*/bin/python`, or why the test cannot run (a failure under
-/// CI, which must have them).
-fn python(venv: &str, test: &str) -> Option<std::path::PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(venv)
-        .join("bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    println!("SKIPPED {test}: {why}");
-    None
-}
-
 fn run_python(python: &Path, code: &str, dir: &Path) {
     let out = std::process::Command::new(python)
         .arg("-c")
@@ -284,7 +267,10 @@ fn rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let src = tempfile::tempdir().unwrap();

@@ -15,21 +15,6 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The venv python at `.venv*/bin/python`, or why the test cannot run.
-fn python(venv: &str, test: &str) -> Option<PathBuf> {
-    let p = repo().join(venv).join("bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    println!("SKIPPED {test}: {why}");
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
-
 /// Run `scripts/SCRIPT` with `args` under `python`; it must exit 0 (the scripts exit 1
 /// on any failed check).
 fn run_script(script: &str, python: &Path, args: &[&str]) -> String {
@@ -103,7 +88,10 @@ fn zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -150,7 +138,10 @@ fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let store = repo().join("tests/fixtures-draft/draft");
@@ -194,7 +185,10 @@ fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -375,7 +369,10 @@ fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -576,7 +573,10 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
     if !common::can_mount(test) {
         return;
     }
-    let (Some(py2), Some(py3)) = (python(".venv-zarr2", test), python(".venv", test)) else {
+    let (Some(py2), Some(py3)) = (
+        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv", test),
+    ) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

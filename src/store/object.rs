@@ -390,6 +390,9 @@ impl ObjectStoreStore {
                 });
             }
         }
+        // Sorted by name: `listed_absent` looks names up in it by bisection (a key
+        // directory of a flat array can hold 10^5 names).
+        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         self.keep_listed_heads(rel, &key, &l.objects, generation);
         // What a HEAD and a listing of each directory listed would say: no object has
         // its name, and something lies below it (`stat` of a directory just listed, as
@@ -463,7 +466,10 @@ impl ObjectStoreStore {
         };
         self.meta
             .fresh(&self.meta.listings, parent)
-            .is_some_and(|l| !l.iter().any(|e| e.name == name))
+            .is_some_and(|l| {
+                l.binary_search_by(|e| e.name.as_os_str().cmp(name))
+                    .is_err()
+            })
     }
 
     /// Whether any object lies below `rel`.
