@@ -164,13 +164,15 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         Command::Info { store: path, json } => {
             init_logging("warn");
             let s = mount::open_store(&path, &Default::default())?;
-            // Nothing at all below an object storage prefix: most likely a mistyped one.
-            if let Some(url) = mount::object_url(&path)
+            let arrays = info::inspect(s.as_ref())?;
+            // Nothing at all below an object storage prefix: most likely a mistyped one
+            // (asked only when no array was found: one LIST).
+            if arrays.is_empty()
+                && let Some(url) = mount::object_url(&path)
                 && s.list(std::path::Path::new(""))?.is_empty()
             {
                 bail!("{url} holds no objects (is the prefix right?)");
             }
-            let arrays = info::inspect(s.as_ref())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&arrays)?);
             } else {
