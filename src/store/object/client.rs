@@ -1,0 +1,252 @@
+//! Requests to the object store, each under the deadline of `--s3-timeout`, and their
+//! failures in words and as errnos.
+
+use std::io;
+use std::path::{Component, Path};
+use std::time::{Duration, SystemTime};
+
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use super::ObjectStoreStore;
+use crate::store::{EntryKind, EntryMeta};
+
+impl ObjectStoreStore {
+    pub(super) fn key(&self, rel: &Path) -> io::Result<ObjPath> {
+        let mut key = self.prefix.clone();
+        for c in rel.components() {
+            match c {
+                Component::Normal(part) => {
+                    let part = part.to_str().ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidInput, "a name that is not UTF-8")
+                    })?;
+                    key = key.join(part);
+                }
+                Component::CurDir => {}
+                _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            }
+        }
+        Ok(key)
+    }
+
+    pub(super) fn block_on<T>(&self, f: impl Future<Output = ObjResult<T>>) -> ObjResult<T> {
+        within(self.rt.handle(), self.deadline, f)
+    }
+
+    pub(super) fn head(&self, rel: &Path) -> io::Result<Option<object_store::ObjectMeta>> {
+        if rel.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        if let Some(known) = self.meta.fresh(&self.meta.heads, rel) {
+            return Ok(known);
+        }
+        if self.listed_absent(rel) {
+            return Ok(None);
+        }
+        let generation = self.meta.generation();
+        self.counters
+            .heads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = self.key(rel)?;
+        log::debug!("HEAD {key}");
+        let found = match self.block_on(self.inner.head(&key)) {
+            Ok(m) => Some(m),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(to_io(rel, e)),
+        };
+        self.meta
+            .keep(&self.meta.heads, rel, found.clone(), generation);
+        Ok(found)
+    }
+
+    pub(super) fn put(&self, rel: &Path, data: Vec<u8>, mode: PutMode) -> io::Result<()> {
+        let key = self.key(rel)?;
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        let put = self.block_on(self.inner.put_opts(&key, PutPayload::from(data), opts));
+        // Whatever happened (a lost race says the object changed), ask next time.
+        self.meta.forget(rel);
+        put.map_err(|e| to_io(rel, e))?;
+        let mut dirs = self.dirs.lock();
+        for d in rel.ancestors().skip(1) {
+            dirs.remove(d);
+        }
+        Ok(())
+    }
+
+    /// The whole object and its version; `None` when there is none.
+    pub(super) fn get_versioned(&self, rel: &Path) -> io::Result<Option<(Vec<u8>, UpdateVersion)>> {
+        let key = self.key(rel)?;
+        self.counters
+            .gets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.block_on(async {
+            let r = self.inner.get(&key).await?;
+            let version = UpdateVersion {
+                e_tag: r.meta.e_tag.clone(),
+                version: r.meta.version.clone(),
+            };
+            Ok::<_, object_store::Error>((r.bytes().await?.to_vec(), version))
+        }) {
+            Ok(v) => {
+                self.counters
+                    .get_bytes
+                    .fetch_add(v.0.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                Ok(Some(v))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(to_io(rel, e)),
+        }
+    }
+}
+
+pub(super) type ObjResult<T> = Result<T, object_store::Error>;
+
+/// No answer within `--s3-timeout`: what a request that outlived it fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("timed out: no answer within {}s (--s3-timeout)", .0.as_secs_f64())]
+pub(super) struct TimedOut(Duration);
+
+/// `f`, failing with [`TimedOut`] after `deadline`: a stalled endpoint (an answer that
+/// never comes or never ends) holds no request longer, whatever the client's own
+/// timeouts and retries do (issue 34: a hanging request took 30 s with
+/// `--s3-timeout 3`).
+pub(super) async fn timed<T>(
+    deadline: Duration,
+    f: impl Future<Output = ObjResult<T>>,
+) -> ObjResult<T> {
+    match tokio::time::timeout(deadline, f).await {
+        Ok(res) => res,
+        Err(_) => Err(object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(TimedOut(deadline)),
+        }),
+    }
+}
+
+/// [`timed`], on the runtime behind `handle`, from a thread outside it.
+pub(super) fn within<T>(
+    handle: &tokio::runtime::Handle,
+    deadline: Duration,
+    f: impl Future<Output = ObjResult<T>>,
+) -> ObjResult<T> {
+    handle.block_on(timed(deadline, f))
+}
+
+/// A person's words for an object store failure at mount.
+pub(super) fn describe_error(e: &object_store::Error) -> String {
+    // The first line: the rest is the server's XML.
+    let full = e.to_string();
+    let text = full
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(": ")
+        .to_string();
+    let lower = text.to_lowercase();
+    // The causes too: a request the client gave up on says "error sending request",
+    // and only its source says that it timed out.
+    let mut causes = String::new();
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    while let Some(c) = cause {
+        causes.push_str(&c.to_string().to_lowercase());
+        causes.push('\n');
+        cause = c.source();
+    }
+    match e {
+        // Without credentials in the environment the client asks the EC2 instance
+        // metadata service; off EC2 that fails in ways that read like something else.
+        _ if full.contains("169.254.169.254") => format!(
+            "no credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and \
+             the instance metadata service (169.254.169.254) gave none ({text})"
+        ),
+        object_store::Error::NotFound { .. } => format!("no such bucket ({text})"),
+        object_store::Error::PermissionDenied { .. } => format!("access denied (403): {text}"),
+        object_store::Error::Unauthenticated { .. } => {
+            format!("the credentials were refused: {text}")
+        }
+        // Ours ([`TimedOut`]), or the client's own: a timeout says timeout.
+        _ if causes.contains("timed out") => {
+            format!("the endpoint did not answer in time: {text}")
+        }
+        _ if full.contains("NoSuchBucket") || lower.contains("bucket does not exist") => {
+            format!("no such bucket ({text})")
+        }
+        // A status 403, not any "403" (a key, a byte count, a duration in the text).
+        _ if lower.contains("accessdenied")
+            || lower.contains("status 403")
+            || lower.contains("403 forbidden") =>
+        {
+            format!("access denied (403): {text}")
+        }
+        _ if lower.contains("connect")
+            || lower.contains("error sending request")
+            || lower.contains("dns") =>
+        {
+            format!("cannot reach the endpoint: {text}")
+        }
+        _ if lower.contains("credential") => format!("no usable credentials: {text}"),
+        _ => text,
+    }
+}
+
+/// An object store error as an errno, logged with its words (FUSE carries only the
+/// errno).
+pub(super) fn to_io(rel: &Path, e: object_store::Error) -> io::Error {
+    let errno = match &e {
+        object_store::Error::NotFound { .. } => libc::ENOENT,
+        object_store::Error::AlreadyExists { .. } => libc::EEXIST,
+        object_store::Error::Precondition { .. } => libc::ESTALE,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => libc::EACCES,
+        object_store::Error::NotSupported { .. } | object_store::Error::NotImplemented { .. } => {
+            libc::ENOTSUP
+        }
+        _ => libc::EIO,
+    };
+    if errno != libc::ENOENT {
+        log::warn!("{}: {}", rel.display(), describe_error(&e));
+    }
+    io::Error::from_raw_os_error(errno)
+}
+
+pub(super) fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // The ETag alone where there is one: a listing and a HEAD of one object agree on it,
+    // but not on the version (a listing has none) nor on the time's precision (a
+    // listing's has milliseconds, a HEAD's whole seconds); an answer from either must
+    // not look like a change of the object.
+    match &m.e_tag {
+        Some(e) => e.hash(&mut h),
+        None => m.version.hash(&mut h),
+    }
+    let mtime = SystemTime::UNIX_EPOCH
+        + Duration::from_secs(u64::try_from(m.last_modified.timestamp()).unwrap_or(0));
+    EntryMeta {
+        kind: EntryKind::File,
+        len: m.size,
+        mtime,
+        ctime: mtime,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        // The ETag: with the length and time, tells when an object was replaced.
+        ino: h.finish() >> 1,
+    }
+}
+
+pub(super) fn dir_meta() -> EntryMeta {
+    EntryMeta {
+        kind: EntryKind::Dir,
+        len: 0,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        perm: 0o755,
+        uid: 0,
+        gid: 0,
+        ino: 1,
+    }
+}

@@ -1,0 +1,259 @@
+//! What the store knows of names: HEAD answers and listings, kept for the TTL
+//! (`--s3-ttl`), and listed keys as names.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::path::Path as ObjPath;
+use parking_lot::Mutex;
+
+use super::ObjectStoreStore;
+use super::client::to_io;
+use crate::store::{EntryKind, ListEntry};
+
+/// What HEADs and listings found, used again for a while: one lookup and read of a chunk
+/// asks about its shard several times (its attributes, its key directory, the open), and
+/// a pass over many chunks asks about one shard for each. This store's own writes and
+/// deletes update it at once, and a read that finds its object changed (412) drops the
+/// name, so only other writers' changes wait up to the TTL.
+pub(super) struct MetaCache {
+    pub(super) ttl: Duration,
+    pub(super) heads: Timed<Option<object_store::ObjectMeta>>,
+    pub(super) children: Timed<bool>,
+    pub(super) listings: Timed<Arc<Vec<ListEntry>>>,
+    /// Bumped by every `forget`: an answer asked for before a forget (a listing in
+    /// flight while this mount wrote below it) is not kept, so it cannot bring back what
+    /// the forget dropped.
+    pub(super) forgets: std::sync::atomic::AtomicU64,
+}
+
+/// Answers per name, with when they were had.
+pub(super) type Timed<T> = Mutex<HashMap<PathBuf, (std::time::Instant, T)>>;
+
+/// Entries kept at most; past that the cache starts again empty.
+pub(super) const META_CACHE_ENTRIES: usize = 100_000;
+/// HEAD answers taken from one listing at most (a listing of a huge directory would
+/// otherwise push everything else out of the cache).
+pub(super) const LISTED_HEADS: usize = 10_000;
+
+impl MetaCache {
+    pub(super) fn new(ttl: Duration) -> Self {
+        MetaCache {
+            ttl,
+            heads: Mutex::default(),
+            children: Mutex::default(),
+            listings: Mutex::default(),
+            forgets: Default::default(),
+        }
+    }
+
+    /// Take before asking the store; give to [`MetaCache::keep`] with the answer.
+    pub(super) fn generation(&self) -> u64 {
+        self.forgets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(super) fn fresh<T: Clone>(&self, map: &Timed<T>, rel: &Path) -> Option<T> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let map = map.lock();
+        let (at, v) = map.get(rel)?;
+        (at.elapsed() < self.ttl).then(|| v.clone())
+    }
+
+    /// Keep `v`, asked for at `generation`, unless something was forgotten since.
+    pub(super) fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T, generation: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut map = map.lock();
+        // Checked under the map's lock, and `forget` bumps before it takes the lock: an
+        // answer kept here before the bump is removed by that forget.
+        if self.generation() != generation {
+            return;
+        }
+        if map.len() >= META_CACHE_ENTRIES {
+            map.clear();
+        }
+        map.insert(rel.to_path_buf(), (std::time::Instant::now(), v));
+    }
+
+    /// `rel` was written or deleted here (or found changed): forget what was known of it
+    /// and of its parents' listings.
+    pub(super) fn forget(&self, rel: &Path) {
+        self.forgets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.heads.lock().remove(rel);
+        let mut children = self.children.lock();
+        let mut listings = self.listings.lock();
+        for d in rel.ancestors() {
+            children.remove(d);
+            listings.remove(d);
+        }
+    }
+}
+
+impl ObjectStoreStore {
+    /// The objects and common prefixes right below `rel`, as names.
+    /// And the cache generation it was asked at (for keeping the listing).
+    pub(super) fn list_objects(&self, rel: &Path) -> io::Result<(Vec<ListEntry>, u64)> {
+        let generation = self.meta.generation();
+        self.counters
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = self.key(rel)?;
+        log::debug!("LIST {key}/");
+        // Not under one deadline: a listing is a request per page of 1,000 names, each
+        // given up after --s3-timeout by the client.
+        let l = self
+            .rt
+            .block_on(self.inner.list_with_delimiter(Some(&key)))
+            .map_err(|e| to_io(rel, e))?;
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for p in &l.common_prefixes {
+            if let Some((name, _)) = name_of(p)
+                && seen.insert(name.clone())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::Dir,
+                });
+            }
+        }
+        for o in &l.objects {
+            if let Some((name, _)) = name_of(&o.location)
+                && o.location != key
+                && seen.insert(name.clone())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::File,
+                });
+            }
+        }
+        // Sorted by name: `listed_absent` looks names up in it by bisection (a key
+        // directory of a flat array can hold 10^5 names).
+        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        self.keep_listed_heads(rel, &key, &l.objects, generation);
+        // What a HEAD and a listing of each directory listed would say: no object has
+        // its name, and something lies below it (`stat` of a directory just listed, as
+        // `ls -l` and `cp -r` do, asks nothing more). A name that is both is an object.
+        let objects: BTreeSet<String> = l
+            .objects
+            .iter()
+            .filter_map(|o| name_of(&o.location).map(|(n, _)| n))
+            .collect();
+        for p in l.common_prefixes.iter().take(LISTED_HEADS) {
+            if let Some((name, true)) = name_of(p)
+                && !objects.contains(&name)
+            {
+                let below = rel.join(name);
+                self.meta.keep(&self.meta.heads, &below, None, generation);
+                self.meta
+                    .keep(&self.meta.children, &below, true, generation);
+            }
+        }
+        self.meta
+            .keep(&self.meta.children, rel, !out.is_empty(), generation);
+        Ok((out, generation))
+    }
+
+    /// The objects and common prefixes right below `rel`: a listing kept for the TTL,
+    /// or a LIST.
+    pub(super) fn listing(&self, rel: &Path) -> io::Result<Arc<Vec<ListEntry>>> {
+        if let Some(known) = self.meta.fresh(&self.meta.listings, rel) {
+            return Ok(known);
+        }
+        if self.listed_absent(rel) {
+            return Ok(Arc::default());
+        }
+        let (listed, generation) = self.list_objects(rel)?;
+        let listed = Arc::new(listed);
+        self.meta
+            .keep(&self.meta.listings, rel, listed.clone(), generation);
+        Ok(listed)
+    }
+
+    /// A listing gives each object's size and ETag, as a HEAD would: keep them as the
+    /// HEAD answers of those objects, so opening a shard just listed asks nothing more.
+    pub(super) fn keep_listed_heads(
+        &self,
+        rel: &Path,
+        key: &ObjPath,
+        objects: &[object_store::ObjectMeta],
+        generation: u64,
+    ) {
+        for o in objects.iter().take(LISTED_HEADS) {
+            if let Some((name, true)) = name_of(&o.location)
+                && o.location != *key
+                && o.e_tag.is_some()
+            {
+                self.meta.keep(
+                    &self.meta.heads,
+                    &rel.join(name),
+                    Some(o.clone()),
+                    generation,
+                );
+            }
+        }
+    }
+
+    /// Whether a fresh listing of `rel`'s parent has no entry of its name: then no
+    /// object has that name and none lies below it (a view of an array asks for files of
+    /// their own at every key directory it lists: without this, a LIST and a HEAD each).
+    pub(super) fn listed_absent(&self, rel: &Path) -> bool {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return false;
+        };
+        self.meta
+            .fresh(&self.meta.listings, parent)
+            .is_some_and(|l| {
+                l.binary_search_by(|e| e.name.as_os_str().cmp(name))
+                    .is_err()
+            })
+    }
+
+    /// Whether any object lies below `rel`.
+    pub(super) fn has_children(&self, rel: &Path) -> io::Result<bool> {
+        if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
+            return Ok(known);
+        }
+        Ok(!self.listing(rel)?.is_empty())
+    }
+}
+
+/// The last part of a listed `path` as a name, and whether this store reaches the object
+/// by that name ([`ObjectStoreStore::key`] makes the listed key from it). object_store
+/// percent-encodes the characters of a part it keeps out of keys (`notes~` is stored as
+/// `notes%7E`) and hands listed keys back so: decoded, that is the name it was made
+/// from (a listing showed `notes%7E`). A key another tool wrote (`notes~` itself, or
+/// `x%2Fy`) may decode to a name that is no file name (`x/y`, `.`) or that leads to
+/// another key: then the part is shown as it is, and answers about the object are not
+/// kept under the name (`false`).
+pub(super) fn name_of(path: &ObjPath) -> Option<(String, bool)> {
+    let part = path.filename()?;
+    let decoded = percent_encoding::percent_decode_str(part)
+        .decode_utf8()
+        .ok()
+        .filter(|n| is_file_name(n));
+    match decoded {
+        Some(n) if object_store::path::PathPart::from(n.as_ref()).as_ref() == part => {
+            Some((n.into_owned(), true))
+        }
+        _ if is_file_name(part) => Some((
+            part.to_string(),
+            object_store::path::PathPart::from(part).as_ref() == part,
+        )),
+        _ => None,
+    }
+}
+
+/// Whether `n` can be a name in a directory.
+pub(super) fn is_file_name(n: &str) -> bool {
+    !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\0'])
+}

@@ -1,0 +1,452 @@
+//! [`ObjectStoreStore`]: a store in object storage (`s3://bucket/prefix`), through the
+//! `object_store` crate (its S3 client signs and retries; its in-memory store serves unit
+//! tests).
+//!
+//! - **Names**: the store path `a/b/c` is the object `prefix/a/b/c`. Directories are
+//!   the common prefixes of object keys; one made by `mkdir` exists in this process only
+//!   until an object lands below it (as mountpoint-s3 does).
+//! - **Reads** are ranged GETs, each conditional on the ETag the file was opened with,
+//!   so a read never mixes two versions of an object (`ESTALE` when it changed).
+//! - **Shard commits** read the whole shard and its ETag, let the caller's merge decide
+//!   (last close wins), write the new shard densely and PUT it with `If-Match` (a new
+//!   shard with `If-None-Match: *`). When another writer got there first (412), the
+//!   commit reads, merges and tries again, with backoff. A shard whose chunks are all
+//!   deleted is kept as an index-only object, with the deletions' close times, since a
+//!   DELETE cannot be made conditional here.
+//! - **Other files** (metadata, a writer's temporary files) are held in memory while
+//!   open for writing and PUT whole at `fsync` and when the last handle goes; `rename`
+//!   is a copy and a delete (not atomic, as on any object store).
+//!
+//! Every call blocks its (FUSE) thread on a runtime of this store's own.
+
+mod client;
+mod meta;
+mod read;
+#[cfg(test)]
+mod tests;
+mod write;
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode};
+use parking_lot::Mutex;
+
+use super::commit::{CommitError, CommitOutcome, Merge};
+use super::{EntryKind, EntryMeta, ListEntry, OpenMode, SpaceInfo, Store, StoreFile, StoreFileRw};
+use crate::format::ShardLevel;
+use client::{describe_error, dir_meta, meta_of, to_io};
+use meta::MetaCache;
+pub use read::Counters;
+use read::{Budget, ObjectFile, ReadAhead};
+use write::{ObjectFileRw, ObjectStoreStoreRef, RwState};
+
+/// How long one request may keep failing (an unreachable endpoint, 5xx answers), its
+/// retries included, before the operation fails with EIO, unless told otherwise
+/// (`--s3-timeout`). A connection attempt itself gives up after 5 s and a request after
+/// 30 s (object_store's defaults).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Memory for read-ahead of all open objects together, unless told otherwise
+/// (`--s3-cache`).
+pub const DEFAULT_READ_AHEAD: u64 = 256 << 20;
+
+/// How a mount talks to object storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Options {
+    /// How long one request may keep failing, its retries included.
+    pub timeout: Duration,
+    /// Bytes all open objects together may hold read ahead.
+    pub read_ahead: u64,
+    /// How long what a HEAD or a listing found about a name is used again without
+    /// asking ([`MetaCache`]); zero: ask every time.
+    pub meta_ttl: Duration,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            timeout: DEFAULT_TIMEOUT,
+            read_ahead: DEFAULT_READ_AHEAD,
+            meta_ttl: Duration::ZERO,
+        }
+    }
+}
+/// A store in object storage.
+pub struct ObjectStoreStore {
+    url: String,
+    inner: Arc<dyn ObjectStore>,
+    prefix: ObjPath,
+    rt: tokio::runtime::Runtime,
+    /// Directories made by `mkdir` that hold no object yet.
+    dirs: Mutex<BTreeSet<PathBuf>>,
+    /// Files open for writing: `stat` shows their length as written so far.
+    open_rw: Mutex<HashMap<PathBuf, Weak<RwState>>>,
+    /// Memory for bytes read ahead, shared by every open object.
+    budget: Arc<Budget>,
+    counters: Arc<Counters>,
+    meta: Arc<MetaCache>,
+    /// The longest any one request may take, its retries included (`--s3-timeout`).
+    deadline: Duration,
+}
+
+/// Why an object store could not be opened, said for the person who typed the URL.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {why}")]
+pub struct OpenError {
+    pub url: String,
+    pub why: String,
+}
+
+impl ObjectStoreStore {
+    /// The store at `url` (`s3://BUCKET[/PREFIX]`), configured from the environment as
+    /// the AWS CLI is (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), and
+    /// checked: the bucket must answer a listing of the prefix. A request that keeps
+    /// failing is retried, with backoff, for up to `opts.timeout`.
+    pub fn open_url(url: &str, opts: &S3Options) -> Result<Self, OpenError> {
+        let err = |why: String| OpenError {
+            url: url.to_string(),
+            why,
+        };
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| err("only s3:// URLs are supported".into()))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(err("no bucket named (s3://BUCKET/PREFIX)".into()));
+        }
+        // object_store panics on an endpoint that is not an absolute URL: say so first.
+        for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
+            if let Ok(v) = std::env::var(var)
+                && !(v.starts_with("http://") || v.starts_with("https://"))
+            {
+                return Err(err(format!(
+                    "{var}={v:?} is not an http:// or https:// URL"
+                )));
+            }
+        }
+        // object_store refuses plain http unless told ("builder error"): say how.
+        for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
+            if let Ok(v) = std::env::var(var)
+                && v.starts_with("http://")
+                && !std::env::var("AWS_ALLOW_HTTP").is_ok_and(|a| {
+                    // What object_store takes for yes.
+                    ["true", "1", "on", "yes", "y"]
+                        .iter()
+                        .any(|y| a.eq_ignore_ascii_case(y))
+                })
+            {
+                return Err(err(format!(
+                    "{var}={v:?} is plain http: set AWS_ALLOW_HTTP=true to use it"
+                )));
+            }
+        }
+        let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(object_store::RetryConfig {
+                backoff: object_store::BackoffConfig::default(),
+                max_retries: 10,
+                retry_timeout: opts.timeout,
+            });
+        // Each HTTP request (a listing's pages each) gives up after --s3-timeout too: a
+        // listing runs under this alone, not under one deadline for all its pages.
+        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+        builder = builder
+            .with_config(
+                object_store::aws::AmazonS3ConfigKey::Client(
+                    object_store::ClientConfigKey::Timeout,
+                ),
+                ms(opts.timeout),
+            )
+            .with_config(
+                object_store::aws::AmazonS3ConfigKey::Client(
+                    object_store::ClientConfigKey::ConnectTimeout,
+                ),
+                ms(opts.timeout.min(Duration::from_secs(5))),
+            );
+        if std::env::var_os("AWS_REGION").is_none()
+            && let Ok(region) = std::env::var("AWS_DEFAULT_REGION")
+        {
+            builder = builder.with_region(region);
+        }
+        let s3 = builder.build().map_err(|e| err(e.to_string()))?;
+        let mut store = Self::new(Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
+        store.budget = Arc::new(Budget::new(opts.read_ahead));
+        store.deadline = opts.timeout;
+        store.meta = Arc::new(MetaCache::new(opts.meta_ttl));
+        store.check().map_err(err)?;
+        Ok(store)
+    }
+
+    /// A store over `inner` (any object store: the in-memory one in tests) below `prefix`.
+    pub fn new(inner: Arc<dyn ObjectStore>, prefix: &str, url: &str) -> io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shardfs-s3")
+            .enable_all()
+            .build()?;
+        Ok(ObjectStoreStore {
+            url: url.to_string(),
+            inner,
+            prefix: ObjPath::from_iter(prefix.split('/').filter(|p| !p.is_empty())),
+            rt,
+            dirs: Mutex::new(BTreeSet::new()),
+            open_rw: Mutex::new(HashMap::new()),
+            budget: Arc::new(Budget::new(DEFAULT_READ_AHEAD)),
+            counters: Arc::default(),
+            meta: Arc::new(MetaCache::new(Duration::ZERO)),
+            deadline: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// One listing of the prefix, so that a wrong bucket, wrong credentials or an
+    /// unreachable endpoint are said at mount, not as EIO later.
+    fn check(&self) -> Result<(), String> {
+        let listing = self
+            .rt
+            .block_on(self.inner.list_with_delimiter(Some(&self.prefix)));
+        match listing {
+            Ok(_) => Ok(()),
+            Err(e) => Err(describe_error(&e)),
+        }
+    }
+
+    /// What this store has requested so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The read-ahead memory in use and its cap.
+    pub fn read_ahead(&self) -> (u64, u64) {
+        (self.budget.used(), self.budget.cap)
+    }
+}
+
+impl std::fmt::Debug for ObjectStoreStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectStoreStore({})", self.url)
+    }
+}
+
+impl Store for ObjectStoreStore {
+    fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
+        if rel.as_os_str().is_empty() {
+            return Ok(Some(dir_meta()));
+        }
+        if let Some(state) = self.open_rw.lock().get(rel).and_then(Weak::upgrade) {
+            let mut m = dir_meta();
+            m.kind = EntryKind::File;
+            m.perm = 0o644;
+            m.len = state.data.lock().0.len() as u64;
+            return Ok(Some(m));
+        }
+        if let Some(m) = self.head(rel)? {
+            return Ok(Some(meta_of(&m)));
+        }
+        if self.dirs.lock().contains(rel) || self.has_children(rel)? {
+            return Ok(Some(dir_meta()));
+        }
+        Ok(None)
+    }
+
+    fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>> {
+        let listed = self.listing(rel)?;
+        let mut out = listed.as_ref().clone();
+        let mut seen: BTreeSet<String> = out
+            .iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
+        for d in self.dirs.lock().iter() {
+            if d.parent() == Some(rel)
+                && let Some(name) = d.file_name()
+                && seen.insert(name.to_string_lossy().into_owned())
+            {
+                out.push(ListEntry {
+                    name: name.to_os_string(),
+                    kind: EntryKind::Dir,
+                });
+            }
+        }
+        if out.is_empty() && !rel.as_os_str().is_empty() && self.stat(rel)?.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(out)
+    }
+
+    fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
+        let Some(meta) = self.head(rel)? else {
+            return Ok(None);
+        };
+        Ok(Some(Box::new(ObjectFile {
+            store: self.inner.clone(),
+            handle: self.rt.handle().clone(),
+            key: self.key(rel)?,
+            meta,
+            ahead: Mutex::new(ReadAhead::default()),
+            ahead_done: parking_lot::Condvar::new(),
+            budget: self.budget.clone(),
+            counters: self.counters.clone(),
+            meta_cache: self.meta.clone(),
+            rel: rel.to_path_buf(),
+            deadline: self.deadline,
+        })))
+    }
+
+    fn read_link(&self, _rel: &Path) -> io::Result<PathBuf> {
+        Err(io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    fn space(&self) -> io::Result<SpaceInfo> {
+        // Object storage has no size: say "plenty", as mountpoint-s3 does.
+        Ok(SpaceInfo {
+            blocks: u64::MAX / 4096 / 2,
+            bfree: u64::MAX / 4096 / 2,
+            bavail: u64::MAX / 4096 / 2,
+            files: u64::MAX / 2,
+            ffree: u64::MAX / 2,
+            bsize: 4096,
+            namelen: 1024,
+        })
+    }
+
+    fn reads_are_requests(&self) -> bool {
+        true
+    }
+
+    fn requests(&self) -> Vec<(&'static str, u64)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.counters;
+        vec![
+            ("get", c.gets.load(Relaxed)),
+            ("get_bytes", c.get_bytes.load(Relaxed)),
+            ("head", c.heads.load(Relaxed)),
+            ("list", c.lists.load(Relaxed)),
+        ]
+    }
+
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
+        if let Some(state) = self.open_rw.lock().get(rel).and_then(Weak::upgrade) {
+            return Ok(Some(state.data.lock().0.clone()));
+        }
+        Ok(self.get_versioned(rel)?.map(|(b, _)| b))
+    }
+    fn rewrite_dense(
+        &self,
+        rel: &Path,
+        level: &ShardLevel,
+    ) -> Result<Option<(u64, u64)>, CommitError> {
+        self.rewrite_dense_shard(rel, level)
+    }
+
+    fn commit_shard(
+        &self,
+        rel: &Path,
+        level: &ShardLevel,
+        merge: &mut Merge<'_, '_>,
+    ) -> Result<CommitOutcome, CommitError> {
+        self.commit(rel, level, merge)
+    }
+
+    fn open_rw(
+        &self,
+        rel: &Path,
+        mode: OpenMode,
+        truncate: bool,
+    ) -> io::Result<Box<dyn StoreFileRw>> {
+        let existing = self.read_all(rel)?;
+        let data = match (mode, existing) {
+            (OpenMode::Existing, None) => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            (OpenMode::CreateNew, Some(_)) => {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            (_, None) => {
+                // Made at once, so that the name exists for everyone from now on.
+                let create = if mode == OpenMode::CreateNew {
+                    PutMode::Create
+                } else {
+                    PutMode::Overwrite
+                };
+                self.put(rel, Vec::new(), create)?;
+                Vec::new()
+            }
+            (_, Some(_)) if truncate => Vec::new(),
+            (_, Some(bytes)) => bytes,
+        };
+        let state = Arc::new(RwState {
+            data: Mutex::new((data, truncate)),
+        });
+        self.open_rw
+            .lock()
+            .insert(rel.to_path_buf(), Arc::downgrade(&state));
+        Ok(Box::new(ObjectFileRw {
+            store: Arc::new(ObjectStoreStoreRef {
+                inner: self.inner.clone(),
+                key: self.key(rel)?,
+                handle: self.rt.handle().clone(),
+                meta: self.meta.clone(),
+                deadline: self.deadline,
+            }),
+            rel: rel.to_path_buf(),
+            state,
+        }))
+    }
+
+    fn write_atomically(&self, rel: &Path, data: &[u8]) -> io::Result<()> {
+        self.put(rel, data.to_vec(), PutMode::Overwrite)
+    }
+
+    fn create_dir(&self, rel: &Path) -> io::Result<()> {
+        if self.stat(rel)?.is_some() {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        if !matches!(self.stat(parent)?, Some(m) if m.kind == EntryKind::Dir) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        self.dirs.lock().insert(rel.to_path_buf());
+        Ok(())
+    }
+
+    fn remove_file(&self, rel: &Path) -> io::Result<()> {
+        if self.head(rel)?.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let deleted = self.block_on(self.inner.delete(&self.key(rel)?));
+        self.meta.forget(rel);
+        deleted.map_err(|e| to_io(rel, e))
+    }
+
+    fn remove_dir(&self, rel: &Path) -> io::Result<()> {
+        if self.has_children(rel)? {
+            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        if !self.dirs.lock().remove(rel) && self.head(rel)?.is_some() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let data = self
+            .read_all(from)?
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        self.put(to, data, PutMode::Overwrite)?;
+        self.remove_file(from)
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let data = self
+            .read_all(from)?
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        self.put(to, data, PutMode::Create)
+    }
+}

@@ -1,0 +1,736 @@
+//! Unit tests of the object store over object_store's in-memory store.
+
+use super::read::*;
+use super::*;
+use crate::store::memory::rewrite_shard;
+use object_store::{GetOptions, PutOptions, PutPayload};
+
+fn store() -> ObjectStoreStore {
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    ObjectStoreStore::new(mem, "pre/fix", "memory://test").unwrap()
+}
+
+#[test]
+fn files_and_directories_as_a_directory_tree() {
+    let s = store();
+    s.write_atomically(Path::new("a/b/zarr.json"), b"{}")
+        .unwrap();
+    s.write_atomically(Path::new("a/c"), b"12345").unwrap();
+    assert_eq!(
+        s.stat(Path::new("a")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    assert_eq!(s.stat(Path::new("a/c")).unwrap().unwrap().len, 5);
+    assert!(s.stat(Path::new("nope")).unwrap().is_none());
+    let mut names: Vec<_> = s
+        .list(Path::new("a"))
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name.into_string().unwrap(), e.kind))
+        .collect();
+    names.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        names,
+        vec![("b".into(), EntryKind::Dir), ("c".into(), EntryKind::File)]
+    );
+    let f = s.open(Path::new("a/c")).unwrap().unwrap();
+    let mut buf = [0; 3];
+    f.read_exact_at(&mut buf, 1).unwrap();
+    assert_eq!(&buf, b"234");
+    // A version replaced under an open file is not mixed in.
+    s.write_atomically(Path::new("a/c"), b"abcde").unwrap();
+    let e = f.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    // mkdir: a directory of this process until an object lands below it.
+    s.create_dir(Path::new("a/new")).unwrap();
+    assert_eq!(
+        s.stat(Path::new("a/new")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    assert_eq!(
+        s.create_dir(Path::new("a/new")).unwrap_err().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(
+        s.remove_dir(Path::new("a/b")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    s.remove_dir(Path::new("a/new")).unwrap();
+    s.rename(Path::new("a/c"), Path::new("a/d")).unwrap();
+    assert!(s.stat(Path::new("a/c")).unwrap().is_none());
+    assert_eq!(s.read_all(Path::new("a/d")).unwrap().unwrap(), b"abcde");
+}
+
+fn level() -> ShardLevel {
+    use crate::format::IndexLocation;
+    use crate::format::index::{Endian, IndexCodecs};
+    ShardLevel {
+        chunk_shape: vec![4],
+        chunks_per_shard: vec![4],
+        index_codecs: IndexCodecs {
+            endian: Endian::Little,
+            crc32c: true,
+        },
+        index_location: IndexLocation::End,
+    }
+}
+
+/// Another writer's PUT lands between this commit's read and its conditional PUT:
+/// the PUT is refused (412), the commit reads again, merges with what the other
+/// wrote, and stores both.
+#[test]
+fn a_commit_that_loses_the_race_reads_merges_and_tries_again() {
+    use crate::store::commit::SlotChange;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let s = ObjectStoreStore::new(mem.clone(), "", "memory://race").unwrap();
+    let other = ObjectStoreStore::new(mem, "", "memory://race").unwrap();
+    let rel = Path::new("a/c/0");
+    let mine = [7u8; 4];
+    let theirs = [9u8; 4];
+    let mut calls = 0;
+    let mut merge = |snap: &crate::store::ShardSnapshot<'_>| {
+        calls += 1;
+        if calls == 1 {
+            // The other writer commits slot 2 now, after this commit read the shard.
+            let mut theirs_merge = |_: &crate::store::ShardSnapshot<'_>| {
+                vec![SlotChange {
+                    slot: 2,
+                    data: Some(&theirs[..]),
+                    closed: 5,
+                }]
+            };
+            other
+                .commit_shard(rel, &level(), &mut theirs_merge)
+                .unwrap();
+        } else {
+            assert!(
+                snap.index.entries()[2].is_some(),
+                "the second read sees theirs"
+            );
+        }
+        vec![SlotChange {
+            slot: 0,
+            data: Some(&mine[..]),
+            closed: 6,
+        }]
+    };
+    s.commit_shard(rel, &level(), &mut merge).unwrap();
+    assert_eq!(calls, 2, "one refused PUT, one that stood");
+    let bytes = s.read_all(rel).unwrap().unwrap();
+    let rewrite = rewrite_shard(rel, &level(), Some(&bytes), &mut |_| Vec::new()).unwrap();
+    let entries = rewrite.outcome.index.entries().to_vec();
+    let slot = |i: usize| {
+        let r = entries[i].unwrap();
+        bytes[r.offset as usize..r.end() as usize].to_vec()
+    };
+    assert_eq!(slot(0), mine);
+    assert_eq!(slot(2), theirs);
+    assert!(entries[1].is_none() && entries[3].is_none());
+}
+
+/// Deleting the last chunk of a shard keeps an index-only shard with the deletion's
+/// close time, so an older write (another mount's, flushed later) cannot bring the
+/// chunk back.
+#[test]
+fn an_emptied_shard_keeps_its_deletion_times() {
+    use crate::store::commit::SlotChange;
+    let s = store();
+    let rel = Path::new("a/c/0");
+    let one = [1u8; 4];
+    let put = |slot, data: Option<&[u8]>, closed| {
+        let mut m =
+            move |_: &crate::store::ShardSnapshot<'_>| vec![SlotChange { slot, data, closed }];
+        s.commit_shard(rel, &level(), &mut m).unwrap()
+    };
+    put(0, Some(&one), 10);
+    let out = put(0, None, 20);
+    assert!(!out.removed && out.index.entries().iter().all(Option::is_none));
+    let bytes = s.read_all(rel).unwrap().unwrap();
+    let mut seen = 0;
+    rewrite_shard(rel, &level(), Some(&bytes), &mut |snap| {
+        seen = snap.times.get(0);
+        Vec::new()
+    })
+    .unwrap();
+    assert_eq!(seen, 20, "the deletion's close time is kept");
+}
+
+#[test]
+fn files_open_for_writing_are_stored_at_sync_and_close() {
+    let s = store();
+    let f = s
+        .open_rw(Path::new("g/.zattrs"), OpenMode::CreateNew, false)
+        .unwrap();
+    assert_eq!(s.stat(Path::new("g/.zattrs")).unwrap().unwrap().len, 0);
+    f.write_all_at(b"{\"a\": 1}", 0).unwrap();
+    assert_eq!(s.stat(Path::new("g/.zattrs")).unwrap().unwrap().len, 8);
+    f.sync().unwrap();
+    f.write_all_at(b"2", 6).unwrap();
+    drop(f);
+    assert_eq!(
+        s.read_all(Path::new("g/.zattrs")).unwrap().unwrap(),
+        b"{\"a\": 2}"
+    );
+    assert_eq!(
+        s.open_rw(Path::new("g/.zattrs"), OpenMode::CreateNew, false)
+            .err()
+            .and_then(|e| e.raw_os_error()),
+        Some(libc::EEXIST)
+    );
+}
+
+/// Reading a 4 MiB object forward in 64 KiB pieces takes a handful of GETs and moves
+/// each byte once; a jump back fetches only what it asks for; without budget every
+/// read is its own GET; the budget is given back when the files go.
+#[test]
+fn forward_reads_are_fetched_ahead_within_the_budget() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    for (cap, max_gets) in [(DEFAULT_READ_AHEAD, 8), (0, 64)] {
+        let mut s = store();
+        s.budget = Arc::new(Budget::new(cap));
+        s.write_atomically(Path::new("a/shard"), &data).unwrap();
+        let f = s.open(Path::new("a/shard")).unwrap().unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        for at in (0..data.len()).step_by(buf.len()) {
+            assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), buf.len());
+            assert_eq!(buf, data[at..at + buf.len()], "at {at}");
+        }
+        let gets = s.counters().gets.load(Relaxed);
+        assert!(
+            (cap == 0 && gets == 64) || (cap > 0 && gets <= max_gets),
+            "{gets} GETs with a budget of {cap}"
+        );
+        assert_eq!(s.counters().get_bytes.load(Relaxed), data.len() as u64);
+        assert!(s.read_ahead().0 <= cap);
+        // A jump back: exactly the bytes asked for.
+        let before = s.counters().get_bytes.load(Relaxed);
+        let mut small = [0u8; 100];
+        f.read_at(&mut small, 1000).unwrap();
+        assert_eq!(small[..], data[1000..1100]);
+        assert_eq!(s.counters().get_bytes.load(Relaxed) - before, 100);
+        drop(f);
+        assert_eq!(s.read_ahead().0, 0, "the budget is given back");
+    }
+}
+
+/// An answer asked for before this mount forgot a name (a listing in flight while a
+/// shard below it was written here) is not kept: it would bring the old ETag back.
+#[test]
+fn an_answer_from_before_a_forget_is_not_kept() {
+    let m = MetaCache::new(Duration::from_secs(600));
+    let before = m.generation();
+    m.forget(Path::new("a/c/0"));
+    m.keep(&m.children, Path::new("a"), true, before);
+    assert_eq!(m.fresh(&m.children, Path::new("a")), None);
+    m.keep(&m.children, Path::new("a"), true, m.generation());
+    assert_eq!(m.fresh(&m.children, Path::new("a")), Some(true));
+}
+
+/// Readers of one open object side by side (zarr-python reads a shard's chunks from
+/// several threads) all get the right bytes, wait for a window in flight instead of
+/// hanging or fetching it again, and give the budget back.
+#[test]
+fn readers_side_by_side_share_the_windows() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = Arc::from(s.open(Path::new("shard")).unwrap().unwrap());
+    let chunk = 64 << 10;
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (f, data) = (f.clone(), data.clone());
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; chunk];
+                for i in (t..data.len() / chunk).step_by(4) {
+                    let at = i * chunk;
+                    assert_eq!(f.read_at(&mut buf, at as u64).unwrap(), chunk);
+                    assert!(buf == data[at..at + chunk], "at {at}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let moved = s.counters().get_bytes.load(Relaxed);
+    assert!(moved >= data.len() as u64, "{moved}");
+    drop(f);
+    assert_eq!(s.read_ahead().0, 0, "the budget is given back");
+}
+
+/// A chunk the kernel asks for in pieces is fetched once, whole, and no more; the
+/// pieces of one chunk are one step forward, and three chunks in a row make the file
+/// say it is being read through (the view then loads the next shards ahead).
+#[test]
+fn a_chunk_read_in_pieces_is_one_get_and_chunks_in_a_row_stream() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 249) as u8).collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let chunk = (3u64 << 20)..(4u64 << 20);
+    let mut buf = vec![0u8; 128 << 10];
+    for at in (chunk.start..chunk.end).step_by(buf.len()) {
+        assert_eq!(
+            f.read_chunk_at(&mut buf, at, chunk.clone()).unwrap(),
+            buf.len()
+        );
+        assert!(
+            buf[..] == data[at as usize..at as usize + buf.len()],
+            "at {at}"
+        );
+        assert!(!f.streaming(), "the pieces of one chunk are one step");
+    }
+    assert_eq!(s.counters().gets.load(Relaxed), 1);
+    assert_eq!(s.counters().get_bytes.load(Relaxed), 1 << 20);
+    assert_eq!(s.read_ahead().0, 0, "a chunk read through is not held");
+    // Three small chunks in a row after it.
+    let mut small = vec![0u8; 64 << 10];
+    for k in 0..3u64 {
+        let len = small.len() as u64;
+        let at = chunk.end + k * len;
+        f.read_chunk_at(&mut small, at, at..at + len).unwrap();
+        assert!(small[..] == data[at as usize..at as usize + small.len()]);
+    }
+    assert!(f.streaming());
+}
+
+/// Chunks read in an order that jumps about (zarr-python lays a shard's chunks in
+/// Morton order; a reader in key order jumps inside it): the first chunk is fetched
+/// alone, the second brings the rest of the object in one go, and every other chunk
+/// reads from that; the file says it is being read through (the view then loads the
+/// next shards ahead); each byte moves once; the budget is given back.
+#[test]
+fn a_second_chunk_in_any_order_fetches_the_rest_of_the_object() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let chunk = 96u64 << 10;
+    let n = 64u64;
+    let index = 16 * n + 4; // after the chunks, as zarr-python writes it
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % 241) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap(); // a shard is loaded by its index
+    assert!(idx[..] == data[(chunk * n) as usize..]);
+    // Not forward: each chunk a stride of 7 from the last (mod 64), starting inside.
+    let order: Vec<u64> = (0..n).map(|i| (5 + 7 * i) % n).collect();
+    let mut buf = vec![0u8; 64 << 10]; // the kernel asks in pieces
+    for (k, &c) in order.iter().enumerate() {
+        let range = c * chunk..(c + 1) * chunk;
+        for at in (range.start..range.end).step_by(buf.len()) {
+            let len = (range.end - at).min(buf.len() as u64) as usize;
+            let got = f.read_chunk_at(&mut buf[..len], at, range.clone()).unwrap();
+            assert_eq!(got, len);
+            assert!(
+                buf[..len] == data[at as usize..at as usize + len],
+                "at {at}"
+            );
+        }
+        if k == 0 {
+            assert!(!f.streaming(), "one chunk is not a reader going through");
+            let moved = s.counters().get_bytes.load(Relaxed);
+            assert_eq!(moved, index + chunk, "the index, then a cold chunk");
+        }
+    }
+    assert!(f.streaming());
+    // The index, the first chunk, then the object before it and after it (the index
+    // again: a few bytes) side by side.
+    assert_eq!(s.counters().gets.load(Relaxed), 4);
+    assert_eq!(
+        s.counters().get_bytes.load(Relaxed),
+        data.len() as u64 + index
+    );
+    // Every chunk read: the window is let go, though its reader never asked again
+    // for the index in it (else the budget stayed taken until the shard left the
+    // cache, and later shards found none).
+    assert_eq!(s.read_ahead().0, 0, "read through: let go");
+    drop(f);
+    // Beyond the budget: chunk by chunk, as before, and the budget stays whole.
+    let mut s = store();
+    s.budget = Arc::new(Budget::new(1 << 20));
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let mut one = vec![0u8; chunk as usize];
+    for &c in &order[..4] {
+        let range = c * chunk..(c + 1) * chunk;
+        f.read_chunk_at(&mut one, range.start, range.clone())
+            .unwrap();
+        assert!(one[..] == data[range.start as usize..range.end as usize]);
+    }
+    assert_eq!(s.counters().gets.load(Relaxed), 4);
+    assert_eq!(s.read_ahead().0, 0);
+}
+
+/// An object store in which another writer's PUT of an object (the same bytes: a new
+/// ETag) lands right before each of the next `changes` conditional GETs of it, as
+/// another mount's commits between a HEAD and the GET of an index do.
+#[derive(Debug)]
+struct Racing {
+    inner: object_store::memory::InMemory,
+    changes: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Display for Racing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Racing")
+    }
+}
+
+type Stream<T> = std::pin::Pin<Box<dyn futures_core::Stream<Item = T> + Send>>;
+
+#[async_trait::async_trait]
+impl ObjectStore for Racing {
+    async fn put_opts(
+        &self,
+        location: &ObjPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjPath,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjPath,
+        options: GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if options.if_match.is_some()
+            && self
+                .changes
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            let bytes = self.inner.get(location).await?.bytes().await?;
+            self.inner.put(location, bytes.into()).await?;
+        }
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: Stream<object_store::Result<ObjPath>>,
+    ) -> Stream<object_store::Result<ObjPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> Stream<object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjPath,
+        to: &ObjPath,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A shard that another writer replaces between its HEAD and the GET of its index,
+/// several times in a row, is loaded again until it reads, never failed (issue 34:
+/// 8 of 464,000 reads got EIO while two other mounts wrote the same shards); only a
+/// shard that keeps changing past the attempts fails, as changed.
+#[test]
+fn a_shard_changed_while_loaded_is_loaded_again() {
+    use crate::format::ShardLayout;
+    use crate::store::commit::SlotChange;
+    use crate::store::shard::{Shard, ShardError};
+    let racing = Arc::new(Racing {
+        inner: object_store::memory::InMemory::new(),
+        changes: Default::default(),
+    });
+    let s = ObjectStoreStore::new(racing.clone(), "", "memory://racing").unwrap();
+    let rel = Path::new("a/c/0");
+    let data = [5u8; 4];
+    s.commit_shard(rel, &level(), &mut |_| {
+        vec![SlotChange {
+            slot: 1,
+            data: Some(&data[..]),
+            closed: 1,
+        }]
+    })
+    .unwrap();
+    let layout = ShardLayout::new(vec![16], vec![16], vec![level()], Vec::new()).unwrap();
+    racing.changes.store(5, std::sync::atomic::Ordering::SeqCst);
+    let shard = Shard::load(&s, rel, &layout);
+    let loc = layout.locate(&[1]).unwrap();
+    let range = shard.chunk(&layout, &loc).unwrap().unwrap();
+    assert_eq!(shard.read(range, 0, 4).unwrap(), data);
+    assert_eq!(racing.changes.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Changed at every attempt: the error says so.
+    racing
+        .changes
+        .store(100, std::sync::atomic::Ordering::SeqCst);
+    let shard = Shard::load(&s, rel, &layout);
+    assert!(
+        matches!(shard.chunk(&layout, &loc), Err(ShardError::Changed(_))),
+        "{:?}",
+        shard.chunk(&layout, &loc).err()
+    );
+}
+
+/// The first chunk at the very start of the object (zarr-python's chunk 0, read first
+/// in key order): the rest comes in one piece, and every later read, the first chunk
+/// again included, is answered (a read that waited on the rest's in-flight mark, left
+/// behind when the mark and the fetch named different ranges, hung for good).
+#[test]
+fn the_first_chunk_read_again_after_the_rest_came_is_served() {
+    let chunk = 64u64 << 10;
+    let n = 8u64;
+    let index = 16 * n + 4;
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % 239) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = Arc::from(s.open(Path::new("shard")).unwrap().unwrap());
+    let (done, finished) = std::sync::mpsc::channel();
+    let reader = {
+        let (f, data) = (f.clone(), data.clone());
+        std::thread::spawn(move || {
+            let mut idx = vec![0u8; index as usize];
+            f.read_at(&mut idx, chunk * n).unwrap();
+            let mut buf = vec![0u8; chunk as usize];
+            // Chunk 0, chunk 1 (the rest, one piece), chunk 0 again, every chunk, and
+            // chunk 0 once more after the window was let go.
+            for c in [0, 1, 0, 2, 3, 4, 5, 6, 7, 0] {
+                let range = c * chunk..(c + 1) * chunk;
+                f.read_chunk_at(&mut buf, range.start, range.clone())
+                    .unwrap();
+                assert!(
+                    buf[..] == data[range.start as usize..range.end as usize],
+                    "{c}"
+                );
+            }
+            done.send(()).unwrap();
+        })
+    };
+    // A guard against a hang, not a timing: in-memory reads take microseconds.
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("a read hung");
+    reader.join().unwrap();
+}
+
+/// A warmed object serves its reads from one GET made before them; a warm takes at
+/// most half the read-ahead budget.
+#[test]
+fn a_warmed_object_is_read_from_one_get() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 247) as u8).collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    f.warm();
+    let mut buf = vec![0u8; 64 << 10];
+    for at in (0..data.len()).step_by(buf.len()).rev() {
+        f.read_at(&mut buf, at as u64).unwrap();
+        assert!(buf[..] == data[at..at + buf.len()], "at {at}");
+    }
+    assert_eq!(s.counters().gets.load(Relaxed), 1);
+    assert_eq!(s.read_ahead().0, 0, "read through: let go");
+    // A warm that would take more than half the budget fetches nothing.
+    let mut s = store();
+    s.budget = Arc::new(Budget::new(3 << 19)); // 1.5 MiB: half is less than the object
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    f.warm();
+    assert_eq!(s.counters().gets.load(Relaxed), 0);
+    assert_eq!(s.read_ahead().0, 0);
+}
+
+/// The first read of a freshly opened object moves only what it asks for (a cold
+/// chunk read: the chunk, not a window).
+#[test]
+fn a_cold_read_fetches_only_what_it_asks_for() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = store();
+    s.write_atomically(Path::new("shard"), &vec![7u8; 1 << 20])
+        .unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let mut buf = vec![0u8; 4096];
+    f.read_at(&mut buf, (1 << 20) - 4096).unwrap(); // an index at the end
+    f.read_at(&mut buf, 8192).unwrap();
+    assert_eq!(s.counters().gets.load(Relaxed), 2);
+    assert_eq!(s.counters().get_bytes.load(Relaxed), 8192);
+    // An index at the start, then the chunk right after it.
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    f.read_at(&mut buf, 0).unwrap();
+    f.read_at(&mut buf, 4096).unwrap();
+    assert_eq!(s.counters().get_bytes.load(Relaxed), 4 * 4096);
+}
+
+/// Names with characters object_store escapes in keys (`~`, `#`, `%`, a space) are
+/// listed as they were made, and found after a listing (a listing showed
+/// `notes%7E`, and `stat` of `notes~` after it said there was none).
+#[test]
+fn names_with_escaped_characters_are_listed_and_found_as_made() {
+    let mut s = store();
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    let names = ["notes~", "b#c", "50%", "with space"];
+    for n in names {
+        s.write_atomically(&Path::new("a").join(n), n.as_bytes())
+            .unwrap();
+    }
+    s.create_dir(Path::new("a/d~")).unwrap();
+    s.write_atomically(Path::new("a/d~/x"), b"x").unwrap();
+    let mut listed: Vec<String> = s
+        .list(Path::new("a"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name.into_string().unwrap())
+        .collect();
+    listed.sort();
+    let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    want.push("d~".into());
+    want.sort();
+    assert_eq!(listed, want);
+    for n in names {
+        let m = s.stat(&Path::new("a").join(n)).unwrap();
+        assert_eq!(m.map(|m| m.len), Some(n.len() as u64), "{n}");
+    }
+    let d = s.stat(Path::new("a/d~")).unwrap().unwrap();
+    assert_eq!(d.kind, EntryKind::Dir);
+    assert_eq!(s.list(Path::new("a/d~")).unwrap().len(), 1);
+}
+
+/// Keys another tool wrote whose parts decode to no file name (`x%2Fy` to `x/y`,
+/// `%2E` to `.`) or lead elsewhere (`raw~`: this store would ask for `raw%7E`) are
+/// listed as they are, the listing stays whole, and nothing about them is kept under
+/// another name (`.` made `a` itself look like a file).
+#[test]
+fn foreign_keys_that_decode_to_no_name_are_listed_as_they_are() {
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = ObjectStoreStore::new(mem.clone(), "", "memory://foreign").unwrap();
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    let put = |key: ObjPath| {
+        s.block_on(mem.put(&key, PutPayload::from(b"x".to_vec())))
+            .unwrap();
+    };
+    put(ObjPath::from("a").join("x/y")); // stored as a/x%2Fy
+    put(ObjPath::from("a").join(".")); // stored as a/%2E
+    put(ObjPath::parse("a/raw~").unwrap()); // as boto3 writes it
+    let mut listed: Vec<String> = s
+        .list(Path::new("a"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name.into_string().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["%2E", "raw~", "x%2Fy"]);
+    assert_eq!(
+        s.stat(Path::new("a")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+}
+
+/// A fresh listing answers for the names in it and for those not in it: `stat` of a
+/// directory listed, and `stat`, `list` and `open` of a name the listing lacks, ask
+/// nothing more (`ls -lR` of an array asked a LIST and a HEAD per key directory);
+/// a write here is seen at once.
+#[test]
+fn a_listing_answers_for_the_names_below_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = ObjectStoreStore::new(mem, "p", "memory://test").unwrap();
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    s.write_atomically(Path::new("a/c/0/0"), b"shard").unwrap();
+    s.write_atomically(Path::new("a/c/1/0"), b"shard").unwrap();
+    let asked =
+        |s: &ObjectStoreStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
+    assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 2);
+    let before = asked(&s);
+    assert_eq!(
+        s.stat(Path::new("a/c/0")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    assert!(s.stat(Path::new("a/c/7")).unwrap().is_none());
+    let err = s.list(Path::new("a/c/7")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    assert!(s.open(Path::new("a/c/7")).unwrap().is_none());
+    assert_eq!(asked(&s), before, "answered from the listing");
+    // Made here: seen at once.
+    s.write_atomically(Path::new("a/c/7/0"), b"new").unwrap();
+    assert_eq!(
+        s.stat(Path::new("a/c/7")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    assert_eq!(s.list(Path::new("a/c/7")).unwrap().len(), 1);
+}
+
+/// With a TTL, what a HEAD or listing found is used again; this store's own writes
+/// and deletes are seen at once; another writer's change is seen after the TTL, or
+/// at once by the open after a read found the object changed (ESTALE).
+#[test]
+fn heads_and_listings_are_kept_for_the_ttl_and_own_writes_are_seen_at_once() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = ObjectStoreStore::new(mem.clone(), "p", "memory://test").unwrap();
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    let rel = Path::new("a/c/0");
+    s.write_atomically(rel, b"one").unwrap();
+    let asked =
+        |s: &ObjectStoreStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 3);
+    s.list(Path::new("a/c")).unwrap();
+    let before = asked(&s);
+    for _ in 0..5 {
+        assert_eq!(s.stat(rel).unwrap().unwrap().len, 3);
+        assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 1);
+        assert!(s.open(rel).unwrap().is_some());
+    }
+    assert_eq!(asked(&s), before, "answered from the cache");
+    // Our own write and delete: seen at once.
+    s.write_atomically(rel, b"four").unwrap();
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 4);
+    s.write_atomically(Path::new("a/c/1"), b"x").unwrap();
+    assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 2);
+    s.remove_file(Path::new("a/c/1")).unwrap();
+    assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 1);
+    assert!(s.stat(Path::new("a/c/1")).unwrap().is_none());
+    // Another writer: an open file of the old version reads ESTALE, and the next
+    // open sees the new version without waiting for the TTL.
+    let f = s.open(rel).unwrap().unwrap();
+    let key = ObjPath::from("p/a/c/0");
+    s.block_on(mem.put(&key, PutPayload::from(b"other!".to_vec())))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    let err = f.read_at(&mut buf, 0).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE));
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 6);
+    // A change nobody here read: seen once the TTL has passed.
+    s.block_on(mem.put(&key, PutPayload::from(b"seventh".to_vec())))
+        .unwrap();
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 6, "within the TTL");
+    s.meta = Arc::new(MetaCache::new(Duration::from_millis(50)));
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 7);
+    s.block_on(mem.put(&key, PutPayload::from(b"eighth!!".to_vec())))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.stat(rel).unwrap().unwrap().len, 8, "after the TTL");
+}

@@ -1,0 +1,213 @@
+//! Writes: files open for writing (held in memory, PUT whole at sync and close) and
+//! shard commits (read, merge, PUT conditional on the version read; again on a lost race).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
+use parking_lot::Mutex;
+
+use super::ObjectStoreStore;
+use super::client::{dir_meta, to_io, within};
+use super::meta::MetaCache;
+use crate::format::ShardLevel;
+use crate::store::commit::{CommitError, CommitOutcome, Merge};
+use crate::store::memory::{dense_shard, densify, rewrite_shard};
+use crate::store::{EntryKind, EntryMeta, StoreFile, StoreFileRw};
+
+/// How often a shard commit tries again when another writer changed the shard first.
+pub(super) const COMMIT_ATTEMPTS: u32 = 12;
+
+/// A file open for writing: its bytes in memory, PUT whole when synced or closed.
+pub(super) struct RwState {
+    pub(super) data: Mutex<(Vec<u8>, bool)>,
+}
+
+pub(super) struct ObjectFileRw {
+    pub(super) store: Arc<ObjectStoreStoreRef>,
+    pub(super) rel: PathBuf,
+    pub(super) state: Arc<RwState>,
+}
+
+/// What an open-for-writing file needs of its store: PUT and the runtime.
+pub(super) struct ObjectStoreStoreRef {
+    pub(super) inner: Arc<dyn ObjectStore>,
+    pub(super) key: ObjPath,
+    pub(super) handle: tokio::runtime::Handle,
+    pub(super) meta: Arc<MetaCache>,
+    pub(super) deadline: Duration,
+}
+
+impl ObjectFileRw {
+    fn flush(&self) -> io::Result<()> {
+        let mut d = self.state.data.lock();
+        if !d.1 {
+            return Ok(());
+        }
+        let store = &self.store;
+        let payload = PutPayload::from(d.0.clone());
+        let put = within(
+            &store.handle,
+            store.deadline,
+            store.inner.put(&store.key, payload),
+        );
+        store.meta.forget(&self.rel);
+        put.map_err(|e| to_io(&self.rel, e))?;
+        d.1 = false;
+        Ok(())
+    }
+}
+
+impl StoreFile for ObjectFileRw {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let d = self.state.data.lock();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(d.0.len());
+        let n = buf.len().min(d.0.len() - start);
+        buf[..n].copy_from_slice(&d.0[start..start + n]);
+        Ok(n)
+    }
+
+    fn meta(&self) -> io::Result<EntryMeta> {
+        let mut m = dir_meta();
+        m.kind = EntryKind::File;
+        m.perm = 0o644;
+        m.len = self.state.data.lock().0.len() as u64;
+        Ok(m)
+    }
+}
+
+impl StoreFileRw for ObjectFileRw {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut d = self.state.data.lock();
+        let at = usize::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let end = at
+            .checked_add(buf.len())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+        if d.0.len() < end {
+            d.0.resize(end, 0);
+        }
+        d.0[at..end].copy_from_slice(buf);
+        d.1 = true;
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let mut d = self.state.data.lock();
+        d.0.resize(len, 0);
+        d.1 = true;
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.flush()
+    }
+}
+
+impl Drop for ObjectFileRw {
+    fn drop(&mut self) {
+        if let Err(e) = self.flush() {
+            log::error!("{}: not stored at close: {e}", self.rel.display());
+        }
+    }
+}
+
+impl ObjectStoreStore {
+    pub(super) fn rewrite_dense_shard(
+        &self,
+        rel: &Path,
+        level: &ShardLevel,
+    ) -> Result<Option<(u64, u64)>, CommitError> {
+        let io_err = |e: io::Error| CommitError::Io {
+            path: rel.to_path_buf(),
+            source: e,
+        };
+        let mut backoff = Duration::from_millis(10);
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let Some((current, version)) = self.get_versioned(rel).map_err(io_err)? else {
+                return Ok(None);
+            };
+            let dense = densify(rel, level, &current)?;
+            let lens = (current.len() as u64, dense.len() as u64);
+            match self.put(rel, dense, PutMode::Update(version)) {
+                Ok(()) => return Ok(Some(lens)),
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) && attempt < COMMIT_ATTEMPTS => {
+                    std::thread::sleep(backoff + jitter(backoff));
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Err(io_err(io::Error::other(
+            "the shard kept changing under this rewrite",
+        )))
+    }
+
+    pub(super) fn commit(
+        &self,
+        rel: &Path,
+        level: &ShardLevel,
+        merge: &mut Merge<'_, '_>,
+    ) -> Result<CommitOutcome, CommitError> {
+        let io_err = |e: io::Error| CommitError::Io {
+            path: rel.to_path_buf(),
+            source: e,
+        };
+        let mut backoff = Duration::from_millis(10);
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let current = self.get_versioned(rel).map_err(io_err)?;
+            let rewrite = rewrite_shard(rel, level, current.as_ref().map(|(b, _)| &b[..]), merge)?;
+            let Some(mut bytes) = rewrite.bytes else {
+                return Ok(rewrite.outcome);
+            };
+            let mut outcome = rewrite.outcome;
+            if outcome.removed {
+                if current.is_none() {
+                    return Ok(outcome);
+                }
+                // No conditional DELETE: an index-only shard that keeps the deletions'
+                // close times, so that an older write from another mount cannot win.
+                let n = rewrite.times.as_slice().len();
+                bytes = dense_shard(level, &vec![None; n], &rewrite.times);
+                outcome.removed = false;
+                outcome.rewritten = true;
+                outcome.new_len = bytes.len() as u64;
+                outcome.bytes_written = outcome.new_len;
+            }
+            let mode = match current {
+                None => PutMode::Create,
+                Some((_, version)) => PutMode::Update(version),
+            };
+            match self.put(rel, bytes, mode) {
+                Ok(()) => return Ok(outcome),
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ESTALE))
+                        && attempt < COMMIT_ATTEMPTS =>
+                {
+                    log::debug!(
+                        "{}: changed by another writer; merging again (attempt {attempt})",
+                        rel.display()
+                    );
+                    std::thread::sleep(backoff + jitter(backoff));
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Err(io_err(io::Error::other(
+            "the shard kept changing under this commit",
+        )))
+    }
+}
+
+/// Up to a quarter of `d`, so that racing writers spread out.
+pub(super) fn jitter(d: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|t| t.subsec_nanos())
+        .unwrap_or(0);
+    d / 4 * (nanos % 1000) / 1000
+}
