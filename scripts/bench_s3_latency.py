@@ -5,7 +5,7 @@ Run through `scripts/bench-s3 latency [...]` (it builds the release binary, the 
 the S3 server first).
 
 The endpoint: s3s-fs (a fast S3 server from crates.io, serving a temporary directory:
-keep-alive connections, requests served side by side), behind `scripts/latency_proxy.py`,
+keep-alive connections, requests served side by side), behind `scripts/s3_proxy.py`,
 which adds D ms to every request's round trip. shardfs and every direct client talk to
 the proxy. Two arrays, made by zarr-python 3 and written through obstore at D = 0:
 
@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 BIN = Path(os.environ.get("SHARDFS", TARGET / "release" / "shardfs"))
 S3S = Path(os.environ.get("S3S_FS", REPO / "target" / "tools" / "bin" / "s3s-fs"))
-PROXY = REPO / "scripts" / "latency_proxy.py"
+PROXY = REPO / "scripts" / "s3_proxy.py"
 ZARR2_PY = REPO / ".venv-zarr2" / "bin" / "python"
 BUCKET = "bench"
 KEY, SECRET = "benchkey", "benchsecret"
@@ -381,7 +381,7 @@ def main() -> int:
     want = {name: make_array(endpoint, name) for name in ARRAYS}
     stored = {name: stored_bytes(root, name) for name in ARRAYS}
     print(f"# shardfs {BIN} ({subprocess.run([str(BIN), '--version'], capture_output=True, text=True).stdout.strip()}), "
-          f"{os.cpu_count()} CPUs, endpoint s3s-fs behind scripts/latency_proxy.py, "
+          f"{os.cpu_count()} CPUs, endpoint s3s-fs behind scripts/s3_proxy.py, "
           f"medians of {args.reps}; ratio = baseline time / this time (> 1: faster than "
           f"zarr-python 3 + obstore direct)", flush=True)
     out = {}

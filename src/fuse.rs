@@ -15,6 +15,7 @@ use fuser::{
 };
 use std::time::SystemTime;
 
+use crate::store::operation;
 use crate::view::{Attr, KernelCommit, Kind, Opened, Renamed, View, ViewError};
 
 /// The filesystem handed to `fuser`.
@@ -159,6 +160,7 @@ impl Filesystem for ShardFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _op = operation::begin();
         match self.view.lookup(parent.0, name) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(ViewError::NotFound) => reply.entry(
@@ -175,6 +177,7 @@ impl Filesystem for ShardFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _op = operation::begin();
         match self.view.getattr_open(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -182,6 +185,7 @@ impl Filesystem for ShardFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _op = operation::begin();
         match self.view.readlink(ino.0) {
             Ok(p) => reply.data(p.as_os_str().as_bytes()),
             Err(e) => reply.error(errno(&e)),
@@ -189,6 +193,7 @@ impl Filesystem for ShardFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _op = operation::begin();
         if self.view.kernel_opens() {
             // Taken as success: from now on the kernel opens and releases files itself,
             // and reads come with file handle 0.
@@ -223,6 +228,7 @@ impl Filesystem for ShardFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _op = operation::begin();
         // With kernel opens every read goes by inode (a created file's handle too: the
         // daemon may have committed and closed it since).
         let data = if self.view.kernel_opens() {
@@ -244,6 +250,7 @@ impl Filesystem for ShardFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         if self.view.kernel_opens() {
             // The kernel stops sending flushes: it would send one at every close of every
             // descriptor it opened, a round trip as dear as the open saved. What a flush
@@ -265,6 +272,7 @@ impl Filesystem for ShardFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         let r = if self.view.kernel_opens() {
             self.view.release_created(ino.0, fh.0)
         } else {
@@ -275,6 +283,7 @@ impl Filesystem for ShardFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _op = operation::begin();
         match self.view.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -289,6 +298,7 @@ impl Filesystem for ShardFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _op = operation::begin();
         match self.view.dir_entries(fh.0) {
             Ok(entries) => {
                 for (i, e) in entries.iter().enumerate().skip(offset as usize) {
@@ -311,11 +321,13 @@ impl Filesystem for ShardFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         self.view.releasedir(fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _op = operation::begin();
         match self.view.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -343,6 +355,7 @@ impl Filesystem for ShardFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _op = operation::begin();
         let (excl, trunc) = (flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         match self.view.create(parent.0, name, excl, trunc) {
             Ok((a, o)) => {
@@ -373,6 +386,7 @@ impl Filesystem for ShardFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _op = operation::begin();
         // With kernel opens every write goes by inode (see `View::adopt_created`).
         let written = if self.view.kernel_opens() {
             self.view.write_ino(ino.0, offset, data)
@@ -420,6 +434,7 @@ impl Filesystem for ShardFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _op = operation::begin();
         // Modes and owners are the store's: set on its files and directories, and
         // derived (a change accepted and dropped) for the files the view makes up.
         let fh = fh.map(|f| f.0);
@@ -455,6 +470,7 @@ impl Filesystem for ShardFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _op = operation::begin();
         match self.view.mkdir(parent.0, name) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
@@ -479,10 +495,12 @@ impl Filesystem for ShardFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _op = operation::begin();
         done(reply, self.view.unlink(parent.0, name))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _op = operation::begin();
         done(reply, self.view.rmdir(parent.0, name))
     }
 
@@ -496,6 +514,7 @@ impl Filesystem for ShardFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
             return reply.error(Errno::EINVAL);
         }
@@ -543,6 +562,7 @@ impl Filesystem for ShardFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _op = operation::begin();
         self.commit_kernel_writes(Some(ino.0));
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
@@ -558,6 +578,7 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         let r = self
             .view
             .commit_kernel_writes(KernelCommit::Of(ino.0))
@@ -574,6 +595,7 @@ impl Filesystem for ShardFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _op = operation::begin();
         let r = self
             .view
             .commit_kernel_writes(KernelCommit::Settled { except: None })

@@ -93,11 +93,16 @@ impl S3Server {
     }
 
     /// `c` with this server's endpoint and dummy credentials in its environment.
-    fn with_env(&self, mut c: Command) -> Command {
+    fn with_env(&self, c: Command) -> Command {
+        self.with_env_at(c, &self.endpoint)
+    }
+
+    /// `c` with `endpoint` (a proxy in front of this server) and dummy credentials.
+    fn with_env_at(&self, mut c: Command, endpoint: &str) -> Command {
         c.env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
-            .env("AWS_ENDPOINT_URL", &self.endpoint)
+            .env("AWS_ENDPOINT_URL", endpoint)
             .env("AWS_ALLOW_HTTP", "true")
             .env_remove("AWS_SESSION_TOKEN")
             .env_remove("AWS_PROFILE");
@@ -105,8 +110,13 @@ impl S3Server {
     }
 
     fn mount(&self, url: &str, mnt: &Path, opts: &[&str]) -> CliMount {
+        self.mount_at(&self.endpoint, url, mnt, opts)
+    }
+
+    /// A mount that talks to `endpoint` (a proxy in front of this server).
+    fn mount_at(&self, endpoint: &str, url: &str, mnt: &Path, opts: &[&str]) -> CliMount {
         let out = self
-            .shardfs()
+            .with_env_at(Command::new(env!("CARGO_BIN_EXE_shardfs")), endpoint)
             .arg("mount")
             .arg(url)
             .arg(mnt)
@@ -123,6 +133,57 @@ impl S3Server {
 }
 
 impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `scripts/s3_proxy.py` in front of a server: fails every request as the fault file
+/// says while it exists (stall, reset, 503, down); killed when dropped.
+struct FaultProxy {
+    child: Child,
+    endpoint: String,
+    fault: PathBuf,
+}
+
+impl FaultProxy {
+    fn start(python: &Path, to: &S3Server, fault: PathBuf) -> FaultProxy {
+        let mut child = Command::new(python)
+            .arg(repo().join("scripts/s3_proxy.py"))
+            .args(["--to", to.endpoint.trim_start_matches("http://")])
+            .arg("--fault-file")
+            .arg(&fault)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let endpoint = line
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("the proxy did not start: {line:?}"))
+            .trim()
+            .to_string();
+        FaultProxy {
+            child,
+            endpoint,
+            fault,
+        }
+    }
+
+    /// Every request from now on meets `fault`; `None`: none does.
+    fn set(&self, fault: Option<&str>) {
+        match fault {
+            Some(f) => std::fs::write(&self.fault, f).unwrap(),
+            None => std::fs::remove_file(&self.fault).unwrap(),
+        }
+    }
+}
+
+impl Drop for FaultProxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -556,6 +617,105 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     let arr = ro.join("index_start/c");
     assert_eq!(std::fs::read(arr.join("0/0")).unwrap(), new);
     assert_eq!(std::fs::read(arr.join("0/1")).unwrap(), old);
+    m.unmount();
+}
+
+/// Whatever the endpoint does (takes requests and never answers, resets connections,
+/// answers 503, refuses connections), an operation that needs it fails with EIO within
+/// `--s3-timeout` and a second (each further operation of one call, such as the lookup
+/// and the read of a `cat`, within a second more while the endpoint is known not to
+/// answer); what needs no request answers at once (the stats file, listings and
+/// attributes held, here for the TTL); and once the endpoint is back, the same reads
+/// succeed: nothing is jammed, and no failure was taken for an answer (an array whose
+/// `zarr.json` could not be read was once shown as a plain directory from then on).
+#[test]
+fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
+    use std::time::{Duration, Instant};
+    let test = "an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let s3 = S3Server::start(&py);
+    let proxy = FaultProxy::start(&py, &s3, tmp.path().join("fault"));
+    let fixture = common::fixtures().join("zarr_basic");
+    let twin = common::fixtures().join("zarr_basic.twin");
+    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
+    let mnt = tmp.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let timeout = Duration::from_secs(3);
+    let m = s3.mount_at(
+        &proxy.endpoint,
+        "s3://bucket/data",
+        &mnt,
+        &["-o", "ro", "--s3-timeout", "3", "--ttl", "3600"],
+    );
+    // Read before: one array's chunk directory listed and a chunk of it read.
+    let held_dir = mnt.join("index_start/c/0");
+    let held_names: Vec<_> = std::fs::read_dir(&held_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(!held_names.is_empty());
+    let held_chunk = held_dir.join(&held_names[0]);
+    let held_len = std::fs::metadata(&held_chunk).unwrap().len();
+    // One array never looked at for each fault: a cold read of it needs the endpoint.
+    let cold = [
+        ("stall", "index_nocrc"),
+        ("reset", "index_bigendian"),
+        ("503", "index_bigendian_start_nocrc"),
+        ("down", "u16_default_sparse"),
+    ];
+    let first_chunk = |array: &str| {
+        common::files_under(&twin.join(array))
+            .into_iter()
+            .find(|f| !f.ends_with("zarr.json"))
+            .map(|f| format!("{array}/{f}"))
+            .unwrap()
+    };
+    // The promise is the timeout and a second; more for a busy machine's scheduling.
+    let bound = timeout + Duration::from_secs(3);
+    for (fault, array) in cold {
+        let chunk = first_chunk(array);
+        proxy.set(Some(fault));
+        let started = Instant::now();
+        let err = std::fs::read(mnt.join(&chunk)).expect_err(fault);
+        let took = started.elapsed();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::EIO),
+            "{fault}: {chunk}: {err}"
+        );
+        assert!(
+            took < bound,
+            "{fault}: the cold read gave up after {took:?}"
+        );
+        // What needs no request.
+        let started = Instant::now();
+        let stats = std::fs::read_to_string(mnt.join(".shardfs-stats")).unwrap();
+        assert!(stats.contains("store_requests"), "{stats}");
+        let names: Vec<_> = std::fs::read_dir(&held_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, held_names, "{fault}: the listing held");
+        assert_eq!(std::fs::metadata(&held_chunk).unwrap().len(), held_len);
+        let took = started.elapsed();
+        assert!(
+            took < timeout,
+            "{fault}: what needs no request waited {took:?}"
+        );
+        // Back: the same read succeeds, with the twin's bytes.
+        proxy.set(None);
+        let got = std::fs::read(mnt.join(&chunk))
+            .unwrap_or_else(|e| panic!("{fault}: {chunk} once the endpoint is back: {e}"));
+        assert_eq!(
+            got,
+            std::fs::read(twin.join(&chunk)).unwrap(),
+            "{fault}: {chunk}"
+        );
+    }
     m.unmount();
 }
 

@@ -17,6 +17,7 @@ pub mod limits;
 pub mod local;
 pub mod memory;
 pub mod object;
+pub mod operation;
 pub mod shard;
 
 pub(crate) use local::FileRef;

@@ -297,7 +297,12 @@ impl Shard {
         super::read_exact_with(&mut buf, range.offset + start, |b, at| {
             file.read_chunk_at(b, at, chunk.clone())
         })
-        .map_err(|e| ShardError::Io(format!("reading {}: {e}", self.rel.display())))?;
+        .map_err(|e| match ShardError::from(e) {
+            ShardError::Changed(e) => {
+                ShardError::Changed(format!("reading {}: {e}", self.rel.display()))
+            }
+            other => ShardError::Io(format!("reading {}: {other}", self.rel.display())),
+        })?;
         Ok(buf)
     }
 

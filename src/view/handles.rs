@@ -12,6 +12,9 @@ use crate::store::shard::Shard;
 
 use super::*;
 
+/// How often a chunk read from its start is made again when its shard keeps changing
+/// under it (each time, another writer committed in between).
+const CHUNK_READ_ATTEMPTS: u32 = 8;
 /// The handle table: open files and open directories, by file handle.
 #[derive(Default)]
 pub(super) struct HandleTable {
@@ -82,6 +85,19 @@ impl HandleTable {
         let fh = self.next();
         self.files.lock().insert(fh, (ino, handle));
         fh
+    }
+
+    /// The inode handle `fh` was opened as.
+    pub(super) fn ino_of(&self, fh: u64) -> Result<u64> {
+        let ino = self.files.lock().get(&fh).map(|(ino, _)| *ino);
+        ino.ok_or(ViewError::StaleHandle(fh))
+    }
+
+    /// Handle `fh` reads from `handle` from now on (if it is still open).
+    pub(super) fn replace(&self, fh: u64, handle: Handle) {
+        if let Some((_, h)) = self.files.lock().get_mut(&fh) {
+            *h = handle;
+        }
     }
 
     /// A copy of handle `fh`, taken out of the table's lock.
@@ -300,8 +316,45 @@ impl View {
 
     /// Read through the handle `open` returned.
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let handle = self.handle(fh)?;
-        self.read_from(&handle, offset, size)
+        let mut handle = self.handle(fh)?;
+        for attempt in 1.. {
+            match self.read_from(&handle, offset, size) {
+                Err(e) if attempt < CHUNK_READ_ATTEMPTS && Self::read_again(&e, offset) => {
+                    let ino = self.handles.ino_of(fh)?;
+                    handle = self.reader_anew(ino, &e)?;
+                    self.handles.replace(fh, handle.clone());
+                }
+                res => return res,
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+
+    /// Whether a read that failed with `e` is made again from a new load of its shard: a
+    /// chunk whose shard another writer replaced since this mount loaded it (object
+    /// storage: the conditional GET found another version, `ESTALE`), read from its
+    /// start, so that its reader has none of its bytes yet (as after a new open). A read
+    /// further into it fails with `ESTALE`: it would mix two versions of the chunk
+    /// (issue 34: 8 of 464,000 reads failed with EIO while other mounts wrote).
+    fn read_again(e: &ViewError, offset: u64) -> bool {
+        offset == 0
+            && matches!(
+                e,
+                ViewError::Shard {
+                    err: crate::store::shard::ShardError::Changed(_),
+                    ..
+                }
+            )
+    }
+
+    /// What `ino` reads from now, its shard loaded anew after `e`.
+    fn reader_anew(&self, ino: u64, e: &ViewError) -> Result<Handle> {
+        if let ViewError::Shard { shard, .. } = e {
+            log::debug!("{}: changed by another writer; read again", shard.display());
+            self.shards.invalidate(shard);
+        }
+        let (_, node) = self.node(ino)?;
+        Ok(self.reader(ino, node, false)?.0)
     }
 
     /// A copy of handle `fh`, taken out of the table's lock.
@@ -342,7 +395,16 @@ impl View {
             },
             node => self.reader(ino, node, false)?.0,
         };
-        self.read_from(&handle, offset, size)
+        let mut handle = handle;
+        for attempt in 1.. {
+            match self.read_from(&handle, offset, size) {
+                Err(e) if attempt < CHUNK_READ_ATTEMPTS && Self::read_again(&e, offset) => {
+                    handle = self.reader_anew(ino, &e)?;
+                }
+                res => return res,
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     pub(super) fn read_from(&self, handle: &Handle, offset: u64, size: u32) -> Result<Vec<u8>> {

@@ -365,7 +365,7 @@ impl View {
             if e.kind == Kind::Dir {
                 let child = rel.join(&e.name);
                 let shown = match self.store.stat(&child)? {
-                    Some(m) => self.classify(child, m).is_some(),
+                    Some(m) => self.classify(child, m)?.is_some(),
                     None => false,
                 };
                 if !shown {

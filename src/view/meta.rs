@@ -166,7 +166,7 @@ impl View {
 
     pub(super) fn reload_array(&self, rel: &Path) -> Result<Arc<ShardedArray>> {
         let dir_meta = self.stat_rel(rel)?;
-        let node = self.classify_dir(rel.to_path_buf(), dir_meta);
+        let node = self.classify_dir(rel.to_path_buf(), dir_meta)?;
         let Node::ArrayDir { array } = node else {
             return Err(ViewError::Invalid(format!(
                 "{} is no longer a sharded array",

@@ -100,6 +100,11 @@ impl ViewError {
             ViewError::IsDir => libc::EISDIR,
             ViewError::ReadOnly => libc::EROFS,
             ViewError::StaleInode(_) | ViewError::StaleHandle(_) => libc::ESTALE,
+            // Read further into a chunk whose shard another writer replaced.
+            ViewError::Shard {
+                err: crate::store::shard::ShardError::Changed(_),
+                ..
+            } => libc::ESTALE,
             ViewError::Shard { .. } => libc::EIO,
             ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             ViewError::Invalid(_) => libc::EINVAL,
@@ -255,6 +260,10 @@ enum NotShown {
     Plain,
     /// An array the view cannot present; the reason is logged once.
     Unsupported(String),
+    /// Its metadata could not be read now (the store failed: an outage): nothing is
+    /// decided, and the operation fails with the error (issue 34: an array whose
+    /// `zarr.json` read failed once was shown as a plain directory from then on).
+    Io(io::Error),
 }
 
 /// What the read side did, for `shardfs stats`.
@@ -336,7 +345,9 @@ impl View {
                 .expect("the shard cache is not shared before the view is made")
                 .set_load_hook(hook);
         }
-        let root = view.classify_dir(PathBuf::new(), root_meta);
+        let root = view
+            .classify_dir(PathBuf::new(), root_meta)
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
         view.inodes.update(ROOT_INO, root);
         Ok(view)
     }

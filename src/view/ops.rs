@@ -297,7 +297,7 @@ impl View {
                 let rel = self.new_child_rel(rel, name)?;
                 self.store.create_dir(&rel)?;
                 let meta = self.stat_rel(&rel)?;
-                self.classify_dir(rel, meta)
+                self.classify_dir(rel, meta)?
             }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let array = self.current(array);
@@ -332,7 +332,7 @@ impl View {
                         let rel = array.rel.join(name);
                         self.store.create_dir(&rel)?;
                         let meta = self.stat_rel(&rel)?;
-                        self.classify_dir(rel, meta)
+                        self.classify_dir(rel, meta)?
                     }
                     _ => {
                         let why = format!(

@@ -301,7 +301,7 @@ impl View {
             return Ok(None);
         };
         Ok(match m.kind {
-            EntryKind::Dir => self.classify(rel, m),
+            EntryKind::Dir => self.classify(rel, m)?,
             EntryKind::File => Some(Node::File { rel }),
             EntryKind::Symlink => Some(Node::Symlink { rel }),
             EntryKind::Other => None,
@@ -453,30 +453,43 @@ impl View {
     }
 
     /// What a store directory is: a presentable sharded array, or a plain directory.
-    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Node {
-        self.classify(rel.clone(), dir_meta)
-            .unwrap_or(Node::Dir { rel })
+    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
+        Ok(self
+            .classify(rel.clone(), dir_meta)?
+            .unwrap_or(Node::Dir { rel }))
     }
 
     /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
-    pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Option<Node> {
+    pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
         if let Some(w) = &self.writer {
             if w.raw.lock().contains(&rel) {
-                return Some(Node::Dir { rel });
+                return Ok(Some(Node::Dir { rel }));
             }
             if let Some(h) = w.headless.lock().get(&rel) {
-                return Some(Node::ArrayDir {
+                return Ok(Some(Node::ArrayDir {
                     array: h.array.clone(),
-                });
+                }));
             }
         }
-        match self.load_array(&rel, dir_meta) {
+        // The array known here, while its directory and `zarr.json` are as they were
+        // when it was read (the same ETag on object storage; inode, size and times on a
+        // disk): not read again. A revalidation of the array directory read its
+        // `zarr.json` each time, and failed while an endpoint did not answer.
+        if let Some(known) = self.arrays.get(&rel)
+            && !known.draft
+            && known.dir_meta == dir_meta
+            && self.store.stat(&rel.join("zarr.json")).ok().flatten() == Some(known.json_meta)
+        {
+            return Ok(Some(Node::ArrayDir { array: known }));
+        }
+        Ok(match self.load_array(&rel, dir_meta) {
             Ok(array) => {
                 let array = Arc::new(array);
                 self.arrays.insert(array.clone());
                 Some(Node::ArrayDir { array })
             }
             Err(NotShown::Plain) => Some(Node::Dir { rel }),
+            Err(NotShown::Io(e)) => return Err(e.into()),
             Err(NotShown::Unsupported(why)) => {
                 let v2 = self.format == ViewFormat::V2;
                 if self.arrays.first_warning(&rel) {
@@ -491,7 +504,7 @@ impl View {
                 }
                 (!v2).then_some(Node::Dir { rel })
             }
-        }
+        })
     }
 
     pub(super) fn load_array(
@@ -501,15 +514,19 @@ impl View {
     ) -> std::result::Result<ShardedArray, NotShown> {
         let json_rel = rel.join("zarr.json");
         let unsupported = |e: String| NotShown::Unsupported(e);
-        let Some(file) = self
-            .store
-            .open(&json_rel)
-            .map_err(|e| unsupported(e.to_string()))?
-        else {
+        // A failing store (an errno, a short read of a file that changed) decides
+        // nothing; metadata that is too large does.
+        let failed = |e: io::Error| {
+            if e.raw_os_error().is_some() || e.kind() == io::ErrorKind::UnexpectedEof {
+                NotShown::Io(e)
+            } else {
+                unsupported(e.to_string())
+            }
+        };
+        let Some(file) = self.store.open(&json_rel).map_err(failed)? else {
             return Err(NotShown::Plain);
         };
-        let (bytes, json_meta) =
-            read_metadata(file.as_ref()).map_err(|e| unsupported(e.to_string()))?;
+        let (bytes, json_meta) = read_metadata(file.as_ref()).map_err(failed)?;
         let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
             MetaNode::Group => return Err(NotShown::Plain),
             MetaNode::Array(a) => a,

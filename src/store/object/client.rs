@@ -3,12 +3,15 @@
 
 use std::io;
 use std::path::{Component, Path};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use parking_lot::Mutex;
 
 use super::ObjectStoreStore;
+use crate::store::operation;
 use crate::store::{EntryKind, EntryMeta};
 
 impl ObjectStoreStore {
@@ -30,7 +33,7 @@ impl ObjectStoreStore {
     }
 
     pub(super) fn block_on<T>(&self, f: impl Future<Output = ObjResult<T>>) -> ObjResult<T> {
-        within(self.rt.handle(), self.deadline, f)
+        self.deadline.run(self.rt.handle(), f)
     }
 
     pub(super) fn head(&self, rel: &Path) -> io::Result<Option<object_store::ObjectMeta>> {
@@ -43,6 +46,17 @@ impl ObjectStoreStore {
         if self.listed_absent(rel) {
             return Ok(None);
         }
+        // While the endpoint does not answer, what was known before, however old: the
+        // names and sizes of files whose pages the kernel or a window holds (issue 34:
+        // "what needs no S3 answers at once during an outage").
+        let held = self.meta.held(&self.meta.heads, rel);
+        if let Some(held) = held.as_ref().filter(|_| self.deadline.outage()) {
+            log::debug!(
+                "{}: the endpoint is not answering: as before",
+                rel.display()
+            );
+            return Ok(held.clone());
+        }
         let generation = self.meta.generation();
         self.counters
             .heads
@@ -52,6 +66,10 @@ impl ObjectStoreStore {
         let found = match self.block_on(self.inner.head(&key)) {
             Ok(m) => Some(m),
             Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) if !answered(&Err::<(), _>(&e)) && held.is_some() => {
+                log::debug!("{}: no answer ({e}): as before", rel.display());
+                return Ok(held.unwrap_or_default());
+            }
             Err(e) => return Err(to_io(rel, e)),
         };
         self.meta
@@ -109,30 +127,105 @@ pub(super) type ObjResult<T> = Result<T, object_store::Error>;
 #[error("timed out: no answer within {}s (--s3-timeout)", .0.as_secs_f64())]
 pub(super) struct TimedOut(Duration);
 
-/// `f`, failing with [`TimedOut`] after `deadline`: a stalled endpoint (an answer that
-/// never comes or never ends) holds no request longer, whatever the client's own
-/// timeouts and retries do (issue 34: a hanging request took 30 s with
-/// `--s3-timeout 3`).
+/// `f`, failing with [`TimedOut`] (which names `limit`, the `--s3-timeout`) after
+/// `allowed`: a stalled endpoint (an answer that never comes or never ends) holds no
+/// request longer, whatever the client's own timeouts and retries do (issue 34: a
+/// hanging request took 30 s with `--s3-timeout 3`). Nothing is sent when nothing is
+/// allowed.
 pub(super) async fn timed<T>(
-    deadline: Duration,
+    limit: Duration,
+    allowed: Duration,
     f: impl Future<Output = ObjResult<T>>,
 ) -> ObjResult<T> {
-    match tokio::time::timeout(deadline, f).await {
+    let timed_out = || object_store::Error::Generic {
+        store: "S3",
+        source: Box::new(TimedOut(limit)),
+    };
+    if allowed.is_zero() {
+        return Err(timed_out());
+    }
+    match tokio::time::timeout(allowed, f).await {
         Ok(res) => res,
-        Err(_) => Err(object_store::Error::Generic {
-            store: "S3",
-            source: Box::new(TimedOut(deadline)),
-        }),
+        Err(_) => Err(timed_out()),
     }
 }
 
-/// [`timed`], on the runtime behind `handle`, from a thread outside it.
-pub(super) fn within<T>(
-    handle: &tokio::runtime::Handle,
-    deadline: Duration,
-    f: impl Future<Output = ObjResult<T>>,
-) -> ObjResult<T> {
-    handle.block_on(timed(deadline, f))
+/// How long an operation may wait for the endpoint while it is known not to answer (a
+/// request got no answer within the last `--s3-timeout`, and none has got one since):
+/// the kernel asks again after a failed read (its read-ahead, then the page), and an
+/// `open` asks a lookup and an open; each must not take the whole timeout again. An
+/// endpoint that is back answers in far less, and ends the outage.
+const OUTAGE_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// How the requests of a store are timed: its limit (`--s3-timeout`), shared by all the
+/// requests of an operation in a row ([`operation`]), and whether the endpoint is
+/// answering.
+#[derive(Clone)]
+pub(super) struct Deadline {
+    pub(super) limit: Duration,
+    /// When a request last got no answer, if none has got one since.
+    unanswered: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Deadline {
+    pub(super) fn new(limit: Duration) -> Self {
+        Deadline {
+            limit,
+            unanswered: Arc::default(),
+        }
+    }
+
+    /// Whether the endpoint is known not to answer now.
+    pub(super) fn outage(&self) -> bool {
+        self.unanswered
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.limit)
+    }
+
+    /// How long a request may take now.
+    pub(super) fn allowance(&self) -> Duration {
+        let left = operation::allowance(self.limit);
+        if self.outage() {
+            left.min(OUTAGE_ALLOWANCE)
+        } else {
+            left
+        }
+    }
+
+    /// What a request came to: an answer starts its operation's time again and ends an
+    /// outage; no answer begins one.
+    pub(super) fn note<T>(&self, res: &ObjResult<T>) {
+        if answered(res) {
+            operation::progressed();
+            *self.unanswered.lock() = None;
+        } else if matches!(res, Err(object_store::Error::Generic { .. })) {
+            *self.unanswered.lock() = Some(Instant::now());
+        }
+    }
+
+    /// `f` on the runtime behind `handle`, from a thread outside it, within
+    /// [`Deadline::allowance`].
+    pub(super) fn run<T>(
+        &self,
+        handle: &tokio::runtime::Handle,
+        f: impl Future<Output = ObjResult<T>>,
+    ) -> ObjResult<T> {
+        let res = handle.block_on(timed(self.limit, self.allowance(), f));
+        self.note(&res);
+        res
+    }
+}
+
+/// Whether the endpoint answered (what it answered may still be an error).
+pub(super) fn answered<T, E: std::borrow::Borrow<object_store::Error>>(res: &Result<T, E>) -> bool {
+    matches!(
+        res.as_ref().map_err(|e| e.borrow()),
+        Ok(_)
+            | Err(object_store::Error::NotFound { .. }
+                | object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. }
+                | object_store::Error::NotModified { .. })
+    )
 }
 
 /// A person's words for an object store failure at mount.

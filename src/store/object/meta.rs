@@ -65,6 +65,12 @@ impl MetaCache {
         (at.elapsed() < self.ttl).then(|| v.clone())
     }
 
+    /// What was known of `rel`, however long ago (while the endpoint does not answer,
+    /// better than nothing: [`ObjectStoreStore::head`]).
+    pub(super) fn held<T: Clone>(&self, map: &Timed<T>, rel: &Path) -> Option<T> {
+        map.lock().get(rel).map(|(_, v)| v.clone())
+    }
+
     /// Keep `v`, asked for at `generation`, unless something was forgotten since.
     pub(super) fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T, generation: u64) {
         if self.ttl.is_zero() {
@@ -107,10 +113,9 @@ impl ObjectStoreStore {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let key = self.key(rel)?;
         log::debug!("LIST {key}/");
-        // Not under one deadline: a listing is a request per page of 1,000 names, each
-        // given up after --s3-timeout by the client.
+        // A request per page of 1,000 names, all within the operation's allowance (at
+        // 30 ms a page, 1,000 pages in the default 30 s).
         let l = self
-            .rt
             .block_on(self.inner.list_with_delimiter(Some(&key)))
             .map_err(|e| to_io(rel, e))?;
         let mut out = Vec::new();
@@ -172,7 +177,22 @@ impl ObjectStoreStore {
         if self.listed_absent(rel) {
             return Ok(Arc::default());
         }
-        let (listed, generation) = self.list_objects(rel)?;
+        let held = self.meta.held(&self.meta.listings, rel);
+        if let Some(held) = held.as_ref().filter(|_| self.deadline.outage()) {
+            log::debug!(
+                "{}: the endpoint is not answering: listed as before",
+                rel.display()
+            );
+            return Ok(held.clone());
+        }
+        let (listed, generation) = match self.list_objects(rel) {
+            Ok(listed) => listed,
+            Err(_) if held.is_some() && self.deadline.outage() => {
+                log::debug!("{}: no answer: listed as before", rel.display());
+                return Ok(held.unwrap_or_default());
+            }
+            Err(e) => return Err(e),
+        };
         let listed = Arc::new(listed);
         self.meta
             .keep(&self.meta.listings, rel, listed.clone(), generation);
@@ -210,18 +230,25 @@ impl ObjectStoreStore {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return false;
         };
-        self.meta
-            .fresh(&self.meta.listings, parent)
-            .is_some_and(|l| {
-                l.binary_search_by(|e| e.name.as_os_str().cmp(name))
-                    .is_err()
-            })
+        let listing = match self.meta.fresh(&self.meta.listings, parent) {
+            None if self.deadline.outage() => self.meta.held(&self.meta.listings, parent),
+            fresh => fresh,
+        };
+        listing.is_some_and(|l| {
+            l.binary_search_by(|e| e.name.as_os_str().cmp(name))
+                .is_err()
+        })
     }
 
     /// Whether any object lies below `rel`.
     pub(super) fn has_children(&self, rel: &Path) -> io::Result<bool> {
         if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
             return Ok(known);
+        }
+        if self.deadline.outage()
+            && let Some(held) = self.meta.held(&self.meta.children, rel)
+        {
+            return Ok(held);
         }
         Ok(!self.listing(rel)?.is_empty())
     }

@@ -5,13 +5,12 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use object_store::path::Path as ObjPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use parking_lot::Mutex;
 
-use super::client::{meta_of, timed, to_io};
+use super::client::{Deadline, meta_of, timed, to_io};
 use super::meta::MetaCache;
 use crate::store::{EntryMeta, StoreFile};
 
@@ -30,7 +29,7 @@ pub(super) struct ObjectFile {
     /// To forget this name when it turns out changed.
     pub(super) meta_cache: Arc<MetaCache>,
     pub(super) rel: PathBuf,
-    pub(super) deadline: Duration,
+    pub(super) deadline: Deadline,
 }
 
 /// The first and the largest read-ahead window; each window is 4 times the last. On
@@ -188,6 +187,7 @@ impl ObjectFile {
         ranges: &[std::ops::Range<u64>],
     ) -> io::Result<Vec<(u64, bytes::Bytes)>> {
         use std::sync::atomic::Ordering::Relaxed;
+        let allowed = self.deadline.allowance();
         let gets: Vec<_> = ranges
             .iter()
             .map(|range| {
@@ -197,11 +197,11 @@ impl ObjectFile {
                     if_match: self.meta.e_tag.clone(),
                     ..Default::default()
                 };
-                let deadline = self.deadline;
+                let (limit, allowed) = (self.deadline.limit, allowed);
                 log::debug!("GET {} bytes {}..{}", self.key, range.start, range.end);
                 self.handle.spawn(async move {
                     let get = async { store.get_opts(&key, opts).await?.bytes().await };
-                    timed(deadline, get).await
+                    timed(limit, allowed, get).await
                 })
             })
             .collect();
@@ -221,6 +221,7 @@ impl ObjectFile {
                     source: Box::new(join),
                 })
             });
+            self.deadline.note(&got);
             match got {
                 Ok(bytes) => {
                     self.counters.gets.fetch_add(1, Relaxed);
@@ -439,7 +440,7 @@ impl ObjectFile {
             Err(e)
                 if window.is_some()
                     && e.raw_os_error() == Some(libc::EIO)
-                    && started.elapsed() < self.deadline / 2 =>
+                    && started.elapsed() < self.deadline.limit / 2 =>
             {
                 window = None;
                 vec![(offset, self.fetch(offset..end)?)]

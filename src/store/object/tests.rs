@@ -734,3 +734,51 @@ fn heads_and_listings_are_kept_for_the_ttl_and_own_writes_are_seen_at_once() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(s.stat(rel).unwrap().unwrap().len, 8, "after the TTL");
 }
+
+/// Another writer replaced a shard after this mount loaded its index (a conditional GET
+/// of a chunk then finds another version, 412): a read of the chunk from its start is
+/// made again from the new version, as a new open would (issue 34: such reads failed
+/// with EIO while other mounts wrote); a read further into it fails with ESTALE, since
+/// it would mix two versions of the chunk.
+#[test]
+fn a_chunk_of_a_shard_replaced_since_it_was_loaded_is_read_from_the_new_one() {
+    use crate::view::{ROOT_INO, View, ViewConfig};
+    use std::ffi::OsStr;
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let s = ObjectStoreStore::new(mem.clone(), "", "memory://replaced").unwrap();
+    let array = fixtures.join("zarr_basic/index_start");
+    for rel in ["zarr.json", "c/0/0", "c/2/0"] {
+        let bytes = std::fs::read(array.join(rel)).unwrap();
+        let key = ObjPath::from(format!("index_start/{rel}"));
+        s.block_on(mem.put(&key, PutPayload::from(bytes))).unwrap();
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let view = View::new(Arc::new(s), ViewConfig::default()).unwrap();
+    let mut ino = ROOT_INO;
+    for name in ["index_start", "c", "0", "0"] {
+        ino = view.lookup(ino, OsStr::new(name)).unwrap().ino;
+    }
+    let twin = fixtures.join("zarr_basic.twin/index_start/c");
+    assert_eq!(
+        view.read_ino(ino, 0, 1 << 16).unwrap(),
+        std::fs::read(twin.join("0/0")).unwrap()
+    );
+    // Another writer puts another shard there: its first chunk is twin's c/4/0.
+    let replace = |from: &str| {
+        let bytes = std::fs::read(array.join(from)).unwrap();
+        rt.block_on(mem.put(&ObjPath::from("index_start/c/0/0"), PutPayload::from(bytes)))
+            .unwrap();
+    };
+    replace("c/2/0");
+    assert_eq!(
+        view.read_ino(ino, 0, 1 << 16).unwrap(),
+        std::fs::read(twin.join("4/0")).unwrap(),
+        "read from the new version"
+    );
+    replace("c/0/0");
+    let err = view.read_ino(ino, 1, 1 << 16).unwrap_err();
+    assert_eq!(err.errno(), libc::ESTALE, "{err}");
+}

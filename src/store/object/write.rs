@@ -11,7 +11,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
 use parking_lot::Mutex;
 
 use super::ObjectStoreStore;
-use super::client::{dir_meta, to_io, within};
+use super::client::{Deadline, dir_meta, to_io};
 use super::meta::MetaCache;
 use crate::format::ShardLevel;
 use crate::store::commit::{CommitError, CommitOutcome, Merge};
@@ -38,7 +38,7 @@ pub(super) struct ObjectStoreStoreRef {
     pub(super) key: ObjPath,
     pub(super) handle: tokio::runtime::Handle,
     pub(super) meta: Arc<MetaCache>,
-    pub(super) deadline: Duration,
+    pub(super) deadline: Deadline,
 }
 
 impl ObjectFileRw {
@@ -49,11 +49,9 @@ impl ObjectFileRw {
         }
         let store = &self.store;
         let payload = PutPayload::from(d.0.clone());
-        let put = within(
-            &store.handle,
-            store.deadline,
-            store.inner.put(&store.key, payload),
-        );
+        let put = store
+            .deadline
+            .run(&store.handle, store.inner.put(&store.key, payload));
         store.meta.forget(&self.rel);
         put.map_err(|e| to_io(&self.rel, e))?;
         d.1 = false;
