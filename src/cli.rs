@@ -156,10 +156,11 @@ pub struct MountArgs {
     /// entries that name it.
     #[arg(long, hide = true, conflicts_with = "open_checks")]
     pub kernel_opens: bool,
-    /// Object storage (`s3://`): how long one request may take, its retries and an
-    /// answer that never comes included, before the operation gives up with EIO (also
-    /// `-o s3_timeout=SECS`). A chunk whose commit gave up stays staged and is tried
-    /// again at the next flush.
+    /// Object storage (`s3://`): how long an operation (a lookup, an open, a read, an
+    /// fsync) waits for an answer, its retries and an answer that never comes included,
+    /// before it gives up with EIO (also `-o s3_timeout=SECS`); while the endpoint is
+    /// known not to answer, 1 s more at most. A chunk whose commit gave up stays staged
+    /// and is tried again at the next flush.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub s3_timeout: f64,
     /// Object storage (`s3://`): memory, in MiB, that all open shards together may hold
