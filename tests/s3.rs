@@ -464,6 +464,7 @@ fn s3_mount_failures_say_why() {
         s3.shardfs()
             .env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env("HOME", tmp.path())
             .args(["mount", "--s3-timeout", "2", "s3://bucket/x"]),
         "no credentials",
     );
@@ -717,6 +718,104 @@ fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
         );
     }
     m.unmount();
+}
+
+/// Configuration as the AWS CLI finds it: with no `AWS_*` keys or endpoint in the
+/// environment, `AWS_PROFILE` picks a profile of `~/.aws/config` whose `endpoint_url`
+/// and `region` are used, and whose keys come from `~/.aws/credentials`, or from its
+/// `credential_process` (which runs: it leaves a mark).
+#[test]
+fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
+    let test = "profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let fixture = common::fixtures().join("zarr_basic");
+    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let mark = tmp.path().join("process-ran");
+    let process = tmp.path().join("credentials.sh");
+    std::fs::write(
+        &process,
+        format!(
+            "#!/bin/sh\ntouch {}\necho '{{\"Version\": 1, \"AccessKeyId\": \"test\", \
+             \"SecretAccessKey\": \"test\"}}'\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
+    let mut perm = std::fs::metadata(&process).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&process, perm).unwrap();
+    std::fs::write(
+        home.join(".aws/config"),
+        format!(
+            "[profile lab]\nregion = us-east-1\nendpoint_url = {ep}\n\n\
+             [profile proc]\nregion = us-east-1\nendpoint_url = {ep}\n\
+             credential_process = {}\n",
+            process.display(),
+            ep = s3.endpoint
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        home.join(".aws/credentials"),
+        "[lab]\naws_access_key_id = test\naws_secret_access_key = test\n",
+    )
+    .unwrap();
+    let mnt = tmp.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let shardfs = |profile: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shardfs"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("AWS_PROFILE", profile)
+            .env("AWS_EC2_METADATA_DISABLED", "true");
+        c
+    };
+    let twin = common::fixtures().join("zarr_basic.twin");
+    for profile in ["lab", "proc"] {
+        let out = shardfs(profile)
+            .args(["mount", "s3://bucket/data"])
+            .arg(&mnt)
+            .args(["-o", "ro"])
+            .output()
+            .unwrap();
+        let m = CliMount(mnt.clone());
+        assert!(
+            out.status.success(),
+            "{profile}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let chunk = "index_start/c/0/0";
+        assert_eq!(
+            std::fs::read(mnt.join(chunk)).unwrap(),
+            std::fs::read(twin.join(chunk)).unwrap(),
+            "{profile}"
+        );
+        m.unmount();
+    }
+    assert!(mark.exists(), "the credential_process ran");
+    // A profile that gives no keys (and no metadata service): said, with where it
+    // looked.
+    std::fs::write(home.join(".aws/credentials"), "").unwrap();
+    let out = shardfs("lab")
+        .args(["mount", "--s3-timeout", "2", "s3://bucket/data"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let _m = CliMount(mnt.clone());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted without credentials");
+    assert!(
+        err.contains("no credentials") && err.contains("~/.aws/credentials"),
+        "{err}"
+    );
 }
 
 /// `shardfs verify s3://...` checks every shard through ranged reads: a clean prefix

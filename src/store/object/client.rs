@@ -255,6 +255,8 @@ pub(super) fn describe_error(e: &object_store::Error) -> String {
             "no credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set, and \
              the instance metadata service (169.254.169.254) gave none ({text})"
         ),
+        // The credentials chain found none (aws.rs): it says where it looked.
+        _ if let Some(said) = cause_saying(e, "no credentials:") => said,
         object_store::Error::NotFound { .. } => format!("no such bucket ({text})"),
         object_store::Error::PermissionDenied { .. } => format!("access denied (403): {text}"),
         object_store::Error::Unauthenticated { .. } => {
@@ -283,6 +285,19 @@ pub(super) fn describe_error(e: &object_store::Error) -> String {
         _ if lower.contains("credential") => format!("no usable credentials: {text}"),
         _ => text,
     }
+}
+
+/// The first of `e` and its causes whose words start with `start`.
+fn cause_saying(e: &object_store::Error, start: &str) -> Option<String> {
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if said.starts_with(start) {
+            return Some(said);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// An object store error as an errno, logged with its words (FUSE carries only the
@@ -342,4 +357,85 @@ pub(super) fn dir_meta() -> EntryMeta {
         gid: 0,
         ino: 1,
     }
+}
+
+/// The S3 client for `bucket`: configured from the `AWS_*` environment, as object_store
+/// reads it, and from the profile (`aws.rs`) for what the environment lacks; every
+/// request retried until `opts.timeout`. An endpoint that would make object_store panic
+/// or refuse (plain http without `AWS_ALLOW_HTTP`) is said in words.
+pub(super) fn s3(
+    bucket: &str,
+    opts: &super::S3Options,
+    profile: super::aws::Profile,
+) -> Result<object_store::aws::AmazonS3, String> {
+    // object_store panics on an endpoint that is not an absolute URL: say so first.
+    for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
+        if let Ok(v) = std::env::var(var)
+            && !(v.starts_with("http://") || v.starts_with("https://"))
+        {
+            return Err(format!("{var}={v:?} is not an http:// or https:// URL"));
+        }
+    }
+    // object_store refuses plain http unless told ("builder error"): say how.
+    for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
+        if let Ok(v) = std::env::var(var)
+            && v.starts_with("http://")
+            && !std::env::var("AWS_ALLOW_HTTP").is_ok_and(|a| {
+                // What object_store takes for yes.
+                ["true", "1", "on", "yes", "y"]
+                    .iter()
+                    .any(|y| a.eq_ignore_ascii_case(y))
+            })
+        {
+            return Err(format!(
+                "{var}={v:?} is plain http: set AWS_ALLOW_HTTP=true to use it"
+            ));
+        }
+    }
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        // Retried until --s3-timeout, however many tries that takes (10 tries, the
+        // default, were spent in 2-4 s on refused connections), at most 2 s apart:
+        // the first request after an outage ends finds the endpoint soon.
+        .with_retry(object_store::RetryConfig {
+            backoff: object_store::BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(2),
+                base: 2.0,
+            },
+            max_retries: usize::MAX,
+            retry_timeout: opts.timeout,
+        });
+    // Each HTTP request (a listing's pages each) gives up after --s3-timeout too: a
+    // listing runs under this alone, not under one deadline for all its pages.
+    let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
+    builder = builder
+        .with_config(
+            object_store::aws::AmazonS3ConfigKey::Client(object_store::ClientConfigKey::Timeout),
+            ms(opts.timeout),
+        )
+        .with_config(
+            object_store::aws::AmazonS3ConfigKey::Client(
+                object_store::ClientConfigKey::ConnectTimeout,
+            ),
+            ms(opts.timeout.min(Duration::from_secs(5))),
+        );
+    if std::env::var_os("AWS_REGION").is_none()
+        && let Ok(region) = std::env::var("AWS_DEFAULT_REGION")
+    {
+        builder = builder.with_region(region);
+    }
+    if let Some(region) = profile.region {
+        builder = builder.with_region(region);
+    }
+    // The profile's `endpoint_url`, written there on purpose: plain http too.
+    if let Some(endpoint) = profile.endpoint {
+        builder = builder
+            .with_allow_http(endpoint.starts_with("http://"))
+            .with_endpoint(endpoint);
+    }
+    if let Some(credentials) = profile.credentials {
+        builder = builder.with_credentials(credentials);
+    }
+    builder.build().map_err(|e| e.to_string())
 }

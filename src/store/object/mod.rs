@@ -19,6 +19,7 @@
 //!
 //! Every call blocks its (FUSE) thread on a runtime of this store's own.
 
+mod aws;
 mod client;
 mod meta;
 mod read;
@@ -120,69 +121,11 @@ impl ObjectStoreStore {
         if bucket.is_empty() {
             return Err(err("no bucket named (s3://BUCKET/PREFIX)".into()));
         }
-        // object_store panics on an endpoint that is not an absolute URL: say so first.
-        for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
-            if let Ok(v) = std::env::var(var)
-                && !(v.starts_with("http://") || v.starts_with("https://"))
-            {
-                return Err(err(format!(
-                    "{var}={v:?} is not an http:// or https:// URL"
-                )));
-            }
-        }
-        // object_store refuses plain http unless told ("builder error"): say how.
-        for var in ["AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3"] {
-            if let Ok(v) = std::env::var(var)
-                && v.starts_with("http://")
-                && !std::env::var("AWS_ALLOW_HTTP").is_ok_and(|a| {
-                    // What object_store takes for yes.
-                    ["true", "1", "on", "yes", "y"]
-                        .iter()
-                        .any(|y| a.eq_ignore_ascii_case(y))
-                })
-            {
-                return Err(err(format!(
-                    "{var}={v:?} is plain http: set AWS_ALLOW_HTTP=true to use it"
-                )));
-            }
-        }
-        let mut builder = object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            // Retried until --s3-timeout, however many tries that takes (10 tries, the
-            // default, were spent in 2-4 s on refused connections), at most 2 s apart:
-            // the first request after an outage ends finds the endpoint soon.
-            .with_retry(object_store::RetryConfig {
-                backoff: object_store::BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(2),
-                    base: 2.0,
-                },
-                max_retries: usize::MAX,
-                retry_timeout: opts.timeout,
-            });
-        // Each HTTP request (a listing's pages each) gives up after --s3-timeout too: a
-        // listing runs under this alone, not under one deadline for all its pages.
-        let ms = |d: Duration| format!("{}ms", d.as_millis().max(1));
-        builder = builder
-            .with_config(
-                object_store::aws::AmazonS3ConfigKey::Client(
-                    object_store::ClientConfigKey::Timeout,
-                ),
-                ms(opts.timeout),
-            )
-            .with_config(
-                object_store::aws::AmazonS3ConfigKey::Client(
-                    object_store::ClientConfigKey::ConnectTimeout,
-                ),
-                ms(opts.timeout.min(Duration::from_secs(5))),
-            );
-        if std::env::var_os("AWS_REGION").is_none()
-            && let Ok(region) = std::env::var("AWS_DEFAULT_REGION")
-        {
-            builder = builder.with_region(region);
-        }
-        let s3 = builder.build().map_err(|e| err(e.to_string()))?;
-        let mut store = Self::new(Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
+        let rt = runtime().map_err(|e| err(e.to_string()))?;
+        let profile = rt.block_on(aws::load());
+        let s3 = client::s3(bucket, opts, profile).map_err(err)?;
+        let mut store =
+            Self::with_runtime(rt, Arc::new(s3), prefix, url).map_err(|e| err(e.to_string()))?;
         store.budget = Arc::new(Budget::new(opts.read_ahead));
         store.deadline = Deadline::new(opts.timeout);
         store.meta = Arc::new(MetaCache::new(opts.meta_ttl));
@@ -192,11 +135,15 @@ impl ObjectStoreStore {
 
     /// A store over `inner` (any object store: the in-memory one in tests) below `prefix`.
     pub fn new(inner: Arc<dyn ObjectStore>, prefix: &str, url: &str) -> io::Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("shardfs-s3")
-            .enable_all()
-            .build()?;
+        Self::with_runtime(runtime()?, inner, prefix, url)
+    }
+
+    fn with_runtime(
+        rt: tokio::runtime::Runtime,
+        inner: Arc<dyn ObjectStore>,
+        prefix: &str,
+        url: &str,
+    ) -> io::Result<Self> {
         Ok(ObjectStoreStore {
             url: url.to_string(),
             inner,
@@ -232,6 +179,15 @@ impl ObjectStoreStore {
     pub fn read_ahead(&self) -> (u64, u64) {
         (self.budget.used(), self.budget.cap)
     }
+}
+
+/// The runtime a store's requests run on (FUSE threads block on it).
+fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("shardfs-s3")
+        .enable_all()
+        .build()
 }
 
 impl std::fmt::Debug for ObjectStoreStore {
