@@ -28,7 +28,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Mount STORE at MOUNTPOINT; returns once the mount is live and serves in the background.
-    Mount(MountArgs),
+    Mount(Box<MountArgs>),
     /// Unmount a shardfs mount.
     Unmount {
         /// Where the store is mounted.
@@ -94,7 +94,7 @@ pub struct MountArgs {
     /// An existing empty directory.
     pub mountpoint: PathBuf,
     /// Mount options, comma-separated: ro, rw, format=v2|v3, open_checks, kernel_opens, nonempty,
-    /// s3_timeout=SECS, s3_cache=MIB, write_behind=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
+    /// s3_timeout=SECS, s3_cache=MIB, cache=DIR, cache_size=MIB, write_behind=MIB, allow_other, dev, nodev, suid, nosuid, exec, noexec, atime, noatime, sync, async, dirsync;
     /// _netdev, nofail, auto, noauto, user(s), defaults and x-* are ignored.
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
@@ -169,6 +169,17 @@ pub struct MountArgs {
     /// reader (also `-o s3_cache=MIB`). A cold read of one chunk fetches only that chunk.
     #[arg(long, default_value_t = 256, value_name = "MIB")]
     pub s3_cache: u64,
+    /// Object storage (`s3://`): a local directory that keeps the bytes read, under each
+    /// object's ETag, for this mount and later ones (also `-o cache=DIR`; made if
+    /// missing; mounts may share one). A shard replaced in the bucket has another ETag:
+    /// its old bytes are never served for it.
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// The most the --cache directory may hold, in MiB (also `-o cache_size=MIB`); the
+    /// least recently used objects go first. Nothing is kept while its disk has less
+    /// than 5% (at least 1 GiB) free.
+    #[arg(long, default_value_t = 10240, value_name = "MIB")]
+    pub cache_size: u64,
     /// FUSE worker threads (default: the number of CPUs, 2 to 16; on object storage
     /// (`s3://`) at least 32: each thread waits for its request's round trip, so the
     /// threads are the requests in flight).
@@ -261,6 +272,8 @@ const MOUNT_OPTIONS: &[&str] = &[
     "nonempty",
     "s3_timeout=SECS",
     "s3_cache=MIB",
+    "cache=DIR",
+    "cache_size=MIB",
     "write_behind=MIB",
     "allow_other",
     "dev",
@@ -370,6 +383,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         None => {}
     }
     let mut kernel_opens = args.kernel_opens;
+    let (mut cache, mut cache_size) = (args.cache.clone(), args.cache_size);
     for opt in args
         .options
         .iter()
@@ -411,6 +425,17 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
                     .parse::<u64>()
                     .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
                 opts.write_behind = mib.saturating_mul(1 << 20);
+                continue;
+            }
+            o if o.starts_with("cache=") => {
+                cache = Some(PathBuf::from(&o["cache=".len()..]));
+                continue;
+            }
+            o if o.starts_with("cache_size=") => {
+                let v = &o["cache_size=".len()..];
+                cache_size = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
                 continue;
             }
             o if o.starts_with("s3_cache=") => {
@@ -475,6 +500,12 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     if opts.open_checks && kernel_opens {
         return Err("open_checks and kernel_opens say the opposite: give one".into());
     }
+    if let Some(dir) = cache {
+        // Absolute: the daemon does not run where the command was typed.
+        let dir =
+            std::path::absolute(&dir).map_err(|e| format!("--cache {}: {e}", dir.display()))?;
+        opts.s3.cache = Some((dir, cache_size.saturating_mul(1 << 20)));
+    }
     Ok(opts)
 }
 
@@ -501,7 +532,7 @@ mod tests {
 
     fn mount_args(cli: Cli) -> MountArgs {
         match cli.command {
-            Command::Mount(m) => m,
+            Command::Mount(m) => *m,
             other => panic!("{other:?}"),
         }
     }

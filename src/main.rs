@@ -109,7 +109,7 @@ fn unstored(mountpoint: &std::path::Path) -> String {
 
 fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
-        Command::Mount(m) => run_mount(m, args),
+        Command::Mount(m) => run_mount(*m, args),
         Command::Unmount { mountpoint, lazy } => {
             let abs = std::path::absolute(&mountpoint)?;
             if !mount::is_mount_point(&abs)

@@ -162,6 +162,15 @@ pub fn open_store(
             .map_err(|e| MountError::ObjectStore(e.to_string()))?;
         return Ok(Arc::new(s));
     }
+    if let Some((dir, _)) = &s3.cache {
+        return Err(MountError::Store {
+            path: store.to_path_buf(),
+            why: format!(
+                "--cache {} is for object storage (s3://): a local store is read directly",
+                dir.display()
+            ),
+        });
+    }
     let local = LocalStore::open(store).map_err(|e| MountError::Store {
         path: store.to_path_buf(),
         why: local_open_error(store, &e),

@@ -818,6 +818,85 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
     );
 }
 
+/// `--cache DIR`: a second mount over the same cache reads every file of a prefix with
+/// no GET, and gets the same bytes; a shard replaced in the bucket meanwhile (another
+/// ETag) is read from the bucket, never from the bytes kept for the old one.
+#[test]
+fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
+    let test = "a_local_cache_serves_a_second_mount_and_never_a_replaced_shard";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let fixture = common::fixtures().join("zarr_basic");
+    let twin = common::fixtures().join("zarr_basic.twin");
+    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let mnt = tmp.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let opts = ["-o", "ro", "--cache", cache.to_str().unwrap()];
+    let gets = || -> (u64, u64) {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["stats", "--json"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &v["store_requests"];
+        (
+            r["get"].as_u64().unwrap(),
+            r["cache_hits"].as_u64().unwrap(),
+        )
+    };
+    let m = s3.mount("s3://bucket/data", &mnt, &opts);
+    assert_equals_twin(&mnt, &twin);
+    let (first_gets, _) = gets();
+    assert!(first_gets > 0);
+    m.unmount();
+    let m = s3.mount("s3://bucket/data", &mnt, &opts);
+    assert_equals_twin(&mnt, &twin);
+    let (second_gets, hits) = gets();
+    assert_eq!(second_gets, 0, "every byte from the cache");
+    assert!(hits > 0);
+    m.unmount();
+    // Another writer replaces a shard: the index_start shard c/0/0 becomes its c/2/0.
+    let other = fixture.join("index_start/c/2/0");
+    let swap = tmp.path().join("swap");
+    std::fs::create_dir_all(swap.join("c/0")).unwrap();
+    std::fs::copy(&other, swap.join("c/0/0")).unwrap();
+    s3.tool(&[
+        "upload",
+        "--to",
+        "bucket/data/index_start",
+        swap.to_str().unwrap(),
+    ]);
+    let m = s3.mount("s3://bucket/data", &mnt, &opts);
+    assert_eq!(
+        std::fs::read(mnt.join("index_start/c/0/0")).unwrap(),
+        std::fs::read(twin.join("index_start/c/4/0")).unwrap(),
+        "the new shard's chunk"
+    );
+    assert!(gets().0 > 0, "the new shard came from the bucket");
+    m.unmount();
+    // --cache is for object storage.
+    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+        .arg("mount")
+        .arg(&fixture)
+        .arg(&mnt)
+        .args(["--cache", cache.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _m = CliMount(mnt.clone());
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is for object storage"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `shardfs verify s3://...` checks every shard through ranged reads: a clean prefix
 /// passes, a shard whose index checksum is wrong is named; `--repair` says that it is
 /// for local directories; `compact` skips the corrupt shard and says so.

@@ -21,6 +21,7 @@
 
 mod aws;
 mod client;
+pub mod disk_cache;
 mod meta;
 mod read;
 #[cfg(test)]
@@ -41,6 +42,7 @@ use super::commit::{CommitError, CommitOutcome, Merge};
 use super::{EntryKind, EntryMeta, ListEntry, OpenMode, SpaceInfo, Store, StoreFile, StoreFileRw};
 use crate::format::ShardLevel;
 use client::{Deadline, describe_error, dir_meta, meta_of, to_io};
+use disk_cache::DiskCache;
 use meta::MetaCache;
 pub use read::Counters;
 use read::{Budget, ObjectFile, ReadAhead};
@@ -66,6 +68,9 @@ pub struct S3Options {
     /// How long what a HEAD or a listing found about a name is used again without
     /// asking ([`MetaCache`]); zero: ask every time.
     pub meta_ttl: Duration,
+    /// A local directory that keeps the bytes read, and how many it may hold
+    /// (`--cache`, `--cache-size`).
+    pub cache: Option<(PathBuf, u64)>,
 }
 
 impl Default for S3Options {
@@ -74,6 +79,7 @@ impl Default for S3Options {
             timeout: DEFAULT_TIMEOUT,
             read_ahead: DEFAULT_READ_AHEAD,
             meta_ttl: Duration::ZERO,
+            cache: None,
         }
     }
 }
@@ -93,6 +99,10 @@ pub struct ObjectStoreStore {
     meta: Arc<MetaCache>,
     /// The longest any one request may take, its retries included (`--s3-timeout`).
     deadline: Deadline,
+    /// The local cache of bytes read (`--cache`).
+    disk: Option<Arc<DiskCache>>,
+    /// What names the bucket in the cache (`s3://bucket`).
+    scope: String,
 }
 
 /// Why an object store could not be opened, said for the person who typed the URL.
@@ -129,6 +139,11 @@ impl ObjectStoreStore {
         store.budget = Arc::new(Budget::new(opts.read_ahead));
         store.deadline = Deadline::new(opts.timeout);
         store.meta = Arc::new(MetaCache::new(opts.meta_ttl));
+        if let Some((dir, size)) = &opts.cache {
+            let disk = DiskCache::open(dir, *size)
+                .map_err(|e| err(format!("the cache {}: {e}", dir.display())))?;
+            store.disk = Some(Arc::new(disk));
+        }
         store.check().map_err(err)?;
         Ok(store)
     }
@@ -155,7 +170,14 @@ impl ObjectStoreStore {
             counters: Arc::default(),
             meta: Arc::new(MetaCache::new(Duration::ZERO)),
             deadline: Deadline::new(DEFAULT_TIMEOUT),
+            disk: None,
+            scope: scope_of(url),
         })
+    }
+
+    /// Keep the bytes read in `disk` (as `--cache` does).
+    pub fn set_disk_cache(&mut self, disk: Arc<DiskCache>) {
+        self.disk = Some(disk);
     }
 
     /// One listing of the prefix, so that a wrong bucket, wrong credentials or an
@@ -178,6 +200,15 @@ impl ObjectStoreStore {
     /// The read-ahead memory in use and its cap.
     pub fn read_ahead(&self) -> (u64, u64) {
         (self.budget.used(), self.budget.cap)
+    }
+}
+
+/// The part of a store URL that names its bucket (`s3://bucket`): what an object is
+/// called in the local cache, with its key.
+fn scope_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", rest.split('/').next().unwrap_or("")),
+        None => url.to_string(),
     }
 }
 
@@ -245,10 +276,16 @@ impl Store for ObjectStoreStore {
         let Some(meta) = self.head(rel)? else {
             return Ok(None);
         };
+        let key = self.key(rel)?;
+        let disk = self
+            .disk
+            .clone()
+            .map(|d| (d, format!("{}/{key}", self.scope)));
         Ok(Some(Box::new(ObjectFile {
+            disk,
             store: self.inner.clone(),
             handle: self.rt.handle().clone(),
-            key: self.key(rel)?,
+            key,
             meta,
             ahead: Mutex::new(ReadAhead::default()),
             ahead_done: parking_lot::Condvar::new(),
@@ -289,6 +326,14 @@ impl Store for ObjectStoreStore {
             ("get_bytes", c.get_bytes.load(Relaxed)),
             ("head", c.heads.load(Relaxed)),
             ("list", c.lists.load(Relaxed)),
+            (
+                "cache_hits",
+                self.disk.as_ref().map_or(0, |d| d.hits.load(Relaxed)),
+            ),
+            (
+                "cache_hit_bytes",
+                self.disk.as_ref().map_or(0, |d| d.hit_bytes.load(Relaxed)),
+            ),
         ]
     }
 

@@ -11,6 +11,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use parking_lot::Mutex;
 
 use super::client::{Deadline, meta_of, timed, to_io};
+use super::disk_cache::DiskCache;
 use super::meta::MetaCache;
 use crate::store::{EntryMeta, StoreFile};
 
@@ -30,6 +31,8 @@ pub(super) struct ObjectFile {
     pub(super) meta_cache: Arc<MetaCache>,
     pub(super) rel: PathBuf,
     pub(super) deadline: Deadline,
+    /// The local cache (`--cache`), and this object's name in it (`s3://bucket/key`).
+    pub(super) disk: Option<(Arc<DiskCache>, String)>,
 }
 
 /// The first and the largest read-ahead window; each window is 4 times the last. On
@@ -187,6 +190,20 @@ impl ObjectFile {
         ranges: &[std::ops::Range<u64>],
     ) -> io::Result<Vec<(u64, bytes::Bytes)>> {
         use std::sync::atomic::Ordering::Relaxed;
+        // What the local cache holds of this version needs no request.
+        let cache = self.disk.as_ref().zip(self.meta.e_tag.as_deref());
+        let mut pieces = Vec::with_capacity(ranges.len());
+        let mut wanted = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            match cache.and_then(|((disk, name), etag)| disk.get(name, etag, range.clone())) {
+                Some(bytes) => pieces.push((range.start, bytes)),
+                None => wanted.push(range.clone()),
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(pieces);
+        }
+        let ranges = &wanted[..];
         let allowed = self.deadline.allowance();
         let gets: Vec<_> = ranges
             .iter()
@@ -212,7 +229,6 @@ impl ObjectFile {
             }
             out
         });
-        let mut pieces = Vec::with_capacity(got.len());
         let mut failed = None;
         for (range, got) in ranges.iter().zip(got) {
             let got = got.unwrap_or_else(|join| {
@@ -228,6 +244,9 @@ impl ObjectFile {
                     self.counters
                         .get_bytes
                         .fetch_add(bytes.len() as u64, Relaxed);
+                    if let Some(((disk, name), etag)) = cache {
+                        disk.put(name, etag, range.start, &bytes);
+                    }
                     pieces.push((range.start, bytes));
                 }
                 Err(e) => {
@@ -242,7 +261,10 @@ impl ObjectFile {
         }
         match failed {
             Some(e) => Err(to_io(Path::new(self.key.as_ref()), e)),
-            None => Ok(pieces),
+            None => {
+                pieces.sort_by_key(|(start, _)| *start);
+                Ok(pieces)
+            }
         }
     }
 }

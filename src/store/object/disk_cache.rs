@@ -1,0 +1,432 @@
+//! The local cache of object bytes (`--cache DIR`): ranges of objects as fetched,
+//! kept on a local disk under the object's ETag, so that a second mount (or the same
+//! one, after the read-ahead let them go) reads them without a request. Valid across
+//! mounts and processes: an object is found only at the version (ETag) the mount sees,
+//! and a replaced object is simply another entry.
+//!
+//! One entry per object version: `DIR/shardfs-cache-v1/HH/HASH.data`, a sparse file
+//! of the object's bytes at their offsets, and `HASH.map`, a log of the ranges written
+//! into it, each with its CRC-32C. A record is appended (one `write` with `O_APPEND`,
+//! atomic on a local file system) after its bytes are written, and the bytes are checked
+//! against it at every read: a record whose bytes did not reach the disk (a crash
+//! between the two writes), or that another version of shardfs wrote differently, is a
+//! miss, never wrong bytes. The map's first line names the object and its ETag, so a
+//! hash collision is a miss too.
+//!
+//! Bounded by `--cache-size` for the whole directory (counted at start and as this
+//! process writes; another mount sharing the directory counts its own): past it, whole
+//! entries go, least recently used first (by the map's mtime, touched at each use). No
+//! entry is written while the disk has less than 5% or 1 GiB free. Failures of the cache
+//! (a full disk, a removed directory) are logged once and make misses: the object store
+//! is always the answer.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::io::{self, Write};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+/// What the directory's layout is called: another layout, another name.
+const LAYOUT: &str = "shardfs-cache-v1";
+
+/// The least free space an entry is written with: 5% of the disk, and at least this.
+const MIN_FREE: u64 = 1 << 30;
+
+/// A local directory of object ranges.
+pub struct DiskCache {
+    root: PathBuf,
+    cap: u64,
+    /// Bytes of the directory's entries, as counted at start and since.
+    used: AtomicU64,
+    /// Entries open in this process: their ranges as read from their maps.
+    open: Mutex<HashMap<PathBuf, Arc<Entry>>>,
+    /// Whether a failure was logged (once per process).
+    said: AtomicBool,
+    /// Ranges served from the cache, and bytes (for `stats`).
+    pub hits: AtomicU64,
+    pub hit_bytes: AtomicU64,
+}
+
+/// One object version's ranges.
+struct Entry {
+    data: File,
+    map: Mutex<File>,
+    /// The ranges the map lists, with their CRC-32C.
+    ranges: Mutex<Vec<(Range<u64>, u32)>>,
+    map_path: PathBuf,
+}
+
+impl DiskCache {
+    /// The cache in `dir` (made if missing), holding at most `cap` bytes.
+    pub fn open(dir: &Path, cap: u64) -> io::Result<DiskCache> {
+        let root = dir.join(LAYOUT);
+        std::fs::create_dir_all(&root)?;
+        let cache = DiskCache {
+            used: AtomicU64::new(du(&root)),
+            root,
+            cap,
+            open: Mutex::default(),
+            said: AtomicBool::new(false),
+            hits: AtomicU64::new(0),
+            hit_bytes: AtomicU64::new(0),
+        };
+        cache.evict(0);
+        Ok(cache)
+    }
+
+    /// The directory the cache lives in (what `--cache` named).
+    pub fn describe(&self) -> String {
+        self.root
+            .parent()
+            .unwrap_or(&self.root)
+            .display()
+            .to_string()
+    }
+
+    /// Bytes held now, as counted.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn failed(&self, what: &str, e: &io::Error) {
+        if !self.said.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "the cache in {}: {what}: {e}; reads go to the store",
+                self.describe()
+            );
+        }
+    }
+
+    /// The path stem of `object` at `etag`, and its first map line.
+    fn stem(&self, object: &str, etag: &str) -> (PathBuf, String) {
+        let name = format!("{object}\n{etag}\n");
+        let mut h1 = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h1);
+        let h2 = crc32c::crc32c(name.as_bytes());
+        let hash = format!("{:016x}{:08x}", h1.finish(), h2);
+        (self.root.join(&hash[..2]).join(&hash), name)
+    }
+
+    /// The entry of `object` at `etag`, opened (made when `make`).
+    fn entry(&self, object: &str, etag: &str, make: bool) -> Option<Arc<Entry>> {
+        let (stem, name) = self.stem(object, etag);
+        if let Some(e) = self.open.lock().get(&stem) {
+            return Some(e.clone());
+        }
+        let map_path = stem.with_extension("map");
+        let data_path = stem.with_extension("data");
+        let opened = (|| -> io::Result<Option<Entry>> {
+            let exists = map_path.exists();
+            if !exists && !make {
+                return Ok(None);
+            }
+            if !exists {
+                std::fs::create_dir_all(stem.parent().unwrap_or(&self.root))?;
+            }
+            let mut map = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .read(true)
+                .open(&map_path)?;
+            let data = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&data_path)?;
+            let text = std::fs::read_to_string(&map_path)?;
+            let ranges = if text.is_empty() {
+                map.write_all(name.as_bytes())?;
+                Vec::new()
+            } else if let Some(records) = text.strip_prefix(&name) {
+                parse_records(records)
+            } else {
+                // Another object that hashes alike: not this one's.
+                return Ok(None);
+            };
+            Ok(Some(Entry {
+                data,
+                map: Mutex::new(map),
+                ranges: Mutex::new(ranges),
+                map_path,
+            }))
+        })();
+        match opened {
+            Ok(Some(e)) => {
+                let e = Arc::new(e);
+                let mut open = self.open.lock();
+                if open.len() >= 1024 {
+                    open.clear();
+                }
+                Some(open.entry(stem).or_insert(e).clone())
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.failed("opening an entry", &e);
+                None
+            }
+        }
+    }
+
+    /// Bytes `range` of `object` at `etag`, if the cache holds them all, checked.
+    pub fn get(&self, object: &str, etag: &str, range: Range<u64>) -> Option<bytes::Bytes> {
+        let entry = self.entry(object, etag, false)?;
+        // The records that cover it, in order, each checked whole.
+        let records: Vec<_> = {
+            let ranges = entry.ranges.lock();
+            covering(&ranges, &range)?
+        };
+        let mut out = vec![0u8; (range.end - range.start) as usize];
+        for (r, crc) in records {
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            if entry.data.read_exact_at(&mut buf, r.start).is_err() || crc32c::crc32c(&buf) != crc {
+                // Not what was recorded: forget it (a later fetch records it again).
+                entry.ranges.lock().retain(|(x, _)| *x != r);
+                return None;
+            }
+            let from = r.start.max(range.start);
+            let to = r.end.min(range.end);
+            out[(from - range.start) as usize..(to - range.start) as usize]
+                .copy_from_slice(&buf[(from - r.start) as usize..(to - r.start) as usize]);
+        }
+        // Used: the entry is the most recent (its map's mtime).
+        let _ = File::options()
+            .write(true)
+            .open(&entry.map_path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        self.hit_bytes
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Some(out.into())
+    }
+
+    /// Keep `bytes`, fetched at `start` of `object` at `etag`.
+    pub fn put(&self, object: &str, etag: &str, start: u64, bytes: &[u8]) {
+        if bytes.is_empty() || bytes.len() as u64 > self.cap / 4 || !self.room(bytes.len() as u64) {
+            return;
+        }
+        let Some(entry) = self.entry(object, etag, true) else {
+            return;
+        };
+        let range = start..start + bytes.len() as u64;
+        if entry
+            .ranges
+            .lock()
+            .iter()
+            .any(|(r, _)| r.start <= range.start && range.end <= r.end)
+        {
+            return;
+        }
+        let crc = crc32c::crc32c(bytes);
+        let written = entry.data.write_all_at(bytes, start).and_then(|()| {
+            let record = format!("{} {} {crc:08x}\n", range.start, range.end);
+            entry.map.lock().write_all(record.as_bytes())
+        });
+        match written {
+            Ok(()) => {
+                entry.ranges.lock().push((range, crc));
+                self.used
+                    .fetch_add(bytes.len() as u64 + 32, Ordering::Relaxed);
+            }
+            Err(e) => self.failed("writing", &e),
+        }
+    }
+
+    /// Whether `n` more bytes may be written: within the cap (making room by eviction)
+    /// and leaving the disk its free space.
+    fn room(&self, n: u64) -> bool {
+        if self.used() + n > self.cap {
+            self.evict(n);
+        }
+        let free = match rustix::fs::statvfs(&self.root) {
+            Ok(s) => {
+                let free = s.f_bavail.saturating_mul(s.f_frsize);
+                let total = s.f_blocks.saturating_mul(s.f_frsize);
+                free.saturating_sub(n) >= MIN_FREE.max(total / 20)
+            }
+            Err(_) => false,
+        };
+        free && self.used() + n <= self.cap
+    }
+
+    /// Remove entries, least recently used first, until `n` more bytes fit in the cap.
+    fn evict(&self, n: u64) {
+        if self.used() + n <= self.cap {
+            return;
+        }
+        let mut entries = Vec::new();
+        for sub in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in std::fs::read_dir(sub.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let p = f.path();
+                if p.extension().is_some_and(|e| e == "map")
+                    && let Ok(m) = f.metadata()
+                {
+                    let data = p.with_extension("data");
+                    let size = m.len() + std::fs::metadata(&data).map_or(0, |d| allocated(&d));
+                    entries.push((m.modified().ok(), p, size));
+                }
+            }
+        }
+        entries.sort_by_key(|(t, _, _)| *t);
+        let mut used: u64 = entries.iter().map(|(_, _, s)| s).sum();
+        for (_, map, size) in entries {
+            if used + n <= self.cap {
+                break;
+            }
+            let stem = map.with_extension("");
+            self.open.lock().remove(&stem);
+            let _ = std::fs::remove_file(&map);
+            let _ = std::fs::remove_file(map.with_extension("data"));
+            used = used.saturating_sub(size);
+        }
+        self.used.store(used, Ordering::Relaxed);
+    }
+}
+
+/// The records of a map after its first line: `START END CRC` a line; a line cut short
+/// (a crash while it was appended) or malformed is left out.
+fn parse_records(text: &str) -> Vec<(Range<u64>, u32)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let start = f.next()?.parse().ok()?;
+            let end: u64 = f.next()?.parse().ok()?;
+            let crc = u32::from_str_radix(f.next()?, 16).ok()?;
+            (start < end && f.next().is_none()).then_some((start..end, crc))
+        })
+        .collect()
+}
+
+/// Records that together cover `want`, in order; `None` when there is a gap.
+fn covering(ranges: &[(Range<u64>, u32)], want: &Range<u64>) -> Option<Vec<(Range<u64>, u32)>> {
+    let mut out = Vec::new();
+    let mut at = want.start;
+    while at < want.end {
+        // The record reaching furthest among those that hold `at`.
+        let best = ranges
+            .iter()
+            .filter(|(r, _)| r.start <= at && at < r.end)
+            .max_by_key(|(r, _)| r.end)?;
+        at = best.0.end;
+        out.push(best.clone());
+    }
+    Some(out)
+}
+
+/// Bytes a file takes on disk (a sparse data file: what was written).
+fn allocated(m: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    m.blocks() * 512
+}
+
+/// Bytes the entries under `root` take.
+fn du(root: &Path) -> u64 {
+    let mut total = 0;
+    for sub in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(m) = f.metadata() {
+                total += if f.path().extension().is_some_and(|e| e == "data") {
+                    allocated(&m)
+                } else {
+                    m.len()
+                };
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_kept_by_version_checked_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        assert!(c.get("s3://b/k", "e1", 0..100).is_none(), "empty");
+        c.put("s3://b/k", "e1", 0, &bytes[..4000]);
+        c.put("s3://b/k", "e1", 4000, &bytes[4000..]);
+        assert_eq!(
+            &c.get("s3://b/k", "e1", 3000..5000).unwrap()[..],
+            &bytes[3000..5000]
+        );
+        assert!(c.get("s3://b/k", "e2", 0..100).is_none(), "another version");
+        assert!(
+            c.get("s3://b/other", "e1", 0..100).is_none(),
+            "another object"
+        );
+        assert!(
+            c.get("s3://b/k", "e1", 9000..10_001).is_none(),
+            "past what was kept"
+        );
+        // Another process (a fresh cache over the same directory) finds them.
+        let again = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        assert_eq!(
+            &again.get("s3://b/k", "e1", 0..10_000).unwrap()[..],
+            &bytes[..]
+        );
+        // Bytes that are not what was recorded are a miss, and stay one.
+        let (stem, _) = again.stem("s3://b/k", "e1");
+        let data = OpenOptions::new()
+            .write(true)
+            .open(stem.with_extension("data"))
+            .unwrap();
+        data.write_all_at(b"XX", 10).unwrap();
+        let third = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        assert!(
+            third.get("s3://b/k", "e1", 0..100).is_none(),
+            "corrupt: a miss"
+        );
+        assert_eq!(
+            &third.get("s3://b/k", "e1", 5000..6000).unwrap()[..],
+            &bytes[5000..6000]
+        );
+        // A map cut short in its last line keeps the lines before.
+        assert_eq!(parse_records("0 10 0000000a\n10 2"), vec![(0..10, 10)]);
+    }
+
+    #[test]
+    fn the_least_recently_used_entries_go_first_past_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = vec![7u8; 256 << 10];
+        let c = DiskCache::open(dir.path(), 2 << 20).unwrap();
+        for i in 0..6 {
+            c.put(&format!("s3://b/{i}"), "e", 0, &chunk);
+            // A distinct use time for each (file times have a coarse grain somewhere).
+            let (stem, _) = c.stem(&format!("s3://b/{i}"), "e");
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i);
+            File::options()
+                .write(true)
+                .open(stem.with_extension("map"))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        for i in 6..12 {
+            c.put(&format!("s3://b/{i}"), "e", 0, &chunk);
+        }
+        assert!(c.used() <= 2 << 20, "{}", c.used());
+        assert!(c.get("s3://b/0", "e", 0..10).is_none(), "the oldest went");
+        assert!(c.get("s3://b/11", "e", 0..10).is_some(), "the newest stays");
+    }
+}
