@@ -120,6 +120,58 @@ impl ObjectStoreStore {
     }
 }
 
+/// Metadata files are opened with one GET of their first this many bytes (all of any
+/// metadata file but a huge consolidated one), not a HEAD and then a GET.
+pub(super) const METADATA_PREFIX: u64 = 1 << 20;
+
+impl ObjectStoreStore {
+    /// The object at `rel` and its first [`METADATA_PREFIX`] bytes, in one request (what a
+    /// HEAD would say is kept as its answer); `None` when there is none.
+    pub(super) fn get_start(
+        &self,
+        rel: &Path,
+    ) -> io::Result<Option<(object_store::ObjectMeta, bytes::Bytes)>> {
+        let key = self.key(rel)?;
+        let generation = self.meta.generation();
+        self.counters
+            .gets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        log::debug!("GET {key} bytes 0..{METADATA_PREFIX} (opened)");
+        let got = self.block_on(async {
+            let opts = object_store::GetOptions {
+                range: Some(object_store::GetRange::Bounded(0..METADATA_PREFIX)),
+                ..Default::default()
+            };
+            let r = self.inner.get_opts(&key, opts).await?;
+            let meta = r.meta.clone();
+            Ok::<_, object_store::Error>((meta, r.bytes().await?))
+        });
+        let found = match got {
+            Ok((meta, bytes)) => {
+                self.counters
+                    .get_bytes
+                    .fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                Some((meta, bytes))
+            }
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(to_io(rel, e)),
+        };
+        let head = found.as_ref().map(|(m, _)| m.clone());
+        self.meta.keep(&self.meta.heads, rel, head, generation);
+        Ok(found)
+    }
+}
+
+/// Whether `rel` names a Zarr metadata file (read whole, and small).
+pub(super) fn is_metadata(rel: &Path) -> bool {
+    rel.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        matches!(
+            n,
+            "zarr.json" | ".zarray" | ".zattrs" | ".zgroup" | ".zmetadata"
+        )
+    })
+}
+
 pub(super) type ObjResult<T> = Result<T, object_store::Error>;
 
 /// No answer within `--s3-timeout`: what a request that outlived it fails with.

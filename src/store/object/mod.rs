@@ -273,15 +273,37 @@ impl Store for ObjectStoreStore {
     }
 
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
-        let Some(meta) = self.head(rel)? else {
-            return Ok(None);
+        // A metadata file not known yet: one GET of it, not a HEAD and then a GET (a
+        // cold read of a chunk starts with the array's zarr.json). With a local cache, a
+        // HEAD: its ETag finds the bytes kept there.
+        let start = if client::is_metadata(rel)
+            && self.disk.is_none()
+            && self.meta.fresh(&self.meta.heads, rel).is_none()
+            && !self.listed_absent(rel)
+            && !self.deadline.outage()
+        {
+            match self.get_start(rel) {
+                Ok(Some((meta, bytes))) => Some((meta, bytes)),
+                Ok(None) => return Ok(None),
+                // An empty object has no range to give (416): asked as any other.
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let meta = match &start {
+            Some((meta, _)) => meta.clone(),
+            None => match self.head(rel)? {
+                Some(meta) => meta,
+                None => return Ok(None),
+            },
         };
         let key = self.key(rel)?;
         let disk = self
             .disk
             .clone()
             .map(|d| (d, format!("{}/{key}", self.scope)));
-        Ok(Some(Box::new(ObjectFile {
+        let file = ObjectFile {
             disk,
             store: self.inner.clone(),
             handle: self.rt.handle().clone(),
@@ -294,7 +316,11 @@ impl Store for ObjectStoreStore {
             meta_cache: self.meta.clone(),
             rel: rel.to_path_buf(),
             deadline: self.deadline.clone(),
-        })))
+        };
+        if let Some((_, bytes)) = start {
+            file.hold_start(bytes);
+        }
+        Ok(Some(Box::new(file)))
     }
 
     fn read_link(&self, _rel: &Path) -> io::Result<PathBuf> {
