@@ -1,0 +1,679 @@
+//! The seed's blosc containers in the tree, read-only: a bcolz carray rootdir shown as a
+//! Zarr array at its own path, a ctable rootdir as a group of its columns, a bloscpack
+//! file `F.blp` as a directory `F.blp` that is one Zarr array. Their chunk files are the
+//! containers' own blosc frames; the short last chunk is decoded and re-encoded whole by
+//! c-blosc ([`format::blosc`]). What is loaded is kept by store path and refreshed when
+//! the files it came from change. Parsing is in `format` (`bcolz`, `bloscpack`,
+//! `container`); writes into containers are refused (`EROFS`) by the write side.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::format::bcolz::{self, CarrayMeta};
+use crate::format::blosc;
+use crate::format::bloscpack::{self, BloscpackError, Checksum, ChunkEntry};
+use crate::format::container::{self, ShownArray};
+
+use super::*;
+use crate::store::Store;
+
+/// Names of files checked for being bloscpack files.
+const BLOSCPACK_SUFFIXES: &[&str] = &[".blp", ".bp"];
+/// Containers kept at most; the whole set is dropped when more are met.
+const KEPT: usize = 4096;
+
+/// A container shown as a Zarr array.
+#[derive(Debug)]
+pub struct ContainerArray {
+    /// Its path in the store and in the view.
+    pub rel: PathBuf,
+    /// `bcolz carray` or `bloscpack file`.
+    pub what: &'static str,
+    pub array: ShownArray,
+    source: Source,
+    /// The short last chunk re-encoded whole (set once loaded).
+    last: LastChunk,
+    /// Owner, mode and times of its directory (read-only).
+    pub meta: EntryMeta,
+    zarr_json: Arc<Vec<u8>>,
+    zarray: Arc<Vec<u8>>,
+    zattrs: Arc<Vec<u8>>,
+}
+
+/// Where the chunks' bytes are.
+#[derive(Debug)]
+enum Source {
+    /// One chunk file each (`data/__i.blp`).
+    Bcolz,
+    /// Ranges of one file, each followed by its checksum.
+    Bloscpack {
+        chunks: Vec<ChunkEntry>,
+        checksum: Checksum,
+    },
+}
+
+/// The short last chunk re-encoded whole, or why it cannot be.
+type LastChunk = Option<std::result::Result<Arc<Vec<u8>>, String>>;
+
+/// A bcolz ctable shown as a group.
+#[derive(Debug)]
+pub struct ContainerGroup {
+    pub rel: PathBuf,
+    pub columns: Vec<String>,
+    pub meta: EntryMeta,
+    attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A node of a container.
+#[derive(Clone, Debug)]
+pub enum ContainerNode {
+    Array(Arc<ContainerArray>),
+    Group(Arc<ContainerGroup>),
+    ArrayMeta(Arc<ContainerArray>, MetaFile),
+    GroupMeta(Arc<ContainerGroup>, MetaFile),
+    Chunk(Arc<ContainerArray>, u64),
+}
+
+impl ContainerNode {
+    pub fn is_dir(&self) -> bool {
+        matches!(self, ContainerNode::Array(..) | ContainerNode::Group(_))
+    }
+}
+
+/// What was loaded, by store path, with the version of the file it was loaded from.
+#[derive(Default)]
+pub(super) struct Containers {
+    known: Mutex<HashMap<PathBuf, (Vec<(u64, u64, std::time::SystemTime)>, Loaded)>>,
+}
+
+#[derive(Clone)]
+enum Loaded {
+    Node(ContainerNode),
+    Broken(String),
+}
+
+impl ContainerArray {
+    fn new(
+        rel: PathBuf,
+        what: &'static str,
+        array: ShownArray,
+        source: Source,
+        meta: EntryMeta,
+    ) -> ContainerArray {
+        let mut array = array;
+        // Named after the container, so that xarray can open a group of several.
+        let stem = rel
+            .file_name()
+            .map_or("dim".into(), |n| n.to_string_lossy().into_owned());
+        array.dimension_names = Some(
+            (0..array.shape.len())
+                .map(|k| format!("{stem}_{k}"))
+                .collect(),
+        );
+        ContainerArray {
+            zarr_json: Arc::new(array.zarr_json()),
+            zarray: Arc::new(array.zarray()),
+            zattrs: Arc::new(array.zattrs()),
+            rel,
+            what,
+            array,
+            source,
+            last: None,
+            meta,
+        }
+    }
+
+    pub fn doc(&self, file: MetaFile) -> Option<Arc<Vec<u8>>> {
+        match file {
+            MetaFile::ZarrJson => Some(self.zarr_json.clone()),
+            MetaFile::Zarray => Some(self.zarray.clone()),
+            MetaFile::Zattrs => Some(self.zattrs.clone()),
+            MetaFile::Zgroup => None,
+        }
+    }
+
+    /// Whether chunk `i` is the short last one, shown re-encoded.
+    fn is_short(&self, i: u64) -> bool {
+        i + 1 == self.array.nchunks() && {
+            let axis = self.array.chunk_axis();
+            self.array.shape[axis] % self.array.chunk_len != 0
+        }
+    }
+}
+
+impl ContainerGroup {
+    pub fn doc(&self, file: MetaFile) -> Option<Arc<Vec<u8>>> {
+        Some(Arc::new(match file {
+            MetaFile::ZarrJson => container::group_json(&self.attributes),
+            MetaFile::Zgroup => container::zgroup(),
+            MetaFile::Zattrs => {
+                let mut out =
+                    serde_json::to_vec_pretty(&self.attributes).expect("JSON of a JSON map");
+                out.push(b'\n');
+                out
+            }
+            MetaFile::Zarray => return None,
+        }))
+    }
+}
+
+/// A directory's mode as a read-only one: read and search where it could be read.
+fn read_only_dir(mut m: EntryMeta) -> EntryMeta {
+    let r = m.perm & 0o444;
+    m.perm = r | (r >> 2);
+    m
+}
+
+impl View {
+    /// A store directory shown as a container: a carray or a ctable rootdir. `Ok(None)`:
+    /// it is none. Broken: `EIO`, logged once.
+    pub(super) fn container_dir(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
+        let marks = [
+            rel.join(bcolz::ROOTDIRS),
+            rel.join(bcolz::SIZES),
+            rel.join(bcolz::STORAGE),
+        ];
+        let mut versions = Vec::new();
+        for mark in &marks {
+            if let Some(m) = self.store.stat(mark)?
+                && m.kind == EntryKind::File
+            {
+                versions.push(m.version());
+            } else {
+                versions.push((0, 0, std::time::UNIX_EPOCH));
+            }
+        }
+        let ctable = versions[0].0 != 0 || versions[0].1 != 0;
+        let carray = versions[1..].iter().all(|v| v.0 != 0 || v.1 != 0);
+        if !ctable && !carray {
+            return Ok(None);
+        }
+        versions.push(m.version());
+        self.known_container(rel, versions, || {
+            if ctable {
+                load_ctable(self.store.as_ref(), rel, m)
+            } else {
+                load_carray(self.store.as_ref(), rel, m)
+            }
+        })
+        .map(Some)
+    }
+
+    /// A store file shown as a container: a bloscpack file, named `*.blp` or `*.bp`.
+    /// `Ok(None)`: it is none (another name, or no bloscpack magic).
+    pub(super) fn container_file(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
+        if !bloscpack_named(rel) || m.len < 4 {
+            return Ok(None);
+        }
+        if let Some((v, loaded)) = self.containers.known.lock().get(rel)
+            && v == &[m.version()]
+        {
+            return self.shown_loaded(rel, loaded.clone()).map(Some);
+        }
+        let Some(file) = self.store.open(rel)? else {
+            return Ok(None);
+        };
+        let mut magic = [0u8; 4];
+        file.read_exact_at(&mut magic, 0)?;
+        if &magic != bloscpack::MAGIC {
+            return Ok(None);
+        }
+        self.known_container(rel, vec![m.version()], || {
+            load_bloscpack(self.store.as_ref(), rel, file.as_ref(), m)
+        })
+        .map(Some)
+    }
+
+    /// The kind a listed store entry is shown as: a bloscpack file is a directory.
+    pub(super) fn listed_kind(&self, dir: &Path, name: &OsStr, kind: Kind) -> Kind {
+        if kind != Kind::File
+            || !name
+                .to_str()
+                .is_some_and(|n| BLOSCPACK_SUFFIXES.iter().any(|s| n.ends_with(s)))
+        {
+            return kind;
+        }
+        let rel = dir.join(name);
+        match self.store.stat(&rel) {
+            Ok(Some(m)) => match self.container_file(&rel, &m) {
+                Ok(Some(_)) => Kind::Dir,
+                _ => kind,
+            },
+            _ => kind,
+        }
+    }
+
+    fn known_container(
+        &self,
+        rel: &Path,
+        version: Vec<(u64, u64, std::time::SystemTime)>,
+        load: impl FnOnce() -> std::result::Result<ContainerNode, String>,
+    ) -> Result<Node> {
+        if let Some((v, loaded)) = self.containers.known.lock().get(rel)
+            && *v == version
+        {
+            return self.shown_loaded(rel, loaded.clone());
+        }
+        let loaded = match load() {
+            Ok(node) => Loaded::Node(node),
+            Err(why) => {
+                log::warn!("{}: {why}", rel.display());
+                Loaded::Broken(why)
+            }
+        };
+        let mut known = self.containers.known.lock();
+        if known.len() >= KEPT {
+            known.clear();
+        }
+        known.insert(rel.to_path_buf(), (version, loaded.clone()));
+        drop(known);
+        match loaded {
+            Loaded::Node(n) => Ok(Node::Container(n)),
+            Loaded::Broken(why) => Err(ViewError::Container {
+                path: rel.to_path_buf(),
+                why,
+            }),
+        }
+    }
+
+    fn shown_loaded(&self, rel: &Path, loaded: Loaded) -> Result<Node> {
+        match loaded {
+            Loaded::Node(n) => Ok(Node::Container(n)),
+            Loaded::Broken(why) => Err(ViewError::Container {
+                path: rel.to_path_buf(),
+                why,
+            }),
+        }
+    }
+
+    /// The bytes of a chunk file of the view: the stored frame, or the short last
+    /// chunk re-encoded. Broken: `EIO` and one log line.
+    pub(super) fn container_chunk(&self, a: &ContainerArray, i: u64) -> Result<Arc<Vec<u8>>> {
+        let res = if a.is_short(i) {
+            match &a.last {
+                Some(r) => r.clone(),
+                None => Err("no last chunk".to_string()),
+            }
+        } else {
+            stored_frame(self.store.as_ref(), a, i).map(Arc::new)
+        };
+        res.map_err(|why| {
+            log::warn!("{} ({}): chunk {i}: {why}", a.rel.display(), a.what);
+            ViewError::Container {
+                path: a.rel.clone(),
+                why,
+            }
+        })
+    }
+
+    /// The size of a chunk file of the view (bcolz: the chunk file's, less its header).
+    fn container_chunk_len(&self, a: &ContainerArray, i: u64) -> Result<u64> {
+        if a.is_short(i) {
+            return Ok(match &a.last {
+                Some(Ok(b)) => b.len() as u64,
+                _ => 0,
+            });
+        }
+        match &a.source {
+            Source::Bcolz => {
+                let m = self.stat_rel(&a.rel.join(bcolz::chunk_file(i)))?;
+                Ok(m.len.saturating_sub(bcolz::CHUNK_HEADER_LEN as u64))
+            }
+            Source::Bloscpack { chunks, .. } => {
+                Ok(chunks.get(i as usize).map_or(0, ChunkEntry::len))
+            }
+        }
+    }
+
+    /// The child `name` of a container directory.
+    pub(super) fn container_child(&self, c: &ContainerNode, name: &OsStr) -> Result<Option<Node>> {
+        let v2 = self.format == ViewFormat::V2;
+        Ok(match c {
+            ContainerNode::Array(a) => {
+                if let Some(file) = MetaFile::from_name(name)
+                    && self.format.array_files().contains(&file)
+                {
+                    return Ok(Some(Node::Container(ContainerNode::ArrayMeta(
+                        a.clone(),
+                        file,
+                    ))));
+                }
+                name.to_str()
+                    .and_then(|n| a.array.parse_key(n, v2))
+                    .map(|i| Node::Container(ContainerNode::Chunk(a.clone(), i)))
+            }
+            ContainerNode::Group(g) => {
+                if let Some(file) = MetaFile::from_name(name)
+                    && self.format.group_files().contains(&file)
+                {
+                    return Ok(Some(Node::Container(ContainerNode::GroupMeta(
+                        g.clone(),
+                        file,
+                    ))));
+                }
+                if !g.columns.iter().any(|c| OsStr::new(c) == name) {
+                    return Ok(None);
+                }
+                let rel = g.rel.join(name);
+                match self.store.stat(&rel)? {
+                    Some(m) if m.kind == EntryKind::Dir => self.container_dir(&rel, &m)?,
+                    _ => None,
+                }
+            }
+            _ => return Err(ViewError::NotDir),
+        })
+    }
+
+    /// The entries of a container directory.
+    pub(super) fn list_container(&self, c: &ContainerNode) -> Result<Vec<DirEntry>> {
+        let entry = |name: String, kind| DirEntry {
+            ino: 0,
+            name: name.into(),
+            kind,
+        };
+        let v2 = self.format == ViewFormat::V2;
+        Ok(match c {
+            ContainerNode::Array(a) => self
+                .format
+                .array_files()
+                .iter()
+                .map(|f| entry(f.name().into(), Kind::File))
+                .chain((0..a.array.nchunks()).map(|i| entry(a.array.key(i, v2), Kind::File)))
+                .collect(),
+            ContainerNode::Group(g) => self
+                .format
+                .group_files()
+                .iter()
+                .map(|f| entry(f.name().into(), Kind::File))
+                .chain(g.columns.iter().map(|c| entry(c.clone(), Kind::Dir)))
+                .collect(),
+            _ => return Err(ViewError::NotDir),
+        })
+    }
+
+    /// The attributes of a container node.
+    pub(super) fn container_attr(&self, ino: u64, c: &ContainerNode) -> Result<Attr> {
+        let file_meta = |m: &EntryMeta| EntryMeta {
+            perm: m.perm & 0o444,
+            ..*m
+        };
+        Ok(match c {
+            ContainerNode::Array(a) => Attr::from_meta(ino, Kind::Dir, 0, &a.meta),
+            ContainerNode::Group(g) => Attr::from_meta(ino, Kind::Dir, 0, &g.meta),
+            ContainerNode::ArrayMeta(a, f) => {
+                let len = a.doc(*f).map_or(0, |d| d.len() as u64);
+                Attr::from_meta(ino, Kind::File, len, &file_meta(&a.meta))
+            }
+            ContainerNode::GroupMeta(g, f) => {
+                let len = g.doc(*f).map_or(0, |d| d.len() as u64);
+                Attr::from_meta(ino, Kind::File, len, &file_meta(&g.meta))
+            }
+            ContainerNode::Chunk(a, i) => {
+                let len = self.container_chunk_len(a, *i)?;
+                Attr::from_meta(ino, Kind::File, len, &file_meta(&a.meta))
+            }
+        })
+    }
+
+    /// What reads of a container node are served from.
+    pub(super) fn container_reader(&self, c: &ContainerNode) -> Result<Handle> {
+        Ok(match c {
+            ContainerNode::Array(_) | ContainerNode::Group(_) => return Err(ViewError::IsDir),
+            ContainerNode::ArrayMeta(a, f) => Handle::Bytes(a.doc(*f).ok_or(ViewError::NotFound)?),
+            ContainerNode::GroupMeta(g, f) => Handle::Bytes(g.doc(*f).ok_or(ViewError::NotFound)?),
+            ContainerNode::Chunk(a, i) => Handle::Bytes(self.container_chunk(a, *i)?),
+        })
+    }
+}
+
+/// `EROFS` where any of `nodes` is in a container: they are shown read-only.
+pub(super) fn refuse_writes(nodes: &[Option<&Node>]) -> Result<()> {
+    if nodes
+        .iter()
+        .flatten()
+        .any(|n| matches!(n, Node::Container(_)))
+    {
+        return Err(ViewError::ReadOnly);
+    }
+    Ok(())
+}
+
+// ----- loading, from any store (the view keeps what it loaded; `shardfs info` lists it) -----
+
+fn small_file(store: &dyn Store, rel: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
+    let show = |e: io::Error| format!("{}: {e}", rel.display());
+    let Some(file) = store.open(rel).map_err(show)? else {
+        return Ok(None);
+    };
+    let len = file.meta().map_err(show)?.len;
+    if len > bcolz::MAX_JSON {
+        return Err(format!("{}: {len} bytes", rel.display()));
+    }
+    let mut b = vec![0; len as usize];
+    file.read_exact_at(&mut b, 0).map_err(show)?;
+    Ok(Some(b))
+}
+
+fn load_carray_array(
+    store: &dyn Store,
+    rel: &Path,
+    m: &EntryMeta,
+) -> std::result::Result<Arc<ContainerArray>, String> {
+    let need = |f: &str| -> std::result::Result<Vec<u8>, String> {
+        small_file(store, &rel.join(f))?.ok_or_else(|| format!("no {f}"))
+    };
+    let meta = CarrayMeta::parse(&need(bcolz::SIZES)?, &need(bcolz::STORAGE)?)?;
+    let attrs = bcolz::attributes(small_file(store, &rel.join(bcolz::ATTRS))?.as_deref());
+    let first = if meta.nchunks() > 0 {
+        let path = rel.join(bcolz::chunk_file(0));
+        let file = store
+            .open(&path)
+            .map_err(|e| e.to_string())?
+            .ok_or("no chunk file data/__0.blp")?;
+        let mut h = [0u8; bcolz::CHUNK_HEADER_LEN + blosc::HEADER_LEN];
+        file.read_exact_at(&mut h, 0)
+            .map_err(|e| format!("data/__0.blp: {e}"))?;
+        Some(
+            blosc::FrameHeader::parse(&h[bcolz::CHUNK_HEADER_LEN..])
+                .map_err(|e| format!("data/__0.blp: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let mut array = ContainerArray::new(
+        rel.to_path_buf(),
+        "bcolz carray",
+        meta.shown(first.as_ref(), attrs),
+        Source::Bcolz,
+        read_only_dir(*m),
+    );
+    array.last = last_chunk(store, &array);
+    Ok(Arc::new(array))
+}
+
+fn load_carray(
+    store: &dyn Store,
+    rel: &Path,
+    m: &EntryMeta,
+) -> std::result::Result<ContainerNode, String> {
+    Ok(ContainerNode::Array(load_carray_array(store, rel, m)?))
+}
+
+fn load_ctable(
+    store: &dyn Store,
+    rel: &Path,
+    m: &EntryMeta,
+) -> std::result::Result<ContainerNode, String> {
+    let names = small_file(store, &rel.join(bcolz::ROOTDIRS))?.ok_or("no __rootdirs__")?;
+    let columns = bcolz::columns(&names)?;
+    let attributes = bcolz::attributes(small_file(store, &rel.join(bcolz::ATTRS))?.as_deref());
+    Ok(ContainerNode::Group(Arc::new(ContainerGroup {
+        rel: rel.to_path_buf(),
+        columns,
+        meta: read_only_dir(*m),
+        attributes,
+    })))
+}
+
+fn load_bloscpack(
+    store: &dyn Store,
+    rel: &Path,
+    file: &dyn crate::store::StoreFile,
+    m: &EntryMeta,
+) -> std::result::Result<ContainerNode, String> {
+    let len = m.len;
+    let mut want = len.min(4096);
+    let prefix = loop {
+        let mut b = vec![0; want as usize];
+        file.read_exact_at(&mut b, 0).map_err(|e| e.to_string())?;
+        match bloscpack::parse_prefix(&b, len) {
+            Err(BloscpackError::NeedMore(n)) if n > want && n <= len => want = n,
+            Err(e) => return Err(format!("bloscpack file: {e}")),
+            Ok(p) => break p,
+        }
+    };
+    let chunks = bloscpack::chunk_table(&prefix, len, |off| {
+        let mut h = [0u8; blosc::HEADER_LEN];
+        file.read_exact_at(&mut h, off)?;
+        Ok(h)
+    })
+    .map_err(|e| format!("bloscpack file: {e}"))?;
+    let array =
+        bloscpack::shown_array(&prefix, &chunks).map_err(|e| format!("bloscpack file: {e}"))?;
+    let mut array = ContainerArray::new(
+        rel.to_path_buf(),
+        "bloscpack file",
+        array,
+        Source::Bloscpack {
+            chunks,
+            checksum: prefix.header.checksum,
+        },
+        read_only_dir(*m),
+    );
+    array.last = last_chunk(store, &array);
+    Ok(ContainerNode::Array(Arc::new(array)))
+}
+
+/// The short last chunk decoded, padded with the fill value to a whole chunk and
+/// encoded again as an uncompressed frame, by c-blosc.
+fn last_chunk(store: &dyn Store, a: &ContainerArray) -> LastChunk {
+    let n = a.array.nchunks();
+    if n == 0 || !a.is_short(n - 1) {
+        return None;
+    }
+    Some((|| {
+        let frame = stored_frame(store, a, n - 1)?;
+        let h = blosc::FrameHeader::parse(&frame).map_err(|e| e.to_string())?;
+        let data = blosc::decode(&frame, h.nbytes as usize).map_err(|e| e.to_string())?;
+        let whole = a.array.chunk_bytes() as usize;
+        if data.len() > whole || data.len() % a.array.dtype.size as usize != 0 {
+            return Err(format!(
+                "the last chunk holds {} bytes, a chunk {whole}",
+                data.len()
+            ));
+        }
+        let mut padded = data;
+        let fill = a.array.fill_element();
+        while padded.len() < whole {
+            padded.extend_from_slice(&fill);
+        }
+        padded.truncate(whole);
+        blosc::encode_uncompressed(&padded, a.array.codec.typesize as usize, 0)
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    })())
+}
+
+/// The frame of chunk `i` as the container stores it, checked (bcolz: the chunk
+/// file's header and frame size; bloscpack: the checksum after it).
+fn stored_frame(
+    store: &dyn Store,
+    a: &ContainerArray,
+    i: u64,
+) -> std::result::Result<Vec<u8>, String> {
+    match &a.source {
+        Source::Bcolz => {
+            let rel = a.rel.join(bcolz::chunk_file(i));
+            let file = store
+                .open(&rel)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no {}", bcolz::chunk_file(i)))?;
+            let len = file.meta().map_err(|e| e.to_string())?.len;
+            if len > blosc::MAX_BUFFER + 64 {
+                return Err(format!("{}: {len} bytes", bcolz::chunk_file(i)));
+            }
+            let mut b = vec![0; len as usize];
+            file.read_exact_at(&mut b, 0).map_err(|e| e.to_string())?;
+            let (_, h) =
+                bcolz::chunk_frame(&b).map_err(|e| format!("{}: {e}", bcolz::chunk_file(i)))?;
+            if !a.is_short(i) && u64::from(h.nbytes) != a.array.chunk_bytes() {
+                return Err(format!(
+                    "{}: its frame holds {} bytes, a chunk {}",
+                    bcolz::chunk_file(i),
+                    h.nbytes,
+                    a.array.chunk_bytes()
+                ));
+            }
+            b.drain(..bcolz::CHUNK_HEADER_LEN);
+            Ok(b)
+        }
+        Source::Bloscpack { chunks, checksum } => {
+            let c = chunks.get(i as usize).ok_or("no such chunk")?;
+            let file = store
+                .open(&a.rel)
+                .map_err(|e| e.to_string())?
+                .ok_or("the file is gone")?;
+            let mut b = vec![0; (c.len() + checksum.len()) as usize];
+            file.read_exact_at(&mut b, c.offset)
+                .map_err(|e| format!("chunk {i}: {e}"))?;
+            let digest = b.split_off(c.len() as usize);
+            if !bloscpack::verify(*checksum, &b, &digest) {
+                return Err(format!("chunk {i}: {} checksum mismatch", checksum.name()));
+            }
+            if blosc::FrameHeader::parse(&b).ok() != Some(c.frame) {
+                return Err(format!("chunk {i}: its frame changed"));
+            }
+            Ok(b)
+        }
+    }
+}
+
+fn bloscpack_named(rel: &Path) -> bool {
+    rel.file_name()
+        .and_then(OsStr::to_str)
+        .is_some_and(|n| BLOSCPACK_SUFFIXES.iter().any(|s| n.ends_with(s)))
+}
+
+/// What store entry `rel` (with metadata `m`) is as a container, for `shardfs info`:
+/// `None` where it is none, `Some(Err(why))` where it is one that cannot be shown.
+pub fn inspect(
+    store: &dyn Store,
+    rel: &Path,
+    m: &EntryMeta,
+) -> io::Result<Option<std::result::Result<ContainerNode, String>>> {
+    let is_file = |f: &str| -> io::Result<bool> {
+        Ok(store
+            .stat(&rel.join(f))?
+            .is_some_and(|m| m.kind == EntryKind::File))
+    };
+    match m.kind {
+        EntryKind::Dir if is_file(bcolz::ROOTDIRS)? => Ok(Some(load_ctable(store, rel, m))),
+        EntryKind::Dir if is_file(bcolz::SIZES)? && is_file(bcolz::STORAGE)? => {
+            Ok(Some(load_carray(store, rel, m)))
+        }
+        EntryKind::File if bloscpack_named(rel) && m.len >= 4 => {
+            let Some(file) = store.open(rel)? else {
+                return Ok(None);
+            };
+            let mut magic = [0u8; 4];
+            file.read_exact_at(&mut magic, 0)?;
+            if &magic != bloscpack::MAGIC {
+                return Ok(None);
+            }
+            Ok(Some(load_bloscpack(store, rel, file.as_ref(), m)))
+        }
+        _ => Ok(None),
+    }
+}
