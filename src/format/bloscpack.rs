@@ -107,7 +107,7 @@ impl Checksum {
     }
 
     /// Bytes of the digest.
-    pub fn len(self) -> u64 {
+    pub fn digest_len(self) -> u64 {
         use Checksum::*;
         match self {
             None => 0,
@@ -254,7 +254,7 @@ pub fn parse_prefix(b: &[u8], file_len: u64) -> Result<Prefix, BloscpackError> {
             )));
         }
         let start = pos + META_HEADER_LEN as u64;
-        let end = start + u64::from(max_size) + checksum.len();
+        let end = start + u64::from(max_size) + checksum.digest_len();
         need(end)?;
         let stored = &b[start as usize..start as usize + comp_size as usize];
         let digest = &b[(start + u64::from(max_size)) as usize..end as usize];
@@ -326,7 +326,7 @@ pub struct ChunkEntry {
 
 impl ChunkEntry {
     /// Bytes of the frame.
-    pub fn len(&self) -> u64 {
+    pub fn frame_len(&self) -> u64 {
         u64::from(self.frame.ctbytes)
     }
 }
@@ -342,7 +342,7 @@ pub fn chunk_table(
     mut frame_at: impl FnMut(u64) -> std::io::Result<[u8; blosc::HEADER_LEN]>,
 ) -> Result<Vec<ChunkEntry>, BloscpackError> {
     let h = &p.header;
-    let cks = h.checksum.len();
+    let cks = h.checksum.digest_len();
     let mut chunks = Vec::new();
     let mut pos = p.data_start;
     let mut i = 0u64;
@@ -513,9 +513,9 @@ pub fn shown_array(p: &Prefix, chunks: &[ChunkEntry]) -> Result<ShownArray, Stri
         .fold(size, |acc, (_, &n)| acc.saturating_mul(n));
     if chunks.is_empty() {
         a.chunk_len = a.shape[axis].max(1);
-    } else if row_bytes > 0 && chunk_bytes % row_bytes == 0 && chunk_bytes > 0 {
+    } else if row_bytes > 0 && chunk_bytes.is_multiple_of(row_bytes) && chunk_bytes > 0 {
         a.chunk_len = chunk_bytes / row_bytes;
-    } else if chunk_bytes % size == 0 && chunk_bytes > 0 {
+    } else if chunk_bytes.is_multiple_of(size) && chunk_bytes > 0 {
         a.shape = vec![elements];
         a.chunk_len = chunk_bytes / size;
         a.order = Order::C;
@@ -527,4 +527,4 @@ pub fn shown_array(p: &Prefix, chunks: &[ChunkEntry]) -> Result<ShownArray, Stri
 
 #[cfg(test)]
 #[path = "bloscpack_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -89,9 +89,9 @@ fn every_checksum_and_layout() {
                 let (p, chunks) = table(&b.file).unwrap();
                 assert_eq!(chunks.len(), 4);
                 for c in &chunks {
-                    let end = (c.offset + c.len()) as usize;
+                    let end = (c.offset + c.frame_len()) as usize;
                     let frame = &b.file[c.offset as usize..end];
-                    let digest = &b.file[end..end + ck.len() as usize];
+                    let digest = &b.file[end..end + ck.digest_len() as usize];
                     assert!(verify(ck, frame, digest));
                 }
                 let a = shown_array(&p, &chunks).unwrap();

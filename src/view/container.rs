@@ -23,6 +23,12 @@ use crate::store::Store;
 const BLOSCPACK_SUFFIXES: &[&str] = &[".blp", ".bp"];
 /// Containers kept at most; the whole set is dropped when more are met.
 const KEPT: usize = 4096;
+/// Chunks kept read and checked, the latest: a reader of a chunk larger than one read
+/// request (the kernel asks for 128 KiB at a time, by inode) checks it once, not at each
+/// request.
+const CHECKED_CHUNKS: usize = 32;
+/// Larger chunks are read again at each request.
+const MAX_CHECKED_CHUNK: usize = 16 << 20;
 
 /// A container shown as a Zarr array.
 #[derive(Debug)]
@@ -85,8 +91,15 @@ impl ContainerNode {
 /// What was loaded, by store path, with the version of the file it was loaded from.
 #[derive(Default)]
 pub(super) struct Containers {
-    known: Mutex<HashMap<PathBuf, (Vec<(u64, u64, std::time::SystemTime)>, Loaded)>>,
+    known: Mutex<HashMap<PathBuf, (Vec<Version>, Loaded)>>,
+    /// Chunks read and checked lately, by container and chunk.
+    checked: Mutex<std::collections::VecDeque<(CheckedKey, Arc<Vec<u8>>)>>,
 }
+
+/// A store file's version ([`EntryMeta::version`]).
+type Version = (u64, u64, std::time::SystemTime);
+/// A chunk of a container, and the version of the container.
+type CheckedKey = (PathBuf, u64, Version);
 
 #[derive(Clone)]
 enum Loaded {
@@ -138,7 +151,7 @@ impl ContainerArray {
     fn is_short(&self, i: u64) -> bool {
         i + 1 == self.array.nchunks() && {
             let axis = self.array.chunk_axis();
-            self.array.shape[axis] % self.array.chunk_len != 0
+            !self.array.shape[axis].is_multiple_of(self.array.chunk_len)
         }
     }
 }
@@ -248,7 +261,7 @@ impl View {
     fn known_container(
         &self,
         rel: &Path,
-        version: Vec<(u64, u64, std::time::SystemTime)>,
+        version: Vec<Version>,
         load: impl FnOnce() -> std::result::Result<ContainerNode, String>,
     ) -> Result<Node> {
         if let Some((v, loaded)) = self.containers.known.lock().get(rel)
@@ -291,13 +304,33 @@ impl View {
     /// The bytes of a chunk file of the view: the stored frame, or the short last
     /// chunk re-encoded. Broken: `EIO` and one log line.
     pub(super) fn container_chunk(&self, a: &ContainerArray, i: u64) -> Result<Arc<Vec<u8>>> {
+        // With the version of the container's file or directory: a replaced one is read anew.
+        let key = (a.rel.clone(), i, a.meta.version());
         let res = if a.is_short(i) {
             match &a.last {
                 Some(r) => r.clone(),
                 None => Err("no last chunk".to_string()),
             }
+        } else if let Some((_, b)) = self
+            .containers
+            .checked
+            .lock()
+            .iter()
+            .find(|(k, _)| *k == key)
+        {
+            Ok(b.clone())
         } else {
-            stored_frame(self.store.as_ref(), a, i).map(Arc::new)
+            let res = stored_frame(self.store.as_ref(), a, i).map(Arc::new);
+            if let Ok(b) = &res
+                && b.len() <= MAX_CHECKED_CHUNK
+            {
+                let mut checked = self.containers.checked.lock();
+                if checked.len() >= CHECKED_CHUNKS {
+                    checked.pop_front();
+                }
+                checked.push_back((key, b.clone()));
+            }
+            res
         };
         res.map_err(|why| {
             log::warn!("{} ({}): chunk {i}: {why}", a.rel.display(), a.what);
@@ -322,7 +355,7 @@ impl View {
                 Ok(m.len.saturating_sub(bcolz::CHUNK_HEADER_LEN as u64))
             }
             Source::Bloscpack { chunks, .. } => {
-                Ok(chunks.get(i as usize).map_or(0, ChunkEntry::len))
+                Ok(chunks.get(i as usize).map_or(0, ChunkEntry::frame_len))
             }
         }
     }
@@ -625,10 +658,10 @@ fn stored_frame(
                 .open(&a.rel)
                 .map_err(|e| e.to_string())?
                 .ok_or("the file is gone")?;
-            let mut b = vec![0; (c.len() + checksum.len()) as usize];
+            let mut b = vec![0; (c.frame_len() + checksum.digest_len()) as usize];
             file.read_exact_at(&mut b, c.offset)
                 .map_err(|e| format!("chunk {i}: {e}"))?;
-            let digest = b.split_off(c.len() as usize);
+            let digest = b.split_off(c.frame_len() as usize);
             if !bloscpack::verify(*checksum, &b, &digest) {
                 return Err(format!("chunk {i}: {} checksum mismatch", checksum.name()));
             }
