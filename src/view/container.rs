@@ -183,6 +183,17 @@ impl View {
     /// A store directory shown as a container: a carray or a ctable rootdir. `Ok(None)`:
     /// it is none. Broken: `EIO`, logged once.
     pub(super) fn container_dir(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
+        if self.store.reads_are_requests() {
+            // Object storage: one listing (kept by the store's listing cache) rather than
+            // three lookups of names that are mostly not there, each a HEAD and a LIST.
+            let may_be = self.store.list(rel)?.iter().any(|e| {
+                (e.name == bcolz::ROOTDIRS && e.kind == EntryKind::File)
+                    || (e.name == "meta" && e.kind == EntryKind::Dir)
+            });
+            if !may_be {
+                return Ok(None);
+            }
+        }
         let marks = [
             rel.join(bcolz::ROOTDIRS),
             rel.join(bcolz::SIZES),
