@@ -108,6 +108,13 @@ def make(store, expected):
     save(expected, "p_bytes.blp", np.frombuffer(bp.unpack_bytes_from_file(
         os.path.join(store, "p_bytes.blp"))[0], dtype="u1"))
     made.append("p_bytes.blp")
+    # Neither metadata nor offsets: the frames are walked.
+    raw = bytes(rng.integers(0, 4, 3000, dtype="u1"))
+    path = os.path.join(store, "p_bare.blp")
+    bp.pack_bytes_to_file(raw, path, chunk_size=700,
+                          bloscpack_args=bp.BloscpackArgs(offsets=False, checksum="sha384"))
+    save(expected, "p_bare.blp", np.frombuffer(bp.unpack_bytes_from_file(path)[0], dtype="u1"))
+    made.append("p_bare.blp")
     print(json.dumps(made))
 
 
