@@ -37,7 +37,8 @@ pub enum Command {
         #[arg(long, short = 'z')]
         lazy: bool,
     },
-    /// Show every array of a store: shapes, codecs, shards, stored chunks, bytes.
+    /// Show every array of a store: shapes, codecs, shards, stored chunks, bytes; and the
+    /// bcolz rootdirs and bloscpack files the mount shows as Zarr arrays.
     Info {
         /// The store: a directory with a Zarr v3 hierarchy (or the 2022 draft layout), or
         /// s3://BUCKET/PREFIX.
@@ -87,7 +88,8 @@ pub enum Command {
 
 #[derive(Debug, Args, Clone)]
 pub struct MountArgs {
-    /// The store: a directory with a Zarr v3 hierarchy, or object storage
+    /// The store: a directory with a Zarr v3 hierarchy (bcolz rootdirs and *.blp
+    /// bloscpack files in it are shown read-only as Zarr arrays), or object storage
     /// (s3://BUCKET/PREFIX; credentials, region and endpoint from the AWS_* environment, as
     /// for the AWS CLI; AWS_ALLOW_HTTP=true for a plain-http endpoint).
     pub store: PathBuf,

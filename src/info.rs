@@ -14,7 +14,9 @@ use crate::store::{EntryKind, Store};
 #[derive(Debug, Serialize)]
 pub struct ArrayInfo {
     pub path: String,
-    /// `sharded`, `plain`, or `passthrough` (a sharded array the view cannot present).
+    /// `sharded`, `plain`, or `passthrough` (a sharded array the view cannot present);
+    /// for the seed's blosc containers `bcolz carray`, `bcolz ctable column`, `bloscpack
+    /// file`, or `container (unreadable)` with the reason.
     pub status: String,
     /// Why the array passes through, for `passthrough`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,8 +57,100 @@ pub fn inspect(store: &dyn Store) -> std::io::Result<Vec<ArrayInfo>> {
         return Ok(out);
     }
     walk(store, PathBuf::new(), &mut out)?;
+    walk_containers(store, PathBuf::new(), &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// The blosc containers (bcolz rootdirs, bloscpack files) outside arrays, each shown as
+/// the view shows it: a carray or bloscpack file as an array, a ctable's columns.
+fn walk_containers(
+    store: &dyn Store,
+    dir: PathBuf,
+    out: &mut Vec<ArrayInfo>,
+) -> std::io::Result<()> {
+    use crate::view::container::{self, ContainerNode};
+    let mut entries = store.list(&dir)?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let rel = dir.join(&e.name);
+        let Some(m) = store.stat(&rel)? else { continue };
+        match container::inspect(store, &rel, &m)? {
+            Some(Ok(ContainerNode::Group(g))) => {
+                for col in &g.columns {
+                    let crel = rel.join(col);
+                    let shown = match store.stat(&crel)? {
+                        Some(cm) => container::inspect(store, &crel, &cm)?,
+                        None => None,
+                    };
+                    let shown = shown.unwrap_or_else(|| Err("no carray rootdir".into()));
+                    out.push(container_info(&crel, "bcolz ctable column", shown));
+                }
+            }
+            Some(shown) => out.push(container_info(&rel, "", shown)),
+            None if e.kind == EntryKind::Dir => {
+                // Arrays are not walked into; groups and plain directories are.
+                let array = store
+                    .read_all(&rel.join("zarr.json"))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|b| matches!(format::metadata::parse(&b), Ok(Node::Array(_))));
+                if !array {
+                    walk_containers(store, rel, out)?;
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+fn container_info(
+    rel: &Path,
+    status: &str,
+    shown: Result<crate::view::container::ContainerNode, String>,
+) -> ArrayInfo {
+    use crate::view::container::ContainerNode;
+    let mut info = ArrayInfo {
+        path: rel.to_string_lossy().into_owned(),
+        status: "container (unreadable)".into(),
+        reason: None,
+        shape: vec![],
+        data_type: String::new(),
+        chunk_shape: vec![],
+        inner_chunk_shape: vec![],
+        codecs: vec![],
+        nesting_levels: 0,
+        shards: 0,
+        stored_chunks: 0,
+        bytes: 0,
+        live_bytes: 0,
+        dead_bytes: 0,
+        corrupt_shards: vec![],
+        v2_view: "shown".into(),
+        layout: "v3".into(),
+    };
+    match shown {
+        Ok(ContainerNode::Array(a)) => {
+            let z = &a.array;
+            info.status = if status.is_empty() { a.what } else { status }.into();
+            info.shape = z.shape.clone();
+            info.data_type = z.dtype.v3_name();
+            info.chunk_shape = z.chunk_shape();
+            info.inner_chunk_shape = z.chunk_shape();
+            info.codecs = vec![format!(
+                "blosc ({}, level {}, shuffle {}, typesize {})",
+                z.codec.cname, z.codec.clevel, z.codec.shuffle, z.codec.typesize
+            )];
+            info.stored_chunks = z.nchunks();
+        }
+        Ok(_) => info.reason = Some("not an array".into()),
+        Err(why) => {
+            info.reason = Some(why);
+            info.v2_view = "left out (EIO)".into();
+        }
+    }
+    info
 }
 
 fn walk(store: &dyn Store, dir: PathBuf, out: &mut Vec<ArrayInfo>) -> std::io::Result<()> {
@@ -369,6 +463,11 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
             ""
         };
         let _ = writeln!(s, "{path}  [{}{layout}]", a.status);
+        if a.status.starts_with("container") {
+            let why = a.reason.as_deref().unwrap_or("");
+            let _ = writeln!(s, "  cannot be shown (EIO): {why}");
+            continue;
+        }
         if let Some(r) = &a.reason {
             let _ = writeln!(s, "  passes through unchanged: {r}");
         }
@@ -409,6 +508,13 @@ pub fn render(arrays: &[ArrayInfo]) -> String {
             );
             if a.status == "plain" {
                 let _ = writeln!(s, "  {} chunk files, {} bytes", a.stored_chunks, a.bytes);
+            }
+            if a.status.starts_with("b") {
+                let _ = writeln!(
+                    s,
+                    "  shown read-only as a Zarr array of {} chunk files (its blosc frames)",
+                    a.stored_chunks
+                );
             }
         }
         let _ = writeln!(s, "  v2 view: {}", a.v2_view);

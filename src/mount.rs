@@ -244,16 +244,24 @@ fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(
 }
 
 /// Why `store` does not look like a Zarr store (files, but no `zarr.json`, `.zgroup` or
-/// `.zarray` at its top or one level down), for a warning at mount; `None` if it does
-/// or is empty (a new store).
+/// `.zarray` at its top or one level down, nor a bcolz rootdir's `meta/storage` or
+/// `__rootdirs__`, nor a `*.blp` file), for a warning at mount; `None` if it does or is
+/// empty (a new store).
 pub fn not_zarr_warning(store: &Path) -> Option<String> {
-    const META: [&str; 3] = ["zarr.json", ".zgroup", ".zarray"];
+    const META: [&str; 5] = [
+        "zarr.json",
+        ".zgroup",
+        ".zarray",
+        "meta/storage",
+        "__rootdirs__",
+    ];
     let has_meta = |dir: &Path| META.iter().any(|m| dir.join(m).exists());
     if has_meta(store) {
         return None;
     }
     let entries: Vec<_> = std::fs::read_dir(store).ok()?.flatten().collect();
-    if entries.is_empty() || entries.iter().any(|e| has_meta(&e.path())) {
+    let blp = |e: &std::fs::DirEntry| e.file_name().to_string_lossy().ends_with(".blp");
+    if entries.is_empty() || entries.iter().any(|e| has_meta(&e.path()) || blp(e)) {
         return None;
     }
     Some(format!(

@@ -1,6 +1,7 @@
 //! Property tests with arbitrary input for every parser of bytes that come from a store
 //! (issue 15, fuzzing): shard indices, close-time trailers, `zarr.json`, `.zarray`, the
-//! 2022 draft metadata and chunk keys. Each must return an error, never panic. CI runs
+//! 2022 draft metadata, chunk keys, and the seed's blosc containers (bloscpack files,
+//! bcolz JSON and chunk files, blosc frame headers). Each must return an error, never panic. CI runs
 //! the default number of cases; `scripts/fuzz` runs each for minutes.
 
 use proptest::prelude::*;
@@ -8,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::index::{Endian, IndexCodecs, ShardIndex};
 use super::key::{ChunkKeyEncoding, KeyKind};
-use super::{draft, metadata, times, v2};
+use super::{bcolz, blosc, bloscpack, draft, metadata, times, v2};
 
 /// Arbitrary JSON, a few levels deep.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -126,6 +127,94 @@ proptest! {
                 let _ = enc.parse_component(level, &name);
             }
             }
+        }
+    }
+
+    #[test]
+    fn bloscpack_files_of_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..600),
+                                          magic in any::<bool>()) {
+        let mut bytes = bytes;
+        if magic && bytes.len() >= 5 {
+            bytes[..5].copy_from_slice(b"blpk\x03");
+        }
+        check_bloscpack(&bytes);
+    }
+
+    #[test]
+    fn bloscpack_files_with_bytes_changed(at in prop::collection::vec((any::<u16>(), any::<u8>()), 1..6),
+                                          cut in any::<u16>(), offsets in any::<bool>(), meta in any::<bool>(),
+                                          ck in 0u8..9) {
+        let data: Vec<u8> = (0..600u32).flat_map(|i| i.to_le_bytes()).collect();
+        let m = json!({"dtype": "'<u4'", "shape": [600], "order": "C", "container": "numpy"});
+        let mut f = bloscpack::tests::build(&data, 500, offsets, meta.then_some(&m),
+                                            bloscpack::Checksum::from_code(ck).unwrap()).file;
+        for (i, b) in at {
+            let n = f.len();
+            f[i as usize % n] = b;
+        }
+        let keep = f.len() - (cut as usize % 64).min(f.len());
+        f.truncate(keep);
+        check_bloscpack(&f);
+    }
+
+    #[test]
+    fn bcolz_json_of_arbitrary_members(shape in json_value(), dtype in json_value(), chunklen in json_value(),
+                                       dflt in json_value(), raw in prop::collection::vec(any::<u8>(), 0..200)) {
+        let sizes = serde_json::to_vec(&json!({"shape": shape})).unwrap();
+        let storage = serde_json::to_vec(&json!({"dtype": dtype, "chunklen": chunklen, "dflt": dflt,
+                                                 "cparams": {"clevel": 5}})).unwrap();
+        for (a, b) in [(&sizes[..], &storage[..]), (&raw[..], &storage[..]), (&sizes[..], &raw[..])] {
+            if let Ok(meta) = bcolz::CarrayMeta::parse(a, b) {
+                let shown = meta.shown(None, bcolz::attributes(Some(&raw)));
+                let _ = (meta.nchunks(), meta.last_rows(), shown.zarr_json(), shown.zarray());
+                let _ = (shown.fill_element(), shown.key(shown.nchunks(), false), shown.parse_key("c.0", false));
+            }
+        }
+        let _ = bcolz::columns(&raw);
+        let _ = bcolz::chunk_frame(&raw);
+        let _ = super::container::Dtype::parse(&String::from_utf8_lossy(&raw));
+    }
+
+    #[test]
+    fn blosc_frames_of_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300),
+                                       nbytes in 0usize..4096) {
+        if let Ok(h) = blosc::FrameHeader::parse(&bytes) {
+            let _ = (h.cname(), h.shuffle());
+            let _ = blosc::decode(&bytes, (h.nbytes as usize).min(1 << 20));
+        }
+        let _ = blosc::decode(&bytes, nbytes);
+    }
+}
+
+/// Everything the view does with a bloscpack file's bytes, on `bytes`.
+fn check_bloscpack(bytes: &[u8]) {
+    let Ok(p) = bloscpack::parse_prefix(bytes, bytes.len() as u64) else {
+        return;
+    };
+    let table = bloscpack::chunk_table(&p, bytes.len() as u64, |off| {
+        let mut h = [0; blosc::HEADER_LEN];
+        let s = bytes
+            .get(off as usize..off as usize + blosc::HEADER_LEN)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        h.copy_from_slice(s);
+        Ok(h)
+    });
+    let Ok(chunks) = table else { return };
+    if let Ok(a) = bloscpack::shown_array(&p, &chunks) {
+        let _ = (
+            a.zarr_json(),
+            a.zarray(),
+            a.zattrs(),
+            a.nchunks(),
+            a.chunk_bytes(),
+        );
+        let _ = (a.key(0, true), a.parse_key("0", true), a.fill_element());
+    }
+    for c in &chunks {
+        let end = (c.offset + c.frame_len()) as usize;
+        if let Some(frame) = bytes.get(c.offset as usize..end) {
+            let _ = blosc::decode(frame, c.frame.nbytes as usize);
+            let _ = bloscpack::verify(p.header.checksum, frame, &[]);
         }
     }
 }

@@ -1,9 +1,14 @@
 //! Bytes and documents of sharded Zarr: shard indices, chunk keys, `zarr.json` and the
-//! rewritten unsharded metadata, the grid arithmetic that ties them together.
+//! rewritten unsharded metadata, the grid arithmetic that ties them together; the seed's
+//! blosc containers (bcolz rootdirs, bloscpack files) and the Zarr arrays they are shown as.
 //!
 //! Pure functions only: nothing here opens a file. The byte layout is mirrored in
 //! `docs/FORMAT.md`.
 
+pub mod bcolz;
+pub mod blosc;
+pub mod bloscpack;
+pub mod container;
 pub mod draft;
 pub mod fill;
 #[cfg(test)]

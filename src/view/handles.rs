@@ -201,6 +201,7 @@ impl View {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::PlainFill { data, .. } => (Handle::Bytes(data), false),
+            Node::Container(ref c) => (self.container_reader(c)?, false),
             Node::Consolidated { dir } => {
                 (Handle::Bytes(Arc::new(self.consolidated(&dir)?)), false)
             }

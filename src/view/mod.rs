@@ -12,6 +12,7 @@
 
 mod adopt;
 pub mod cache;
+pub mod container;
 mod draft;
 mod durable;
 mod handles;
@@ -90,6 +91,9 @@ pub enum ViewError {
     TooBig(u64),
     #[error("flush failed: {0}")]
     Flush(#[from] crate::write::flush::FlushError),
+    /// A blosc container (or one of its chunks) that cannot be read.
+    #[error("{}: {why}", path.display())]
+    Container { path: PathBuf, why: String },
 }
 
 impl ViewError {
@@ -114,6 +118,7 @@ impl ViewError {
             ViewError::NoSpace => libc::ENOSPC,
             ViewError::TooBig(_) => libc::EFBIG,
             ViewError::Flush(e) => e.errno(),
+            ViewError::Container { .. } => libc::EIO,
         }
     }
 }
@@ -243,6 +248,8 @@ pub struct View {
     /// the sharded arrays' entries unsharded, by path, with the stored file's version
     /// they were made from ([`View::shown_group_doc`]).
     group_docs: Mutex<std::collections::HashMap<PathBuf, ShownGroupDoc>>,
+    /// The blosc containers met so far (`container`).
+    containers: container::Containers,
 }
 
 /// Where an array lives in the store.
@@ -313,6 +320,7 @@ impl View {
             draft: None,
             plain_fills: Mutex::default(),
             group_docs: Mutex::default(),
+            containers: Default::default(),
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -345,9 +353,18 @@ impl View {
                 .expect("the shard cache is not shared before the view is made")
                 .set_load_hook(hook);
         }
-        let root = view
+        let root = match view
             .classify_dir(PathBuf::new(), root_meta)
-            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+            .map_err(|e| io::Error::from_raw_os_error(e.errno()))?
+        {
+            // The store itself a bcolz rootdir.
+            Node::Dir { rel } => view
+                .container_dir(&rel, &root_meta)
+                .ok()
+                .flatten()
+                .unwrap_or(Node::Dir { rel }),
+            root => root,
+        };
         view.inodes.update(ROOT_INO, root);
         Ok(view)
     }
@@ -614,6 +631,7 @@ impl View {
                 let m = self.stat_rel(array)?;
                 Attr::from_meta(ino, Kind::Dir, 0, &m)
             }
+            Node::Container(c) => self.container_attr(ino, c)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
@@ -680,6 +698,7 @@ impl View {
             Node::Dir { rel } => self.list_store(rel, |_| true)?,
             Node::DraftGroup { path } => self.list_draft_group(path),
             Node::ArrayDir { array } => self.list_array(array)?,
+            Node::Container(c) => self.list_container(c)?,
             Node::KeyDir { array, coords } => {
                 let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
@@ -738,7 +757,8 @@ impl View {
             .filter_map(|e| {
                 let kind = match e.kind {
                     EntryKind::Dir => Kind::Dir,
-                    EntryKind::File => Kind::File,
+                    // A bloscpack file is shown as a directory.
+                    EntryKind::File => self.listed_kind(rel, &e.name, Kind::File),
                     EntryKind::Symlink => Kind::Symlink,
                     EntryKind::Other => return None,
                 };

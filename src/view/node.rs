@@ -150,6 +150,9 @@ pub enum Node {
         rel: PathBuf,
         array: PathBuf,
     },
+    /// A node of a blosc container (bcolz rootdir, bloscpack file) shown read-only as
+    /// Zarr (`super::container`).
+    Container(super::container::ContainerNode),
     /// `.zmetadata` of a group in the v2 view: zarr 2's consolidated metadata, made from
     /// the hierarchy below `dir` as it is now, never stored ([`View::consolidated`]).
     Consolidated {
@@ -241,6 +244,8 @@ impl Node {
             | Node::Scratch { .. }
             | Node::Stats => Kind::File,
             Node::Symlink { .. } => Kind::Symlink,
+            Node::Container(c) if c.is_dir() => Kind::Dir,
+            Node::Container(_) => Kind::File,
         }
     }
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use super::{Attr, Handle, MetaFile, Node, Opened, Renamed, Result, ShardedArray, View, ViewError};
+use super::{
+    Attr, Handle, MetaFile, Node, Opened, Renamed, Result, ShardedArray, View, ViewError, container,
+};
 use crate::format::KeyPath;
 
 use super::write::Target;
@@ -25,6 +27,7 @@ impl View {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
+        container::refuse_writes(&[Some(&pnode)])?;
         let path = ppath.join(name);
         let existing = match self.child(&ppath, &pnode, name)? {
             // Served where nothing is stored: `O_EXCL` makes the file (`tar x`, which
@@ -154,6 +157,7 @@ impl View {
         gid: Option<u32>,
     ) -> Result<Attr> {
         let (_, node) = self.node(ino)?;
+        container::refuse_writes(&[Some(&node)])?;
         let rel = match &node {
             Node::File { rel } | Node::Dir { rel } => Some(rel),
             Node::ArrayDir { array } => Some(&array.rel),
@@ -183,7 +187,8 @@ impl View {
         mtime: Option<std::time::SystemTime>,
     ) -> Result<Attr> {
         let w = self.writer()?;
-        let (path, _) = self.node(ino)?;
+        let (path, node) = self.node(ino)?;
+        container::refuse_writes(&[Some(&node)])?;
         let now = self.getattr(ino)?;
         let base = {
             let times = w.times.lock();
@@ -208,7 +213,7 @@ impl View {
         self.names_its_file(ino, &path, &node)?;
         let w = self.writer()?;
         match &node {
-            Node::Stats => return Err(ViewError::ReadOnly),
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
             // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
             Node::Consolidated { .. } => {}
             Node::PlainFill { .. } => {
@@ -288,6 +293,7 @@ impl View {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
         let (ppath, pnode) = self.fresh_parent(parent)?;
+        container::refuse_writes(&[Some(&pnode)])?;
         if self.stored_child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
         }
@@ -403,7 +409,7 @@ impl View {
         };
         let w = self.writer()?;
         match &node {
-            Node::Stats => return Err(ViewError::ReadOnly),
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
             // Left to `only_fill` above.
             Node::PlainFill { .. } => return Ok(()),
             // Made from the hierarchy, never stored: gone where the group is.
@@ -517,6 +523,7 @@ impl View {
             return Ok(());
         }
         let (_, path, node) = self.existing_child(parent, name)?;
+        container::refuse_writes(&[Some(&node)])?;
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => {
@@ -608,6 +615,7 @@ impl View {
             .ok_or(ViewError::NotFound)?;
         let (from, to) = (ppath.join(name), npath.join(newname));
         let target = self.stored_child(&npath, &nnode, newname)?;
+        container::refuse_writes(&[Some(&src), Some(&nnode), target.as_ref()])?;
         if target.is_some() && noreplace {
             return Err(ViewError::Exists);
         }
@@ -710,6 +718,7 @@ impl View {
         let (npath, nnode) = self.node(newparent)?;
         let nnode = self.made_dir(newparent, nnode)?;
         let to = npath.join(newname);
+        container::refuse_writes(&[Some(&src), Some(&nnode)])?;
         if self.stored_child(&npath, &nnode, newname)?.is_some() {
             return Err(ViewError::Exists);
         }

@@ -72,6 +72,7 @@ impl View {
                 Err(ViewError::NotDir)
             }
             Node::PlainFillDir { rel, .. } => Ok(self.plain_fill_at(&rel.join(name))),
+            Node::Container(c) => self.container_child(c, name),
             Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
             Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
@@ -301,8 +302,14 @@ impl View {
             return Ok(None);
         };
         Ok(match m.kind {
-            EntryKind::Dir => self.classify(rel, m)?,
-            EntryKind::File => Some(Node::File { rel }),
+            // A directory that is no Zarr node may be a bcolz rootdir.
+            EntryKind::Dir => match self.classify(rel, m)? {
+                Some(Node::Dir { rel }) => {
+                    Some(self.container_dir(&rel, &m)?.unwrap_or(Node::Dir { rel }))
+                }
+                node => node,
+            },
+            EntryKind::File => Some(self.container_file(&rel, &m)?.unwrap_or(Node::File { rel })),
             EntryKind::Symlink => Some(Node::Symlink { rel }),
             EntryKind::Other => None,
         })

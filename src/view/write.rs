@@ -76,7 +76,7 @@ impl View {
             parent: self.parent_key(path),
         };
         let (file, node) = match node {
-            Node::Stats => return Err(ViewError::ReadOnly),
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
             // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
             Node::Consolidated { dir } => return Ok(Handle::Discard(dir.clone())),
             Node::PlainFill { rel, data, .. } => {
