@@ -251,6 +251,13 @@ impl View {
             Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
             None => HashMap::new(),
         };
+        // The lookup of an array's top key directory (`c`) on a read-only mount of object
+        // storage: there. The lookups below it find what is stored, each with the
+        // listing the chunk's open needs anyway; walking the shard directories down to a
+        // first shard cost a LIST per level for every cold chunk (issue 34).
+        if lookup && prefix.is_empty() && self.writer.is_none() && self.store.reads_are_requests() {
+            return Ok(true);
+        }
         let layout = &array.layout;
         let mut shard = array.shard_prefix(prefix);
         self.any_shard_below(array, &mut shard, &mut |view, shard| {
