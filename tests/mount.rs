@@ -1188,3 +1188,47 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
         "stat after the open"
     );
 }
+
+/// An array's `zarr.json` changed in the store outside the mount (rewritten in place, then
+/// replaced by a rename) is seen once the TTL has passed: the view compares it with the
+/// one the array was read from and reads it again when it differs.
+#[test]
+fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
+    use std::time::{Duration, Instant};
+    if !common::can_mount("an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl") {
+        return;
+    }
+    let ro = MountOptions {
+        ttl: Some(Duration::from_millis(200)),
+        ..read_only()
+    };
+    let m = BasicMount::new(&ro);
+    let shown = m.dir.path().join("u16_default_sparse/zarr.json");
+    let stored = m.store.join("u16_default_sparse/zarr.json");
+    let attrs = || -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&shown).unwrap()).unwrap();
+        v["attributes"].clone()
+    };
+    assert!(attrs().get("note").is_none());
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stored).unwrap()).unwrap();
+    for (note, by_rename) in [("in place", false), ("renamed", true)] {
+        doc["attributes"]["note"] = note.into();
+        let bytes = serde_json::to_vec(&doc).unwrap();
+        if by_rename {
+            let tmp = stored.with_extension("tmp");
+            std::fs::write(&tmp, &bytes).unwrap();
+            std::fs::rename(&tmp, &stored).unwrap();
+        } else {
+            std::fs::write(&stored, &bytes).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while attrs()["note"] != note {
+            assert!(
+                Instant::now() < deadline,
+                "{note}: not seen 10 s after the change (TTL 0.2 s)"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

@@ -32,6 +32,25 @@ fn python(test: &str) -> Option<PathBuf> {
     None
 }
 
+/// Start `cmd` (a server of ours) and wait for its first line, `ready ENDPOINT`.
+fn spawn_ready(cmd: &mut Command, what: &str) -> (Child, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let endpoint = line
+        .strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("{what} did not start: {line:?}"))
+        .trim()
+        .to_string();
+    (child, endpoint)
+}
+
 /// A moto S3 server with bucket `bucket`; killed when dropped.
 struct S3Server {
     child: Child,
@@ -46,23 +65,13 @@ impl S3Server {
 
     /// With more arguments for `s3_local.py serve` (`--outage-file PATH`).
     fn start_with(python: &Path, args: &[&str]) -> S3Server {
-        let mut child = Command::new(python)
-            .arg(repo().join("scripts/s3_local.py"))
-            .args(["serve", "--bucket", "bucket"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let endpoint = line
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("moto did not start: {line:?}"))
-            .trim()
-            .to_string();
+        let (child, endpoint) = spawn_ready(
+            Command::new(python)
+                .arg(repo().join("scripts/s3_local.py"))
+                .args(["serve", "--bucket", "bucket"])
+                .args(args),
+            "moto",
+        );
         S3Server {
             child,
             endpoint,
@@ -149,24 +158,14 @@ struct FaultProxy {
 
 impl FaultProxy {
     fn start(python: &Path, to: &S3Server, fault: PathBuf) -> FaultProxy {
-        let mut child = Command::new(python)
-            .arg(repo().join("scripts/s3_proxy.py"))
-            .args(["--to", to.endpoint.trim_start_matches("http://")])
-            .arg("--fault-file")
-            .arg(&fault)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let endpoint = line
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("the proxy did not start: {line:?}"))
-            .trim()
-            .to_string();
+        let (child, endpoint) = spawn_ready(
+            Command::new(python)
+                .arg(repo().join("scripts/s3_proxy.py"))
+                .args(["--to", to.endpoint.trim_start_matches("http://")])
+                .arg("--fault-file")
+                .arg(&fault),
+            "the proxy",
+        );
         FaultProxy {
             child,
             endpoint,
@@ -218,6 +217,26 @@ impl Drop for CliMount {
                 .status();
         }
     }
+}
+
+/// What the mount at `mnt` has asked its store (`shardfs stats --json`,
+/// `store_requests`).
+fn store_requests(mnt: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+        .args(["stats", "--json"])
+        .arg(mnt)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["store_requests"].clone()
+}
+
+/// GETs, HEADs and LISTs together.
+fn round_trips(requests: &serde_json::Value) -> u64 {
+    ["get", "head", "list"]
+        .iter()
+        .map(|k| requests[k].as_u64().unwrap())
+        .sum()
 }
 
 /// Write `data` to `path` and fsync it, reporting close errors (FUSE `flush`).
@@ -838,13 +857,7 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
     std::fs::create_dir(&mnt).unwrap();
     let opts = ["-o", "ro", "--cache", cache.to_str().unwrap()];
     let gets = || -> (u64, u64) {
-        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .args(["stats", "--json"])
-            .arg(&mnt)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let r = &v["store_requests"];
+        let r = store_requests(&mnt);
         (
             r["get"].as_u64().unwrap(),
             r["cache_hits"].as_u64().unwrap(),
@@ -895,6 +908,41 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A cold chunk of an array below the prefix, from a fresh read-only mount, as
+/// zarr-python + obstore reads it (issue 34): the array's `zarr.json` in one GET (no
+/// HEAD before it), then 3 requests for the chunk: the listing of its shard's row
+/// directory (which gives the shard's ETag), the index, the chunk. The top key directory
+/// `c` asks nothing.
+#[test]
+fn a_cold_chunk_below_the_prefix_takes_four_round_trips_with_its_metadata() {
+    let test = "a_cold_chunk_below_the_prefix_takes_four_round_trips_with_its_metadata";
+    if !common::can_mount(test) {
+        return;
+    }
+    let Some(py) = python(test) else { return };
+    let s3 = S3Server::start(&py);
+    let fixture = common::fixtures().join("zarr_basic");
+    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("m");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = s3.mount("s3://bucket/data", &mnt, &["-o", "ro"]);
+    let before = store_requests(&mnt);
+    std::fs::metadata(mnt.join("index_start/zarr.json")).unwrap();
+    let chunk = "index_start/c/1/1";
+    let got = std::fs::read(mnt.join(chunk)).unwrap();
+    let after = store_requests(&mnt);
+    assert_eq!(
+        got,
+        std::fs::read(common::fixtures().join("zarr_basic.twin").join(chunk)).unwrap()
+    );
+    assert!(
+        round_trips(&after) - round_trips(&before) <= 4,
+        "{before} -> {after}"
+    );
+    m.unmount();
 }
 
 /// `shardfs verify s3://...` checks every shard through ranged reads: a clean prefix
@@ -1003,15 +1051,7 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let m = s3.mount("s3://bucket/a", &mnt, &["-o", "ro"]);
-    let requests = || -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .args(["stats", "--json"])
-            .arg(&mnt)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["store_requests"].clone()
-    };
+    let requests = || store_requests(&mnt);
     let delta = |a: &serde_json::Value, b: &serde_json::Value, k: &str| {
         b[k].as_u64().unwrap() - a[k].as_u64().unwrap()
     };
@@ -1033,13 +1073,10 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
     // And one request to find the shard (a listing of its row's directory, which gives
     // its ETag): 3 round trips in all, as zarr-python + obstore (issue 34). The top key
     // directory `c` asks nothing.
-    let total = |v: &serde_json::Value| -> u64 {
-        ["get", "head", "list"]
-            .iter()
-            .map(|k| v[k].as_u64().unwrap())
-            .sum()
-    };
-    assert!(total(&after) - total(&before) <= 3, "{before} -> {after}");
+    assert!(
+        round_trips(&after) - round_trips(&before) <= 3,
+        "{before} -> {after}"
+    );
     assert!(
         delta(&before, &after, "get_bytes") <= (chunk.len() + index_len + 4096) as u64,
         "{before} -> {after}"

@@ -116,13 +116,9 @@ impl CredentialProvider for SdkCredentials {
 }
 
 /// The error and its causes, in one line.
-fn in_one_line(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
+fn in_one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    super::client::error_chain(e)
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
 }

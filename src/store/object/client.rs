@@ -40,22 +40,17 @@ impl ObjectStoreStore {
         if rel.as_os_str().is_empty() {
             return Ok(None);
         }
-        if let Some(known) = self.meta.fresh(&self.meta.heads, rel) {
+        // While the endpoint does not answer, what was known before, however old: the
+        // names and sizes of files whose pages the kernel or a window holds (issue 34:
+        // "what needs no S3 answers at once during an outage").
+        if let Some(known) = self
+            .meta
+            .usable(&self.meta.heads, rel, self.deadline.outage())
+        {
             return Ok(known);
         }
         if self.listed_absent(rel) {
             return Ok(None);
-        }
-        // While the endpoint does not answer, what was known before, however old: the
-        // names and sizes of files whose pages the kernel or a window holds (issue 34:
-        // "what needs no S3 answers at once during an outage").
-        let held = self.meta.held(&self.meta.heads, rel);
-        if let Some(held) = held.as_ref().filter(|_| self.deadline.outage()) {
-            log::debug!(
-                "{}: the endpoint is not answering: as before",
-                rel.display()
-            );
-            return Ok(held.clone());
         }
         let generation = self.meta.generation();
         self.counters
@@ -66,9 +61,13 @@ impl ObjectStoreStore {
         let found = match self.block_on(self.inner.head(&key)) {
             Ok(m) => Some(m),
             Err(object_store::Error::NotFound { .. }) => None,
-            Err(e) if !answered(&Err::<(), _>(&e)) && held.is_some() => {
+            // No answer: what was known before, however old.
+            Err(e)
+                if !answered(&Err::<(), _>(&e))
+                    && let Some(held) = self.meta.held(&self.meta.heads, rel) =>
+            {
                 log::debug!("{}: no answer ({e}): as before", rel.display());
-                return Ok(held.unwrap_or_default());
+                return Ok(held);
             }
             Err(e) => return Err(to_io(rel, e)),
         };
@@ -293,13 +292,9 @@ pub(super) fn describe_error(e: &object_store::Error) -> String {
     let lower = text.to_lowercase();
     // The causes too: a request the client gave up on says "error sending request",
     // and only its source says that it timed out.
-    let mut causes = String::new();
-    let mut cause: Option<&dyn std::error::Error> = Some(e);
-    while let Some(c) = cause {
-        causes.push_str(&c.to_string().to_lowercase());
-        causes.push('\n');
-        cause = c.source();
-    }
+    let causes: String = error_chain(e)
+        .map(|c| c.to_string().to_lowercase() + "\n")
+        .collect();
     match e {
         // Without credentials in the environment the client asks the EC2 instance
         // metadata service; off EC2 that fails in ways that read like something else.
@@ -341,15 +336,16 @@ pub(super) fn describe_error(e: &object_store::Error) -> String {
 
 /// The first of `e` and its causes whose words start with `start`.
 fn cause_saying(e: &object_store::Error, start: &str) -> Option<String> {
-    let mut cause: Option<&dyn std::error::Error> = Some(e);
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if said.starts_with(start) {
-            return Some(said);
-        }
-        cause = c.source();
-    }
-    None
+    error_chain(e)
+        .map(|c| c.to_string())
+        .find(|said| said.starts_with(start))
+}
+
+/// `e` and its causes, outermost first.
+pub(super) fn error_chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |c| c.source())
 }
 
 /// An object store error as an errno, logged with its words (FUSE carries only the

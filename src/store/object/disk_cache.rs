@@ -59,7 +59,8 @@ struct Entry {
     map: Mutex<File>,
     /// The ranges the map lists, with their CRC-32C.
     ranges: Mutex<Vec<(Range<u64>, u32)>>,
-    map_path: PathBuf,
+    /// When this process last marked the entry used.
+    touched: Mutex<Option<std::time::Instant>>,
 }
 
 impl DiskCache {
@@ -154,7 +155,7 @@ impl DiskCache {
                 data,
                 map: Mutex::new(map),
                 ranges: Mutex::new(ranges),
-                map_path,
+                touched: Mutex::new(None),
             }))
         })();
         match opened {
@@ -195,11 +196,14 @@ impl DiskCache {
             out[(from - range.start) as usize..(to - range.start) as usize]
                 .copy_from_slice(&buf[(from - r.start) as usize..(to - r.start) as usize]);
         }
-        // Used: the entry is the most recent (its map's mtime).
-        let _ = File::options()
-            .write(true)
-            .open(&entry.map_path)
-            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        // Used: the entry is the most recent (its map's mtime), said at most once a
+        // minute (an open and a utimes per chunk read cost more than the read).
+        let mut touched = entry.touched.lock();
+        if touched.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(60)) {
+            *touched = Some(std::time::Instant::now());
+            let _ = entry.map.lock().set_modified(std::time::SystemTime::now());
+        }
+        drop(touched);
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.hit_bytes
             .fetch_add(out.len() as u64, Ordering::Relaxed);

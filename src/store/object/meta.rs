@@ -71,6 +71,16 @@ impl MetaCache {
         map.lock().get(rel).map(|(_, v)| v.clone())
     }
 
+    /// What may be answered for `rel` without asking: the fresh answer, or during an
+    /// `outage` whatever was known (issue 34: what needs no request answers at once).
+    pub(super) fn usable<T: Clone>(&self, map: &Timed<T>, rel: &Path, outage: bool) -> Option<T> {
+        if outage {
+            self.held(map, rel)
+        } else {
+            self.fresh(map, rel)
+        }
+    }
+
     /// Keep `v`, asked for at `generation`, unless something was forgotten since.
     pub(super) fn keep<T>(&self, map: &Timed<T>, rel: &Path, v: T, generation: u64) {
         if self.ttl.is_zero() {
@@ -171,25 +181,20 @@ impl ObjectStoreStore {
     /// The objects and common prefixes right below `rel`: a listing kept for the TTL,
     /// or a LIST.
     pub(super) fn listing(&self, rel: &Path) -> io::Result<Arc<Vec<ListEntry>>> {
-        if let Some(known) = self.meta.fresh(&self.meta.listings, rel) {
+        if let Some(known) = self
+            .meta
+            .usable(&self.meta.listings, rel, self.deadline.outage())
+        {
             return Ok(known);
         }
         if self.listed_absent(rel) {
             return Ok(Arc::default());
         }
-        let held = self.meta.held(&self.meta.listings, rel);
-        if let Some(held) = held.as_ref().filter(|_| self.deadline.outage()) {
-            log::debug!(
-                "{}: the endpoint is not answering: listed as before",
-                rel.display()
-            );
-            return Ok(held.clone());
-        }
         let (listed, generation) = match self.list_objects(rel) {
             Ok(listed) => listed,
-            Err(_) if held.is_some() && self.deadline.outage() => {
-                log::debug!("{}: no answer: listed as before", rel.display());
-                return Ok(held.unwrap_or_default());
+            // No answer: what was listed before, however old.
+            Err(e) if self.deadline.outage() => {
+                return self.meta.held(&self.meta.listings, rel).ok_or(e);
             }
             Err(e) => return Err(e),
         };
@@ -230,10 +235,9 @@ impl ObjectStoreStore {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return false;
         };
-        let listing = match self.meta.fresh(&self.meta.listings, parent) {
-            None if self.deadline.outage() => self.meta.held(&self.meta.listings, parent),
-            fresh => fresh,
-        };
+        let listing = self
+            .meta
+            .usable(&self.meta.listings, parent, self.deadline.outage());
         listing.is_some_and(|l| {
             l.binary_search_by(|e| e.name.as_os_str().cmp(name))
                 .is_err()
@@ -242,13 +246,11 @@ impl ObjectStoreStore {
 
     /// Whether any object lies below `rel`.
     pub(super) fn has_children(&self, rel: &Path) -> io::Result<bool> {
-        if let Some(known) = self.meta.fresh(&self.meta.children, rel) {
-            return Ok(known);
-        }
-        if self.deadline.outage()
-            && let Some(held) = self.meta.held(&self.meta.children, rel)
+        if let Some(known) = self
+            .meta
+            .usable(&self.meta.children, rel, self.deadline.outage())
         {
-            return Ok(held);
+            return Ok(known);
         }
         Ok(!self.listing(rel)?.is_empty())
     }

@@ -511,25 +511,6 @@ impl StoreFile for ObjectFile {
     /// free (a shard loaded ahead and never read through keeps its window until the shard
     /// leaves the cache: the readers' own windows always have the other half).
     fn warm(&self) {
-        self.warm_start();
-    }
-}
-
-impl ObjectFile {
-    /// Hold `bytes`, the object's start fetched at its open, as a window (if the budget
-    /// has room: else its reads fetch them again).
-    pub(super) fn hold_start(&self, bytes: bytes::Bytes) {
-        let len = bytes.len() as u64;
-        if len == 0 || !self.budget.reserve(len) {
-            return;
-        }
-        self.ahead.lock().held = Some(Held {
-            pieces: vec![(0, bytes)],
-            budget: self.budget.clone(),
-        });
-    }
-
-    fn warm_start(&self) {
         let len = self.meta.size.min(MAX_WINDOW);
         {
             let mut ra = self.ahead.lock();
@@ -550,5 +531,20 @@ impl ObjectFile {
         if let Ok(bytes) = self.fetch(0..len) {
             window.hold(vec![(0, bytes)], 0);
         }
+    }
+}
+
+impl ObjectFile {
+    /// Hold `bytes`, the object's start fetched at its open, as a window (if the budget
+    /// has room: else its reads fetch them again).
+    pub(super) fn hold_start(&self, bytes: bytes::Bytes) {
+        let len = bytes.len() as u64;
+        if len == 0 || !self.budget.reserve(len) {
+            return;
+        }
+        self.ahead.lock().held = Some(Held {
+            pieces: vec![(0, bytes)],
+            budget: self.budget.clone(),
+        });
     }
 }

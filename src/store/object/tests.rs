@@ -373,6 +373,20 @@ fn a_second_chunk_in_any_order_fetches_the_rest_of_the_object() {
 struct Racing {
     inner: object_store::memory::InMemory,
     changes: std::sync::atomic::AtomicU32,
+    /// While set, reads and listings get no answer (an outage).
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Racing {
+    fn no_answer(&self) -> object_store::Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "Racing",
+                source: "no answer (down)".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Display for Racing {
@@ -408,6 +422,7 @@ impl ObjectStore for Racing {
         options: GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
         use std::sync::atomic::Ordering::SeqCst;
+        self.no_answer()?;
         if options.if_match.is_some()
             && self
                 .changes
@@ -438,6 +453,7 @@ impl ObjectStore for Racing {
         &self,
         prefix: Option<&ObjPath>,
     ) -> object_store::Result<object_store::ListResult> {
+        self.no_answer()?;
         self.inner.list_with_delimiter(prefix).await
     }
 
@@ -463,6 +479,7 @@ fn a_shard_changed_while_loaded_is_loaded_again() {
     let racing = Arc::new(Racing {
         inner: object_store::memory::InMemory::new(),
         changes: Default::default(),
+        down: Default::default(),
     });
     let s = ObjectStoreStore::new(racing.clone(), "", "memory://racing").unwrap();
     let rel = Path::new("a/c/0");
@@ -781,4 +798,63 @@ fn a_chunk_of_a_shard_replaced_since_it_was_loaded_is_read_from_the_new_one() {
     replace("c/0/0");
     let err = view.read_ino(ino, 1, 1 << 16).unwrap_err();
     assert_eq!(err.errno(), libc::ESTALE, "{err}");
+}
+
+/// During an outage (a request got no answer), what the store knew answers at once,
+/// however old: HEAD answers, listings, whether a directory holds anything; what it
+/// never knew is EIO; the first answer ends the outage.
+#[test]
+fn during_an_outage_what_was_known_answers_at_once_however_old() {
+    use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+    let racing = Arc::new(Racing {
+        inner: object_store::memory::InMemory::new(),
+        changes: Default::default(),
+        down: Default::default(),
+    });
+    let mut s = ObjectStoreStore::new(racing.clone(), "", "memory://down").unwrap();
+    // Every answer kept, and none fresh: each is asked again while the endpoint answers.
+    s.meta = Arc::new(MetaCache::new(Duration::from_nanos(1)));
+    s.write_atomically(Path::new("a/c/0"), b"one").unwrap();
+    let names = |s: &ObjectStoreStore| -> Vec<_> {
+        s.list(Path::new("a/c"))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect()
+    };
+    let listed = names(&s);
+    assert_eq!(s.stat(Path::new("a/c/0")).unwrap().unwrap().len, 3);
+    assert_eq!(
+        s.stat(Path::new("a")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    racing.down.store(true, SeqCst);
+    // The first request gets no answer: the outage begins, and the old answer stands.
+    assert_eq!(s.stat(Path::new("a/c/0")).unwrap().unwrap().len, 3);
+    let asked = |s: &ObjectStoreStore| {
+        let c = s.counters();
+        c.heads.load(Relaxed) + c.lists.load(Relaxed) + c.gets.load(Relaxed)
+    };
+    let before = asked(&s);
+    assert_eq!(names(&s), listed);
+    assert_eq!(s.stat(Path::new("a/c/0")).unwrap().unwrap().len, 3);
+    assert_eq!(
+        s.stat(Path::new("a")).unwrap().unwrap().kind,
+        EntryKind::Dir
+    );
+    assert_eq!(
+        asked(&s),
+        before,
+        "nothing asked while the endpoint is down"
+    );
+    // A name the listing held lacks is not there; one below a directory never listed
+    // needs the endpoint.
+    assert!(s.stat(Path::new("a/never")).unwrap().is_none());
+    let err = s.stat(Path::new("b/never")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "never known: {err}");
+    assert!(s.deadline.outage());
+    // Back: the next request is answered, and ends the outage.
+    racing.down.store(false, SeqCst);
+    assert!(s.stat(Path::new("b/never")).unwrap().is_none());
+    assert!(!s.deadline.outage());
 }
