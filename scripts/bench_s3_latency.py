@@ -23,6 +23,10 @@ against zarr-python 3 + obstore reading the bucket directly in the same run:
 * mount: every chunk file read with Python open().read() in key order; `cp -r` of the
   array; 16 Python threads over the chunk files; zarr-python 3 `[:]` on the mount;
   zarr-python 2.18 `[:]` through a v2 view mount (`.venv-zarr2`);
+* `--cache`: a fresh mount reading through a cache a first mount filled, the cache's
+  files' pages dropped, against the same chunk files as plain local files read cold
+  (pages dropped) and warm; zarr-python 2 on a plain local copy of the v2 view (the
+  floor of the v2 case: zarr 2 decodes chunk by chunk in one thread);
 * a cold chunk: a fresh mount, `stat` of the array's zarr.json, one chunk file read:
   the requests the mount made (its `.shardfs-stats`), against 3 for zarr-python + obstore
   (zarr.json, the shard index, the chunk);
@@ -252,9 +256,11 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
                 except ImportError:
                     pass
 
-                def through_mount(label: str, fn, opts: str = "ro") -> None:
+                def through_mount(label: str, fn, opts: str = "ro", first=None) -> None:
                     m = Mount(proxy, name, base, opts)
                     try:
+                        if first:
+                            first()
                         before = m.stats()
                         # A case that times itself (another process) returns its time.
                         t = time.perf_counter()
@@ -281,6 +287,8 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
                                   lambda mnt: zarr2_read(mnt, want[name]), "ro,format=v2")
                 # --cache: a first mount fills it (a copy of the array read through it
                 # is the plain local files beside), a fresh second mount reads through it.
+                # Cold as every case is: the page cache of the cache's files (and of the
+                # plain files) dropped first; the plain files are also read warm.
                 cache_dir = Path(tempfile.mkdtemp(dir=base, prefix="cache-"))
                 local = Path(tempfile.mkdtemp(dir=base, prefix="local-"))
                 try:
@@ -290,12 +298,31 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
                     finally:
                         warm.close()
                     through_mount("mount, warm --cache: chunk files in key order",
-                                  lambda mnt: key_order(mnt, files), f"ro,cache={cache_dir}")
-                    case("plain local files: chunk files in key order",
+                                  lambda mnt: key_order(mnt, files),
+                                  f"ro,cache={cache_dir}", first=lambda: drop_pages(cache_dir))
+                    drop_pages(local)
+                    case("plain local files, page cache dropped: key order",
+                         lambda: timed(lambda: key_order(local / "a", files)))
+                    case("plain local files, page cache warm: key order",
                          lambda: timed(lambda: key_order(local / "a", files)))
                 finally:
                     shutil.rmtree(cache_dir)
                     shutil.rmtree(local)
+                # zarr-python 2 on a plain copy of the v2 view: the floor of the v2 case
+                # (zarr 2 decodes chunk by chunk in one thread, whatever the files are).
+                if ZARR2_PY.exists():
+                    local = Path(tempfile.mkdtemp(dir=base, prefix="local2-"))
+                    try:
+                        v2 = Mount(proxy, name, base, "ro,format=v2")
+                        try:
+                            shutil.copytree(v2.mnt, local / "a")
+                        finally:
+                            v2.close()
+                        drop_pages(local)
+                        case("zarr-python 2.18 [:] on plain local files (v2 copy)",
+                             lambda: zarr2_read(local / "a", want[name]))
+                    finally:
+                        shutil.rmtree(local)
                 # A cold chunk: zarr.json, then one chunk file.
                 m = Mount(proxy, name, base)
                 try:
@@ -314,6 +341,19 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
     finally:
         stop(proc)
     return results
+
+
+def drop_pages(root: Path) -> None:
+    """Drop the page cache of every file below `root` (POSIX_FADV_DONTNEED: clean pages
+    go; no root needed), so that reading them again is cold."""
+    subprocess.run(["sync"], check=True)
+    for p in root.rglob("*"):
+        if p.is_file() and not p.is_symlink():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def key_order(mnt: Path, files: list[str]) -> None:
@@ -378,13 +418,23 @@ def table(delay: float, results: dict) -> str:
             f"requests, {r['cold chunk ms']:.1f} ms (zarr-python + obstore: 3 requests); "
             f"key-order read: {gets:g} GETs, {moved:.3f} bytes moved per stored byte")
         cached = r.get("mount, warm --cache: chunk files in key order")
-        local = r.get("plain local files: chunk files in key order")
+        local = r.get("plain local files, page cache dropped: key order")
+        local_warm = r.get("plain local files, page cache warm: key order")
         if cached and local:
             lines.append(
-                f"* {name}: a fresh mount through a warm `--cache`, chunk files in key "
-                f"order: {cached:.3f} s, {r['mount, warm --cache: chunk files in key order GETs']:g} "
-                f"GETs; the same files as plain local files: {local:.3f} s; "
-                f"ratio {local / cached:.2f}x (goal 0.8x)")
+                f"* {name}: a fresh mount through a warm `--cache` (its files' pages "
+                f"dropped), chunk files in key order: {cached:.3f} s, "
+                f"{r['mount, warm --cache: chunk files in key order GETs']:g} GETs; the "
+                f"same files as plain local files, pages dropped: {local:.3f} s, ratio "
+                f"{local / cached:.2f}x (goal 0.8x); pages warm: {local_warm:.3f} s, "
+                f"{local_warm / cached:.2f}x")
+        floor2 = r.get("zarr-python 2.18 [:] on plain local files (v2 copy)")
+        v2 = r.get("v2 mount: zarr-python 2.18 [:]")
+        if floor2 and v2:
+            lines.append(
+                f"* {name}: zarr-python 2.18 through the v2 view {v2:.3f} s; on a plain "
+                f"local copy of the same files {floor2:.3f} s (the client's own floor: "
+                f"{r['zarr-python 3 + obstore, direct'] / floor2:.2f}x obstore)")
     return "\n".join(lines)
 
 

@@ -21,7 +21,9 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(default: &str) {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default)).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default))
+        .format_timestamp_millis()
+        .init();
 }
 
 /// A daemonized mount without `--log-file`: warnings and errors (`RUST_LOG` changes
@@ -308,6 +310,7 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             .open(path)
             .with_context(|| format!("opening the log file {}", path.display()))?;
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+            .format_timestamp_millis()
             .target(env_logger::Target::Pipe(Box::new(file)))
             .init();
     } else {
@@ -345,10 +348,14 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
 /// with nothing below it (a mistyped prefix mounts as a new, empty, writable store).
 fn mount_notes(store: &std::path::Path, mnt: &mount::Mount) -> Vec<String> {
     let mut notes = Vec::new();
+    // The store's own listing of the prefix (one LIST): the view's listing of the root
+    // would look into an array there (a LIST per level and a shard's index, 4 round trips
+    // before the mount was ready).
     if let Some(url) = mount::object_url(store)
         && mnt
             .view()
-            .readdir(shardfs::view::ROOT_INO)
+            .store()
+            .list(std::path::Path::new(""))
             .is_ok_and(|entries| {
                 entries
                     .iter()

@@ -1122,6 +1122,29 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
         delta(&before, &after, "get_bytes") <= 8 * index_len as u64,
         "{before} -> {after}"
     );
+    // Then every chunk in order (`cp -r` after its listing): the shards the listing
+    // cached by their indexes alone are fetched ahead as any other, one GET each, not
+    // a chunk and then the rest when the reader comes to them.
+    let loaded_ahead = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+            .args(["stats", "--json"])
+            .arg(&mnt)
+            .output()
+            .unwrap();
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        stats["shards_loaded_ahead"].as_u64().unwrap()
+    };
+    let (before, ahead) = (requests(), loaded_ahead());
+    for i in 0..64 {
+        for j in 0..2 {
+            let got = std::fs::read(mnt.join(format!("c/{i}/{j}"))).unwrap();
+            assert!(got == want_chunk(i, j), "chunk {i}/{j} after the listing");
+        }
+    }
+    let after = requests();
+    println!("every chunk in order after the listing: requests {before} -> {after}");
+    assert!(loaded_ahead() - ahead >= 4, "{}", loaded_ahead() - ahead);
+    assert!(delta(&before, &after, "get") <= 16, "{before} -> {after}");
     m.unmount();
 }
 

@@ -152,6 +152,12 @@ pub trait StoreFile: Send + Sync {
         false
     }
 
+    /// Whether [`StoreFile::warm`] would fetch anything: nothing of the file's bytes is
+    /// held or being fetched ahead (a local file: never).
+    fn cold(&self) -> bool {
+        false
+    }
+
     /// Fetch the start of the file ahead, before anything reads it (a shard loaded
     /// ahead of its reader, so that its index and chunks come in one request). Best
     /// effort: an error here is met again, and reported, by the read that needs the bytes.
@@ -193,6 +199,15 @@ pub trait StoreFileRw: StoreFile {
     fn sync(&self) -> io::Result<()>;
 }
 
+/// Bytes of a file fetched with its open ([`Store::open_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefetch {
+    /// The first this many bytes.
+    Start(u64),
+    /// The last this many bytes (all of a shorter file).
+    End(u64),
+}
+
 /// How [`Store::open_rw`] opens a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
@@ -217,6 +232,13 @@ pub trait Store: Send + Sync {
     fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>>;
     /// Open a regular file for reading; `Ok(None)` when nothing is there.
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>>;
+    /// [`Store::open`], fetching `with` of the file's bytes in the same request where
+    /// an open costs one (object storage: one ranged GET, not a HEAD and then a GET, for
+    /// a shard's index or the start of a shard loaded ahead); elsewhere `open`.
+    fn open_with(&self, rel: &Path, with: Prefetch) -> io::Result<Option<Box<dyn StoreFile>>> {
+        let _ = with;
+        self.open(rel)
+    }
     fn read_link(&self, rel: &Path) -> io::Result<std::path::PathBuf>;
     fn space(&self) -> io::Result<SpaceInfo>;
     /// A name for log lines and `fsname`.

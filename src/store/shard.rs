@@ -16,9 +16,11 @@ use std::sync::Arc;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use super::{EntryMeta, Store, StoreFile};
+use super::{EntryMeta, Prefetch, Store, StoreFile};
 use crate::format::index::index_region;
-use crate::format::{ChunkRange, IndexError, Location, ShardIndex, ShardLayout, ShardLevel};
+use crate::format::{
+    ChunkRange, IndexError, IndexLocation, Location, ShardIndex, ShardLayout, ShardLevel,
+};
 
 /// Why a shard (or one nested block of it) cannot be read.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -61,6 +63,10 @@ const LOAD_ATTEMPTS: u32 = 8;
 
 type NestedKey = (usize, u64, u64);
 
+/// The bytes of a shard loaded ahead fetched with its open: all of a shard of up to 8 MiB
+/// (on object storage, as [`StoreFile::warm`] fetches).
+const WARM_BYTES: u64 = 8 << 20;
+
 /// One shard as last read: its file (if it exists) and its decoded outer index.
 pub struct Shard {
     rel: PathBuf,
@@ -74,6 +80,9 @@ pub struct Shard {
     nested: Mutex<HashMap<NestedKey, Result<Arc<ShardIndex>, ShardError>>>,
     /// Whether the shard after this one was asked to be loaded ahead ([`Shard::claim_next`]).
     next_claimed: std::sync::atomic::AtomicBool,
+    /// Where the first chunk opened lies, plus one (0: none yet), for
+    /// [`Shard::opened_another`].
+    first_opened: std::sync::atomic::AtomicU64,
 }
 
 impl Shard {
@@ -134,6 +143,7 @@ impl Shard {
             index: Err(err),
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
+            first_opened: Default::default(),
         }
     }
 
@@ -145,7 +155,25 @@ impl Shard {
         warm: bool,
     ) -> Shard {
         let level = &layout.levels[0];
-        let (file, meta, index) = match store.open(rel) {
+        // The bytes the load reads first, fetched with the open where that saves a
+        // request (object storage): the start of a shard loaded ahead (its index with
+        // it, up to 8 MiB), else the index alone.
+        let with = match level.index_location {
+            _ if warm && prefix.is_none() => Prefetch::Start(WARM_BYTES),
+            IndexLocation::End if prefix.is_none() => Prefetch::End(
+                level
+                    .index_codecs
+                    .encoded_len(level.n_chunks())
+                    .unwrap_or(0),
+            ),
+            _ => Prefetch::Start(
+                level
+                    .index_codecs
+                    .encoded_len(level.n_chunks())
+                    .unwrap_or(0),
+            ),
+        };
+        let (file, meta, index) = match store.open_with(rel, with) {
             Ok(None) => (None, None, Ok(ShardIndex::empty(level.n_chunks() as usize))),
             Ok(Some(f)) => match f.meta() {
                 Ok(meta) if warm && prefix.is_none() => {
@@ -180,6 +208,7 @@ impl Shard {
             index,
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
+            first_opened: Default::default(),
         }
     }
 
@@ -196,6 +225,26 @@ impl Shard {
     /// Whether [`Shard::claim_next`] was done.
     pub fn next_claimed(&self) -> bool {
         self.next_claimed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the shard was there when loaded (a file, read or not).
+    pub fn stored(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Note the open of the chunk at byte `offset` of the shard: whether another chunk of
+    /// it was opened before (its reader goes through the shard: the view loads the next
+    /// shards ahead then, not after that second chunk's read).
+    pub fn opened_another(&self, offset: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mark = offset.saturating_add(1);
+        match self
+            .first_opened
+            .compare_exchange(0, mark, Relaxed, Relaxed)
+        {
+            Ok(_) => false,
+            Err(first) => first != mark,
+        }
     }
 
     /// True once for this shard as loaded: the caller loads the next one ahead.
@@ -648,7 +697,11 @@ impl ShardCache {
         layout: ShardLayout,
         warm: bool,
     ) {
-        if self.peek(&rel).is_some() {
+        let cached = self.peek(&rel);
+        // Cached by its index alone (a listing read it): its bytes are fetched ahead.
+        let was_cached = cached.is_some();
+        let cold = cached.filter(|s| warm && s.file.as_ref().is_some_and(|f| f.cold()));
+        if was_cached && cold.is_none() {
             return;
         }
         {
@@ -672,7 +725,12 @@ impl ShardCache {
                 cache
                     .prefetches
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cache.load(store.as_ref(), &rel, &layout, true, warm);
+                match cold.as_ref().and_then(|s| s.file.as_ref()) {
+                    Some(file) => file.warm(),
+                    None => {
+                        cache.load(store.as_ref(), &rel, &layout, true, warm);
+                    }
+                }
             });
         if spawned.is_err() {
             drop(Loaded {

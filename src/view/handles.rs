@@ -225,7 +225,7 @@ impl View {
                 let array = self.current(&array);
                 match self.chunk_or_fill(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
-                        self.load_next_ahead(&array, &coords, &shard);
+                        self.load_next_ahead(&array, &coords, &shard, range.offset);
                         let now = (range, shard.meta().map(EntryMeta::version));
                         let keep = at_open && self.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
@@ -265,16 +265,26 @@ impl View {
         })
     }
 
-    /// A reader going forward through a shard's file (two chunks in a row; object
-    /// storage's read-ahead says so) most likely goes on into the next shards in C
+    /// A reader going forward through a shard's file (a second chunk of it opened, at
+    /// `offset`, or object storage's read-ahead says so) most likely goes on into the next shards in C
     /// order, as readers of chunk files in key order and zarr-python do: the
     /// [`SHARDS_AHEAD`] shards after this one are loaded in the background, side by
     /// side, each its index and (up to 8 MiB of) its bytes in one request, while this
     /// one is read (a reader of chunk files in key order goes through a row of every
     /// shard of a row of shards before it comes back to this one).
-    fn load_next_ahead(&self, array: &Arc<ShardedArray>, coords: &[u64], shard: &Shard) {
-        // The claim's flag first: after the first time this is one atomic load per read.
-        if shard.next_claimed() || !shard.streaming() || !shard.claim_next() {
+    fn load_next_ahead(
+        &self,
+        array: &Arc<ShardedArray>,
+        coords: &[u64],
+        shard: &Shard,
+        offset: u64,
+    ) {
+        // The claim's flag first: after the first time this is one atomic load per open.
+        if shard.next_claimed()
+            || !((self.store.reads_are_requests() && shard.opened_another(offset))
+                || shard.streaming())
+            || !shard.claim_next()
+        {
             return;
         }
         let Some(loc) = array.layout.locate(coords) else {

@@ -124,21 +124,22 @@ impl ObjectStoreStore {
 pub(super) const METADATA_PREFIX: u64 = 1 << 20;
 
 impl ObjectStoreStore {
-    /// The object at `rel` and its first [`METADATA_PREFIX`] bytes, in one request (what a
-    /// HEAD would say is kept as its answer); `None` when there is none.
-    pub(super) fn get_start(
+    /// The object at `rel` and its bytes in `range`, in one request (what a HEAD would
+    /// say is kept as its answer); `None` when there is none.
+    pub(super) fn get_range(
         &self,
         rel: &Path,
+        range: object_store::GetRange,
     ) -> io::Result<Option<(object_store::ObjectMeta, bytes::Bytes)>> {
         let key = self.key(rel)?;
         let generation = self.meta.generation();
         self.counters
             .gets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        log::debug!("GET {key} bytes 0..{METADATA_PREFIX} (opened)");
+        log::debug!("GET {key} bytes {range} (opened)");
         let got = self.block_on(async {
             let opts = object_store::GetOptions {
-                range: Some(object_store::GetRange::Bounded(0..METADATA_PREFIX)),
+                range: Some(range),
                 ..Default::default()
             };
             let r = self.inner.get_opts(&key, opts).await?;

@@ -39,7 +39,9 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode};
 use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
-use super::{EntryKind, EntryMeta, ListEntry, OpenMode, SpaceInfo, Store, StoreFile, StoreFileRw};
+use super::{
+    EntryKind, EntryMeta, ListEntry, OpenMode, Prefetch, SpaceInfo, Store, StoreFile, StoreFileRw,
+};
 use crate::format::ShardLevel;
 use client::{Deadline, describe_error, dir_meta, meta_of, to_io};
 use disk_cache::DiskCache;
@@ -274,53 +276,13 @@ impl Store for ObjectStoreStore {
 
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
         // A metadata file not known yet: one GET of it, not a HEAD and then a GET (a
-        // cold read of a chunk starts with the array's zarr.json). With a local cache, a
-        // HEAD: its ETag finds the bytes kept there.
-        let start = if client::is_metadata(rel)
-            && self.disk.is_none()
-            && self.meta.fresh(&self.meta.heads, rel).is_none()
-            && !self.listed_absent(rel)
-            && !self.deadline.outage()
-        {
-            match self.get_start(rel) {
-                Ok(Some((meta, bytes))) => Some((meta, bytes)),
-                Ok(None) => return Ok(None),
-                // An empty object has no range to give (416): asked as any other.
-                Err(_) => None,
-            }
-        } else {
-            None
-        };
-        let meta = match &start {
-            Some((meta, _)) => meta.clone(),
-            None => match self.head(rel)? {
-                Some(meta) => meta,
-                None => return Ok(None),
-            },
-        };
-        let key = self.key(rel)?;
-        let disk = self
-            .disk
-            .clone()
-            .map(|d| (d, format!("{}/{key}", self.scope)));
-        let file = ObjectFile {
-            disk,
-            store: self.inner.clone(),
-            handle: self.rt.handle().clone(),
-            key,
-            meta,
-            ahead: Mutex::new(ReadAhead::default()),
-            ahead_done: parking_lot::Condvar::new(),
-            budget: self.budget.clone(),
-            counters: self.counters.clone(),
-            meta_cache: self.meta.clone(),
-            rel: rel.to_path_buf(),
-            deadline: self.deadline.clone(),
-        };
-        if let Some((_, bytes)) = start {
-            file.hold_start(bytes);
-        }
-        Ok(Some(Box::new(file)))
+        // cold read of a chunk starts with the array's zarr.json).
+        let with = client::is_metadata(rel).then_some(Prefetch::Start(client::METADATA_PREFIX));
+        self.open_fetching(rel, with)
+    }
+
+    fn open_with(&self, rel: &Path, with: Prefetch) -> io::Result<Option<Box<dyn StoreFile>>> {
+        self.open_fetching(rel, Some(with))
     }
 
     fn read_link(&self, _rel: &Path) -> io::Result<PathBuf> {
@@ -482,5 +444,83 @@ impl Store for ObjectStoreStore {
             .read_all(from)?
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         self.put(to, data, PutMode::Create)
+    }
+}
+
+impl ObjectStoreStore {
+    /// [`Store::open`], with `with` of its bytes fetched in the same request when its
+    /// HEAD is not known (else a HEAD, and the bytes when read): with a local cache too
+    /// (its HEAD's ETag finds the bytes kept there), nor during an outage. The start of
+    /// a shard loaded ahead only while the budget has room for it in its half kept for
+    /// loads ahead ([`super::read::ObjectFile::warm`]).
+    fn open_fetching(
+        &self,
+        rel: &Path,
+        with: Option<Prefetch>,
+    ) -> io::Result<Option<Box<dyn StoreFile>>> {
+        let range = with
+            .filter(|_| {
+                self.disk.is_none()
+                    && self.meta.fresh(&self.meta.heads, rel).is_none()
+                    && !self.listed_absent(rel)
+                    && !self.deadline.outage()
+            })
+            .and_then(|w| match w {
+                Prefetch::Start(n)
+                    if n > client::METADATA_PREFIX
+                        && self.budget.used().saturating_add(n) > self.budget.cap / 2 =>
+                {
+                    None
+                }
+                Prefetch::Start(n) => Some(object_store::GetRange::Bounded(0..n)),
+                Prefetch::End(n) => Some(object_store::GetRange::Suffix(n)),
+            });
+        let start = match range {
+            Some(range) => match self.get_range(rel, range) {
+                Ok(Some(got)) => Some(got),
+                Ok(None) => return Ok(None),
+                // An empty object has no range to give (416): asked as any other.
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let meta = match &start {
+            Some((meta, _)) => meta.clone(),
+            None => match self.head(rel)? {
+                Some(meta) => meta,
+                None => return Ok(None),
+            },
+        };
+        let key = self.key(rel)?;
+        let disk = self
+            .disk
+            .clone()
+            .map(|d| (d, format!("{}/{key}", self.scope)));
+        let file = ObjectFile {
+            disk,
+            store: self.inner.clone(),
+            handle: self.rt.handle().clone(),
+            key,
+            meta,
+            ahead: Mutex::new(ReadAhead::default()),
+            ahead_done: parking_lot::Condvar::new(),
+            budget: self.budget.clone(),
+            counters: self.counters.clone(),
+            meta_cache: self.meta.clone(),
+            rel: rel.to_path_buf(),
+            deadline: self.deadline.clone(),
+        };
+        if let Some((meta, bytes)) = start {
+            let at = meta.size.saturating_sub(bytes.len() as u64);
+            file.hold_piece(
+                if matches!(with, Some(Prefetch::End(_))) {
+                    at
+                } else {
+                    0
+                },
+                bytes,
+            );
+        }
+        Ok(Some(Box::new(file)))
     }
 }

@@ -506,6 +506,11 @@ impl StoreFile for ObjectFile {
         ra.seq >= 1 || ra.chunks >= 2
     }
 
+    fn cold(&self) -> bool {
+        let ra = self.ahead.lock();
+        ra.held.is_none() && ra.pending.is_none() && !ra.whole && ra.chunks == 0
+    }
+
     /// One GET of the object's first [`MAX_WINDOW`] bytes (all of a shard of up to 8
     /// MiB: its index and its chunks), held as a window, while it leaves half the budget
     /// free (a shard loaded ahead and never read through keeps its window until the shard
@@ -535,15 +540,15 @@ impl StoreFile for ObjectFile {
 }
 
 impl ObjectFile {
-    /// Hold `bytes`, the object's start fetched at its open, as a window (if the budget
-    /// has room: else its reads fetch them again).
-    pub(super) fn hold_start(&self, bytes: bytes::Bytes) {
+    /// Hold `bytes`, the object's bytes from `start` fetched at its open, as a window (if
+    /// the budget has room: else its reads fetch them again).
+    pub(super) fn hold_piece(&self, start: u64, bytes: bytes::Bytes) {
         let len = bytes.len() as u64;
         if len == 0 || !self.budget.reserve(len) {
             return;
         }
         self.ahead.lock().held = Some(Held {
-            pieces: vec![(0, bytes)],
+            pieces: vec![(start, bytes)],
             budget: self.budget.clone(),
         });
     }
