@@ -32,6 +32,20 @@ pub fn begin() -> Operation {
     }
 }
 
+/// The operation this thread serves, to carry into threads it waits for
+/// ([`adopt`]): `None` outside an operation.
+pub fn current() -> Option<Instant> {
+    PROGRESS.with(|p| p.get())
+}
+
+/// Serve `current` (of the thread that waits for this one) on this thread: its
+/// requests get what is left of that operation's time, not the whole limit.
+pub fn adopt(current: Option<Instant>) -> Operation {
+    Operation {
+        outer: PROGRESS.with(|p| p.replace(current)),
+    }
+}
+
 impl Drop for Operation {
     fn drop(&mut self) {
         PROGRESS.with(|p| p.set(self.outer));
@@ -76,6 +90,18 @@ mod tests {
                 let _inner = begin();
                 assert!(allowance(limit) > left);
             }
+            // Carried into a thread: the same time left there (none of 10 ms, 20 ms
+            // after the last answer); a thread that does not adopt it has all of it.
+            std::thread::sleep(Duration::from_millis(20));
+            let since = current();
+            let short = Duration::from_millis(10);
+            let there = std::thread::spawn(move || {
+                let _op = adopt(since);
+                allowance(short)
+            });
+            assert_eq!(there.join().unwrap(), Duration::ZERO);
+            let apart = std::thread::spawn(move || allowance(short));
+            assert_eq!(apart.join().unwrap(), short);
         }
         assert_eq!(allowance(limit), limit, "ended");
         progressed();

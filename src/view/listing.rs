@@ -149,12 +149,15 @@ impl View {
                 // below finds these listings kept).
                 let mut shards = Vec::new();
                 for group in shard_coords.chunks(LISTS_IN_FLIGHT) {
+                    // Within this operation's time (`--s3-timeout`), as its own requests.
+                    let op = crate::store::operation::current();
                     let listed: Vec<_> = std::thread::scope(|scope| {
                         let lists: Vec<_> = group
                             .iter()
                             .map(|&s| {
                                 let sp = [shard_prefix.as_slice(), &[s]].concat();
                                 scope.spawn(move || {
+                                    let _op = crate::store::operation::adopt(op);
                                     let listed = self.store.list(&array.shard_dir_rel(&sp));
                                     (sp, listed)
                                 })
