@@ -912,12 +912,11 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
 
 /// A cold chunk of an array below the prefix, from a fresh read-only mount, as
 /// zarr-python + obstore reads it (issue 34): the array's `zarr.json` in one GET (no
-/// HEAD before it), then 3 requests for the chunk: the listing of its shard's row
-/// directory (which gives the shard's ETag), the index, the chunk. The top key directory
-/// `c` asks nothing.
+/// HEAD before it), then 2 requests for the chunk: its shard's index (one GET, which
+/// gives the shard's ETag too) and the chunk. The key directories above it ask nothing.
 #[test]
-fn a_cold_chunk_below_the_prefix_takes_four_round_trips_with_its_metadata() {
-    let test = "a_cold_chunk_below_the_prefix_takes_four_round_trips_with_its_metadata";
+fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
+    let test = "a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata";
     if !common::can_mount(test) {
         return;
     }
@@ -939,7 +938,7 @@ fn a_cold_chunk_below_the_prefix_takes_four_round_trips_with_its_metadata() {
         std::fs::read(common::fixtures().join("zarr_basic.twin").join(chunk)).unwrap()
     );
     assert!(
-        round_trips(&after) - round_trips(&before) <= 4,
+        round_trips(&after) - round_trips(&before) <= 3,
         "{before} -> {after}"
     );
     m.unmount();
@@ -1070,11 +1069,11 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
     let index_len = 16 * 16 + 4;
     println!("one cold chunk: requests {before} -> {after}");
     assert!(delta(&before, &after, "get") <= 2, "{before} -> {after}");
-    // And one request to find the shard (a listing of its row's directory, which gives
-    // its ETag): 3 round trips in all, as zarr-python + obstore (issue 34). The top key
-    // directory `c` asks nothing.
+    // And no request to find the shard: its index's GET does (and gives its ETag), so
+    // 2 round trips in all after the array's zarr.json (issue 34). The key directories
+    // above it ask nothing.
     assert!(
-        round_trips(&after) - round_trips(&before) <= 3,
+        round_trips(&after) - round_trips(&before) <= 2,
         "{before} -> {after}"
     );
     assert!(

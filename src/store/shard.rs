@@ -227,11 +227,6 @@ impl Shard {
         self.next_claimed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether the shard was there when loaded (a file, read or not).
-    pub fn stored(&self) -> bool {
-        self.file.is_some()
-    }
-
     /// Note the open of the chunk at byte `offset` of the shard: whether another chunk of
     /// it was opened before (its reader goes through the shard: the view loads the next
     /// shards ahead then, not after that second chunk's read).

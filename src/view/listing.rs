@@ -287,10 +287,13 @@ impl View {
             Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
             None => HashMap::new(),
         };
-        // The lookup of an array's top key directory (`c`) on a read-only mount of object
-        // storage: there. The lookups below it find what is stored, each with the
-        // listing the chunk's open needs anyway; walking the shard directories down to a
-        // first shard cost a LIST per level for every cold chunk (issue 34).
+        // The lookup of a key directory in the grid (the caller checked) on a read-only
+        // mount of object storage: there. The lookup of a chunk below it finds what is
+        // stored (its shard's open, one GET of the index); walking the shard directories
+        // down to a first shard cost a LIST per level for every cold chunk, and a LIST
+        // per row of shards in series with a reader in key order (issue 34). A key
+        // directory with nothing below is then found, empty, and not listed in its
+        // parent (as the v2 view's key directories of the fill value).
         //
         // A read-only mount of object storage answers listings as lookups (below): a key
         // directory above the chunk files is listed where a stored shard covers it,
@@ -298,15 +301,11 @@ impl View {
         // per shard, 3 round trips before `cp -r` read a byte), and so a listing shows
         // what a lookup finds.
         let quick = lookup || (self.writer.is_none() && self.store.reads_are_requests());
-        if lookup && prefix.is_empty() && self.writer.is_none() && self.store.reads_are_requests() {
+        if lookup && self.writer.is_none() && self.store.reads_are_requests() {
             return Ok(true);
         }
         let layout = &array.layout;
         let mut shard = array.shard_prefix(prefix);
-        let ro_object = self.writer.is_none() && self.store.reads_are_requests();
-        if quick && ro_object && staged.is_empty() && self.cached_shard_below(array, &shard) {
-            return Ok(true);
-        }
         self.any_shard_below(array, &mut shard, &mut |view, shard| {
             let inside = (0..prefix.len()).all(|d| {
                 let r = layout.inner_range(d, shard[d]);
@@ -326,32 +325,6 @@ impl View {
                         .locate(&c)
                         .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
             }))
-        })
-    }
-
-    /// Whether a stored shard whose leading coordinates are `prefix` is cached (loaded
-    /// ahead, or for a chunk read before): on read-only object storage that answers a
-    /// lookup of a key directory without the LIST of its shard directory (a reader of
-    /// the chunk files in key order met one at every row of shards, in series with its
-    /// reads). Looks at up to 16 shards.
-    fn cached_shard_below(&self, array: &ShardedArray, prefix: &[u64]) -> bool {
-        let counts = array.layout.shard_counts();
-        let rest = &counts[prefix.len().min(counts.len())..];
-        let n: u64 = rest.iter().product();
-        if n == 0 || n > 16 {
-            return false;
-        }
-        (0..n).any(|mut i| {
-            let mut shard = prefix.to_vec();
-            let mut tail = vec![0; rest.len()];
-            for (d, &c) in rest.iter().enumerate().rev() {
-                tail[d] = i % c;
-                i /= c;
-            }
-            shard.extend(tail);
-            self.shards
-                .peek(&array.shard_rel(&shard))
-                .is_some_and(|s| s.stored())
         })
     }
 
