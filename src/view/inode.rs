@@ -35,7 +35,7 @@ pub fn stable_ino(path: &Path, kind: Kind) -> u64 {
     let ordered = path
         .file_name()
         .and_then(|n| n.to_str())
-        .filter(|n| !n.starts_with('0') || *n == "0")
+        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()) && (!n.starts_with('0') || *n == "0"))
         .and_then(|n| n.parse::<u64>().ok())
         .filter(|&n| n < ORDERED_NAMES);
     match (ordered, path.parent()) {
@@ -150,11 +150,32 @@ impl InodeTable {
     /// The number `stat` of `path` (a `kind`) shows (for `readdir`'s `d_ino`): the inode's
     /// it has, or the number a lookup would give it.
     pub fn number(&self, path: &Path, kind: Kind) -> u64 {
-        let inner = self.inner.read();
-        match inner.by_path.get(path) {
-            Some(&ino) => ino,
-            None => inner.number_for(path, kind),
+        {
+            let inner = self.inner.read();
+            if let Some(&ino) = inner.by_path.get(path) {
+                return ino;
+            }
+            let wanted = inner.number_for(path, kind);
+            if !inner.by_ino.contains_key(&wanted) {
+                return wanted;
+            }
         }
+        // Its number is another live inode's (numbered names of two directories share
+        // their parent's hash in all but 20 bits, so this is not as rare as with whole
+        // hashes): the counter's number now, kept for the path, so that its lookup
+        // gives the number this listing shows.
+        let mut inner = self.inner.write();
+        if let Some(&ino) = inner.by_path.get(path) {
+            return ino;
+        }
+        let wanted = inner.number_for(path, kind);
+        if !inner.by_ino.contains_key(&wanted) {
+            return wanted;
+        }
+        let ino = inner.next;
+        inner.next += 1;
+        inner.counted.insert((path.to_path_buf(), kind), ino);
+        ino
     }
 
     /// Give `path` an inode for `node` and count one kernel lookup. A path whose node
@@ -418,6 +439,19 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_number_taken_by_another_inode_is_the_one_its_lookup_gives() {
+        let t = InodeTable::new(dir(""));
+        let f = Node::File { rel: "a".into() };
+        let a = t.intern("a".into(), f.clone());
+        // "b" would hash to a's number (forced: a's number is free no more for "a" moved).
+        t.rename(Path::new("a"), "b".into(), f.clone());
+        let listed = t.number(Path::new("a"), f.kind());
+        assert_ne!(listed, a, "a's old number is b's now");
+        assert_eq!(t.number(Path::new("a"), f.kind()), listed);
+        assert_eq!(t.intern("a".into(), f), listed);
+    }
+
+    #[test]
     fn the_numbered_names_of_a_directory_number_in_key_order() {
         let f = Kind::File;
         let ino = |p: &str| stable_ino(Path::new(p), f);
@@ -427,6 +461,7 @@ mod tests {
         assert_ne!(ino("a/c/4/0") & !0xfffff, ino("a/c/3/0") & !0xfffff);
         assert_ne!(stable_ino(Path::new("a/c/3/0"), Kind::Dir), ino("a/c/3/0"));
         assert_ne!(ino("a/c/3/00"), ino("a/c/3/0"));
+        assert_ne!(ino("a/c/3/+5"), ino("a/c/3/5"));
         assert!(ino("a/c/3/x") >= 1 << 63 && ino("a/c/3/0") >= 1 << 63);
     }
 }

@@ -149,22 +149,7 @@ impl View {
                 // below finds these listings kept).
                 let mut shards = Vec::new();
                 for group in shard_coords.chunks(LISTS_IN_FLIGHT) {
-                    // Within this operation's time (`--s3-timeout`), as its own requests.
-                    let op = crate::store::operation::current();
-                    let listed: Vec<_> = std::thread::scope(|scope| {
-                        let lists: Vec<_> = group
-                            .iter()
-                            .map(|&s| {
-                                let sp = [shard_prefix.as_slice(), &[s]].concat();
-                                scope.spawn(move || {
-                                    let _op = crate::store::operation::adopt(op);
-                                    let listed = self.store.list(&array.shard_dir_rel(&sp));
-                                    (sp, listed)
-                                })
-                            })
-                            .collect();
-                        lists.into_iter().filter_map(|l| l.join().ok()).collect()
-                    });
+                    let listed = self.list_side_by_side(array, &shard_prefix, group);
                     for (sp, listed) in listed {
                         let Ok(listed) = listed else { continue };
                         shards.extend(listed.iter().filter_map(|e| {
@@ -326,6 +311,55 @@ impl View {
                         .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
             }))
         })
+    }
+
+    /// The store's listings of the shard directories `prefix` + `s` for each `s` of
+    /// `group`, side by side. Each thread serves this operation (its requests get what
+    /// is left of `--s3-timeout`, 1 s during an outage), and an answer to any of them
+    /// counts for the operation as an answer to its own request would. Where no thread
+    /// can be started, the listing is made here.
+    fn list_side_by_side(
+        &self,
+        array: &ShardedArray,
+        prefix: &[u64],
+        group: &[u64],
+    ) -> Vec<(Vec<u64>, std::io::Result<Vec<crate::store::ListEntry>>)> {
+        use crate::store::operation;
+        let op = operation::current();
+        let list = |sp: Vec<u64>| {
+            let listed = self.store.list(&array.shard_dir_rel(&sp));
+            (sp, listed)
+        };
+        let listed: Vec<_> = std::thread::scope(|scope| {
+            let lists: Vec<_> = group
+                .iter()
+                .map(|&s| {
+                    let sp = [prefix, &[s]].concat();
+                    std::thread::Builder::new()
+                        .spawn_scoped(scope, move || {
+                            let _op = operation::adopt(op);
+                            list(sp.clone())
+                        })
+                        .map_err(|_| [prefix, &[s]].concat())
+                })
+                .collect();
+            lists
+                .into_iter()
+                .map(|l| match l {
+                    Ok(thread) => thread.join().unwrap_or_else(|_| {
+                        (
+                            Vec::new(),
+                            Err(std::io::Error::other("listing thread panicked")),
+                        )
+                    }),
+                    Err(sp) => list(sp),
+                })
+                .collect()
+        });
+        if listed.iter().any(|(_, l)| l.is_ok()) {
+            operation::progressed();
+        }
+        listed
     }
 
     /// Whether `found` holds for a shard whose leading coordinates are `shard`, walking

@@ -458,23 +458,23 @@ impl ObjectStoreStore {
         rel: &Path,
         with: Option<Prefetch>,
     ) -> io::Result<Option<Box<dyn StoreFile>>> {
-        let range = with
-            .filter(|_| {
-                self.disk.is_none()
-                    && self.meta.fresh(&self.meta.heads, rel).is_none()
-                    && !self.listed_absent(rel)
-                    && !self.deadline.outage()
-            })
-            .and_then(|w| match w {
-                Prefetch::Start(n)
-                    if n > client::METADATA_PREFIX
-                        && self.budget.used().saturating_add(n) > self.budget.cap / 2 =>
-                {
-                    None
-                }
-                Prefetch::Start(n) => Some(object_store::GetRange::Bounded(0..n)),
-                Prefetch::End(n) => Some(object_store::GetRange::Suffix(n)),
-            });
+        let with = with.filter(|_| {
+            self.disk.is_none()
+                && self.meta.fresh(&self.meta.heads, rel).is_none()
+                && !self.listed_absent(rel)
+                && !self.deadline.outage()
+        });
+        // The start of a shard loaded ahead: reserved in the budget's half for loads
+        // ahead before it is asked for (given back if it does not come).
+        let mut reserved = None;
+        let range = with.and_then(|w| match w {
+            Prefetch::Start(n) if n > client::METADATA_PREFIX => {
+                reserved = Some(self.budget.reserve_ahead(n)?);
+                Some(object_store::GetRange::Bounded(0..n))
+            }
+            Prefetch::Start(n) => Some(object_store::GetRange::Bounded(0..n)),
+            Prefetch::End(n) => Some(object_store::GetRange::Suffix(n)),
+        });
         let start = match range {
             Some(range) => match self.get_range(rel, range) {
                 Ok(Some(got)) => Some(got),
@@ -511,15 +511,14 @@ impl ObjectStoreStore {
             deadline: self.deadline.clone(),
         };
         if let Some((meta, bytes)) = start {
-            let at = meta.size.saturating_sub(bytes.len() as u64);
-            file.hold_piece(
-                if matches!(with, Some(Prefetch::End(_))) {
-                    at
-                } else {
-                    0
-                },
-                bytes,
-            );
+            let at = match with {
+                Some(Prefetch::End(_)) => meta.size.saturating_sub(bytes.len() as u64),
+                _ => 0,
+            };
+            match reserved {
+                Some(reserved) => file.hold_reserved(at, bytes, reserved),
+                None => file.hold_piece(at, bytes),
+            }
         }
         Ok(Some(Box::new(file)))
     }

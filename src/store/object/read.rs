@@ -163,6 +163,30 @@ impl Budget {
     }
 }
 
+/// Bytes of the budget reserved before a fetch: given back when dropped, but for what
+/// [`ObjectFile::hold_reserved`] holds.
+pub(super) struct Reserved {
+    budget: Arc<Budget>,
+    n: u64,
+}
+
+impl Budget {
+    /// `n` bytes for a load ahead, while that leaves the budget at most half used (the
+    /// other half is the readers': [`ObjectFile::warm`]).
+    pub(super) fn reserve_ahead(self: &Arc<Self>, n: u64) -> Option<Reserved> {
+        self.reserve_within(n, self.cap / 2).then(|| Reserved {
+            budget: self.clone(),
+            n,
+        })
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.budget.release(self.n);
+    }
+}
+
 /// Requests this store made, and the bytes its GETs brought (for tests and `stats`).
 #[derive(Default)]
 pub struct Counters {
@@ -540,6 +564,20 @@ impl StoreFile for ObjectFile {
 }
 
 impl ObjectFile {
+    /// Hold `bytes`, the object's bytes from `start` fetched at its open for a load
+    /// ahead, as a window, within what was `reserved` for them.
+    pub(super) fn hold_reserved(&self, start: u64, bytes: bytes::Bytes, mut reserved: Reserved) {
+        let len = bytes.len() as u64;
+        if len == 0 || len > reserved.n {
+            return;
+        }
+        reserved.n -= len; // what the window holds stays reserved until it goes
+        self.ahead.lock().held = Some(Held {
+            pieces: vec![(start, bytes)],
+            budget: self.budget.clone(),
+        });
+    }
+
     /// Hold `bytes`, the object's bytes from `start` fetched at its open, as a window (if
     /// the budget has room: else its reads fetch them again).
     pub(super) fn hold_piece(&self, start: u64, bytes: bytes::Bytes) {

@@ -594,6 +594,47 @@ fn a_warmed_object_is_read_from_one_get() {
     assert_eq!(s.read_ahead().0, 0);
 }
 
+/// A shard opened for a load ahead comes with its start in one GET, no HEAD, held within
+/// the budget's half for loads ahead: a second one that would pass that half is opened
+/// with a HEAD and fetches nothing ahead; reading it releases it all.
+#[test]
+fn an_open_for_a_load_ahead_fetches_its_start_within_half_the_budget() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let data: Vec<u8> = (0..3u32 << 19).map(|i| (i % 241) as u8).collect(); // 1.5 MiB
+    let mut s = store();
+    s.budget = Arc::new(Budget::new(4 << 20));
+    for name in ["a", "b"] {
+        s.write_atomically(Path::new(name), &data).unwrap();
+    }
+    let want = Prefetch::Start(2 << 20);
+    let a = s.open_with(Path::new("a"), want).unwrap().unwrap();
+    let c = s.counters();
+    assert_eq!((c.gets.load(Relaxed), c.heads.load(Relaxed)), (1, 0));
+    assert_eq!(
+        s.read_ahead().0,
+        data.len() as u64,
+        "held: what came, not what was asked"
+    );
+    let b = s.open_with(Path::new("b"), want).unwrap().unwrap();
+    assert_eq!((c.gets.load(Relaxed), c.heads.load(Relaxed)), (1, 1));
+    assert!(s.read_ahead().0 <= 2 << 20);
+    let mut buf = vec![0u8; data.len()];
+    a.read_at(&mut buf, 0).unwrap();
+    assert!(buf == data);
+    assert_eq!(c.gets.load(Relaxed), 1, "read from what the open fetched");
+    drop((a, b));
+    assert_eq!(s.read_ahead().0, 0, "the budget is given back");
+    // The end of an object (a shard's index): one GET, placed at the object's end.
+    let e = s
+        .open_with(Path::new("b"), Prefetch::End(100))
+        .unwrap()
+        .unwrap();
+    let mut tail = vec![0u8; 100];
+    e.read_at(&mut tail, data.len() as u64 - 100).unwrap();
+    assert!(tail[..] == data[data.len() - 100..]);
+    assert_eq!(c.gets.load(Relaxed), 2);
+}
+
 /// The first read of a freshly opened object moves only what it asks for (a cold
 /// chunk read: the chunk, not a window).
 #[test]
