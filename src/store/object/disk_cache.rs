@@ -38,10 +38,19 @@ const LAYOUT: &str = "shardfs-cache-v1";
 /// The least free space an entry is written with: 5% of the disk, and at least this.
 const MIN_FREE: u64 = 1 << 30;
 
+/// The free space an entry leaves on a disk of `total` bytes: 5%, and at least
+/// [`MIN_FREE`].
+fn leave_free(total: u64) -> u64 {
+    MIN_FREE.max(total / 20)
+}
+
 /// A local directory of object ranges.
 pub struct DiskCache {
     root: PathBuf,
     cap: u64,
+    /// The free space to leave on a disk of the given size ([`leave_free`]; tests that
+    /// must not depend on the machine's free space leave none).
+    min_free: fn(u64) -> u64,
     /// Bytes of the directory's entries, as counted at start and since.
     used: AtomicU64,
     /// Entries open in this process: their ranges as read from their maps.
@@ -72,6 +81,7 @@ impl DiskCache {
             used: AtomicU64::new(du(&root)),
             root,
             cap,
+            min_free: leave_free,
             open: Mutex::default(),
             said: AtomicBool::new(false),
             hits: AtomicU64::new(0),
@@ -252,7 +262,7 @@ impl DiskCache {
             Ok(s) => {
                 let free = s.f_bavail.saturating_mul(s.f_frsize);
                 let total = s.f_blocks.saturating_mul(s.f_frsize);
-                free.saturating_sub(n) >= MIN_FREE.max(total / 20)
+                free.saturating_sub(n) >= (self.min_free)(total)
             }
             Err(_) => false,
         };
@@ -362,10 +372,36 @@ fn du(root: &Path) -> u64 {
 mod tests {
     use super::*;
 
+    /// The cache in `dir` leaving no free space (these tests must not depend on how full
+    /// the machine's disk is: at 96% they failed, the cache rightly writing nothing).
+    fn open_anywhere(dir: &Path, cap: u64) -> DiskCache {
+        DiskCache {
+            min_free: |_| 0,
+            ..DiskCache::open(dir, cap).unwrap()
+        }
+    }
+
+    #[test]
+    fn nothing_is_written_that_would_leave_the_disk_less_than_its_free_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = DiskCache {
+            min_free: |_| u64::MAX,
+            ..DiskCache::open(dir.path(), 64 << 20).unwrap()
+        };
+        c.put("s3://b/k", "e1", 0, b"0123456789");
+        assert!(c.get("s3://b/k", "e1", 0..10).is_none());
+        assert_eq!(c.used(), 0);
+        let c = open_anywhere(dir.path(), 64 << 20);
+        c.put("s3://b/k", "e1", 0, b"0123456789");
+        assert_eq!(&c.get("s3://b/k", "e1", 0..10).unwrap()[..], b"0123456789");
+        assert_eq!(MIN_FREE.max((1u64 << 40) / 20), leave_free(1 << 40));
+        assert_eq!(leave_free(1 << 30), MIN_FREE);
+    }
+
     #[test]
     fn ranges_are_kept_by_version_checked_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let c = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        let c = open_anywhere(dir.path(), 64 << 20);
         let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         assert!(c.get("s3://b/k", "e1", 0..100).is_none(), "empty");
         c.put("s3://b/k", "e1", 0, &bytes[..4000]);
@@ -384,7 +420,7 @@ mod tests {
             "past what was kept"
         );
         // Another process (a fresh cache over the same directory) finds them.
-        let again = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        let again = open_anywhere(dir.path(), 64 << 20);
         assert_eq!(
             &again.get("s3://b/k", "e1", 0..10_000).unwrap()[..],
             &bytes[..]
@@ -396,7 +432,7 @@ mod tests {
             .open(stem.with_extension("data"))
             .unwrap();
         data.write_all_at(b"XX", 10).unwrap();
-        let third = DiskCache::open(dir.path(), 64 << 20).unwrap();
+        let third = open_anywhere(dir.path(), 64 << 20);
         assert!(
             third.get("s3://b/k", "e1", 0..100).is_none(),
             "corrupt: a miss"
@@ -413,7 +449,7 @@ mod tests {
     fn the_least_recently_used_entries_go_first_past_the_cap() {
         let dir = tempfile::tempdir().unwrap();
         let chunk = vec![7u8; 256 << 10];
-        let c = DiskCache::open(dir.path(), 2 << 20).unwrap();
+        let c = open_anywhere(dir.path(), 2 << 20);
         for i in 0..6 {
             c.put(&format!("s3://b/{i}"), "e", 0, &chunk);
             // A distinct use time for each (file times have a coarse grain somewhere).
