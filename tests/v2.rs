@@ -873,3 +873,56 @@ fn missing_chunks_of_xarray_arrays_read_as_the_fill_value() {
     assert_eq!(std::fs::read(store.join("p/c/1")).unwrap(), [3, 4]);
     assert!(!store.join("p/c/2").exists());
 }
+
+/// zarr 2's `resize` through the v2 view of an array with flat keys (`1.0.1`, separator
+/// `.`): the shrink deletes the chunks stored outside the new grid, so a later grow does
+/// not bring their old bytes back (found by the reference test, seed 551126 in v2: the
+/// walk of an array's shards went by directory levels, and flat keys have none, so only
+/// chunks not yet committed were deleted).
+#[test]
+fn a_shrink_deletes_stored_chunks_outside_the_grid_also_with_flat_keys() {
+    let test = "a_shrink_deletes_stored_chunks_outside_the_grid_also_with_flat_keys";
+    if !common::can_mount(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::write(
+        store.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    let zarray = |shape: &str| {
+        format!(
+            r#"{{"zarr_format": 2, "shape": {shape}, "chunks": [3, 2, 3], "dtype": "|u1",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null,
+            "dimension_separator": "."}}"#
+        )
+    };
+    let mnt = tempfile::tempdir().unwrap();
+    let a = mnt.path().join("a");
+    {
+        let _mount = Mount::new(&store, mnt.path(), &v2_options(false)).unwrap();
+        std::fs::create_dir(&a).unwrap();
+        write_and_close(a.join(".zarray"), zarray("[4, 4, 6]")).unwrap();
+        write_fsync_close(a.join("0.0.0"), &[1; 18]).unwrap();
+        write_fsync_close(a.join("1.0.1"), &[2; 18]).unwrap();
+        // Stored in the shard now (fsync), not staged.
+        write_and_close(a.join(".zarray"), zarray("[1, 2, 4]")).unwrap();
+        assert!(!a.join("1.0.1").exists(), "outside the grid");
+        write_and_close(a.join(".zarray"), zarray("[5, 1, 6]")).unwrap();
+        assert_eq!(
+            std::fs::metadata(a.join("1.0.1"))
+                .map_err(|e| e.kind())
+                .err(),
+            Some(std::io::ErrorKind::NotFound),
+            "the grow brought back a chunk the shrink should have deleted"
+        );
+        assert_eq!(std::fs::read(a.join("0.0.0")).unwrap(), [1; 18]);
+    }
+    // And in the store, after the unmount: a fresh mount finds the same.
+    let _mount = Mount::new(&store, mnt.path(), &v2_options(true)).unwrap();
+    assert!(!a.join("1.0.1").exists());
+    assert_eq!(std::fs::read(a.join("0.0.0")).unwrap(), [1; 18]);
+}

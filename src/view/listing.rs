@@ -375,6 +375,28 @@ impl View {
         if k == layout.ndim() {
             return found(self, shard);
         }
+        // Flat store keys (`0.1.1`, separator `.`): every shard is a file of the array's
+        // data directory, at no level of directories (a walk by levels found none, and a
+        // shrink deleted no stored chunk outside its grid: a grow brought them back).
+        if k == 0 && !array.store_keys.nested() && layout.ndim() > 1 {
+            let listed = match self.store.list(&array.data_rel) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                other => other?,
+            };
+            for e in listed {
+                let Some(crate::format::KeyPath::Chunk(c)) = e
+                    .name
+                    .to_str()
+                    .and_then(|n| array.store_keys.child(layout.ndim(), None, n))
+                else {
+                    continue;
+                };
+                if layout.shard_in_grid(&c) && found(self, &c)? {
+                    return Ok(true);
+                }
+            }
+            return Ok(false);
+        }
         let dir = array.shard_dir_rel(shard);
         let last = k + 1 == layout.ndim();
         let listed = match self.store.list(&dir) {
