@@ -1,6 +1,6 @@
 //! shardfs: mount a sharded Zarr v3 store and see it unsharded.
 //!
-//! Layers, each testable on its own (see `docs/` and `../shared/DESIGN.md`):
+//! Layers, each testable on its own (see `docs/`):
 //! `format` (bytes, no I/O) → `store` (the backing directory) → `view` (the virtual tree,
 //! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard).
 

@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::format::{self, Presentation, ShardIndex, ShardLayout};
 use crate::info::{for_each_array_or_bad, shard_coords};
 use crate::store::local::FileRef;
-use crate::store::local::append::{self, Current, ReadError, Source, WriteError};
+use crate::store::local::append::{self, CommitError, Current, ReadError, Source};
 use crate::store::local::recover::{self, APPEND_SUFFIX, Lock, ShardDir, TEMP_SUFFIX, io_at};
 use crate::store::{LocalStore, Store, StoreFile};
 
@@ -282,7 +282,7 @@ fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
 
 /// Check every shard of every sharded array under `root`. With `repair`, first recover
 /// interrupted updates, then cut torn tails back to the last complete state.
-pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport, WriteError> {
+pub fn verify(root: &Path, repair: bool, progress: bool) -> Result<VerifyReport, CommitError> {
     let mut report = VerifyReport {
         store: std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf()),
         ..Default::default()
@@ -398,7 +398,7 @@ pub fn verify_store(store: &dyn Store, name: &Path, progress: bool) -> io::Resul
 }
 
 /// Check one shard under its directory's shared lock (no update is half-way).
-fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, WriteError> {
+fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, CommitError> {
     // Never opened unless a regular file: a FIFO would block, a symbolic link may lead
     // out of the store, and a mount reads the chunks of either as EIO.
     match std::fs::symlink_metadata(root.join(rel)) {
@@ -447,7 +447,7 @@ fn repair_tail(
     root: &Path,
     rel: &Path,
     layout: &ShardLayout,
-) -> Result<Option<String>, WriteError> {
+) -> Result<Option<String>, CommitError> {
     let level = &layout.levels[0];
     if level.index_location != format::IndexLocation::End || !level.index_codecs.crc32c {
         return Ok(None);
@@ -483,9 +483,13 @@ fn repair_tail(
 /// Rewrite every shard whose dead space exceeds `min_garbage` of its file (0 rewrites any
 /// shard with dead bytes), without dead space: the same bytes per slot, chunks in slot
 /// order, the same index codecs and location. Corrupt shards are skipped and reported.
-pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactReport, WriteError> {
+pub fn compact(
+    root: &Path,
+    min_garbage: f64,
+    progress: bool,
+) -> Result<CompactReport, CommitError> {
     if !(0.0..1.0).contains(&min_garbage) {
-        return Err(WriteError::BadUpdate(format!(
+        return Err(CommitError::BadUpdate(format!(
             "min_garbage {min_garbage} is not a fraction in [0, 1)"
         )));
     }
@@ -522,7 +526,7 @@ pub fn compact(root: &Path, min_garbage: f64, progress: bool) -> Result<CompactR
             }
             let cur = match Current::read(&dir, name, level) {
                 Ok(cur) => cur,
-                Err(WriteError::Corrupt { err, .. }) => {
+                Err(CommitError::Corrupt { err, .. }) => {
                     report.skipped.push(Problem {
                         shard: rel.clone(),
                         what: format!("corrupt index, not compacted: {err}"),

@@ -158,7 +158,7 @@ pub fn open_store(
     s3: &crate::store::object::S3Options,
 ) -> Result<Arc<dyn Store>, MountError> {
     if let Some(url) = object_url(store) {
-        let s = crate::store::ObjectStoreStore::open_url(url, s3)
+        let s = crate::store::BucketStore::open_url(url, s3)
             .map_err(|e| MountError::ObjectStore(e.to_string()))?;
         return Ok(Arc::new(s));
     }

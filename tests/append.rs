@@ -15,7 +15,7 @@ use serde_json::json;
 use shardfs::format::{self, Endian, IndexLocation, Location, Node, Presentation, ShardLayout};
 use shardfs::maint;
 use shardfs::store::LocalStore;
-use shardfs::store::local::append::{AppendOutcome, WriteError, apply};
+use shardfs::store::local::append::{CommitError, CommitOutcome, apply};
 use shardfs::store::local::recover::{AppendRecord, Recovery, recover_shard, recover_store};
 use shardfs::store::shard::Shard;
 
@@ -57,7 +57,7 @@ fn layout_of(root: &Path) -> ShardLayout {
 }
 
 /// Apply writes (`Some`) and deletions (`None`) of slots.
-fn put(root: &Path, layout: &ShardLayout, changes: &[(usize, Option<&[u8]>)]) -> AppendOutcome {
+fn put(root: &Path, layout: &ShardLayout, changes: &[(usize, Option<&[u8]>)]) -> CommitOutcome {
     try_put(root, layout, changes).unwrap()
 }
 
@@ -65,7 +65,7 @@ fn try_put(
     root: &Path,
     layout: &ShardLayout,
     changes: &[(usize, Option<&[u8]>)],
-) -> Result<AppendOutcome, WriteError> {
+) -> Result<CommitOutcome, CommitError> {
     apply(root, Path::new(SHARD), &layout.levels[0], changes)
 }
 
@@ -196,7 +196,7 @@ fn a_corrupt_shard_is_refused_and_left_byte_identical() {
         bytes[at..at + 8].copy_from_slice(&[0x7f; 8]);
         std::fs::write(&path, &bytes).unwrap();
         let err = try_put(root, &layout, &[(1, Some(b"more"))]).unwrap_err();
-        assert!(matches!(err, WriteError::Corrupt { .. }), "{err}");
+        assert!(matches!(err, CommitError::Corrupt { .. }), "{err}");
         assert_eq!(err.errno(), libc::EIO);
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
         let names: Vec<_> = std::fs::read_dir(root.join("a/c")).unwrap().collect();

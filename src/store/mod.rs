@@ -1,12 +1,12 @@
 //! The backing store: the directory a mount shows. Finding entries, listing, reading
 //! files by range; nothing here knows about the mount's paths or FUSE.
 //!
-//! [`Store`] is a trait so that the view can run over other backends (an in-memory store
-//! for crash-injection tests; object storage later, where `open` + `read_at` are range
-//! GETs). [`LocalStore`] is the local directory: every path is resolved with
-//! `openat2(RESOLVE_BENEATH)` against a descriptor of the root, so no symlink or `..` can
-//! lead a lookup outside the store, and a final symlink is never followed (the view shows
-//! it as a symlink).
+//! [`Store`] is a trait so that the view runs over three backends: [`LocalStore`], an
+//! in-memory store for crash-injection tests ([`MemoryStore`]), and object storage
+//! ([`BucketStore`], where `open` + `read_at` are ranged GETs). [`LocalStore`] is the
+//! local directory: every path is resolved with `openat2(RESOLVE_BENEATH)` against a
+//! descriptor of the root, so no symlink or `..` can lead a lookup outside the store, and
+//! a final symlink is never followed (the view shows it as a symlink).
 //!
 //! Shards are read with `pread`, not `mmap`: a shard truncated by another process would
 //! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
@@ -29,7 +29,7 @@ use std::time::SystemTime;
 pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
-pub use object::ObjectStoreStore;
+pub use object::BucketStore;
 
 /// Kind of a store entry, as `lstat` sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -463,7 +463,7 @@ const SEGMENTS: usize = 16;
 
 /// Runs before a [`ShardCache`] reads a shard's index from the store: on a miss and on
 /// the reload of a revalidation, never on a hit. A writable mount installs one that
-/// recovers an interrupted update of the shard first (`write::recover::LazyRecovery`),
+/// recovers an interrupted update of the shard first (`store::local::recover::LazyRecovery`),
 /// which is how this layer stays ignorant of the write side.
 pub trait LoadHook: Send + Sync {
     /// Called with the shard's store-relative path and no lock of the cache held. An

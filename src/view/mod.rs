@@ -83,8 +83,10 @@ pub enum ViewError {
     NotEmpty,
     #[error("already exists")]
     Exists,
+    /// A rename this view cannot make in one step (`EXDEV`: `mv` then copies and
+    /// removes, file by file).
     #[error("{0}")]
-    Unsupported(String),
+    CrossDevice(String),
     #[error("write buffer full")]
     NoSpace,
     #[error("a file larger than the write buffer ({0} bytes, --write-buffer) cannot be staged")]
@@ -114,7 +116,7 @@ impl ViewError {
             ViewError::Invalid(_) => libc::EINVAL,
             ViewError::NotEmpty => libc::ENOTEMPTY,
             ViewError::Exists => libc::EEXIST,
-            ViewError::Unsupported(_) => libc::EXDEV,
+            ViewError::CrossDevice(_) => libc::EXDEV,
             ViewError::NoSpace => libc::ENOSPC,
             ViewError::TooBig(_) => libc::EFBIG,
             ViewError::Flush(e) => e.errno(),

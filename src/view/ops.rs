@@ -667,7 +667,7 @@ impl View {
                 | Node::PlainFillDir { .. },
                 _,
             ) => {
-                return Err(ViewError::Unsupported(
+                return Err(ViewError::CrossDevice(
                     "renaming directories into arrays is not supported; copy instead".into(),
                 ));
             }
@@ -752,7 +752,7 @@ impl View {
             Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
             Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
             Node::GroupMeta { dir, file } => self.group_meta(dir, *file),
-            _ => Err(ViewError::Unsupported("not a regular file".into())),
+            _ => Err(ViewError::CrossDevice("not a regular file".into())),
         }
     }
 
@@ -837,7 +837,7 @@ impl View {
             }
             Node::File { rel } => self.remove_store_file(rel)?,
             Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
-                return Err(ViewError::Unsupported("moving metadata away".into()));
+                return Err(ViewError::CrossDevice("moving metadata away".into()));
             }
             _ => {}
         }

@@ -30,7 +30,7 @@ impl View {
                 array.rel.clone()
             }
             _ => {
-                return Err(ViewError::Unsupported(
+                return Err(ViewError::CrossDevice(
                     "this store cannot rename a directory in one step (object storage), \
                      nor key directories or a draft-layout store's: copy instead"
                         .into(),

@@ -30,7 +30,7 @@ use crate::format::CloseTimes;
 use crate::format::index::IndexLocation;
 use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
-pub use crate::store::commit::{CommitError as WriteError, CommitOutcome as AppendOutcome};
+pub use crate::store::commit::{CommitError, CommitOutcome};
 use crate::store::commit::{Merge, ShardSnapshot, SlotChange};
 pub(crate) use crate::store::shard::ReadIndexError as ReadError;
 
@@ -54,7 +54,7 @@ pub fn apply(
     rel: &Path,
     level: &ShardLevel,
     updates: &[ChunkUpdate],
-) -> Result<AppendOutcome, WriteError> {
+) -> Result<CommitOutcome, CommitError> {
     let changes: Vec<SlotChange> = updates
         .iter()
         .map(|&(slot, data)| SlotChange {
@@ -78,10 +78,10 @@ pub fn commit(
     rel: &Path,
     level: &ShardLevel,
     merge: &mut Merge<'_, '_>,
-) -> Result<AppendOutcome, WriteError> {
+) -> Result<CommitOutcome, CommitError> {
     let (dir_rel, name) = recover::split_rel(rel)?;
     let n = usize::try_from(level.n_chunks())
-        .map_err(|_| WriteError::BadUpdate("index too large".into()))?;
+        .map_err(|_| CommitError::BadUpdate("index too large".into()))?;
     // Read and merge under the directory's lock. A missing directory is read unlocked
     // (nothing to lock); if the merge then writes, the directory is made and locked and
     // the shard read and merged again, since another writer may have got there first.
@@ -100,12 +100,12 @@ pub fn commit(
             exists: cur.file.is_some(),
         });
         if let Some(bad) = updates.iter().find(|u| u.slot >= n) {
-            return Err(WriteError::BadUpdate(format!(
+            return Err(CommitError::BadUpdate(format!(
                 "slot {} of a shard with {n} chunks",
                 bad.slot
             )));
         }
-        let outcome = AppendOutcome {
+        let outcome = CommitOutcome {
             index: cur.index.clone(),
             old_len: cur.len,
             new_len: cur.len,
@@ -136,7 +136,7 @@ pub fn commit(
             None => {
                 dir = Some(
                     ShardDir::open(root, dir_rel, true, Lock::Exclusive)?
-                        .ok_or_else(|| WriteError::BadPath(rel.to_path_buf()))?,
+                        .ok_or_else(|| CommitError::BadPath(rel.to_path_buf()))?,
                 )
             }
         }
@@ -186,12 +186,12 @@ impl Current {
         }
     }
 
-    /// Absent file: an all-empty index. A corrupt index is [`WriteError::Corrupt`].
+    /// Absent file: an all-empty index. A corrupt index is [`CommitError::Corrupt`].
     pub(crate) fn read(
         dir: &ShardDir,
         name: &OsStr,
         level: &ShardLevel,
-    ) -> Result<Current, WriteError> {
+    ) -> Result<Current, CommitError> {
         let path = dir.path_of(name);
         let n = level.n_chunks() as usize;
         let Some(file) = dir.open_file(name, OFlags::RDWR, 0)? else {
@@ -199,7 +199,7 @@ impl Current {
         };
         let meta = file.metadata().map_err(io_at(&path))?;
         if !meta.is_file() {
-            return Err(WriteError::NotAFile(path));
+            return Err(CommitError::NotAFile(path));
         }
         let len = meta.len();
         match read_index(&file, level, 0, len) {
@@ -215,7 +215,7 @@ impl Current {
                 })
             }
             Err(ReadError::Io(e)) => Err(io_at(path)(e)),
-            Err(ReadError::Index(err)) => Err(WriteError::Corrupt { path, err }),
+            Err(ReadError::Index(err)) => Err(CommitError::Corrupt { path, err }),
         }
     }
 }
@@ -240,7 +240,7 @@ fn append(
     level: &ShardLevel,
     sources: &[Option<Source>],
     times: &CloseTimes,
-) -> Result<(ShardIndex, u64), WriteError> {
+) -> Result<(ShardIndex, u64), CommitError> {
     let mut tail: Vec<&[u8]> = Vec::new();
     let mut at = old_len;
     let entries = sources
@@ -360,7 +360,7 @@ pub(crate) fn rewrite(
     old: Option<&File>,
     sources: &[Option<Source>],
     times: &CloseTimes,
-) -> Result<(ShardIndex, u64), WriteError> {
+) -> Result<(ShardIndex, u64), CommitError> {
     let size = |s: &Source| match s {
         Source::Old(r) => r.nbytes,
         Source::New(b) => b.len() as u64,
@@ -500,11 +500,11 @@ mod tests {
         let l = level(IndexLocation::End, true);
         let rel = Path::new("c/0");
         let err = apply(root.path(), rel, &l, &[(4, Some(b"a".as_slice()))]).unwrap_err();
-        assert!(matches!(err, WriteError::BadUpdate(_)), "{err}");
+        assert!(matches!(err, CommitError::BadUpdate(_)), "{err}");
         assert_eq!(err.errno(), libc::EINVAL);
         assert!(matches!(
             apply(root.path(), Path::new("../x"), &l, &[]),
-            Err(WriteError::BadPath(_))
+            Err(CommitError::BadPath(_))
         ));
         assert!(!root.path().join("c").exists());
     }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags};
 
 use crate::store::Store;
-use crate::store::commit::CommitError as WriteError;
+use crate::store::commit::CommitError;
 use crate::store::shard::{LoadHook, ShardError, Truncated};
 
 /// Suffix of the recovery record of an append in progress.
@@ -124,9 +124,9 @@ impl AppendRecord {
 
 pub use crate::store::commit::Recovery;
 
-pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> WriteError {
+pub(crate) fn io_at(path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> CommitError {
     let path = path.into();
-    move |source| WriteError::Io { path, source }
+    move |source| CommitError::Io { path, source }
 }
 
 /// `name` + `suffix`.
@@ -138,11 +138,11 @@ pub(crate) fn sibling(name: &OsStr, suffix: &str) -> OsString {
 
 /// Split a shard's store-relative path into its directory and file name; only plain
 /// components are accepted (no `..`, no root), so nothing is written outside the store.
-pub(crate) fn split_rel(rel: &Path) -> Result<(&Path, &OsStr), WriteError> {
+pub(crate) fn split_rel(rel: &Path) -> Result<(&Path, &OsStr), CommitError> {
     let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
     match (plain, rel.parent(), rel.file_name()) {
         (true, Some(dir), Some(name)) => Ok((dir, name)),
-        _ => Err(WriteError::BadPath(rel.to_path_buf())),
+        _ => Err(CommitError::BadPath(rel.to_path_buf())),
     }
 }
 
@@ -169,7 +169,7 @@ impl ShardDir {
         rel_dir: &Path,
         create: bool,
         lock: Lock,
-    ) -> Result<Option<ShardDir>, WriteError> {
+    ) -> Result<Option<ShardDir>, CommitError> {
         let path = root.join(rel_dir);
         let io = |e: rustix::io::Errno| io_at(&path)(e.into());
         let root_fd = rustix::fs::open(
@@ -235,7 +235,7 @@ impl ShardDir {
         name: &OsStr,
         flags: OFlags,
         mode: u32,
-    ) -> Result<Option<File>, WriteError> {
+    ) -> Result<Option<File>, CommitError> {
         // NONBLOCK: a FIFO at a shard's path must not block the opener (it changes
         // nothing for regular files).
         let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
@@ -247,7 +247,7 @@ impl ShardDir {
     }
 
     /// Unlink `name`; `Ok(false)` when it was not there. Not durable until [`Self::sync`].
-    pub(crate) fn remove(&self, name: &OsStr) -> Result<bool, WriteError> {
+    pub(crate) fn remove(&self, name: &OsStr) -> Result<bool, CommitError> {
         match rustix::fs::unlinkat(&self.fd, name, AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(rustix::io::Errno::NOENT) => Ok(false),
@@ -255,13 +255,13 @@ impl ShardDir {
         }
     }
 
-    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> Result<(), WriteError> {
+    pub(crate) fn rename(&self, from: &OsStr, to: &OsStr) -> Result<(), CommitError> {
         rustix::fs::renameat(&self.fd, from, &self.fd, to)
             .map_err(|e| io_at(self.path_of(to))(e.into()))
     }
 
     /// Make the directory's entries (created, renamed, removed files) durable.
-    pub(crate) fn sync(&self) -> Result<(), WriteError> {
+    pub(crate) fn sync(&self) -> Result<(), CommitError> {
         rustix::fs::fsync(&self.fd).map_err(|e| io_at(&self.path)(e.into()))
     }
 }
@@ -270,7 +270,7 @@ impl ShardDir {
 /// leftover temp file. Takes the directory's exclusive lock, so it waits for an update
 /// in progress (whose record is then gone). Idempotent; an empty list when nothing was
 /// left over.
-pub fn recover_shard(root: &Path, rel: &Path) -> Result<Vec<Recovery>, WriteError> {
+pub fn recover_shard(root: &Path, rel: &Path) -> Result<Vec<Recovery>, CommitError> {
     let (dir_rel, name) = split_rel(rel)?;
     match ShardDir::open(root, dir_rel, false, Lock::Exclusive)? {
         Some(dir) => recover_locked(&dir, name),
@@ -279,7 +279,7 @@ pub fn recover_shard(root: &Path, rel: &Path) -> Result<Vec<Recovery>, WriteErro
 }
 
 /// [`recover_shard`] with the lock of `dir` already held (by `apply`, `compact`, repair).
-pub(crate) fn recover_locked(dir: &ShardDir, name: &OsStr) -> Result<Vec<Recovery>, WriteError> {
+pub(crate) fn recover_locked(dir: &ShardDir, name: &OsStr) -> Result<Vec<Recovery>, CommitError> {
     let mut out = Vec::new();
     let rec_name = sibling(name, APPEND_SUFFIX);
     if let Some(rec_file) = dir.open_file(&rec_name, OFlags::RDONLY, 0)? {
@@ -310,7 +310,7 @@ pub(crate) fn recover_locked(dir: &ShardDir, name: &OsStr) -> Result<Vec<Recover
 
 /// Decide an append's fate from its intact record ([`AppendRecord::fate`]) and act on
 /// it: a cut-short append is truncated back (and fsynced).
-fn settle(dir: &ShardDir, name: &OsStr, rec: AppendRecord) -> Result<Recovery, WriteError> {
+fn settle(dir: &ShardDir, name: &OsStr, rec: AppendRecord) -> Result<Recovery, CommitError> {
     let path = dir.path_of(name);
     let shard = dir.open_file(name, OFlags::RDWR, 0)?;
     let len = match &shard {
@@ -386,7 +386,7 @@ impl LazyRecovery {
     }
 
     /// Recover the shard at `rel` if it has an append record; the recoveries done.
-    pub fn recover(&self, rel: &Path) -> Result<Vec<Recovery>, WriteError> {
+    pub fn recover(&self, rel: &Path) -> Result<Vec<Recovery>, CommitError> {
         if !self.has_record(rel) {
             return Ok(Vec::new());
         }
@@ -487,7 +487,7 @@ impl LoadHook for ReadOnlyRecords {
 /// of the directory tree reading no file; a writable mount runs it in the background
 /// once it is mounted. Each directory with leftovers is locked and re-checked, so a
 /// concurrent update (of this process or another) is waited for, not undone.
-pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, WriteError> {
+pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, CommitError> {
     let mut out = Vec::new();
     for (rel_dir, names) in leftovers(root)? {
         let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Exclusive)? else {
@@ -504,7 +504,7 @@ pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, WriteError
 
 /// Leftover records and temp files (store-relative paths) that are not part of an update
 /// in progress (checked under each directory's shared lock). Changes nothing.
-pub fn pending(root: &Path) -> Result<Vec<PathBuf>, WriteError> {
+pub fn pending(root: &Path) -> Result<Vec<PathBuf>, CommitError> {
     let mut out = Vec::new();
     for (rel_dir, names) in leftovers(root)? {
         let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Shared)? else {
@@ -525,7 +525,7 @@ pub fn pending(root: &Path) -> Result<Vec<PathBuf>, WriteError> {
 type Leftovers = BTreeMap<OsString, Vec<OsString>>;
 
 /// Every directory under `root` (not following symlinks) holding leftovers.
-fn leftovers(root: &Path) -> Result<Vec<(PathBuf, Leftovers)>, WriteError> {
+fn leftovers(root: &Path) -> Result<Vec<(PathBuf, Leftovers)>, CommitError> {
     let fd = rustix::fs::open(
         root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

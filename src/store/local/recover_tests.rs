@@ -54,7 +54,7 @@ fn paths_must_stay_inside_the_store() {
     assert_eq!(split_rel(Path::new("c")).unwrap().0, Path::new(""));
     for bad in ["", "/abs/c", "a/../c", "./c", ".."] {
         assert!(
-            matches!(split_rel(Path::new(bad)), Err(WriteError::BadPath(_))),
+            matches!(split_rel(Path::new(bad)), Err(CommitError::BadPath(_))),
             "{bad}"
         );
     }

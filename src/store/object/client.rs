@@ -10,11 +10,11 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use parking_lot::Mutex;
 
-use super::ObjectStoreStore;
+use super::BucketStore;
 use crate::store::operation;
 use crate::store::{EntryKind, EntryMeta};
 
-impl ObjectStoreStore {
+impl BucketStore {
     pub(super) fn key(&self, rel: &Path) -> io::Result<ObjPath> {
         let mut key = self.prefix.clone();
         for c in rel.components() {
@@ -123,7 +123,7 @@ impl ObjectStoreStore {
 /// metadata file but a huge consolidated one), not a HEAD and then a GET.
 pub(super) const METADATA_PREFIX: u64 = 1 << 20;
 
-impl ObjectStoreStore {
+impl BucketStore {
     /// The object at `rel` and its bytes in `range`, in one request (what a HEAD would
     /// say is kept as its answer); `None` when there is none.
     pub(super) fn get_range(

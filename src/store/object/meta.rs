@@ -11,7 +11,7 @@ use std::time::Duration;
 use object_store::path::Path as ObjPath;
 use parking_lot::Mutex;
 
-use super::ObjectStoreStore;
+use super::BucketStore;
 use super::client::to_io;
 use crate::store::{EntryKind, ListEntry};
 
@@ -66,7 +66,7 @@ impl MetaCache {
     }
 
     /// What was known of `rel`, however long ago (while the endpoint does not answer,
-    /// better than nothing: [`ObjectStoreStore::head`]).
+    /// better than nothing: [`BucketStore::head`]).
     pub(super) fn held<T: Clone>(&self, map: &Timed<T>, rel: &Path) -> Option<T> {
         map.lock().get(rel).map(|(_, v)| v.clone())
     }
@@ -113,7 +113,7 @@ impl MetaCache {
     }
 }
 
-impl ObjectStoreStore {
+impl BucketStore {
     /// The objects and common prefixes right below `rel`, as names.
     /// And the cache generation it was asked at (for keeping the listing).
     pub(super) fn list_objects(&self, rel: &Path) -> io::Result<(Vec<ListEntry>, u64)> {
@@ -257,7 +257,7 @@ impl ObjectStoreStore {
 }
 
 /// The last part of a listed `path` as a name, and whether this store reaches the object
-/// by that name ([`ObjectStoreStore::key`] makes the listed key from it). object_store
+/// by that name ([`BucketStore::key`] makes the listed key from it). object_store
 /// percent-encodes the characters of a part it keeps out of keys (`notes~` is stored as
 /// `notes%7E`) and hands listed keys back so: decoded, that is the name it was made
 /// from (a listing showed `notes%7E`). A key another tool wrote (`notes~` itself, or

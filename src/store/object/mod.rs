@@ -1,4 +1,4 @@
-//! [`ObjectStoreStore`]: a store in object storage (`s3://bucket/prefix`), through the
+//! [`BucketStore`]: a store in object storage (`s3://bucket/prefix`), through the
 //! `object_store` crate (its S3 client signs and retries; its in-memory store serves unit
 //! tests).
 //!
@@ -86,7 +86,7 @@ impl Default for S3Options {
     }
 }
 /// A store in object storage.
-pub struct ObjectStoreStore {
+pub struct BucketStore {
     url: String,
     inner: Arc<dyn ObjectStore>,
     prefix: ObjPath,
@@ -115,7 +115,7 @@ pub struct OpenError {
     pub why: String,
 }
 
-impl ObjectStoreStore {
+impl BucketStore {
     /// The store at `url` (`s3://BUCKET[/PREFIX]`), configured from the environment as
     /// the AWS CLI is (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
     /// `AWS_REGION`/`AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), and
@@ -161,7 +161,7 @@ impl ObjectStoreStore {
         prefix: &str,
         url: &str,
     ) -> io::Result<Self> {
-        Ok(ObjectStoreStore {
+        Ok(BucketStore {
             url: url.to_string(),
             inner,
             prefix: ObjPath::from_iter(prefix.split('/').filter(|p| !p.is_empty())),
@@ -223,13 +223,13 @@ fn runtime() -> io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-impl std::fmt::Debug for ObjectStoreStore {
+impl std::fmt::Debug for BucketStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ObjectStoreStore({})", self.url)
+        write!(f, "BucketStore({})", self.url)
     }
 }
 
-impl Store for ObjectStoreStore {
+impl Store for BucketStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         if rel.as_os_str().is_empty() {
             return Ok(Some(dir_meta()));
@@ -447,7 +447,7 @@ impl Store for ObjectStoreStore {
     }
 }
 
-impl ObjectStoreStore {
+impl BucketStore {
     /// [`Store::open`], with `with` of its bytes fetched in the same request when its
     /// HEAD is not known (else a HEAD, and the bytes when read): with a local cache too
     /// (its HEAD's ETag finds the bytes kept there), nor during an outage. The start of

@@ -5,9 +5,9 @@ use super::*;
 use crate::store::memory::rewrite_shard;
 use object_store::{GetOptions, PutOptions, PutPayload};
 
-fn store() -> ObjectStoreStore {
+fn store() -> BucketStore {
     let mem = Arc::new(object_store::memory::InMemory::new());
-    ObjectStoreStore::new(mem, "pre/fix", "memory://test").unwrap()
+    BucketStore::new(mem, "pre/fix", "memory://test").unwrap()
 }
 
 #[test]
@@ -82,8 +82,8 @@ fn level() -> ShardLevel {
 fn a_commit_that_loses_the_race_reads_merges_and_tries_again() {
     use crate::store::commit::SlotChange;
     let mem = Arc::new(object_store::memory::InMemory::new());
-    let s = ObjectStoreStore::new(mem.clone(), "", "memory://race").unwrap();
-    let other = ObjectStoreStore::new(mem, "", "memory://race").unwrap();
+    let s = BucketStore::new(mem.clone(), "", "memory://race").unwrap();
+    let other = BucketStore::new(mem, "", "memory://race").unwrap();
     let rel = Path::new("a/c/0");
     let mine = [7u8; 4];
     let theirs = [9u8; 4];
@@ -481,7 +481,7 @@ fn a_shard_changed_while_loaded_is_loaded_again() {
         changes: Default::default(),
         down: Default::default(),
     });
-    let mut s = ObjectStoreStore::new(racing.clone(), "", "memory://racing").unwrap();
+    let mut s = BucketStore::new(racing.clone(), "", "memory://racing").unwrap();
     s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
     let rel = Path::new("a/c/0");
     let data = [5u8; 4];
@@ -697,7 +697,7 @@ fn names_with_escaped_characters_are_listed_and_found_as_made() {
 #[test]
 fn foreign_keys_that_decode_to_no_name_are_listed_as_they_are() {
     let mem = Arc::new(object_store::memory::InMemory::new());
-    let mut s = ObjectStoreStore::new(mem.clone(), "", "memory://foreign").unwrap();
+    let mut s = BucketStore::new(mem.clone(), "", "memory://foreign").unwrap();
     s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
     let put = |key: ObjPath| {
         s.block_on(mem.put(&key, PutPayload::from(b"x".to_vec())))
@@ -728,12 +728,12 @@ fn foreign_keys_that_decode_to_no_name_are_listed_as_they_are() {
 fn a_listing_answers_for_the_names_below_it() {
     use std::sync::atomic::Ordering::Relaxed;
     let mem = Arc::new(object_store::memory::InMemory::new());
-    let mut s = ObjectStoreStore::new(mem, "p", "memory://test").unwrap();
+    let mut s = BucketStore::new(mem, "p", "memory://test").unwrap();
     s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
     s.write_atomically(Path::new("a/c/0/0"), b"shard").unwrap();
     s.write_atomically(Path::new("a/c/1/0"), b"shard").unwrap();
     let asked =
-        |s: &ObjectStoreStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
+        |s: &BucketStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
     assert_eq!(s.list(Path::new("a/c")).unwrap().len(), 2);
     let before = asked(&s);
     assert_eq!(
@@ -761,12 +761,12 @@ fn a_listing_answers_for_the_names_below_it() {
 fn heads_and_listings_are_kept_for_the_ttl_and_own_writes_are_seen_at_once() {
     use std::sync::atomic::Ordering::Relaxed;
     let mem = Arc::new(object_store::memory::InMemory::new());
-    let mut s = ObjectStoreStore::new(mem.clone(), "p", "memory://test").unwrap();
+    let mut s = BucketStore::new(mem.clone(), "p", "memory://test").unwrap();
     s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
     let rel = Path::new("a/c/0");
     s.write_atomically(rel, b"one").unwrap();
     let asked =
-        |s: &ObjectStoreStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
+        |s: &BucketStore| s.counters().heads.load(Relaxed) + s.counters().lists.load(Relaxed);
     assert_eq!(s.stat(rel).unwrap().unwrap().len, 3);
     s.list(Path::new("a/c")).unwrap();
     let before = asked(&s);
@@ -817,7 +817,7 @@ fn a_chunk_of_a_shard_replaced_since_it_was_loaded_is_read_from_the_new_one() {
     use std::ffi::OsStr;
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mem = Arc::new(object_store::memory::InMemory::new());
-    let s = ObjectStoreStore::new(mem.clone(), "", "memory://replaced").unwrap();
+    let s = BucketStore::new(mem.clone(), "", "memory://replaced").unwrap();
     let array = fixtures.join("zarr_basic/index_start");
     for rel in ["zarr.json", "c/0/0", "c/2/0"] {
         let bytes = std::fs::read(array.join(rel)).unwrap();
@@ -865,11 +865,11 @@ fn during_an_outage_what_was_known_answers_at_once_however_old() {
         changes: Default::default(),
         down: Default::default(),
     });
-    let mut s = ObjectStoreStore::new(racing.clone(), "", "memory://down").unwrap();
+    let mut s = BucketStore::new(racing.clone(), "", "memory://down").unwrap();
     // Every answer kept, and none fresh: each is asked again while the endpoint answers.
     s.meta = Arc::new(MetaCache::new(Duration::from_nanos(1)));
     s.write_atomically(Path::new("a/c/0"), b"one").unwrap();
-    let names = |s: &ObjectStoreStore| -> Vec<_> {
+    let names = |s: &BucketStore| -> Vec<_> {
         s.list(Path::new("a/c"))
             .unwrap()
             .into_iter()
@@ -885,7 +885,7 @@ fn during_an_outage_what_was_known_answers_at_once_however_old() {
     racing.down.store(true, SeqCst);
     // The first request gets no answer: the outage begins, and the old answer stands.
     assert_eq!(s.stat(Path::new("a/c/0")).unwrap().unwrap().len, 3);
-    let asked = |s: &ObjectStoreStore| {
+    let asked = |s: &BucketStore| {
         let c = s.counters();
         c.heads.load(Relaxed) + c.lists.load(Relaxed) + c.gets.load(Relaxed)
     };

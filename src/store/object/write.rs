@@ -10,7 +10,7 @@ use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
 use parking_lot::Mutex;
 
-use super::ObjectStoreStore;
+use super::BucketStore;
 use super::client::{Deadline, dir_meta, to_io};
 use super::meta::MetaCache;
 use crate::format::ShardLevel;
@@ -113,7 +113,7 @@ impl Drop for ObjectFileRw {
     }
 }
 
-impl ObjectStoreStore {
+impl BucketStore {
     pub(super) fn rewrite_dense_shard(
         &self,
         rel: &Path,
