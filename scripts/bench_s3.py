@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -58,7 +57,7 @@ from obstore.store import S3Store  # noqa: E402
 from zarr.storage import ObjectStore  # noqa: E402
 
 import bench  # noqa: E402  (scripts/bench.py: helpers only)
-from bench import Geometry, RssSampler, is_mounted, machine_info, read_all  # noqa: E402
+from bench import Geometry, RssSampler, machine_info, read_all  # noqa: E402
 
 REPO = bench.REPO
 BIN = bench.BIN
@@ -370,7 +369,7 @@ class Bench:
         ci, cj = g.chunk
         want = expect[i * ci:(i + 1) * ci, j * cj:(j + 1) * cj].tobytes()
         one_m, one_d, lat_m, lat_d = [], [], [], []
-        for r in range(reps):
+        for _ in range(reps):
             with self.mount("read", "-o", "ro") as m:
                 (m.mnt / "arr" / "zarr.json").read_bytes()
                 before = requests(m)

@@ -225,9 +225,9 @@ def main(argv=None) -> int:
 
     compared = 0
     for path in sorted(arrays):
-        rep.run("meta", path, lambda: check_meta(store, mount, path, nodes[path]))
-        rep.run("zarr", path, lambda: check_zarr(store, mount, path))
-        rep.run("tensorstore", path, lambda: check_ts(store, mount, path))
+        rep.run("meta", path, lambda path=path: check_meta(store, mount, path, nodes[path]))
+        rep.run("zarr", path, lambda path=path: check_zarr(store, mount, path))
+        rep.run("tensorstore", path, lambda path=path: check_ts(store, mount, path))
         compared += 1
 
     passed = sum(r["ok"] for r in rep.results)
