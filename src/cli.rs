@@ -379,7 +379,7 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
     }
     match args.threads {
         Some(t) => opts.threads = t.max(1),
-        None if crate::mount::object_url(&args.store).is_some() => {
+        None if crate::mount::StoreName::of(&args.store).url().is_some() => {
             opts.threads = opts.threads.max(OBJECT_STORE_THREADS);
         }
         None => {}

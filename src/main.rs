@@ -165,12 +165,13 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         }
         Command::Info { store: path, json } => {
             init_logging("warn");
-            let s = mount::open_store(&path, &Default::default())?;
+            let name = mount::StoreName::of(&path);
+            let s = mount::open_store(name, &Default::default())?;
             let arrays = info::inspect(s.as_ref())?;
             // Nothing at all below an object storage prefix: most likely a mistyped one
             // (asked only when no array was found: one LIST).
             if arrays.is_empty()
-                && let Some(url) = mount::object_url(&path)
+                && let Some(url) = name.url()
                 && s.list(std::path::Path::new(""))?.is_empty()
             {
                 bail!("{url} holds no objects (is the prefix right?)");
@@ -189,7 +190,8 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         } => {
             init_logging("warn");
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let report = if mount::object_url(&store).is_some() {
+            let name = mount::StoreName::of(&store);
+            let report = if let mount::StoreName::Bucket(_) = name {
                 if repair {
                     bail!(
                         "--repair works on a local directory only: {} is object storage, \
@@ -197,7 +199,7 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
                         store.display()
                     );
                 }
-                let s = mount::open_store(&store, &Default::default())?;
+                let s = mount::open_store(name, &Default::default())?;
                 shardfs::maint::verify_store(s.as_ref(), &store, progress)?
             } else {
                 shardfs::maint::verify(&store, repair, progress)?
@@ -220,8 +222,9 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
         } => {
             init_logging("warn");
             let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let report = if mount::object_url(&store).is_some() {
-                let s = mount::open_store(&store, &Default::default())?;
+            let name = mount::StoreName::of(&store);
+            let report = if let mount::StoreName::Bucket(_) = name {
+                let s = mount::open_store(name, &Default::default())?;
                 shardfs::maint::compact_store(s.as_ref(), &store, min_garbage, progress)?
             } else {
                 shardfs::maint::compact(&store, min_garbage, progress)?
@@ -263,9 +266,10 @@ fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
 
 fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     let opts = cli::mount_options(&m).map_err(anyhow::Error::msg)?;
+    let name = mount::StoreName::of(&m.store);
     if !m.foreground {
         // Check what can be checked before detaching, for a clear message here.
-        if mount::object_url(&m.store).is_none() {
+        if let mount::StoreName::Local(_) = name {
             match std::fs::metadata(&m.store) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     bail!("store {} does not exist", m.store.display())
@@ -316,7 +320,7 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     } else {
         init_logging("info");
     }
-    if mount::object_url(&m.store).is_none()
+    if let mount::StoreName::Local(_) = name
         && let Some(why) = mount::not_zarr_warning(&m.store)
     {
         log::warn!("{why}");
@@ -325,7 +329,7 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match mount::Mount::new(&m.store, &m.mountpoint, &opts) {
         Ok(mnt) => {
             let mut ready = String::from("ok");
-            for note in mount_notes(&m.store, &mnt) {
+            for note in mount_notes(name, &mnt) {
                 log::warn!("{note}");
                 if m.notify_fd.is_some() {
                     ready.push_str(&format!("\nnote: {note}"));
@@ -346,12 +350,12 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
 
 /// What whoever mounted should hear about a mount that stands: an object storage prefix
 /// with nothing below it (a mistyped prefix mounts as a new, empty, writable store).
-fn mount_notes(store: &std::path::Path, mnt: &mount::Mount) -> Vec<String> {
+fn mount_notes(store: mount::StoreName, mnt: &mount::Mount) -> Vec<String> {
     let mut notes = Vec::new();
     // The store's own listing of the prefix (one LIST): the view's listing of the root
     // would look into an array there (a LIST per level and a shard's index, 4 round trips
     // before the mount was ready).
-    if let Some(url) = mount::object_url(store)
+    if let Some(url) = store.url()
         && mnt
             .view()
             .store()

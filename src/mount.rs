@@ -146,22 +146,53 @@ pub enum MountError {
     ObjectStore(String),
 }
 
-/// Whether `store` names object storage (`s3://BUCKET/PREFIX`) rather than a directory.
-pub fn object_url(store: &Path) -> Option<&str> {
-    store.to_str().filter(|s| s.starts_with("s3://"))
+/// What a store argument names, decided once from its text (every later choice between
+/// the two kinds matches on this): a local directory, or an object storage prefix
+/// (`s3://BUCKET/PREFIX`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreName<'a> {
+    Local(&'a Path),
+    Bucket(&'a str),
 }
 
-/// The store named by `store`: a local directory, or object storage (`s3://`).
-/// The store at `store`: a local directory, or object storage (`s3://`) as `s3` says.
+impl<'a> StoreName<'a> {
+    pub fn of(store: &'a Path) -> Self {
+        match store.to_str().filter(|s| s.starts_with("s3://")) {
+            Some(url) => StoreName::Bucket(url),
+            None => StoreName::Local(store),
+        }
+    }
+
+    /// The object storage URL, where it is one.
+    pub fn url(self) -> Option<&'a str> {
+        match self {
+            StoreName::Bucket(url) => Some(url),
+            StoreName::Local(_) => None,
+        }
+    }
+
+    /// The directory, where it is a local store.
+    pub fn local(self) -> Option<&'a Path> {
+        match self {
+            StoreName::Local(dir) => Some(dir),
+            StoreName::Bucket(_) => None,
+        }
+    }
+}
+
+/// The store `name` names: a local directory, or object storage (`s3://`) as `s3` says.
 pub fn open_store(
-    store: &Path,
+    name: StoreName,
     s3: &crate::store::object::S3Options,
 ) -> Result<Arc<dyn Store>, MountError> {
-    if let Some(url) = object_url(store) {
-        let s = crate::store::BucketStore::open_url(url, s3)
-            .map_err(|e| MountError::ObjectStore(e.to_string()))?;
-        return Ok(Arc::new(s));
-    }
+    let store = match name {
+        StoreName::Bucket(url) => {
+            let s = crate::store::BucketStore::open_url(url, s3)
+                .map_err(|e| MountError::ObjectStore(e.to_string()))?;
+            return Ok(Arc::new(s));
+        }
+        StoreName::Local(dir) => dir,
+    };
     if let Some((dir, _)) = &s3.cache {
         return Err(MountError::Store {
             path: store.to_path_buf(),
@@ -203,7 +234,7 @@ fn local_open_error(store: &Path, e: &io::Error) -> String {
 /// would serve its own mount: the first `ls` deadlocks in the kernel), the store inside
 /// the mount point, a directory that is already a mount point (a second mount stacks on
 /// it), and a non-empty directory (its files would be hidden) unless `nonempty`.
-fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(), MountError> {
+fn check_mountpoint(store: StoreName, mountpoint: &Path, nonempty: bool) -> Result<(), MountError> {
     let refuse = |why: String| MountError::MountPoint {
         path: mountpoint.to_path_buf(),
         why,
@@ -211,7 +242,7 @@ fn check_mountpoint(store: &Path, mountpoint: &Path, nonempty: bool) -> Result<(
     let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(e.to_string()));
     let m = canon(mountpoint)?;
     // Object storage can neither contain the mount point nor lie inside it.
-    if object_url(store).is_none() {
+    if let Some(store) = store.local() {
         let s = canon(store)?;
         if m.starts_with(&s) {
             return Err(refuse(format!(
@@ -340,6 +371,7 @@ impl Mount {
         opts: &MountOptions,
     ) -> Result<Mount, MountError> {
         let (store, mountpoint) = (store.as_ref(), mountpoint.as_ref());
+        let name = StoreName::of(store);
         // What a HEAD or listing found is used again for the TTL on a read-only mount (the
         // kernel keeps attributes that long anyway), for at most 1 s on a writable one.
         let s3 = crate::store::object::S3Options {
@@ -350,7 +382,7 @@ impl Mount {
             },
             ..opts.s3.clone()
         };
-        let backing = open_store(store, &s3)?;
+        let backing = open_store(name, &s3)?;
         let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
             path: mountpoint.to_path_buf(),
             why: match e.kind() {
@@ -364,11 +396,12 @@ impl Mount {
                 why: "not a directory".into(),
             });
         }
-        check_mountpoint(store, mountpoint, opts.nonempty)?;
-        let fsname = match object_url(store) {
-            Some(url) => PathBuf::from(url),
-            None => std::fs::canonicalize(store).unwrap_or_else(|_| store.to_path_buf()),
+        check_mountpoint(name, mountpoint, opts.nonempty)?;
+        let fsname = match name {
+            StoreName::Bucket(url) => PathBuf::from(url),
+            StoreName::Local(dir) => std::fs::canonicalize(dir).unwrap_or_else(|_| dir.into()),
         };
+        let local = name.local().is_some();
         let store = backing;
         // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
         // a wrong choice is reported where it was made.
@@ -458,7 +491,7 @@ impl Mount {
         // Object storage has no half-done commits to recover (a PUT is atomic).
         let recovery = view
             .write_side()
-            .filter(|_| object_url(&fsname).is_none())
+            .filter(|_| local)
             .and_then(|_| recovery_walk(fsname.clone()));
         let timer = view.write_side().map(|w| {
             let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
