@@ -6,9 +6,10 @@
 //!
 //! One entry per object version: `DIR/shardfs-cache-v1/HH/HASH.data`, a sparse file
 //! of the object's bytes at their offsets, and `HASH.map`, a log of the ranges written
-//! into it, each with its CRC-32C. A record is appended (one `write` with `O_APPEND`,
-//! atomic on a local file system) after its bytes are written, and the bytes are checked
-//! against it at every read: a record whose bytes did not reach the disk (a crash
+//! into it in blocks of 64 KiB at their offsets, each with its CRC-32C (a read of one
+//! chunk checks the blocks it lies in). A fetch's records are appended (one `write` with
+//! `O_APPEND`, atomic on a local file system) after its bytes are written, and the bytes
+//! are checked against them at every read: a record whose bytes did not reach the disk (a crash
 //! between the two writes), or that another version of shardfs wrote differently, is a
 //! miss, never wrong bytes. The map's first line names the object and its ETag, so a
 //! hash collision is a miss too.
@@ -34,6 +35,10 @@ use parking_lot::Mutex;
 
 /// What the directory's layout is called: another layout, another name.
 const LAYOUT: &str = "shardfs-cache-v1";
+
+/// The size of the blocks bytes are recorded in, each with its CRC-32C: a read reads and
+/// checks the blocks it lies in.
+const BLOCK: u64 = 64 << 10;
 
 /// The least free space an entry is written with: 5% of the disk, and at least this.
 const MIN_FREE: u64 = 1 << 30;
@@ -220,7 +225,28 @@ impl DiskCache {
         Some(out.into())
     }
 
-    /// Keep `bytes`, fetched at `start` of `object` at `etag`.
+    /// Whether the cache holds all of bytes `range` of `object` at `etag` (as recorded:
+    /// a read checks them).
+    pub fn holds(&self, object: &str, etag: &str, range: Range<u64>) -> bool {
+        self.entry(object, etag, false)
+            .is_some_and(|e| covering(&e.ranges.lock(), &range).is_some())
+    }
+
+    /// Ask the kernel to read bytes `range` of `object` at `etag` from the disk in the
+    /// background (`POSIX_FADV_WILLNEED`), so that the reads that follow find them in the
+    /// page cache: a shard loaded ahead from the cache costs no memory of the budget and
+    /// keeps no reader waiting for its whole read.
+    pub fn will_need(&self, object: &str, etag: &str, range: Range<u64>) {
+        if let Some(e) = self.entry(object, etag, false) {
+            let len = std::num::NonZeroU64::new(range.end.saturating_sub(range.start));
+            let _ = rustix::fs::fadvise(&e.data, range.start, len, rustix::fs::Advice::WillNeed);
+        }
+    }
+
+    /// Keep `bytes`, fetched at `start` of `object` at `etag`: recorded in blocks of
+    /// [`BLOCK`] at their offsets, each with its CRC, so that a later read of one chunk
+    /// reads and checks the blocks it lies in, not all that was fetched with it (a whole
+    /// shard loaded ahead).
     pub fn put(&self, object: &str, etag: &str, start: u64, bytes: &[u8]) {
         if bytes.is_empty() || bytes.len() as u64 > self.cap / 4 || !self.room(bytes.len() as u64) {
             return;
@@ -229,24 +255,31 @@ impl DiskCache {
             return;
         };
         let range = start..start + bytes.len() as u64;
-        if entry
-            .ranges
-            .lock()
-            .iter()
-            .any(|(r, _)| r.start <= range.start && range.end <= r.end)
-        {
+        if covering(&entry.ranges.lock(), &range).is_some() {
             return;
         }
-        let crc = crc32c::crc32c(bytes);
-        let written = entry.data.write_all_at(bytes, start).and_then(|()| {
-            let record = format!("{} {} {crc:08x}\n", range.start, range.end);
-            entry.map.lock().write_all(record.as_bytes())
-        });
+        let mut records = String::new();
+        let mut blocks = Vec::new();
+        let mut at = range.start;
+        while at < range.end {
+            let end = ((at / BLOCK + 1) * BLOCK).min(range.end);
+            let piece = &bytes[(at - start) as usize..(end - start) as usize];
+            let crc = crc32c::crc32c(piece);
+            records.push_str(&format!("{at} {end} {crc:08x}\n"));
+            blocks.push((at..end, crc));
+            at = end;
+        }
+        // The bytes first, then their records in one append: a record never names bytes
+        // that were not written (but for a crash, which the CRC catches).
+        let written = entry
+            .data
+            .write_all_at(bytes, start)
+            .and_then(|()| entry.map.lock().write_all(records.as_bytes()));
         match written {
             Ok(()) => {
-                entry.ranges.lock().push((range, crc));
+                entry.ranges.lock().extend(blocks);
                 self.used
-                    .fetch_add(bytes.len() as u64 + 32, Ordering::Relaxed);
+                    .fetch_add(bytes.len() as u64 + records.len() as u64, Ordering::Relaxed);
             }
             Err(e) => self.failed("writing", &e),
         }
@@ -397,6 +430,54 @@ mod tests {
         // 5% of a large disk; at least 1 GiB of a small one.
         assert_eq!(leave_free(100 << 30), 5 << 30);
         assert_eq!(leave_free(4 << 30), 1 << 30);
+    }
+
+    #[test]
+    fn a_read_checks_the_blocks_it_lies_in_not_all_that_was_fetched_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = open_anywhere(dir.path(), 64 << 20);
+        // A whole shard fetched at once (a load ahead): 4 blocks and a half.
+        let len = 4 * BLOCK + BLOCK / 2;
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        c.put("s3://b/k", "e1", 0, &bytes);
+        assert!(c.holds("s3://b/k", "e1", 0..len));
+        assert!(!c.holds("s3://b/k", "e1", 0..len + 1), "past what was kept");
+        assert!(!c.holds("s3://b/k", "e2", 0..1), "another version");
+        // The same bytes again add nothing.
+        let used = c.used();
+        c.put(
+            "s3://b/k",
+            "e1",
+            BLOCK,
+            &bytes[BLOCK as usize..2 * BLOCK as usize],
+        );
+        assert_eq!(c.used(), used);
+        // One block's bytes go bad: a read inside another block still hits, one that
+        // touches the bad block misses.
+        let (stem, _) = c.stem("s3://b/k", "e1");
+        let data = OpenOptions::new()
+            .write(true)
+            .open(stem.with_extension("data"))
+            .unwrap();
+        data.write_all_at(b"XX", 3 * BLOCK + 7).unwrap();
+        let again = open_anywhere(dir.path(), 64 << 20);
+        let chunk = BLOCK + 100..2 * BLOCK + 100;
+        assert_eq!(
+            &again.get("s3://b/k", "e1", chunk.clone()).unwrap()[..],
+            &bytes[chunk.start as usize..chunk.end as usize]
+        );
+        assert!(
+            again
+                .get("s3://b/k", "e1", 3 * BLOCK - 1..3 * BLOCK + 1)
+                .is_none()
+        );
+        assert_eq!(
+            &again.get("s3://b/k", "e1", 4 * BLOCK..len).unwrap()[..],
+            &bytes[4 * BLOCK as usize..]
+        );
+        // The map holds one record per block.
+        let map = std::fs::read_to_string(stem.with_extension("map")).unwrap();
+        assert_eq!(parse_records(map.split_once("e1\n").unwrap().1).len(), 5);
     }
 
     #[test]

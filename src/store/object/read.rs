@@ -400,6 +400,13 @@ impl ObjectFile {
                 ra.chunks = ra.chunks.saturating_add(1);
                 let first = ra.first_chunk.get_or_insert_with(|| unit.clone()).clone();
                 whole = ra.chunks >= 2 && !ra.whole && size <= WHOLE_MAX && first != unit;
+                // The local cache holds it all: its chunks are read from there as asked
+                // for (the kernel reads the disk ahead), nobody waits for the whole.
+                if whole && self.disk_holds(0..size) {
+                    ra.whole = true;
+                    whole = false;
+                    self.disk_will_need(0..size);
+                }
             }
             if step {
                 let forward =
@@ -541,6 +548,10 @@ impl StoreFile for ObjectFile {
     /// leaves the cache: the readers' own windows always have the other half).
     fn warm(&self) {
         let len = self.meta.size.min(MAX_WINDOW);
+        if len > 0 && self.disk_holds(0..len) {
+            self.disk_will_need(0..len);
+            return;
+        }
         {
             let mut ra = self.ahead.lock();
             if len == 0
@@ -564,6 +575,21 @@ impl StoreFile for ObjectFile {
 }
 
 impl ObjectFile {
+    /// Whether the local cache holds bytes `range` of this version.
+    fn disk_holds(&self, range: std::ops::Range<u64>) -> bool {
+        match (&self.disk, &self.meta.e_tag) {
+            (Some((disk, name)), Some(etag)) => disk.holds(name, etag, range),
+            _ => false,
+        }
+    }
+
+    /// Have the kernel read bytes `range` of this version from the local cache ahead.
+    fn disk_will_need(&self, range: std::ops::Range<u64>) {
+        if let (Some((disk, name)), Some(etag)) = (&self.disk, &self.meta.e_tag) {
+            disk.will_need(name, etag, range);
+        }
+    }
+
     /// Hold `bytes`, the object's bytes from `start` fetched at its open for a load
     /// ahead, as a window, within what was `reserved` for them.
     pub(super) fn hold_reserved(&self, start: u64, bytes: bytes::Bytes, mut reserved: Reserved) {
