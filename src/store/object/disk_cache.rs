@@ -97,6 +97,16 @@ impl DiskCache {
     }
 
     /// The directory the cache lives in (what `--cache` named).
+    /// The cache in `dir` leaving no free space, for tests (which must not depend on how
+    /// full the machine's disk is: at 96% they failed, the cache rightly writing nothing).
+    #[cfg(test)]
+    pub(super) fn open_anywhere(dir: &Path, cap: u64) -> DiskCache {
+        DiskCache {
+            min_free: |_| 0,
+            ..DiskCache::open(dir, cap).unwrap()
+        }
+    }
+
     pub fn describe(&self) -> String {
         self.root
             .parent()
@@ -405,13 +415,8 @@ fn du(root: &Path) -> u64 {
 mod tests {
     use super::*;
 
-    /// The cache in `dir` leaving no free space (these tests must not depend on how full
-    /// the machine's disk is: at 96% they failed, the cache rightly writing nothing).
     fn open_anywhere(dir: &Path, cap: u64) -> DiskCache {
-        DiskCache {
-            min_free: |_| 0,
-            ..DiskCache::open(dir, cap).unwrap()
-        }
+        DiskCache::open_anywhere(dir, cap)
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub(super) struct ReadAhead {
     /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
     /// side).
     pub(super) pending: Option<std::ops::Range<u64>>,
+    /// Bytes of a shard loaded ahead that the local cache holds, for the kernel to read
+    /// from its disk once the read under way (the shard's index) is served: asked for
+    /// before it, the index waited behind the whole shard's disk reads.
+    pub(super) will_need: Option<std::ops::Range<u64>>,
 }
 
 /// Bytes fetched ahead: pieces `(start, bytes)` of the object, in order and apart (a
@@ -516,7 +520,9 @@ impl ObjectFile {
 
 impl StoreFile for ObjectFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.read_in(buf, offset, None)
+        let read = self.read_in(buf, offset, None);
+        self.after_read();
+        read
     }
 
     fn read_chunk_at(
@@ -525,7 +531,9 @@ impl StoreFile for ObjectFile {
         offset: u64,
         chunk: std::ops::Range<u64>,
     ) -> io::Result<usize> {
-        self.read_in(buf, offset, Some(chunk))
+        let read = self.read_in(buf, offset, Some(chunk));
+        self.after_read();
+        read
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
@@ -549,7 +557,7 @@ impl StoreFile for ObjectFile {
     fn warm(&self) {
         let len = self.meta.size.min(MAX_WINDOW);
         if len > 0 && self.disk_holds(0..len) {
-            self.disk_will_need(0..len);
+            self.ahead.lock().will_need = Some(0..len);
             return;
         }
         {
@@ -580,6 +588,15 @@ impl ObjectFile {
         match (&self.disk, &self.meta.e_tag) {
             (Some((disk, name)), Some(etag)) => disk.holds(name, etag, range),
             _ => false,
+        }
+    }
+
+    /// What a load ahead left for the kernel to read from the local cache, asked for
+    /// once the first read (the shard's index) is served.
+    fn after_read(&self) {
+        let range = self.ahead.lock().will_need.take();
+        if let Some(range) = range {
+            self.disk_will_need(range);
         }
     }
 

@@ -635,6 +635,52 @@ fn an_open_for_a_load_ahead_fetches_its_start_within_half_the_budget() {
     assert_eq!(c.gets.load(Relaxed), 2);
 }
 
+/// An object the local cache holds whole is read from it as asked for: a load ahead
+/// takes none of the memory budget, a second chunk does not fetch the whole object into
+/// memory, and nothing is asked of the object store but the open's HEAD.
+#[test]
+fn an_object_the_local_cache_holds_is_read_from_it_without_filling_the_budget() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 239) as u8).collect(); // 3 MiB
+    let mut s = store();
+    s.set_disk_cache(Arc::new(super::disk_cache::DiskCache::open_anywhere(
+        dir.path(),
+        64 << 20,
+    )));
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    // A first mount's reads fill the cache.
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let mut buf = vec![0u8; data.len()];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), data.len());
+    drop(f);
+    let gets = s.counters().gets.load(Relaxed);
+    // Later: a load ahead, then two chunks of 1 MiB, in pieces as the kernel asks.
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    f.warm();
+    assert_eq!(s.read_ahead().0, 0, "a load ahead held nothing in memory");
+    for chunk in [1u64 << 20..2 << 20, 0..1 << 20] {
+        for at in chunk.clone().step_by(128 << 10) {
+            let mut piece = vec![0u8; 128 << 10];
+            assert_eq!(
+                f.read_chunk_at(&mut piece, at, chunk.clone()).unwrap(),
+                piece.len()
+            );
+            assert!(piece[..] == data[at as usize..at as usize + piece.len()]);
+        }
+    }
+    assert_eq!(
+        s.counters().gets.load(Relaxed),
+        gets,
+        "no GET: all from the cache"
+    );
+    assert!(
+        s.read_ahead().0 <= 1 << 20,
+        "no whole object held: {}",
+        s.read_ahead().0
+    );
+}
+
 /// The first read of a freshly opened object moves only what it asks for (a cold
 /// chunk read: the chunk, not a window).
 #[test]
