@@ -44,7 +44,7 @@ pub fn element(data_type: &str, v: &Value) -> Option<Vec<u8>> {
                 hex => {
                     let bits = u64::from_str_radix(hex.strip_prefix("0x")?, 16).ok()?;
                     match size {
-                        2 => super::v2::half_to_f64(bits as u16),
+                        2 => half_to_f64(bits as u16),
                         4 => f64::from(f32::from_bits(bits as u32)),
                         8 => f64::from_bits(bits),
                         _ => return None,
@@ -313,6 +313,19 @@ fn f64_to_half(x: f64) -> u16 {
         }
     } else {
         sign | ((exp as u16) << 10) | (mant >> 13) as u16
+    }
+}
+
+/// An IEEE 754 half-precision float's value.
+pub(super) fn half_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let frac = f64::from(h & 0x3ff);
+    sign * match exp {
+        0 => frac * 2f64.powi(-24),
+        31 if frac == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
     }
 }
 

@@ -460,7 +460,7 @@ fn float_fill(v: &Value, size: u32) -> Result<Value, String> {
             let bits = u64::from_str_radix(&s[2..], 16)
                 .map_err(|_| format!("fill_value {s:?} is not hexadecimal"))?;
             match size {
-                2 => half_to_f64(bits as u16),
+                2 => super::fill::half_to_f64(bits as u16),
                 4 => f64::from(f32::from_bits(bits as u32)),
                 8 => f64::from_bits(bits),
                 _ => return Err(format!("fill_value {s:?} for a {size}-byte float")),
@@ -475,18 +475,6 @@ fn float_fill(v: &Value, size: u32) -> Result<Value, String> {
     } else {
         json!(x)
     })
-}
-
-pub(super) fn half_to_f64(h: u16) -> f64 {
-    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = i32::from((h >> 10) & 0x1f);
-    let frac = f64::from(h & 0x3ff);
-    sign * match exp {
-        0 => frac * 2f64.powi(-24),
-        31 if frac == 0.0 => f64::INFINITY,
-        31 => f64::NAN,
-        e => (1.0 + frac / 1024.0) * 2f64.powi(e - 15),
-    }
 }
 
 /// `.zattrs` of a v3 node: its attributes (OME-Zarr 0.5 in its 0.4 form, see

@@ -114,7 +114,7 @@ impl View {
                 parent.as_deref(),
                 path.file_name().unwrap_or_default(),
             ) {
-                Ok(super::write::Target::Chunk(coords)) => Node::Chunk {
+                Ok(super::writer::Target::Chunk(coords)) => Node::Chunk {
                     array: array.clone(),
                     coords,
                 },

@@ -59,12 +59,6 @@ pub enum KernelCommit {
     Idle,
 }
 
-/// Whether `b` is one whole JSON document (cheaply refused unless it ends in `}`).
-pub(super) fn whole_json(b: &[u8]) -> bool {
-    b.iter().rev().find(|c| !c.is_ascii_whitespace()) == Some(&b'}')
-        && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
-}
-
 /// How long after its last write an inode written through a descriptor the kernel
 /// opened is committed, when no `fsync`, rename or unmount commits it first (the
 /// daemon hears of no close of such a descriptor).
@@ -890,13 +884,15 @@ impl View {
             Ok(Handle::Scratch { node, file, .. }) => {
                 let f = file.lock();
                 // Unlinked since: nothing of it will be committed.
-                !f.orphan && self.pending_meta(&node).is_some() && !whole_json(&f.data)
+                !f.orphan
+                    && self.pending_meta(&node).is_some()
+                    && !super::pending_doc::whole_json(&f.data)
             }
             Ok(Handle::StoreRw(_, rel)) => match self.pending_doc(&rel) {
                 Some(doc) => !doc.whole(),
                 None => {
                     self.lands_on_close(&rel).is_some()
-                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if whole_json(&b))
+                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if super::pending_doc::whole_json(&b))
                 }
             },
             _ => false,
@@ -991,11 +987,13 @@ impl View {
                 path.file_name().is_some_and(|name| {
                     matches!(
                         self.target(array, parent.as_deref(), name),
-                        Ok(super::write::Target::Chunk(_))
+                        Ok(super::writer::Target::Chunk(_))
                     )
                 }) && decodes(array)
             }
-            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => whole_json(&f.data),
+            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
+                super::pending_doc::whole_json(&f.data)
+            }
             _ => false,
         }
     }

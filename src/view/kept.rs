@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::write::Target;
 use super::writer::Scratch;
+use super::writer::Target;
 use super::{Node, Result, View, ViewError};
 use crate::format::KeyPath;
 

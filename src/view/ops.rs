@@ -12,7 +12,7 @@ use super::{
 };
 use crate::format::KeyPath;
 
-use super::write::Target;
+use super::writer::Target;
 use crate::store::{OpenMode, StoreFileRw};
 
 impl View {
@@ -122,7 +122,7 @@ impl View {
                 }
                 let whole = kernel
                     && self.pending_meta(&node).is_some()
-                    && super::handles::whole_json(&f.data);
+                    && super::pending_doc::whole_json(&f.data);
                 drop(f);
                 if whole {
                     // An array's metadata, with kernel opens: committed at the write that
@@ -767,7 +767,7 @@ impl View {
             Node::Dir { rel } => {
                 self.writer()?;
                 let rel = self.new_child_rel(rel, name)?;
-                if super::pending_doc::is_doc(&rel) && !super::handles::whole_json(&data) {
+                if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
                     return Err(not_whole(&rel));
                 }
                 if let Some(w) = &self.writer {
@@ -885,7 +885,7 @@ impl View {
             },
             _ => Vec::new(),
         };
-        if super::handles::whole_json(&data) {
+        if super::pending_doc::whole_json(&data) {
             Ok(())
         } else {
             Err(not_whole(dst))

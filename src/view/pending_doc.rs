@@ -32,6 +32,12 @@ fn too_big() -> io::Error {
     io::Error::from_raw_os_error(libc::EFBIG)
 }
 
+/// Whether `b` is one whole JSON document (cheaply refused unless it ends in `}`).
+pub(super) fn whole_json(b: &[u8]) -> bool {
+    b.iter().rev().find(|c| !c.is_ascii_whitespace()) == Some(&b'}')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok()
+}
+
 /// Whether store path `rel` names a metadata document written only whole.
 pub(super) fn is_doc(rel: &Path) -> bool {
     rel.file_name().is_some_and(|n| n == DOC_NAME)
@@ -63,7 +69,7 @@ struct DocState {
 impl PendingDoc {
     /// Whether its bytes are one whole JSON document.
     pub(super) fn whole(&self) -> bool {
-        super::handles::whole_json(&self.state.lock().data)
+        whole_json(&self.state.lock().data)
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -117,7 +123,7 @@ impl PendingDoc {
         f(&mut st.data);
         st.stored = false;
         st.mtime = SystemTime::now();
-        if self.gone.load(Ordering::SeqCst) || !super::handles::whole_json(&st.data) {
+        if self.gone.load(Ordering::SeqCst) || !whole_json(&st.data) {
             return Ok(());
         }
         // Stored under the lock: two writers' documents land in the order they were made.

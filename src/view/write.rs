@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use super::writer::{Scratch, Writer};
+use super::writer::{Scratch, Target, Writer};
 use super::{ChunkData, Handle, Kind, MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
 use crate::store::{OpenMode, StoreFileRw};
@@ -287,7 +287,7 @@ impl View {
             None => self
                 .store
                 .read_all(rel)?
-                .is_some_and(|b| super::handles::whole_json(&b)),
+                .is_some_and(|b| super::pending_doc::whole_json(&b)),
         };
         if !whole {
             return Ok(()); // not whole yet
@@ -784,11 +784,4 @@ impl View {
         }
         out
     }
-}
-
-pub(super) enum Target {
-    Meta(MetaFile),
-    Chunk(Vec<u64>),
-    Scratch,
-    Invalid(String),
 }

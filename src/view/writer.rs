@@ -410,6 +410,15 @@ impl Writer {
     }
 }
 
+/// What a name written inside an array is ([`View::target`](super::View)): a metadata
+/// document, a chunk at its coordinates, a file of its own (scratch), or refused (why).
+pub(super) enum Target {
+    Meta(super::MetaFile),
+    Chunk(Vec<u64>),
+    Scratch,
+    Invalid(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::Progress;

@@ -117,7 +117,7 @@ impl CredentialProvider for SdkCredentials {
 
 /// The error and its causes, in one line.
 fn in_one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    super::client::error_chain(e)
+    std::iter::successors(Some(e), |c| c.source())
         .map(|c| c.to_string())
         .collect::<Vec<_>>()
         .join(": ")
