@@ -384,121 +384,28 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         }
         None => {}
     }
-    let mut kernel_opens = args.kernel_opens;
-    let (mut cache, mut cache_size) = (args.cache.clone(), args.cache_size);
+    let mut more = Unflagged {
+        kernel_opens: args.kernel_opens,
+        cache: args.cache.clone(),
+        cache_size: args.cache_size,
+    };
     for opt in args
         .options
         .iter()
         .flat_map(|o| o.split(','))
         .map(str::trim)
     {
-        let flag = match opt {
-            "ro" => {
-                opts.read_only = true;
-                continue;
-            }
-            "rw" => {
-                opts.read_only = false;
-                continue;
-            }
-            "open_checks" => {
-                opts.open_checks = true;
-                continue;
-            }
-            "kernel_opens" => {
-                kernel_opens = true;
-                continue;
-            }
-            "nonempty" => {
-                opts.nonempty = true;
-                continue;
-            }
-            o if o.starts_with("s3_timeout=") => {
-                let v = &o["s3_timeout=".len()..];
-                let secs = v
-                    .parse::<f64>()
-                    .map_err(|_| format!("-o {o}: {v:?} is not a number of seconds"))?;
-                opts.s3.timeout = positive_secs("-o s3_timeout", secs)?;
-                continue;
-            }
-            o if o.starts_with("write_behind=") => {
-                let v = &o["write_behind=".len()..];
-                let mib = v
-                    .parse::<u64>()
-                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
-                opts.write_behind = mib.saturating_mul(1 << 20);
-                continue;
-            }
-            o if o.starts_with("cache=") => {
-                cache = Some(PathBuf::from(&o["cache=".len()..]));
-                continue;
-            }
-            o if o.starts_with("cache_size=") => {
-                let v = &o["cache_size=".len()..];
-                cache_size = v
-                    .parse::<u64>()
-                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
-                continue;
-            }
-            o if o.starts_with("s3_cache=") => {
-                let v = &o["s3_cache=".len()..];
-                let mib = v
-                    .parse::<u64>()
-                    .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
-                opts.s3.read_ahead = mib.saturating_mul(1 << 20);
-                continue;
-            }
-            "format=v2" => {
-                opts.view.format = ViewFormat::V2;
-                continue;
-            }
-            "format=v3" => {
-                opts.view.format = ViewFormat::V3;
-                continue;
-            }
-            other if other.starts_with("format=") => {
-                return Err(format!(
-                    "unknown format {:?} in -o {other}: the views are format=v3 (the default) and format=v2",
-                    &other["format=".len()..]
-                ));
-            }
-            ""
-            | "defaults"
-            | "_netdev"
-            | "nofail"
-            | "auto"
-            | "noauto"
-            | "user"
-            | "users"
-            | "nouser"
-            | "owner"
-            | "relatime"
-            | "norelatime"
-            | "strictatime"
-            | "lazytime"
-            | "default_permissions" => continue,
-            o if o.starts_with("x-") || o.starts_with("comment=") => continue,
-            "allow_other" | "allow_root" => {
-                opts.allow_other = true;
-                continue;
-            }
-            "dev" => MountOption::Dev,
-            "nodev" => MountOption::NoDev,
-            "suid" => MountOption::Suid,
-            "nosuid" => MountOption::NoSuid,
-            "exec" => MountOption::Exec,
-            "noexec" => MountOption::NoExec,
-            "atime" => MountOption::Atime,
-            "noatime" => MountOption::NoAtime,
-            "sync" => MountOption::Sync,
-            "async" => MountOption::Async,
-            "dirsync" => MountOption::DirSync,
-            other => return Err(unknown_option(other)),
-        };
-        // A later option wins over an earlier conflicting one, as with mount(8).
-        opts.flags.retain(|f| !conflicts(f, &flag));
-        opts.flags.push(flag);
+        if let Some(flag) = mount_option(opt, &mut opts, &mut more)? {
+            // A later option wins over an earlier conflicting one, as with mount(8).
+            opts.flags.retain(|f| !conflicts(f, &flag));
+            opts.flags.push(flag);
+        }
     }
+    let Unflagged {
+        kernel_opens,
+        cache,
+        cache_size,
+    } = more;
     if opts.open_checks && kernel_opens {
         return Err("open_checks and kernel_opens say the opposite: give one".into());
     }
@@ -509,6 +416,126 @@ pub fn mount_options(args: &MountArgs) -> Result<MountOptions, String> {
         opts.s3.cache = Some((dir, cache_size.saturating_mul(1 << 20)));
     }
     Ok(opts)
+}
+
+/// What `-o` options set beyond [`MountOptions`], settled once all are read.
+struct Unflagged {
+    kernel_opens: bool,
+    cache: Option<PathBuf>,
+    cache_size: u64,
+}
+
+/// Apply one `-o` option to `opts` (and `more`); the kernel mount flag it stands for, if
+/// it is one. Options of fstab that mean nothing to a FUSE mount are taken and ignored.
+fn mount_option(
+    opt: &str,
+    opts: &mut MountOptions,
+    more: &mut Unflagged,
+) -> Result<Option<MountOption>, String> {
+    let flag = match opt {
+        "ro" => {
+            opts.read_only = true;
+            return Ok(None);
+        }
+        "rw" => {
+            opts.read_only = false;
+            return Ok(None);
+        }
+        "open_checks" => {
+            opts.open_checks = true;
+            return Ok(None);
+        }
+        "kernel_opens" => {
+            more.kernel_opens = true;
+            return Ok(None);
+        }
+        "nonempty" => {
+            opts.nonempty = true;
+            return Ok(None);
+        }
+        o if o.starts_with("s3_timeout=") => {
+            let v = &o["s3_timeout=".len()..];
+            let secs = v
+                .parse::<f64>()
+                .map_err(|_| format!("-o {o}: {v:?} is not a number of seconds"))?;
+            opts.s3.timeout = positive_secs("-o s3_timeout", secs)?;
+            return Ok(None);
+        }
+        o if o.starts_with("write_behind=") => {
+            let v = &o["write_behind=".len()..];
+            let mib = v
+                .parse::<u64>()
+                .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
+            opts.write_behind = mib.saturating_mul(1 << 20);
+            return Ok(None);
+        }
+        o if o.starts_with("cache=") => {
+            more.cache = Some(PathBuf::from(&o["cache=".len()..]));
+            return Ok(None);
+        }
+        o if o.starts_with("cache_size=") => {
+            let v = &o["cache_size=".len()..];
+            more.cache_size = v
+                .parse::<u64>()
+                .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
+            return Ok(None);
+        }
+        o if o.starts_with("s3_cache=") => {
+            let v = &o["s3_cache=".len()..];
+            let mib = v
+                .parse::<u64>()
+                .map_err(|_| format!("-o {o}: {v:?} is not a number of MiB"))?;
+            opts.s3.read_ahead = mib.saturating_mul(1 << 20);
+            return Ok(None);
+        }
+        "format=v2" => {
+            opts.view.format = ViewFormat::V2;
+            return Ok(None);
+        }
+        "format=v3" => {
+            opts.view.format = ViewFormat::V3;
+            return Ok(None);
+        }
+        other if other.starts_with("format=") => {
+            return Err(format!(
+                "unknown format {:?} in -o {other}: the views are format=v3 (the default) and format=v2",
+                &other["format=".len()..]
+            ));
+        }
+        ""
+        | "defaults"
+        | "_netdev"
+        | "nofail"
+        | "auto"
+        | "noauto"
+        | "user"
+        | "users"
+        | "nouser"
+        | "owner"
+        | "relatime"
+        | "norelatime"
+        | "strictatime"
+        | "lazytime"
+        | "default_permissions" => return Ok(None),
+        o if o.starts_with("x-") || o.starts_with("comment=") => return Ok(None),
+        "allow_other" | "allow_root" => {
+            opts.allow_other = true;
+            return Ok(None);
+        }
+        "dev" => MountOption::Dev,
+        "nodev" => MountOption::NoDev,
+        "suid" => MountOption::Suid,
+        "nosuid" => MountOption::NoSuid,
+        "exec" => MountOption::Exec,
+        "noexec" => MountOption::NoExec,
+        "atime" => MountOption::Atime,
+        "noatime" => MountOption::NoAtime,
+        "sync" => MountOption::Sync,
+        "async" => MountOption::Async,
+        "dirsync" => MountOption::DirSync,
+        other => return Err(unknown_option(other)),
+    };
+    Ok(Some(flag))
 }
 
 fn conflicts(a: &MountOption, b: &MountOption) -> bool {

@@ -112,156 +112,171 @@ fn unstored(mountpoint: &std::path::Path) -> String {
 fn run(cli: Cli, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     match cli.command {
         Command::Mount(m) => run_mount(*m, args),
-        Command::Unmount { mountpoint, lazy } => {
-            let abs = std::path::absolute(&mountpoint)?;
-            if !mount::is_mount_point(&abs)
-                && !std::fs::canonicalize(&abs).is_ok_and(|c| mount::is_mount_point(&c))
-            {
-                match std::fs::symlink_metadata(&abs) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        bail!("{}: no such directory", mountpoint.display())
-                    }
-                    _ => bail!("nothing is mounted at {}", mountpoint.display()),
-                }
-            }
-            let daemons = mount::daemon_pids(&abs);
-            // fsync of the mount's root makes everything staged durable first, so that
-            // nothing depends on the daemon finishing after the unmount.
-            let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
-            // ENOTCONN: the daemon is gone (killed); there is nothing left to flush.
-            if let Err(e) = synced
-                && !lazy
-                && e.raw_os_error() != Some(libc::ENOTCONN)
-            {
-                bail!(
-                    "flushing {0} before unmounting failed ({e}); not unmounted.{1}\n\
-                     Fix the cause (free space, permissions) and run `shardfs unmount {0}` \
-                     again; `shardfs unmount --lazy {0}` unmounts and discards what is not stored.",
-                    mountpoint.display(),
-                    unstored(&mountpoint)
-                );
-            }
-            for line in refusals(&mountpoint) {
-                eprintln!("shardfs: warning: {line}");
-            }
-            match mount::unmount_path(&mountpoint, lazy) {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
-                    "{} is busy: a process has a file or its working directory there \
-                     (`fuser -vm {0}` or `lsof {0}` names it); `shardfs unmount --lazy {0}` \
-                     detaches it now, and it goes once no longer used",
-                    mountpoint.display()
-                ),
-                other => other.with_context(|| format!("unmounting {}", mountpoint.display()))?,
-            }
-            // The daemon flushes and exits after the unmount: wait for it, so that a new
-            // mount at this path cannot be taken down by the old daemon.
-            if !lazy && !mount::wait_for_exit(&daemons, std::time::Duration::from_secs(30)) {
-                eprintln!(
-                    "shardfs: unmounted {}, but its daemon (pid {daemons:?}) has not exited yet",
-                    mountpoint.display()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Info { store: path, json } => {
-            init_logging("warn");
-            let name = mount::StoreName::of(&path);
-            let s = mount::open_store(name, &Default::default())?;
-            let arrays = info::inspect(s.as_ref())?;
-            // Nothing at all below an object storage prefix: most likely a mistyped one
-            // (asked only when no array was found: one LIST).
-            if arrays.is_empty()
-                && let Some(url) = name.url()
-                && s.list(std::path::Path::new(""))?.is_empty()
-            {
-                bail!("{url} holds no objects (is the prefix right?)");
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&arrays)?);
-            } else {
-                print!("{}", info::render(&arrays));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Unmount { mountpoint, lazy } => run_unmount(mountpoint, lazy),
+        Command::Info { store: path, json } => run_info(path, json),
         Command::Verify {
             store,
             repair,
             json,
-        } => {
-            init_logging("warn");
-            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let name = mount::StoreName::of(&store);
-            let report = if let mount::StoreName::Bucket(_) = name {
-                if repair {
-                    bail!(
-                        "--repair works on a local directory only: {} is object storage, \
-                         where a shard is replaced whole by one PUT, never left half done",
-                        store.display()
-                    );
-                }
-                let s = mount::open_store(name, &Default::default())?;
-                shardfs::maint::verify_store(s.as_ref(), &store, progress)?
-            } else {
-                shardfs::maint::verify(&store, repair, progress)?
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{report}");
-            }
-            Ok(if report.problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        } => run_verify(store, repair, json),
         Command::Compact {
             store,
             min_garbage,
             json,
-        } => {
-            init_logging("warn");
-            let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let name = mount::StoreName::of(&store);
-            let report = if let mount::StoreName::Bucket(_) = name {
-                let s = mount::open_store(name, &Default::default())?;
-                shardfs::maint::compact_store(s.as_ref(), &store, min_garbage, progress)?
-            } else {
-                shardfs::maint::compact(&store, min_garbage, progress)?
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                print!("{report}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Stats { mountpoint, json } => {
-            let path = mountpoint.join(shardfs::view::STATS_FILE);
-            let bytes = std::fs::read(&path).with_context(|| {
-                format!(
-                    "{} is not a shardfs mount (no {})",
-                    mountpoint.display(),
-                    path.display()
-                )
-            })?;
-            if json {
-                // The file is padded with blanks to a whole page.
-                println!("{}", String::from_utf8_lossy(&bytes).trim_end());
-            } else {
-                let v: serde_json::Value = serde_json::from_slice(&bytes)?;
-                for (k, val) in v.as_object().into_iter().flatten() {
-                    println!("{k:<24} {}", val.to_string().trim_matches('"'));
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => run_compact(store, min_garbage, json),
+        Command::Stats { mountpoint, json } => run_stats(mountpoint, json),
         Command::Demo => {
             init_logging("warn");
             shardfs::demo::run(&mut std::io::stdout()).map_err(anyhow::Error::msg)?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `shardfs unmount`: make what the mount holds durable, unmount, wait for its daemon.
+fn run_unmount(mountpoint: std::path::PathBuf, lazy: bool) -> Result<ExitCode> {
+    let abs = std::path::absolute(&mountpoint)?;
+    if !mount::is_mount_point(&abs)
+        && !std::fs::canonicalize(&abs).is_ok_and(|c| mount::is_mount_point(&c))
+    {
+        match std::fs::symlink_metadata(&abs) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("{}: no such directory", mountpoint.display())
+            }
+            _ => bail!("nothing is mounted at {}", mountpoint.display()),
+        }
+    }
+    let daemons = mount::daemon_pids(&abs);
+    // fsync of the mount's root makes everything staged durable first, so that
+    // nothing depends on the daemon finishing after the unmount.
+    let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
+    // ENOTCONN: the daemon is gone (killed); there is nothing left to flush.
+    if let Err(e) = synced
+        && !lazy
+        && e.raw_os_error() != Some(libc::ENOTCONN)
+    {
+        bail!(
+            "flushing {0} before unmounting failed ({e}); not unmounted.{1}\n\
+                 Fix the cause (free space, permissions) and run `shardfs unmount {0}` \
+                 again; `shardfs unmount --lazy {0}` unmounts and discards what is not stored.",
+            mountpoint.display(),
+            unstored(&mountpoint)
+        );
+    }
+    for line in refusals(&mountpoint) {
+        eprintln!("shardfs: warning: {line}");
+    }
+    match mount::unmount_path(&mountpoint, lazy) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => bail!(
+            "{} is busy: a process has a file or its working directory there \
+                 (`fuser -vm {0}` or `lsof {0}` names it); `shardfs unmount --lazy {0}` \
+                 detaches it now, and it goes once no longer used",
+            mountpoint.display()
+        ),
+        other => other.with_context(|| format!("unmounting {}", mountpoint.display()))?,
+    }
+    // The daemon flushes and exits after the unmount: wait for it, so that a new
+    // mount at this path cannot be taken down by the old daemon.
+    if !lazy && !mount::wait_for_exit(&daemons, std::time::Duration::from_secs(30)) {
+        eprintln!(
+            "shardfs: unmounted {}, but its daemon (pid {daemons:?}) has not exited yet",
+            mountpoint.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `shardfs info`: the arrays of a store and how they are shown.
+fn run_info(path: std::path::PathBuf, json: bool) -> Result<ExitCode> {
+    init_logging("warn");
+    let name = mount::StoreName::of(&path);
+    let s = mount::open_store(name, &Default::default())?;
+    let arrays = info::inspect(s.as_ref())?;
+    // Nothing at all below an object storage prefix: most likely a mistyped one
+    // (asked only when no array was found: one LIST).
+    if arrays.is_empty()
+        && let Some(url) = name.url()
+        && s.list(std::path::Path::new(""))?.is_empty()
+    {
+        bail!("{url} holds no objects (is the prefix right?)");
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&arrays)?);
+    } else {
+        print!("{}", info::render(&arrays));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `shardfs verify`: check (and with `--repair` mend) every shard of a store.
+fn run_verify(store: std::path::PathBuf, repair: bool, json: bool) -> Result<ExitCode> {
+    init_logging("warn");
+    let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let name = mount::StoreName::of(&store);
+    let report = if let mount::StoreName::Bucket(_) = name {
+        if repair {
+            bail!(
+                "--repair works on a local directory only: {} is object storage, \
+                     where a shard is replaced whole by one PUT, never left half done",
+                store.display()
+            );
+        }
+        let s = mount::open_store(name, &Default::default())?;
+        shardfs::maint::verify_store(s.as_ref(), &store, progress)?
+    } else {
+        shardfs::maint::verify(&store, repair, progress)?
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `shardfs compact`: rewrite shards whose dead bytes pass `min_garbage`.
+fn run_compact(store: std::path::PathBuf, min_garbage: f64, json: bool) -> Result<ExitCode> {
+    init_logging("warn");
+    let progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let name = mount::StoreName::of(&store);
+    let report = if let mount::StoreName::Bucket(_) = name {
+        let s = mount::open_store(name, &Default::default())?;
+        shardfs::maint::compact_store(s.as_ref(), &store, min_garbage, progress)?
+    } else {
+        shardfs::maint::compact(&store, min_garbage, progress)?
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `shardfs stats`: a mount's counters (its `.shardfs-stats` file).
+fn run_stats(mountpoint: std::path::PathBuf, json: bool) -> Result<ExitCode> {
+    let path = mountpoint.join(shardfs::view::STATS_FILE);
+    let bytes = std::fs::read(&path).with_context(|| {
+        format!(
+            "{} is not a shardfs mount (no {})",
+            mountpoint.display(),
+            path.display()
+        )
+    })?;
+    if json {
+        // The file is padded with blanks to a whole page.
+        println!("{}", String::from_utf8_lossy(&bytes).trim_end());
+    } else {
+        let v: serde_json::Value = serde_json::from_slice(&bytes)?;
+        for (k, val) in v.as_object().into_iter().flatten() {
+            println!("{k:<24} {}", val.to_string().trim_matches('"'));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {

@@ -239,6 +239,15 @@ fn check_mountpoint(store: StoreName, mountpoint: &Path, nonempty: bool) -> Resu
         path: mountpoint.to_path_buf(),
         why,
     };
+    let meta = std::fs::metadata(mountpoint).map_err(|e| {
+        refuse(match e.kind() {
+            io::ErrorKind::NotFound => "no such directory (make it first: mkdir)".into(),
+            _ => e.to_string(),
+        })
+    })?;
+    if !meta.is_dir() {
+        return Err(refuse("not a directory".into()));
+    }
     let canon = |p: &Path| std::fs::canonicalize(p).map_err(|e| refuse(e.to_string()));
     let m = canon(mountpoint)?;
     // Object storage can neither contain the mount point nor lie inside it.
@@ -382,63 +391,14 @@ impl Mount {
             },
             ..opts.s3.clone()
         };
-        let backing = open_store(name, &s3)?;
-        let meta = std::fs::metadata(mountpoint).map_err(|e| MountError::MountPoint {
-            path: mountpoint.to_path_buf(),
-            why: match e.kind() {
-                io::ErrorKind::NotFound => "no such directory (make it first: mkdir)".into(),
-                _ => e.to_string(),
-            },
-        })?;
-        if !meta.is_dir() {
-            return Err(MountError::MountPoint {
-                path: mountpoint.to_path_buf(),
-                why: "not a directory".into(),
-            });
-        }
+        let store = open_store(name, &s3)?;
         check_mountpoint(name, mountpoint, opts.nonempty)?;
         let fsname = match name {
             StoreName::Bucket(url) => PathBuf::from(url),
             StoreName::Local(dir) => std::fs::canonicalize(dir).unwrap_or_else(|_| dir.into()),
         };
         let local = name.local().is_some();
-        let store = backing;
-        // The compactor is chosen (and `gpu` checked) even for a read-only mount, so that
-        // a wrong choice is reported where it was made.
-        let compactor = make_compactor(opts.compactor)?;
-        // A crash may have left shard updates half done. A writable mount does not look
-        // for them before mounting (that walk grows with the store): the view recovers
-        // each shard before it reads the shard's index, and a walk once the session is
-        // up cleans the rest (`recovery_walk`). A read-only mount changes nothing.
-        let writer = if opts.read_only {
-            None
-        } else {
-            log::info!("compactor: {}", compactor.name());
-            if opts.compactor == CompactorChoice::Gpu {
-                // Pin the GPU's staging and result memory for a full write buffer now,
-                // beside the mount coming up, not in the first large flush.
-                let gpu = compactor.clone();
-                let bytes = opts.write_buffer;
-                let spawned = std::thread::Builder::new()
-                    .name("shardfs-gpu-reserve".to_owned())
-                    .spawn(move || gpu.reserve(bytes));
-                if let Err(e) = spawned {
-                    log::warn!("cannot reserve GPU memory ahead ({e}): the first flush will");
-                }
-            }
-            let w = Writer::new(WriteConfig {
-                write_buffer: opts.write_buffer,
-                chunks_per_shard: opts.chunks_per_shard.clone(),
-                shard_target_bytes: 64 << 20,
-                compactor,
-            });
-            // Flushing behind the writer only where a flush appends (a local disk): on
-            // object storage each flush of a shard writes the whole shard again.
-            if store.commits_by_append() {
-                w.set_write_behind(opts.write_behind);
-            }
-            Some(w)
-        };
+        let writer = make_writer(opts, store.as_ref())?;
         // Every cached shard holds its file open: the cache must fit the fd limit.
         let mut view_config = opts.view.clone();
         view_config.ttl = opts.ttl();
@@ -454,31 +414,7 @@ impl Mount {
                 why: e.to_string(),
             }
         })?);
-        let mut config = Config::default();
-        config.mount_options = vec![
-            MountOption::FSName(fsname.display().to_string()),
-            // A kernel option (fuser hands `Subtype` only to fusermount): /proc/mounts then
-            // shows the type as `fuse.shardfs`.
-            MountOption::CUSTOM("subtype=shardfs".into()),
-            MountOption::DefaultPermissions,
-        ];
-        if opts.read_only || view.is_draft() {
-            config.mount_options.push(MountOption::RO);
-        }
-        config.mount_options.extend(opts.flags.iter().cloned());
-        config.acl = if opts.allow_other {
-            SessionACL::All
-        } else {
-            SessionACL::Owner
-        };
-        config.n_threads = Some(opts.threads.max(1));
-        config.clone_fd = true;
-        let kernel_opens = !opts.open_checks;
-        if kernel_opens && !view.is_read_only() {
-            // A write or rename drops the kernel's pages of its file from the request's
-            // thread; a reader's page it waits for needs another thread to be served.
-            config.n_threads = Some(opts.threads.max(2));
-        }
+        let (config, kernel_opens) = fuse_config(opts, &fsname, &view);
         let fs = ShardFs::new(view.clone(), kernel_opens);
         let notifier = fs.notifier_slot();
         let session =
@@ -493,64 +429,9 @@ impl Mount {
             .write_side()
             .filter(|_| local)
             .and_then(|_| recovery_walk(fsname.clone()));
-        let timer = view.write_side().map(|w| {
-            let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
-            w.set_invalidations(tx);
-            let done = w.invalidations_done();
-            let dispatched = w.invalidations_dispatched();
-            let notifier = session.notifier();
-            // Entries on a thread of their own: dropping one waits for its directory's
-            // lock, which a request may hold while it waits for inode invalidations
-            // queued behind it (`Writer::settle_inode_invalidations`).
-            let (entry_tx, entry_rx) = std::sync::mpsc::channel::<(u64, std::ffi::OsString)>();
-            let entry_notifier = session.notifier();
-            let entry_done = done.clone();
-            std::thread::spawn(move || {
-                for (parent, name) in entry_rx {
-                    // The kernel may not know the entry any more; that is fine.
-                    let _ = entry_notifier.inval_entry(INodeNo(parent), &name);
-                    entry_done.bump();
-                }
-            });
-            std::thread::spawn(move || {
-                for i in rx {
-                    match i {
-                        Invalidation::Inode(ino) => {
-                            // The kernel may not know the inode any more; that is fine.
-                            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
-                            done.bump();
-                        }
-                        Invalidation::Entry { parent, name } => {
-                            if entry_tx.send((parent, name)).is_err() {
-                                done.bump();
-                            }
-                        }
-                    }
-                    dispatched.bump();
-                }
-            });
-            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-            let weak = Arc::downgrade(&view);
-            let interval = opts.flush_interval;
-            let tick = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-            // Between its ticks the thread flushes arrays behind their writers
-            // (`View::flush_behind`): `finish` wakes it to stop.
-            let handle = std::thread::spawn(move || {
-                let mut next_tick = std::time::Instant::now() + tick;
-                while let Err(std::sync::mpsc::TryRecvError::Empty) = stop_rx.try_recv() {
-                    let Some(v) = weak.upgrade() else { return };
-                    let now = std::time::Instant::now();
-                    if now < next_tick {
-                        v.flush_behind(next_tick - now);
-                        continue;
-                    }
-                    let _ = v.commit_kernel_writes(KernelCommit::Idle);
-                    v.flush_idle(interval);
-                    next_tick = std::time::Instant::now() + tick;
-                }
-            });
-            (stop_tx, handle)
-        });
+        let timer = view
+            .write_side()
+            .map(|w| start_timers(&view, w, &session, opts.flush_interval));
         Ok(Mount {
             session: Some(session),
             mountpoint: mountpoint.to_path_buf(),
@@ -756,6 +637,143 @@ pub fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
             path.display()
         )))
     }
+}
+
+/// The FUSE session's configuration, and whether the kernel is to open files itself.
+fn fuse_config(opts: &MountOptions, fsname: &Path, view: &View) -> (Config, bool) {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(fsname.display().to_string()),
+        // A kernel option (fuser hands `Subtype` only to fusermount): /proc/mounts then
+        // shows the type as `fuse.shardfs`.
+        MountOption::CUSTOM("subtype=shardfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if opts.read_only || view.is_draft() {
+        config.mount_options.push(MountOption::RO);
+    }
+    config.mount_options.extend(opts.flags.iter().cloned());
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let kernel_opens = !opts.open_checks;
+    if kernel_opens && !view.is_read_only() {
+        // A write or rename drops the kernel's pages of its file from the request's
+        // thread; a reader's page it waits for needs another thread to be served.
+        config.n_threads = Some(opts.threads.max(2));
+    }
+    (config, kernel_opens)
+}
+
+/// The threads of a writable mount: the kernel cache invalidations its writes ask for
+/// (entries on a thread of their own), and the timer that commits idle kernel writes,
+/// flushes idle arrays every `interval` and flushes behind writers between its ticks.
+/// The sender stops the timer.
+fn start_timers(
+    view: &Arc<View>,
+    w: &Writer,
+    session: &BackgroundSession,
+    interval: Duration,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
+    w.set_invalidations(tx);
+    let done = w.invalidations_done();
+    let dispatched = w.invalidations_dispatched();
+    let notifier = session.notifier();
+    // Entries on a thread of their own: dropping one waits for its directory's
+    // lock, which a request may hold while it waits for inode invalidations
+    // queued behind it (`Writer::settle_inode_invalidations`).
+    let (entry_tx, entry_rx) = std::sync::mpsc::channel::<(u64, std::ffi::OsString)>();
+    let entry_notifier = session.notifier();
+    let entry_done = done.clone();
+    std::thread::spawn(move || {
+        for (parent, name) in entry_rx {
+            // The kernel may not know the entry any more; that is fine.
+            let _ = entry_notifier.inval_entry(INodeNo(parent), &name);
+            entry_done.bump();
+        }
+    });
+    std::thread::spawn(move || {
+        for i in rx {
+            match i {
+                Invalidation::Inode(ino) => {
+                    // The kernel may not know the inode any more; that is fine.
+                    let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                    done.bump();
+                }
+                Invalidation::Entry { parent, name } => {
+                    if entry_tx.send((parent, name)).is_err() {
+                        done.bump();
+                    }
+                }
+            }
+            dispatched.bump();
+        }
+    });
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let weak = Arc::downgrade(view);
+    let tick = (interval / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    // Between its ticks the thread flushes arrays behind their writers
+    // (`View::flush_behind`): `finish` wakes it to stop.
+    let handle = std::thread::spawn(move || {
+        let mut next_tick = std::time::Instant::now() + tick;
+        while let Err(std::sync::mpsc::TryRecvError::Empty) = stop_rx.try_recv() {
+            let Some(v) = weak.upgrade() else { return };
+            let now = std::time::Instant::now();
+            if now < next_tick {
+                v.flush_behind(next_tick - now);
+                continue;
+            }
+            let _ = v.commit_kernel_writes(KernelCommit::Idle);
+            v.flush_idle(interval);
+            next_tick = std::time::Instant::now() + tick;
+        }
+    });
+    (stop_tx, handle)
+}
+
+/// The write side of a mount: none for a read-only one. The compactor is chosen (and
+/// `gpu` checked) even for a read-only mount, so that a wrong choice is reported where
+/// it was made.
+///
+/// A crash may have left shard updates half done. A writable mount does not look for
+/// them before mounting (that walk grows with the store): the view recovers each shard
+/// before it reads the shard's index, and a walk once the session is up cleans the rest
+/// (`recovery_walk`). A read-only mount changes nothing.
+fn make_writer(opts: &MountOptions, store: &dyn Store) -> Result<Option<Writer>, MountError> {
+    let compactor = make_compactor(opts.compactor)?;
+    if opts.read_only {
+        return Ok(None);
+    }
+    log::info!("compactor: {}", compactor.name());
+    if opts.compactor == CompactorChoice::Gpu {
+        // Pin the GPU's staging and result memory for a full write buffer now, beside the
+        // mount coming up, not in the first large flush.
+        let gpu = compactor.clone();
+        let bytes = opts.write_buffer;
+        let spawned = std::thread::Builder::new()
+            .name("shardfs-gpu-reserve".to_owned())
+            .spawn(move || gpu.reserve(bytes));
+        if let Err(e) = spawned {
+            log::warn!("cannot reserve GPU memory ahead ({e}): the first flush will");
+        }
+    }
+    let w = Writer::new(WriteConfig {
+        write_buffer: opts.write_buffer,
+        chunks_per_shard: opts.chunks_per_shard.clone(),
+        shard_target_bytes: 64 << 20,
+        compactor,
+    });
+    // Flushing behind the writer only where a flush appends (a local disk): on object
+    // storage each flush of a shard writes the whole shard again.
+    if store.commits_by_append() {
+        w.set_write_behind(opts.write_behind);
+    }
+    Ok(Some(w))
 }
 
 /// Recover the leftovers of interrupted shard updates anywhere in the store at `root`, on a
