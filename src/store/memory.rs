@@ -4,8 +4,9 @@
 //! the write is torn off and the commit fails, which an object store's atomic PUT turns
 //! into "nothing changed".
 //!
-//! Shard commits here work as on object storage: read the whole shard, merge, write it
-//! again densely (no dead space) with its close times, and replace it in one step. A
+//! Shard commits here work as on object storage ([`super::rewrite`]): read the whole
+//! shard, merge, write it again densely (no dead space) with its close times, and
+//! replace it in one step. A
 //! commit holds the store's lock, so the version it read cannot change under it.
 
 use std::collections::BTreeMap;
@@ -17,11 +18,10 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
-use super::commit::{CommitError, CommitOutcome, Merge, ShardSnapshot};
-use super::shard::{ReadIndexError, read_index, read_times};
+use super::commit::{CommitError, CommitOutcome, Merge};
+use super::rewrite::rewrite_shard;
 use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
-use crate::format::index::IndexLocation;
-use crate::format::{ChunkRange, CloseTimes, ShardIndex, ShardLevel};
+use crate::format::ShardLevel;
 
 /// A fault to inject into shard commits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,44 +153,6 @@ impl MemoryStore {
     }
 }
 
-/// A dense shard of `chunks` (per slot) with `times`, index at `level.index_location`.
-pub(crate) fn dense_shard(
-    level: &ShardLevel,
-    chunks: &[Option<&[u8]>],
-    times: &CloseTimes,
-) -> Vec<u8> {
-    let index_len = level.index_len();
-    let mut at = match level.index_location {
-        IndexLocation::Start => index_len,
-        IndexLocation::End => 0,
-    };
-    let mut body = Vec::new();
-    let entries = chunks
-        .iter()
-        .map(|c| {
-            c.map(|b| {
-                body.extend_from_slice(b);
-                let r = ChunkRange {
-                    offset: at,
-                    nbytes: b.len() as u64,
-                };
-                at += r.nbytes;
-                r
-            })
-        })
-        .collect();
-    let index = ShardIndex::from_entries(entries).encode(level.index_codecs);
-    let block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    match level.index_location {
-        IndexLocation::Start => [index, body, block].concat(),
-        IndexLocation::End => [body, block, index].concat(),
-    }
-}
-
 impl Store for MemoryStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         let inner = self.inner.lock();
@@ -286,150 +248,4 @@ impl Store for MemoryStore {
         inner.files.insert(rel.to_path_buf(), Arc::new(bytes));
         Ok(rewrite.outcome)
     }
-}
-
-/// A shard commit worked out on the shard's bytes as they are (`None`: no shard), as an
-/// object store makes it: the new shard written whole and densely.
-pub(crate) struct Rewrite {
-    /// What the commit does; `removed` when no chunk is left.
-    pub outcome: CommitOutcome,
-    /// The new shard (empty when removed); `None` when nothing changes.
-    pub bytes: Option<Vec<u8>>,
-    /// The close times after the commit, per slot.
-    pub times: CloseTimes,
-}
-
-/// The shard `data` without dead space: every stored chunk's bytes in slot order, the
-/// same index codecs and location, its close times kept.
-pub(crate) fn densify(rel: &Path, level: &ShardLevel, data: &[u8]) -> Result<Vec<u8>, CommitError> {
-    let f = MemFile {
-        data: Arc::new(data.to_vec()),
-    };
-    let len = data.len() as u64;
-    let index = read_index(&f, level, 0, len).map_err(|e| match e {
-        ReadIndexError::Io(source) => CommitError::Io {
-            path: rel.to_path_buf(),
-            source,
-        },
-        ReadIndexError::Index(err) => CommitError::Corrupt {
-            path: rel.to_path_buf(),
-            err,
-        },
-    })?;
-    let n = index.entries().len();
-    let times = read_times(&f, level, len, &index)
-        .map_err(|source| CommitError::Io {
-            path: rel.to_path_buf(),
-            source,
-        })?
-        .unwrap_or_else(|| CloseTimes::unknown(n));
-    let chunks: Vec<Option<&[u8]>> = index
-        .entries()
-        .iter()
-        .map(|e| e.map(|r| &data[r.offset as usize..r.end() as usize]))
-        .collect();
-    Ok(dense_shard(level, &chunks, &times))
-}
-
-/// Read the shard `current`, let `merge` decide, and make the new shard's bytes.
-pub(crate) fn rewrite_shard(
-    rel: &Path,
-    level: &ShardLevel,
-    current: Option<&[u8]>,
-    merge: &mut Merge<'_, '_>,
-) -> Result<Rewrite, CommitError> {
-    let n = usize::try_from(level.n_chunks())
-        .map_err(|_| CommitError::BadUpdate("index too large".into()))?;
-    let io_err = |e: io::Error| CommitError::Io {
-        path: rel.to_path_buf(),
-        source: e,
-    };
-    let index_of = |data: &[u8]| -> Result<ShardIndex, CommitError> {
-        let f = MemFile {
-            data: Arc::new(data.to_vec()),
-        };
-        read_index(&f, level, 0, data.len() as u64).map_err(|e| match e {
-            ReadIndexError::Io(e) => io_err(e),
-            ReadIndexError::Index(err) => CommitError::Corrupt {
-                path: rel.to_path_buf(),
-                err,
-            },
-        })
-    };
-    let (index, times, old_len) = match current {
-        None => (ShardIndex::empty(n), CloseTimes::unknown(n), 0),
-        Some(data) => {
-            let f = MemFile {
-                data: Arc::new(data.to_vec()),
-            };
-            let len = data.len() as u64;
-            let index = index_of(data)?;
-            let times = read_times(&f, level, len, &index)
-                .map_err(io_err)?
-                .unwrap_or_else(|| CloseTimes::unknown(n));
-            (index, times, len)
-        }
-    };
-    let updates = merge(&ShardSnapshot {
-        index: &index,
-        times: &times,
-        exists: current.is_some(),
-    });
-    if let Some(bad) = updates.iter().find(|u| u.slot >= n) {
-        return Err(CommitError::BadUpdate(format!(
-            "slot {} of a shard with {n} chunks",
-            bad.slot
-        )));
-    }
-    let old = current.unwrap_or(&[]);
-    let mut chunks: Vec<Option<&[u8]>> = index
-        .entries()
-        .iter()
-        .map(|e| e.map(|r| &old[r.offset as usize..r.end() as usize]))
-        .collect();
-    let mut new_times = times.clone();
-    let mut changed = false;
-    for u in &updates {
-        changed |= u.data.is_some() || chunks[u.slot].is_some();
-        chunks[u.slot] = u.data;
-        new_times.set(u.slot, u.closed);
-    }
-    let mut outcome = CommitOutcome {
-        index: index.clone(),
-        old_len,
-        new_len: old_len,
-        bytes_written: 0,
-        removed: current.is_none(),
-        rewritten: false,
-        applied: updates.len(),
-        recovered: Vec::new(),
-    };
-    if !changed {
-        return Ok(Rewrite {
-            outcome,
-            bytes: None,
-            times: new_times,
-        });
-    }
-    if chunks.iter().all(Option::is_none) {
-        outcome.index = ShardIndex::empty(n);
-        outcome.new_len = 0;
-        outcome.removed = true;
-        return Ok(Rewrite {
-            outcome,
-            bytes: Some(Vec::new()),
-            times: new_times,
-        });
-    }
-    let bytes = dense_shard(level, &chunks, &new_times);
-    outcome.index = index_of(&bytes)?;
-    outcome.new_len = bytes.len() as u64;
-    outcome.bytes_written = outcome.new_len;
-    outcome.removed = false;
-    outcome.rewritten = true;
-    Ok(Rewrite {
-        outcome,
-        bytes: Some(bytes),
-        times: new_times,
-    })
 }

@@ -18,6 +18,7 @@ pub mod local;
 pub mod memory;
 pub mod object;
 pub mod operation;
+pub mod rewrite;
 pub mod shard;
 
 pub(crate) use local::FileRef;

@@ -2,7 +2,7 @@
 
 use super::read::*;
 use super::*;
-use crate::store::memory::rewrite_shard;
+use crate::store::rewrite::rewrite_shard;
 use object_store::{GetOptions, PutOptions, PutPayload};
 
 fn store() -> BucketStore {
