@@ -229,14 +229,7 @@ impl Filesystem for ShardFs {
         reply: ReplyData,
     ) {
         let _op = operation::begin();
-        // With kernel opens every read goes by inode (a created file's handle too: the
-        // daemon may have committed and closed it since).
-        let data = if self.view.kernel_opens() {
-            self.view.read_ino(ino.0, offset, size)
-        } else {
-            self.view.read(fh.0, offset, size)
-        };
-        match data {
+        match self.view.read_file(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(&e)),
         }
@@ -273,11 +266,7 @@ impl Filesystem for ShardFs {
         reply: ReplyEmpty,
     ) {
         let _op = operation::begin();
-        let r = if self.view.kernel_opens() {
-            self.view.release_created(ino.0, fh.0)
-        } else {
-            self.view.release(fh.0)
-        };
+        let r = self.view.release_file(ino.0, fh.0);
         self.settle();
         done(reply, r)
     }
@@ -359,9 +348,7 @@ impl Filesystem for ShardFs {
         let (excl, trunc) = (flags & libc::O_EXCL != 0, flags & libc::O_TRUNC != 0);
         match self.view.create(parent.0, name, excl, trunc) {
             Ok((a, o)) => {
-                if self.view.kernel_opens() {
-                    self.view.adopt_created(a.ino, o.fh);
-                }
+                self.view.created(a.ino, o.fh);
                 reply.created(
                     &self.ttl(&a),
                     &file_attr(&a),
@@ -387,13 +374,7 @@ impl Filesystem for ShardFs {
         reply: ReplyWrite,
     ) {
         let _op = operation::begin();
-        // With kernel opens every write goes by inode (see `View::adopt_created`).
-        let written = if self.view.kernel_opens() {
-            self.view.write_ino(ino.0, offset, data)
-        } else {
-            self.view.write(fh.0, offset, data).map(|n| (n, false))
-        };
-        match written {
+        match self.view.write_file(ino.0, fh.0, offset, data) {
             Ok((n, landed)) => {
                 if landed && let Some(w) = self.view.write_side() {
                     // Before the reply, as for a rename onto metadata: the chunks a
@@ -439,8 +420,7 @@ impl Filesystem for ShardFs {
         // derived (a change accepted and dropped) for the files the view makes up.
         let fh = fh.map(|f| f.0);
         let mut res = match size {
-            Some(size) if self.view.kernel_opens() => self.view.set_size_ino(ino.0, size),
-            Some(size) => self.view.set_size_open(ino.0, size, fh),
+            Some(size) => self.view.set_size_file(ino.0, size, fh),
             None => self.view.getattr_open(ino.0, fh),
         };
         if res.is_ok() && (mode.is_some() || uid.is_some() || gid.is_some()) {

@@ -335,6 +335,55 @@ impl View {
         unreachable!("the last attempt returns")
     }
 
+    /// A read of file `ino` through handle `fh`, whichever opened it: by inode when the
+    /// kernel opens files itself ([`View::set_kernel_opens`]; a created file's handle
+    /// too: the daemon may have committed and closed it since), else by the handle.
+    pub fn read_file(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if self.kernel_opens() {
+            self.read_ino(ino, offset, size)
+        } else {
+            self.read(fh, offset, size)
+        }
+    }
+
+    /// A write to file `ino` through handle `fh`, whichever opened it (see
+    /// [`View::read_file`]); with it, whether a metadata document landed.
+    pub fn write_file(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
+        if self.kernel_opens() {
+            self.write_ino(ino, offset, data)
+        } else {
+            self.write(fh, offset, data).map(|n| (n, false))
+        }
+    }
+
+    /// The last close of handle `fh` of file `ino`, whichever opened it: with kernel
+    /// opens only a created file's handle is released (the kernel opened the rest).
+    pub fn release_file(&self, ino: u64, fh: u64) -> Result<()> {
+        if self.kernel_opens() {
+            self.release_created(ino, fh)
+        } else {
+            self.release(fh)
+        }
+    }
+
+    /// `truncate` of file `ino` to `size`, through handle `fh` if one was given,
+    /// whichever opened it.
+    pub fn set_size_file(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
+        if self.kernel_opens() {
+            self.set_size_ino(ino, size)
+        } else {
+            self.set_size_open(ino, size, fh)
+        }
+    }
+
+    /// A file `create` made and opened as handle `fh`: with kernel opens, its writes
+    /// come by inode from now on ([`View::adopt_created`]).
+    pub fn created(&self, ino: u64, fh: u64) {
+        if self.kernel_opens() {
+            self.adopt_created(ino, fh);
+        }
+    }
+
     /// Whether a read that failed with `e` is made again from a new load of its shard: a
     /// chunk whose shard another writer replaced since this mount loaded it (object
     /// storage: the conditional GET found another version, `ESTALE`), read from its
