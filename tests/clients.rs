@@ -9,13 +9,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use common::mount::mount_rw;
 use shardfs::{Mount, MountOptions};
-
-fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    let mnt = tempfile::tempdir().unwrap();
-    let mount = Mount::new(store, mnt.path(), &MountOptions::default()).unwrap();
-    (mnt, mount)
-}
 
 /// A new 3-D uint8 array `name` made through the mount (as a legacy tool makes one: an
 /// unsharded `zarr.json`, then chunk files), shape 4×4×4 in 2×2×2 chunks, every chunk

@@ -10,67 +10,11 @@
 
 mod common;
 
+use common::mount::{CliMount, shardfs};
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
-
-/// A mount made with the command line, unmounted when dropped.
-struct CliMount {
-    at: PathBuf,
-    mounted: bool,
-}
-
-impl CliMount {
-    fn new(store: &Path, at: &Path, args: &[&str]) -> CliMount {
-        std::fs::create_dir_all(at).unwrap();
-        let out = shardfs()
-            .arg("mount")
-            .arg(store)
-            .arg(at)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs mount {} {args:?}: {}",
-            store.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        CliMount {
-            at: at.to_path_buf(),
-            mounted: true,
-        }
-    }
-
-    fn unmount(mut self) {
-        self.mounted = false;
-        let out = shardfs().arg("unmount").arg(&self.at).output().unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs unmount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = shardfs()
-                .arg("unmount")
-                .arg("--lazy")
-                .arg(&self.at)
-                .output();
-        }
-    }
-}
 
 /// The venv's python, where it has bcolz and bloscpack; else why not (a failure in CI).
 fn producers(test: &str) -> Option<PathBuf> {
@@ -132,7 +76,7 @@ fn zarr3_dask_and_xarray_read_the_v3_view_as_bcolz_and_bloscpack_read_the_contai
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &["-o", "ro"]);
     let out = script(
         &py,
-        &["read", s(&mount.at), s(&dir.path().join("expected"))],
+        &["read", s(mount.path()), s(&dir.path().join("expected"))],
     );
     println!("{out}");
     assert!(out.contains("0 mismatches"), "{out}");
@@ -153,7 +97,7 @@ fn zarr2_dask_and_xarray_read_the_v2_view_as_bcolz_and_bloscpack_read_the_contai
     );
     let out = script(
         &py2,
-        &["read", s(&mount.at), s(&dir.path().join("expected"))],
+        &["read", s(mount.path()), s(&dir.path().join("expected"))],
     );
     println!("{out}");
     assert!(
@@ -172,7 +116,7 @@ fn writes_into_containers_are_refused_with_erofs_on_a_writable_mount() {
     let test = "containers_erofs";
     let Some((dir, _)) = made(test) else { return };
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &[]);
-    let m = mount.at.clone();
+    let m = mount.path().to_path_buf();
     let erofs = Some(libc::EROFS);
     for d in ["c_lz4_1d_short", "p_crc32.blp", "t_table", "t_table/x"] {
         let d = m.join(d);
@@ -232,8 +176,8 @@ fn cp_r_of_a_container_into_a_writable_mount_makes_a_sharded_array_of_the_same_v
     for n in names {
         let st = Command::new("cp")
             .arg("-r")
-            .arg(src.at.join(n))
-            .arg(&dst.at)
+            .arg(src.path().join(n))
+            .arg(dst.path())
             .status()
             .unwrap();
         assert!(st.success(), "cp -r {n}");
@@ -293,7 +237,7 @@ fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
         &dir.path().join("m"),
         &["-o", "ro", "--log-file", s(&log)],
     );
-    let m = mount.at.clone();
+    let m = mount.path().to_path_buf();
     let eio = Some(libc::EIO);
     for n in &unreadable {
         assert_eq!(errno(std::fs::metadata(m.join(n))), eio, "{n}");

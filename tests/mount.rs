@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::mount::{CliMount, is_mounted, shardfs};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,14 +22,6 @@ fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
     let dir = tempfile::tempdir().unwrap();
     let mount = Mount::new(store, dir.path(), &read_only()).unwrap();
     (dir, mount)
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
 }
 
 #[test]
@@ -181,20 +175,6 @@ fn guard_unmounts_on_drop_even_after_a_panic() {
     assert!(!is_mounted(&path), "the guard unmounted");
 }
 
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
-
-/// Unmounts through the command line when dropped, so a failing CLI test leaves nothing.
-struct CliMount(std::path::PathBuf);
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = shardfs().arg("unmount").arg("--lazy").arg(&self.0).status();
-        }
-    }
-}
-
 #[test]
 fn cli_mount_daemonizes_and_unmount_ends_it() {
     if !common::can_mount("cli_mount_daemonizes_and_unmount_ends_it") {
@@ -214,7 +194,7 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
         .arg(&log)
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     assert!(
         out.status.success(),
         "{}",
@@ -254,7 +234,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
             cmd.arg("--log-file").arg(dir.path().join("log"));
         }
         let out = cmd.output().unwrap();
-        let _guard = CliMount(mnt.clone());
+        let _guard = CliMount::guard(&mnt);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         assert_eq!(err.contains("no system log"), !log_file, "{err}");
@@ -279,7 +259,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
         .env("SHARDFS_SYSLOG_SOCKET", dir.path().join("no-such-socket"))
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(!err.contains("no system log"), "{err}");
@@ -307,7 +287,7 @@ fn cli_foreground_mount_logs_to_its_log_file() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !is_mounted(&mnt) {
         assert!(
@@ -361,7 +341,7 @@ fn refusals_no_request_waits_for_are_named_at_unmount() {
         .arg(dir.path().join("log"))
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     assert!(
         out.status.success(),
         "{}",
@@ -482,7 +462,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
         assert!(st.success());
     };
     mount();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let old = daemons_of(&mnt);
     assert_eq!(old.len(), 1, "one daemon: {old:?}");
     assert!(
@@ -534,7 +514,7 @@ fn cli_mount_fuse3_calling_form_with_generic_options() {
         ])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -716,7 +696,7 @@ fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
         .args(["-o", "ro"])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     match shardfs::compact::GpuCompactor::available() {
         Err(why) => {
             println!("no GPU here ({why}): checking the refusal");
@@ -775,7 +755,7 @@ fn mount_fuse3_helper_mounts_shardfs() {
         .args(["-o", "ro,nofail,_netdev,x-systemd.automount"])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     assert!(
         out.status.success(),
         "{}",

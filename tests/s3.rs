@@ -9,28 +9,12 @@
 
 mod common;
 
+use common::mount::{CliMount, is_mounted};
+use common::repo;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The venv python (moto, boto3, zarr), or why the test cannot run.
-fn python(test: &str) -> Option<PathBuf> {
-    let p = repo().join(".venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let why = "no .venv: run scripts/setup-venv (scripts/test does)";
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    println!("SKIPPED {test}: {why}");
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
 
 /// Start `cmd` (a server of ours) and wait for its first line, `ready ENDPOINT`.
 fn spawn_ready(cmd: &mut Command, what: &str) -> (Child, String) {
@@ -137,7 +121,7 @@ impl S3Server {
             "mount {url}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        CliMount(mnt.to_path_buf())
+        CliMount::guard(mnt)
     }
 }
 
@@ -186,36 +170,6 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    shardfs::mount::is_mount_point(&canon)
-}
-
-/// Unmounts when dropped (`--lazy`), so a failing test leaves no mount behind.
-struct CliMount(PathBuf);
-
-impl CliMount {
-    fn unmount(self) {
-        let st = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .arg("unmount")
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(st.success(), "unmount {}", self.0.display());
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-                .args(["unmount", "--lazy"])
-                .arg(&self.0)
-                .status();
-        }
     }
 }
 
@@ -274,7 +228,9 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let fixture = common::fixtures().join("zarr_basic");
     s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
@@ -321,7 +277,7 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
             .args(["-o", "ro"])
             .output()
             .unwrap();
-        let m = CliMount(mnt.clone());
+        let m = CliMount::guard(&mnt);
         assert!(
             out.status.success(),
             "{}",
@@ -345,7 +301,9 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let fixture = common::fixtures().join("zarr_basic");
     s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
@@ -422,14 +380,16 @@ fn s3_mount_failures_say_why() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let fails = |c: &mut Command, what: &str| {
         let out = c.arg(&mnt).output().unwrap();
-        let _guard = CliMount(mnt.clone());
+        let _guard = CliMount::guard(&mnt);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!out.status.success(), "{what}: mounted");
         assert!(err.contains(what), "{what}: {err}");
@@ -498,7 +458,9 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
@@ -513,7 +475,7 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    let m = CliMount(mnt.clone());
+    let m = CliMount::guard(&mnt);
     assert!(
         said.contains("note: s3://bucket/new holds no objects"),
         "{said}"
@@ -577,7 +539,9 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let outage = tmp.path().join("outage");
     let s3 = S3Server::start_with(&py, &["--outage-file", outage.to_str().unwrap()]);
@@ -655,7 +619,9 @@ fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let s3 = S3Server::start(&py);
     let proxy = FaultProxy::start(&py, &s3, tmp.path().join("fault"));
@@ -749,7 +715,9 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let fixture = common::fixtures().join("zarr_basic");
     s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
@@ -805,7 +773,7 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
             .args(["-o", "ro"])
             .output()
             .unwrap();
-        let m = CliMount(mnt.clone());
+        let m = CliMount::guard(&mnt);
         assert!(
             out.status.success(),
             "{profile}: {}",
@@ -828,7 +796,7 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
         .arg(&mnt)
         .output()
         .unwrap();
-    let _m = CliMount(mnt.clone());
+    let _m = CliMount::guard(&mnt);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "mounted without credentials");
     assert!(
@@ -846,7 +814,9 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let fixture = common::fixtures().join("zarr_basic");
     let twin = common::fixtures().join("zarr_basic.twin");
@@ -916,7 +886,7 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
         .args(["--cache", cache.to_str().unwrap()])
         .output()
         .unwrap();
-    let _m = CliMount(mnt.clone());
+    let _m = CliMount::guard(&mnt);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is for object storage"),
@@ -935,7 +905,9 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let fixture = common::fixtures().join("zarr_basic");
     s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
@@ -965,7 +937,9 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
 #[test]
 fn verify_checks_an_s3_prefix() {
     let test = "verify_checks_an_s3_prefix";
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join("copy");
@@ -1039,7 +1013,9 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("a");
@@ -1171,7 +1147,9 @@ fn compact_rewrites_an_s3_shard_with_dead_space() {
     if !common::can_mount(test) {
         return;
     }
-    let Some(py) = python(test) else { return };
+    let Some(py) = common::venv_python(".venv", test) else {
+        return;
+    };
     let s3 = S3Server::start(&py);
     let tmp = tempfile::tempdir().unwrap();
     let local = tmp.path().join("local");

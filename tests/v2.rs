@@ -5,15 +5,13 @@
 
 mod common;
 
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardfs::view::ViewFormat;
 use shardfs::{Mount, MountOptions};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Run `scripts/SCRIPT` with `args` under `python`; it must exit 0 (the scripts exit 1
 /// on any failed check).

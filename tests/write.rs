@@ -8,14 +8,9 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::mount::mount_rw;
 use common::store_copy;
 use shardfs::{Mount, MountOptions};
-
-fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    let mnt = tempfile::tempdir().unwrap();
-    let mount = Mount::new(store, mnt.path(), &MountOptions::default()).unwrap();
-    (mnt, mount)
-}
 
 fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().unwrap()
@@ -472,11 +467,6 @@ fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
     assert_eq!(fs::read(arr.join("c/3/5")).unwrap(), [3u8; 16]);
 }
 
-fn venv_python() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    p.exists().then_some(p)
-}
-
 /// Run `scripts/write_interop.py` with `args`; fail the test with its output if it fails.
 fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/write_interop.py");
@@ -499,9 +489,10 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
     if !common::can_mount("zarr_python_and_tensorstore_write_through_the_mount") {
         return;
     }
-    let Some(python) = venv_python() else {
-        assert!(std::env::var_os("CI").is_none(), "no .venv in CI");
-        println!("SKIPPED write interop: no .venv (run scripts/setup-venv)");
+    let Some(python) = common::venv_python(
+        ".venv",
+        "zarr_python_and_tensorstore_write_through_the_mount",
+    ) else {
         return;
     };
     let tmp = store_copy("zarr_basic");

@@ -10,31 +10,18 @@
 
 mod common;
 
+use common::mount::CliMount;
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
 
 /// The venv python at `.venv*/bin/python`, or why the test cannot run: a missing venv
 /// skips with the reason (a failure under CI, where `scripts/test` makes both); a venv
 /// without xarray and dask is out of date, and fails with what to run.
-fn python(venv: &str, setup: &str, test: &str) -> Option<PathBuf> {
-    let p = repo().join(venv).join("bin/python");
-    if !p.exists() {
-        let why = format!("no {venv}: run {setup} (scripts/test does)");
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: {why}");
-        }
-        println!("SKIPPED {test}: {why}");
-        eprintln!("SKIPPED {test}: {why}");
-        return None;
-    }
+fn python(venv: &str, test: &str) -> Option<PathBuf> {
+    let p = common::venv_python(venv, test)?;
+    let setup = common::venv_setup(venv);
     let out = Command::new(&p)
         .args(["-c", "import xarray, dask, pandas"])
         .output()
@@ -48,8 +35,8 @@ fn python(venv: &str, setup: &str, test: &str) -> Option<PathBuf> {
 }
 
 fn venvs(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let py2 = python(".venv-zarr2", "scripts/setup-venv zarr2", test)?;
-    let py3 = python(".venv", "scripts/setup-venv", test)?;
+    let py2 = python(".venv-zarr2", test)?;
+    let py3 = python(".venv", test)?;
     Some((py2, py3))
 }
 
@@ -104,64 +91,6 @@ impl Steps {
     }
 }
 
-/// A mount made with the command line, unmounted when dropped (also when a test
-/// panics), so that a failing test leaves nothing mounted.
-struct CliMount {
-    at: PathBuf,
-    mounted: bool,
-}
-
-impl CliMount {
-    fn new(store: &Path, at: &Path, options: &str) -> CliMount {
-        let out = shardfs()
-            .arg("mount")
-            .arg(store)
-            .arg(at)
-            .args(["-o", options])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs mount {} {} -o {options}: {}",
-            store.display(),
-            at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        CliMount {
-            at: at.to_path_buf(),
-            mounted: true,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.at
-    }
-
-    /// `shardfs unmount`: returns once the daemon has written everything and exited.
-    fn unmount(mut self) {
-        self.mounted = false;
-        let out = shardfs().arg("unmount").arg(&self.at).output().unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs unmount {}: {}",
-            self.at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = shardfs()
-                .arg("unmount")
-                .arg("--lazy")
-                .arg(&self.at)
-                .output();
-        }
-    }
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -193,7 +122,7 @@ fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
     steps.run(&py2, &["read-v2", s(mount.path()), s(&truth)]);
     mount.unmount();
     steps.assert_none_failed(test);
@@ -222,7 +151,7 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
     let mut steps = Steps::default();
     {
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "rw,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "rw,format=v2"]);
         let ds = mount.path().join("ds");
         steps.run(&py2, &["write-v2", s(&ds), s(&want)]);
         mount.unmount();
@@ -230,7 +159,7 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
     steps.run(&py3, &["check-v3", s(&store.join("ds")), s(&want)]);
     {
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
         steps.run(&py2, &["read-v2", s(&mount.path().join("ds")), s(&want)]);
         mount.unmount();
     }
@@ -262,7 +191,7 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
             let dirs: Vec<_> = (0..nmounts).map(|_| tempfile::tempdir().unwrap()).collect();
             let mounts: Vec<CliMount> = dirs
                 .iter()
-                .map(|d| CliMount::new(&store, d.path(), "rw,format=v2"))
+                .map(|d| CliMount::new(&store, d.path(), &["-o", "rw,format=v2"]))
                 .collect();
             let targets: Vec<PathBuf> = mounts.iter().map(|m| m.path().join("r")).collect();
             let mut args = vec!["dask-regions", regions];
@@ -277,7 +206,7 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
         }
         steps.run(&py3, &["regions-check", regions, s(&store.join("r"))]);
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
         steps.run(
             &py2,
             &["regions-check", regions, s(&mount.path().join("r"))],
@@ -304,7 +233,7 @@ fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "format=v2");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "format=v2"]);
     steps.run(&py2, &["append-v2", s(mount.path())]);
     mount.unmount();
     steps.run(&py3, &["check-append", s(&store), s(&truth)]);
@@ -329,14 +258,14 @@ fn xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view() 
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "ro");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "ro"]);
     steps.run(&py3, &["read-v3", s(mount.path()), s(&truth)]);
     mount.unmount();
     // Written through a writable v3 view: new arrays are stored sharded.
     let store2 = tmp.path().join("store2");
     std::fs::create_dir(&store2).unwrap();
     let written = tmp.path().join("written.pkl");
-    let mount = CliMount::new(&store2, mnt.path(), "rw");
+    let mount = CliMount::new(&store2, mnt.path(), &["-o", "rw"]);
     steps.run(
         &py3,
         &["write-v3", s(&mount.path().join("ds")), s(&written)],
