@@ -17,15 +17,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The venv's python, where it has bcolz and bloscpack; else why not (a failure in CI).
-fn producers(test: &str) -> Option<PathBuf> {
-    let py = common::venv_python(".venv", test)?;
+fn producers() -> Option<PathBuf> {
+    let py = common::venv_python(".venv")?;
     let out = Command::new(&py)
         .args(["-c", "import bcolz, numpy"])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{test}: .venv has no bcolz-zipline/bloscpack: run scripts/setup-venv\n{}",
+        "{}: .venv has no bcolz-zipline/bloscpack: run scripts/setup-venv\n{}",
+        common::test_name(),
         String::from_utf8_lossy(&out.stderr)
     );
     Some(py)
@@ -48,11 +49,11 @@ fn script(py: &Path, args: &[&str]) -> String {
 
 /// Containers made by their producers in `<dir>/s`, what the producers read back in
 /// `<dir>/expected`, and a root group document so that xarray opens the store.
-fn made(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    if !common::can_mount(test) {
+fn made() -> Option<(tempfile::TempDir, PathBuf)> {
+    if !common::can_mount() {
         return None;
     }
-    let py = producers(test)?;
+    let py = producers()?;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s");
     let expected = dir.path().join("expected");
@@ -71,8 +72,7 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn zarr3_dask_and_xarray_read_the_v3_view_as_bcolz_and_bloscpack_read_the_containers() {
-    let test = "containers_v3";
-    let Some((dir, py)) = made(test) else { return };
+    let Some((dir, py)) = made() else { return };
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &["-o", "ro"]);
     let out = script(
         &py,
@@ -85,9 +85,8 @@ fn zarr3_dask_and_xarray_read_the_v3_view_as_bcolz_and_bloscpack_read_the_contai
 
 #[test]
 fn zarr2_dask_and_xarray_read_the_v2_view_as_bcolz_and_bloscpack_read_the_containers() {
-    let test = "containers_v2";
-    let Some((dir, _)) = made(test) else { return };
-    let Some(py2) = common::venv_python(".venv-zarr2", test) else {
+    let Some((dir, _)) = made() else { return };
+    let Some(py2) = common::venv_python(".venv-zarr2") else {
         return;
     };
     let mount = CliMount::new(
@@ -113,8 +112,7 @@ fn errno(r: std::io::Result<impl Sized>) -> Option<i32> {
 
 #[test]
 fn writes_into_containers_are_refused_with_erofs_on_a_writable_mount() {
-    let test = "containers_erofs";
-    let Some((dir, _)) = made(test) else { return };
+    let Some((dir, _)) = made() else { return };
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &[]);
     let m = mount.path().to_path_buf();
     let erofs = Some(libc::EROFS);
@@ -157,8 +155,7 @@ fn writes_into_containers_are_refused_with_erofs_on_a_writable_mount() {
 
 #[test]
 fn cp_r_of_a_container_into_a_writable_mount_makes_a_sharded_array_of_the_same_values() {
-    let test = "containers_cp";
-    let Some((dir, py)) = made(test) else { return };
+    let Some((dir, py)) = made() else { return };
     let src = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &["-o", "ro"]);
     let dst_store = dir.path().join("w");
     std::fs::create_dir(&dst_store).unwrap();
@@ -227,8 +224,7 @@ fn break_containers(store: &Path) -> Vec<&'static str> {
 
 #[test]
 fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
-    let test = "containers_broken";
-    let Some((dir, _)) = made(test) else { return };
+    let Some((dir, _)) = made() else { return };
     let store = dir.path().join("s");
     let unreadable = break_containers(&store);
     let log = dir.path().join("log");

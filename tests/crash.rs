@@ -76,7 +76,7 @@ fn chunk_bytes(n: u64, cycle: u64) -> Vec<u8> {
 
 #[test]
 fn kill_9_at_random_moments_loses_nothing_acknowledged() {
-    if !common::can_mount("kill_9_at_random_moments_loses_nothing_acknowledged") {
+    if !common::can_mount() {
         return;
     }
     let cycles: u64 = std::env::var("SHARDFS_CRASH_CYCLES")

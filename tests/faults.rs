@@ -69,18 +69,19 @@ fn large_chunk_store(root: &Path) -> PathBuf {
 
 #[test]
 fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
-    let name = "a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room";
-    if !common::can_mount(name) {
+    if !common::can_mount() {
         return;
     }
     let tmpfs = match Tmpfs::new("2m") {
         Ok(t) => t,
         Err(why) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED {name}: cannot mount a tmpfs: {why}");
-            eprintln!("SKIPPED {name}: cannot mount a tmpfs: {why}");
+            common::skipped(&format!("cannot mount a tmpfs: {why}"));
             return;
         }
-        Err(why) => panic!("{name}: {why} (CI runs as root and must be able to)"),
+        Err(why) => panic!(
+            "{}: {why} (CI runs as root and must be able to)",
+            common::test_name()
+        ),
     };
     let store = large_chunk_store(tmpfs.path());
     // Fill the tmpfs but for less than one chunk.
@@ -186,7 +187,7 @@ fn fsync(path: &Path) -> std::io::Result<()> {
 
 #[test]
 fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
-    if !common::can_mount("a_shard_that_cannot_be_committed_fails_only_its_own_chunks") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -229,7 +230,7 @@ fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
 
 #[test]
 fn metadata_whose_chunks_could_never_be_stored_is_refused_when_written() {
-    if !common::can_mount("metadata_whose_chunks_could_never_be_stored_is_refused_when_written") {
+    if !common::can_mount() {
         return;
     }
     let doc = json!({
@@ -291,7 +292,7 @@ fn nix_close(f: fs::File) -> std::io::Result<()> {
 
 #[test]
 fn mount_points_that_would_hang_stack_or_hide_are_refused() {
-    if !common::can_mount("mount_points_that_would_hang_stack_or_hide_are_refused") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -343,7 +344,7 @@ fn mount_points_that_would_hang_stack_or_hide_are_refused() {
 
 #[test]
 fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
-    if !common::can_mount("a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -396,7 +397,7 @@ fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
 
 #[test]
 fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
-    if !common::can_mount("the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon") {
+    if !common::can_mount() {
         return;
     }
     let shardfs = |args: &[&std::ffi::OsStr]| {
@@ -465,7 +466,7 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
 
 #[test]
 fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
-    if !common::can_mount("the_daemon_never_follows_a_symbolic_link_out_of_the_store") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -503,7 +504,7 @@ fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
 
 #[test]
 fn a_daemonized_mount_logs_warnings_to_the_system_log() {
-    if !common::can_mount("a_daemonized_mount_logs_warnings_to_the_system_log") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

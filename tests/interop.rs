@@ -11,13 +11,10 @@ use shardfs::{Mount, MountOptions};
 
 #[test]
 fn zarr_python_and_tensorstore_read_the_mount_like_the_store() {
-    if !common::can_mount("zarr_python_and_tensorstore_read_the_mount_like_the_store") {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = common::venv_python(
-        ".venv",
-        "zarr_python_and_tensorstore_read_the_mount_like_the_store",
-    ) else {
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop.py");

@@ -26,7 +26,7 @@ fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
 
 #[test]
 fn fixture_mounts_equal_their_unsharded_twins() {
-    if !common::can_mount("fixture_mounts_equal_their_unsharded_twins") {
+    if !common::can_mount() {
         return;
     }
     for store in common::stores_with_twins() {
@@ -59,7 +59,7 @@ fn fixture_mounts_equal_their_unsharded_twins() {
 #[test]
 fn chunk_reads_at_offsets_return_exactly_the_shard_slice() {
     use std::io::{Read, Seek, SeekFrom};
-    if !common::can_mount("chunk_reads_at_offsets_return_exactly_the_shard_slice") {
+    if !common::can_mount() {
         return;
     }
     let (dir, _mount) = mounted(&common::fixtures().join("zarr_codecs"));
@@ -80,7 +80,7 @@ fn chunk_reads_at_offsets_return_exactly_the_shard_slice() {
 
 #[test]
 fn corrupt_shard_gives_eio_for_its_chunks_only() {
-    if !common::can_mount("corrupt_shard_gives_eio_for_its_chunks_only") {
+    if !common::can_mount() {
         return;
     }
     let entry = common::manifest()
@@ -111,7 +111,7 @@ fn corrupt_shard_gives_eio_for_its_chunks_only() {
 
 #[test]
 fn v2_probes_are_enoent_and_the_mount_is_read_only() {
-    if !common::can_mount("v2_probes_are_enoent_and_the_mount_is_read_only") {
+    if !common::can_mount() {
         return;
     }
     let (dir, _mount) = mounted(&common::fixtures().join("zarr_basic"));
@@ -130,7 +130,7 @@ fn v2_probes_are_enoent_and_the_mount_is_read_only() {
 
 #[test]
 fn symlinks_never_lead_outside_the_store() {
-    if !common::can_mount("symlinks_never_lead_outside_the_store") {
+    if !common::can_mount() {
         return;
     }
     let outside = tempfile::tempdir().unwrap();
@@ -156,7 +156,7 @@ fn symlinks_never_lead_outside_the_store() {
 
 #[test]
 fn guard_unmounts_on_drop_even_after_a_panic() {
-    if !common::can_mount("guard_unmounts_on_drop_even_after_a_panic") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -177,7 +177,7 @@ fn guard_unmounts_on_drop_even_after_a_panic() {
 
 #[test]
 fn cli_mount_daemonizes_and_unmount_ends_it() {
-    if !common::can_mount("cli_mount_daemonizes_and_unmount_ends_it") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -216,7 +216,7 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
 /// that its log goes nowhere; with `--log-file` it says nothing of it.
 #[test]
 fn cli_mount_says_when_its_log_goes_nowhere() {
-    if !common::can_mount("cli_mount_says_when_its_log_goes_nowhere") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -269,7 +269,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
 /// `--log-file` is where the log goes in the foreground too (it went to stderr).
 #[test]
 fn cli_foreground_mount_logs_to_its_log_file() {
-    if !common::can_mount("cli_foreground_mount_logs_to_its_log_file") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -327,7 +327,7 @@ fn cli_foreground_mount_logs_to_its_log_file() {
 #[test]
 fn refusals_no_request_waits_for_are_named_at_unmount() {
     use std::os::unix::fs::FileExt;
-    if !common::can_mount("refusals_no_request_waits_for_are_named_at_unmount") {
+    if !common::can_mount() {
         return;
     }
     let store = common::store_copy("zarr_basic");
@@ -444,7 +444,7 @@ fn daemons_of(mnt: &Path) -> Vec<u32> {
 
 #[test]
 fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
-    if !common::can_mount("cli_remount_at_the_same_path_outlives_the_old_daemon") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -500,7 +500,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
 
 #[test]
 fn cli_mount_fuse3_calling_form_with_generic_options() {
-    if !common::can_mount("cli_mount_fuse3_calling_form_with_generic_options") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -674,7 +674,7 @@ fn cli_info_reports_arrays_as_json() {
 
 #[test]
 fn cli_demo_passes() {
-    if !common::can_mount("cli_demo_passes") {
+    if !common::can_mount() {
         return;
     }
     let out = shardfs().arg("demo").output().unwrap();
@@ -725,7 +725,7 @@ fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
 
 #[test]
 fn mount_fuse3_helper_mounts_shardfs() {
-    if !common::can_mount("mount_fuse3_helper_mounts_shardfs") {
+    if !common::can_mount() {
         return;
     }
     let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"]
@@ -736,9 +736,7 @@ fn mount_fuse3_helper_mounts_shardfs() {
             std::env::var_os("CI").is_none(),
             "CI installs fuse3 (scripts/setup-system)"
         );
-        println!(
-            "SKIPPED mount_fuse3_helper_mounts_shardfs: no mount.fuse3 (apt-get install fuse3)"
-        );
+        common::skipped("no mount.fuse3 (apt-get install fuse3)");
         return;
     };
     // What `mount -t fuse.shardfs STORE DIR -o ...` and an fstab line run, with the
@@ -845,9 +843,7 @@ impl BasicMount {
 #[test]
 fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     use std::time::Duration;
-    if !common::can_mount(
-        "read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -890,9 +886,7 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
 /// is unchanged come from the kernel's page cache: opens reach the daemon, reads do not.
 #[test]
 fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages() {
-    if !common::can_mount(
-        "a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -927,9 +921,7 @@ fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages()
 #[test]
 fn a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl() {
     use std::time::Duration;
-    if !common::can_mount(
-        "a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -969,9 +961,7 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
     use std::io::Write;
     use std::os::unix::fs::FileExt;
     use std::time::{Duration, Instant};
-    if !common::can_mount(
-        "writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle_and_at_unmount",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let copy = common::store_copy("zarr_basic");
@@ -1086,7 +1076,7 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
 #[test]
 fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
     use std::time::{Duration, Instant};
-    if !common::can_mount("a_chunk_added_outside_a_writable_mount_shows_up_within_a_second") {
+    if !common::can_mount() {
         return;
     }
     // c/0/2 is empty, in a shard (c/0/1) that does not exist yet.
@@ -1133,9 +1123,7 @@ fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
 fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes() {
     use std::io::Read;
     use std::time::Duration;
-    if !common::can_mount(
-        "with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes",
-    ) {
+    if !common::can_mount() {
         return;
     }
     // A compressed array: its chunks have lengths of their own (an uncompressed one's
@@ -1175,7 +1163,7 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
 #[test]
 fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
     use std::time::{Duration, Instant};
-    if !common::can_mount("an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl") {
+    if !common::can_mount() {
         return;
     }
     let ro = MountOptions {

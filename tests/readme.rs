@@ -87,13 +87,12 @@ fn brain_store(python: &Path, store: &Path) {
 
 #[test]
 fn the_readme_quick_start_and_v2_view_examples_run_as_written() {
-    let test = "the_readme_quick_start_and_v2_view_examples_run_as_written";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py3), Some(py2)) = (
-        common::venv_python(".venv", test),
-        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv"),
+        common::venv_python(".venv-zarr2"),
     ) else {
         return;
     };
@@ -138,7 +137,7 @@ fn the_readme_quick_start_and_v2_view_examples_run_as_written() {
 /// The README's Rust example, word for word (the test fails if the two differ), run.
 #[test]
 fn the_readme_rust_example_runs_as_written() -> Result<(), Box<dyn std::error::Error>> {
-    if !common::can_mount("the_readme_rust_example_runs_as_written") {
+    if !common::can_mount() {
         return Ok(());
     }
     let example = r#"let dir = tempfile::tempdir()?;

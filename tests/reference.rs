@@ -22,11 +22,10 @@ const OPS: u32 = 150;
 
 #[test]
 fn the_mounted_tree_matches_a_plain_directory_after_the_same_operations() {
-    let test = "the_mounted_tree_matches_a_plain_directory_after_the_same_operations";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = common::venv_python(".venv", test) else {
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/reftest.py");

@@ -224,11 +224,10 @@ fn assert_equals_twin(dir: &Path, twin: &Path) {
 /// `info` reads the store; so does the `mount.fuse3` (fstab) form.
 #[test]
 fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
-    let test = "an_s3_prefix_mounts_and_reads_like_its_unsharded_twin";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -297,11 +296,10 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
 /// nothing but whole shards is in the bucket.
 #[test]
 fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
-    let test = "two_mounts_of_one_prefix_merge_with_conditional_puts";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -376,11 +374,10 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
 /// credentials fail the mount, saying which.
 #[test]
 fn s3_mount_failures_say_why() {
-    let test = "s3_mount_failures_say_why";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -454,11 +451,10 @@ fn s3_mount_failures_say_why() {
 /// tensorstore read the stored shards back equal.
 #[test]
 fn a_new_array_written_through_an_s3_mount_lands_sharded() {
-    let test = "a_new_array_written_through_an_s3_mount_lands_sharded";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -535,11 +531,10 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
 #[test]
 fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     use std::os::unix::io::AsRawFd;
-    let test = "an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -615,11 +610,10 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
 #[test]
 fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
     use std::time::{Duration, Instant};
-    let test = "an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -711,11 +705,10 @@ fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
 /// `credential_process` (which runs: it leaves a mark).
 #[test]
 fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
-    let test = "profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -810,11 +803,10 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
 /// ETag) is read from the bucket, never from the bytes kept for the old one.
 #[test]
 fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
-    let test = "a_local_cache_serves_a_second_mount_and_never_a_replaced_shard";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -833,8 +825,7 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
             free >> 20,
             total >> 20
         );
-        println!("SKIPPED {test}: {why}");
-        eprintln!("SKIPPED {test}: {why}");
+        common::skipped(&why);
         return;
     }
     let cache = tmp.path().join("cache");
@@ -901,11 +892,10 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
 /// gives the shard's ETag too) and the chunk. The key directories above it ask nothing.
 #[test]
 fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
-    let test = "a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -936,8 +926,7 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
 /// for local directories; `compact` skips the corrupt shard and says so.
 #[test]
 fn verify_checks_an_s3_prefix() {
-    let test = "verify_checks_an_s3_prefix";
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -1009,11 +998,10 @@ fn verify_checks_an_s3_prefix() {
 /// chunks) and every byte equals what zarr-python wrote.
 #[test]
 fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
-    let test = "a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);
@@ -1143,11 +1131,10 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
 /// afterwards, `verify` is clean, and a second pass finds nothing to do.
 #[test]
 fn compact_rewrites_an_s3_shard_with_dead_space() {
-    let test = "compact_rewrites_an_s3_shard_with_dead_space";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(py) = common::venv_python(".venv", test) else {
+    let Some(py) = common::venv_python(".venv") else {
         return;
     };
     let s3 = S3Server::start(&py);

@@ -18,7 +18,7 @@ fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 
 #[test]
 fn plain_tool_patterns_land_in_the_shards() {
-    if !common::can_mount("plain_tool_patterns_land_in_the_shards") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -170,7 +170,7 @@ fn plain_tool_patterns_land_in_the_shards() {
 
 #[test]
 fn metadata_writes_keep_the_sharding_and_refuse_layout_changes() {
-    if !common::can_mount("metadata_writes_keep_the_sharding_and_refuse_layout_changes") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -262,7 +262,7 @@ fn metadata_writes_keep_the_sharding_and_refuse_layout_changes() {
 
 #[test]
 fn copying_an_unsharded_array_into_the_mount_shards_it() {
-    if !common::can_mount("copying_an_unsharded_array_into_the_mount_shards_it") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -370,7 +370,7 @@ fn make_64x64_array(mnt: &Path) -> PathBuf {
 
 #[test]
 fn concurrent_writers_to_one_shard_lose_nothing() {
-    if !common::can_mount("concurrent_writers_to_one_shard_lose_nothing") {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -434,7 +434,7 @@ fn concurrent_writers_to_one_shard_lose_nothing() {
 /// in `concurrent_writers_to_one_shard_lose_nothing`, and tensorstore).
 #[test]
 fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
-    if !common::can_mount("a_key_directory_a_shard_only_partly_covers_is_there_only_when_made") {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -486,13 +486,10 @@ fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
 
 #[test]
 fn zarr_python_and_tensorstore_write_through_the_mount() {
-    if !common::can_mount("zarr_python_and_tensorstore_write_through_the_mount") {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = common::venv_python(
-        ".venv",
-        "zarr_python_and_tensorstore_write_through_the_mount",
-    ) else {
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let tmp = store_copy("zarr_basic");
@@ -537,7 +534,7 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
 
 #[test]
 fn two_mounts_of_one_store_keep_each_others_updates() {
-    if !common::can_mount("two_mounts_of_one_store_keep_each_others_updates") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -575,7 +572,7 @@ fn two_mounts_of_one_store_keep_each_others_updates() {
 
 #[test]
 fn stats_count_what_the_mount_did() {
-    if !common::can_mount("stats_count_what_the_mount_did") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -632,7 +629,7 @@ fn stats_count_what_the_mount_did() {
 /// nothing is flushed before the `fsync`. Either way every chunk is stored.
 #[test]
 fn an_array_is_flushed_behind_its_writer() {
-    if !common::can_mount("an_array_is_flushed_behind_its_writer") {
+    if !common::can_mount() {
         return;
     }
     for behind in [1u64 << 20, 0] {
@@ -711,7 +708,7 @@ fn an_array_is_flushed_behind_its_writer() {
 /// writable mount"); they read right after the flush and from a new mount too.
 #[test]
 fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
-    if !common::can_mount("chunks_renamed_into_place_are_read_back_from_the_kernels_pages") {
+    if !common::can_mount() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
@@ -788,7 +785,7 @@ fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
 #[test]
 fn chmod_and_chown_reach_the_stores_files_and_directories() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    if !common::can_mount("chmod_and_chown_reach_the_stores_files_and_directories") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");

@@ -19,8 +19,8 @@ use std::process::Command;
 /// The venv python at `.venv*/bin/python`, or why the test cannot run: a missing venv
 /// skips with the reason (a failure under CI, where `scripts/test` makes both); a venv
 /// without xarray and dask is out of date, and fails with what to run.
-fn python(venv: &str, test: &str) -> Option<PathBuf> {
-    let p = common::venv_python(venv, test)?;
+fn python(venv: &str) -> Option<PathBuf> {
+    let p = common::venv_python(venv)?;
     let setup = common::venv_setup(venv);
     let out = Command::new(&p)
         .args(["-c", "import xarray, dask, pandas"])
@@ -28,15 +28,16 @@ fn python(venv: &str, test: &str) -> Option<PathBuf> {
         .unwrap();
     assert!(
         out.status.success(),
-        "{test}: {venv} has no xarray/dask/pandas: run {setup}\n{}",
+        "{}: {venv} has no xarray/dask/pandas: run {setup}\n{}",
+        common::test_name(),
         String::from_utf8_lossy(&out.stderr)
     );
     Some(p)
 }
 
-fn venvs(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let py2 = python(".venv-zarr2", test)?;
-    let py3 = python(".venv", test)?;
+fn venvs() -> Option<(PathBuf, PathBuf)> {
+    let py2 = python(".venv-zarr2")?;
+    let py3 = python(".venv")?;
     Some((py2, py3))
 }
 
@@ -81,10 +82,11 @@ impl Steps {
         }
     }
 
-    fn assert_none_failed(self, test: &str) {
+    fn assert_none_failed(self) {
         assert!(
             self.failed.is_empty(),
-            "{test}: {} step(s) failed\n{}",
+            "{}: {} step(s) failed\n{}",
+            common::test_name(),
             self.failed.len(),
             self.failed.join("\n")
         );
@@ -112,11 +114,10 @@ fn written_by_xarray_on_zarr3(steps: &mut Steps, py3: &Path, dir: &Path) -> (Pat
 /// (NaN and NaT included) and attributes.
 #[test]
 fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
-    let test = "xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
@@ -125,7 +126,7 @@ fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
     let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
     steps.run(&py2, &["read-v2", s(mount.path()), s(&truth)]);
     mount.unmount();
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 2 writes a dataset (object and `<U` strings, a float with a NaN
@@ -137,11 +138,10 @@ fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
 /// it again through a fresh read-only mount.
 #[test]
 fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
-    let test = "xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -163,7 +163,7 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
         steps.run(&py2, &["read-v2", s(&mount.path().join("ds")), s(&want)]);
         mount.unmount();
     }
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// The xarray pattern for writing one dataset from many processes: a template written
@@ -174,11 +174,10 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
 /// through (one mount), in the store with zarr 3, and through a fresh v2 mount.
 #[test]
 fn dask_region_writes_from_several_processes_keep_every_region() {
-    let test = "dask_region_writes_from_several_processes_keep_every_region";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let regions = "8";
@@ -213,7 +212,7 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
         );
         mount.unmount();
     }
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 3 keeps its consolidated metadata in the root `zarr.json`, and zarr 3
@@ -223,11 +222,10 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
 /// length and silently missed them).
 #[test]
 fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
-    let test = "an_append_through_the_v2_view_reaches_zarr3_default_open";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
@@ -237,7 +235,7 @@ fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
     steps.run(&py2, &["append-v2", s(mount.path())]);
     mount.unmount();
     steps.run(&py3, &["check-append", s(&store), s(&truth)]);
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 3 keeps consolidated metadata in the root `zarr.json`, describing the
@@ -248,11 +246,10 @@ fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
 /// zarr 3's default open of the store reads it.
 #[test]
 fn xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view() {
-    let test = "xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((_, py3)) = venvs(test) else {
+    let Some((_, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
@@ -272,5 +269,5 @@ fn xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view() 
     );
     mount.unmount();
     steps.run(&py3, &["read-v3", s(&store2.join("ds")), s(&written)]);
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }

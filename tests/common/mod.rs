@@ -52,10 +52,20 @@ pub fn manifest() -> Vec<Value> {
     serde_json::from_slice::<Vec<Value>>(&bytes).expect("manifest is a JSON list")
 }
 
+/// The name of the running test: libtest runs each test in a thread named after it
+/// (also under `--test-threads 1`), so guards need not be told. Called from a thread
+/// the test started, it says so instead.
+pub fn test_name() -> String {
+    match std::thread::current().name() {
+        Some(name) => name.to_string(),
+        None => "(a test's unnamed thread)".to_string(),
+    }
+}
+
 /// Whether this machine can mount FUSE file systems. Where it cannot, the test prints
 /// why and returns; under CI (`CI` set) that is a failure instead, so a CI machine that
 /// lost `/dev/fuse` cannot go green by skipping.
-pub fn can_mount(test: &str) -> bool {
+pub fn can_mount() -> bool {
     let why = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -65,27 +75,33 @@ pub fn can_mount(test: &str) -> bool {
         Err(e) => format!("cannot open /dev/fuse: {e}"),
     };
     if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why} (CI must be able to mount)");
+        panic!("{}: {why} (CI must be able to mount)", test_name());
     }
+    skipped(&why);
+    false
+}
+
+/// Say on both streams that the running test is skipped, and why: cargo shows stdout
+/// only for failures, so stderr carries it to the log of a passing run.
+pub fn skipped(why: &str) {
+    let test = test_name();
     println!("SKIPPED {test}: {why}");
     eprintln!("SKIPPED {test}: {why}");
-    false
 }
 
 /// The Python of venv `venv` (`.venv`, `.venv-zarr2`) of this checkout, made by
 /// scripts/setup-venv; where there is none the test prints why and gets `None` (under
 /// CI that is a failure).
-pub fn venv_python(venv: &str, test: &str) -> Option<PathBuf> {
+pub fn venv_python(venv: &str) -> Option<PathBuf> {
     let p = repo().join(venv).join("bin/python");
     if p.exists() {
         return Some(p);
     }
     let why = format!("no {venv}: run {} (scripts/test does)", venv_setup(venv));
     if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
+        panic!("{}: {why}", test_name());
     }
-    println!("SKIPPED {test}: {why}");
-    eprintln!("SKIPPED {test}: {why}");
+    skipped(&why);
     None
 }
 
