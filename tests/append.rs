@@ -6,6 +6,8 @@
 //! The process tests re-run this test binary as a worker: `worker_process` does nothing
 //! unless `SHARDFS_APPEND_WORKER` is set.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -24,22 +26,29 @@ const SHARD: &str = "a/c/0";
 
 /// A store holding one 1-d uint8 array `a` of 2 shards of 16 inner chunks each,
 /// compressed (gzip), so that chunks of any length are what these tests write.
-fn make_store(root: &Path, location: IndexLocation, crc32c: bool, endian: Endian) -> ShardLayout {
+fn gzip_array_store(
+    root: &Path,
+    location: IndexLocation,
+    crc32c: bool,
+    endian: Endian,
+) -> ShardLayout {
     let mut index_codecs = vec![json!({"name": "bytes", "configuration": {"endian":
         if endian == Endian::Big { "big" } else { "little" }}})];
     if crc32c {
         index_codecs.push(json!({"name": "crc32c"}));
     }
-    let doc = json!({
-        "zarr_format": 3, "node_type": "array", "shape": [32], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0,
-        "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [1], "codecs": [{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}],
-            "index_codecs": index_codecs,
-            "index_location": if location == IndexLocation::Start { "start" } else { "end" }}}],
-    });
+    let doc = common::sharded_u8_array(
+        32,
+        16,
+        1,
+        json!([{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}]),
+        json!(index_codecs),
+        if location == IndexLocation::Start {
+            "start"
+        } else {
+            "end"
+        },
+    );
     std::fs::create_dir_all(root.join("a")).unwrap();
     std::fs::write(root.join("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
     layout_of(root)
@@ -113,7 +122,7 @@ fn updates_round_trip_with_every_index_option() {
     for (location, crc, endian) in OPTIONS {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let layout = make_store(root, location, crc, endian);
+        let layout = gzip_array_store(root, location, crc, endian);
         let created = put(
             root,
             &layout,
@@ -164,7 +173,7 @@ fn deleting_the_last_chunk_removes_the_shard() {
     for (location, crc, endian) in OPTIONS {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let layout = make_store(root, location, crc, endian);
+        let layout = gzip_array_store(root, location, crc, endian);
         put(root, &layout, &[(3, Some(b"three")), (4, Some(b"four"))]);
         put(root, &layout, &[(3, None)]);
         assert!(shard_bytes(root).is_some());
@@ -184,7 +193,7 @@ fn a_corrupt_shard_is_refused_and_left_byte_identical() {
     for (location, crc, endian) in OPTIONS {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let layout = make_store(root, location, crc, endian);
+        let layout = gzip_array_store(root, location, crc, endian);
         put(root, &layout, &[(0, Some(b"data"))]);
         let path = root.join(SHARD);
         let mut bytes = std::fs::read(&path).unwrap();
@@ -225,7 +234,7 @@ struct Append {
 fn one_append(location: IndexLocation, crc: bool) -> (tempfile::TempDir, ShardLayout, Append) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root, location, crc, Endian::Little);
+    let layout = gzip_array_store(root, location, crc, Endian::Little);
     put(
         root,
         &layout,
@@ -234,7 +243,7 @@ fn one_append(location: IndexLocation, crc: bool) -> (tempfile::TempDir, ShardLa
     let old = shard_bytes(root).unwrap();
     // The real append, in a copy; its result is the state a finished append leaves.
     let copy = tempfile::tempdir().unwrap();
-    make_store(copy.path(), location, crc, Endian::Little);
+    gzip_array_store(copy.path(), location, crc, Endian::Little);
     std::fs::create_dir_all(copy.path().join("a/c")).unwrap();
     std::fs::write(copy.path().join(SHARD), &old).unwrap();
     put(
@@ -478,7 +487,7 @@ fn worker_process() {
 fn hammer(location: IndexLocation, threads: usize, processes: usize, iterations: usize) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    let layout = make_store(&root, location, true, Endian::Little);
+    let layout = gzip_array_store(&root, location, true, Endian::Little);
     let owners = threads + processes;
     let slots_of = |w: usize| (0..SLOTS).filter(|s| s % owners == w).collect::<Vec<_>>();
     let children: Vec<Child> = (0..processes)
@@ -525,7 +534,7 @@ fn concurrent_threads_and_processes_lose_no_update_when_rewriting() {
 fn recovery_after_real_kill_9_gives_a_consistent_state() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root, IndexLocation::End, true, Endian::Little);
+    let layout = gzip_array_store(root, IndexLocation::End, true, Endian::Little);
     let slots: Vec<usize> = (0..SLOTS).collect();
     let mut rng = Rng(12345);
     let mut checked = 0;

@@ -10,78 +10,23 @@
 
 mod common;
 
+use common::mount::{CliMount, shardfs};
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
-
-/// A mount made with the command line, unmounted when dropped.
-struct CliMount {
-    at: PathBuf,
-    mounted: bool,
-}
-
-impl CliMount {
-    fn new(store: &Path, at: &Path, args: &[&str]) -> CliMount {
-        std::fs::create_dir_all(at).unwrap();
-        let out = shardfs()
-            .arg("mount")
-            .arg(store)
-            .arg(at)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs mount {} {args:?}: {}",
-            store.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        CliMount {
-            at: at.to_path_buf(),
-            mounted: true,
-        }
-    }
-
-    fn unmount(mut self) {
-        self.mounted = false;
-        let out = shardfs().arg("unmount").arg(&self.at).output().unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs unmount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = shardfs()
-                .arg("unmount")
-                .arg("--lazy")
-                .arg(&self.at)
-                .output();
-        }
-    }
-}
-
 /// The venv's python, where it has bcolz and bloscpack; else why not (a failure in CI).
-fn producers(test: &str) -> Option<PathBuf> {
-    let py = common::venv_python(".venv", test)?;
+fn producers() -> Option<PathBuf> {
+    let py = common::venv_python(".venv")?;
     let out = Command::new(&py)
         .args(["-c", "import bcolz, numpy"])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{test}: .venv has no bcolz-zipline/bloscpack: run scripts/setup-venv\n{}",
+        "{}: .venv has no bcolz-zipline/bloscpack: run scripts/setup-venv\n{}",
+        common::test_name(),
         String::from_utf8_lossy(&out.stderr)
     );
     Some(py)
@@ -104,11 +49,11 @@ fn script(py: &Path, args: &[&str]) -> String {
 
 /// Containers made by their producers in `<dir>/s`, what the producers read back in
 /// `<dir>/expected`, and a root group document so that xarray opens the store.
-fn made(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    if !common::can_mount(test) {
+fn made() -> Option<(tempfile::TempDir, PathBuf)> {
+    if !common::can_mount() {
         return None;
     }
-    let py = producers(test)?;
+    let py = producers()?;
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s");
     let expected = dir.path().join("expected");
@@ -127,12 +72,11 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn zarr3_dask_and_xarray_read_the_v3_view_as_bcolz_and_bloscpack_read_the_containers() {
-    let test = "containers_v3";
-    let Some((dir, py)) = made(test) else { return };
+    let Some((dir, py)) = made() else { return };
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &["-o", "ro"]);
     let out = script(
         &py,
-        &["read", s(&mount.at), s(&dir.path().join("expected"))],
+        &["read", s(mount.path()), s(&dir.path().join("expected"))],
     );
     println!("{out}");
     assert!(out.contains("0 mismatches"), "{out}");
@@ -141,9 +85,8 @@ fn zarr3_dask_and_xarray_read_the_v3_view_as_bcolz_and_bloscpack_read_the_contai
 
 #[test]
 fn zarr2_dask_and_xarray_read_the_v2_view_as_bcolz_and_bloscpack_read_the_containers() {
-    let test = "containers_v2";
-    let Some((dir, _)) = made(test) else { return };
-    let Some(py2) = common::venv_python(".venv-zarr2", test) else {
+    let Some((dir, _)) = made() else { return };
+    let Some(py2) = common::venv_python(".venv-zarr2") else {
         return;
     };
     let mount = CliMount::new(
@@ -153,7 +96,7 @@ fn zarr2_dask_and_xarray_read_the_v2_view_as_bcolz_and_bloscpack_read_the_contai
     );
     let out = script(
         &py2,
-        &["read", s(&mount.at), s(&dir.path().join("expected"))],
+        &["read", s(mount.path()), s(&dir.path().join("expected"))],
     );
     println!("{out}");
     assert!(
@@ -169,10 +112,9 @@ fn errno(r: std::io::Result<impl Sized>) -> Option<i32> {
 
 #[test]
 fn writes_into_containers_are_refused_with_erofs_on_a_writable_mount() {
-    let test = "containers_erofs";
-    let Some((dir, _)) = made(test) else { return };
+    let Some((dir, _)) = made() else { return };
     let mount = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &[]);
-    let m = mount.at.clone();
+    let m = mount.path().to_path_buf();
     let erofs = Some(libc::EROFS);
     for d in ["c_lz4_1d_short", "p_crc32.blp", "t_table", "t_table/x"] {
         let d = m.join(d);
@@ -213,8 +155,7 @@ fn writes_into_containers_are_refused_with_erofs_on_a_writable_mount() {
 
 #[test]
 fn cp_r_of_a_container_into_a_writable_mount_makes_a_sharded_array_of_the_same_values() {
-    let test = "containers_cp";
-    let Some((dir, py)) = made(test) else { return };
+    let Some((dir, py)) = made() else { return };
     let src = CliMount::new(&dir.path().join("s"), &dir.path().join("m"), &["-o", "ro"]);
     let dst_store = dir.path().join("w");
     std::fs::create_dir(&dst_store).unwrap();
@@ -232,8 +173,8 @@ fn cp_r_of_a_container_into_a_writable_mount_makes_a_sharded_array_of_the_same_v
     for n in names {
         let st = Command::new("cp")
             .arg("-r")
-            .arg(src.at.join(n))
-            .arg(&dst.at)
+            .arg(src.path().join(n))
+            .arg(dst.path())
             .status()
             .unwrap();
         assert!(st.success(), "cp -r {n}");
@@ -283,8 +224,7 @@ fn break_containers(store: &Path) -> Vec<&'static str> {
 
 #[test]
 fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
-    let test = "containers_broken";
-    let Some((dir, _)) = made(test) else { return };
+    let Some((dir, _)) = made() else { return };
     let store = dir.path().join("s");
     let unreadable = break_containers(&store);
     let log = dir.path().join("log");
@@ -293,7 +233,7 @@ fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
         &dir.path().join("m"),
         &["-o", "ro", "--log-file", s(&log)],
     );
-    let m = mount.at.clone();
+    let m = mount.path().to_path_buf();
     let eio = Some(libc::EIO);
     for n in &unreadable {
         assert_eq!(errno(std::fs::metadata(m.join(n))), eio, "{n}");

@@ -8,6 +8,7 @@
 mod common;
 
 use common::Lcg;
+use common::mount::is_mounted;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,13 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SIDE: u64 = 64; // chunks per side: 4096 chunks, each written at most once
-
-fn is_mounted(path: &Path) -> bool {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == path.to_str())
-}
 
 /// Kills the daemon and detaches its mount even when an assertion fails.
 struct Daemon {
@@ -82,7 +76,7 @@ fn chunk_bytes(n: u64, cycle: u64) -> Vec<u8> {
 
 #[test]
 fn kill_9_at_random_moments_loses_nothing_acknowledged() {
-    if !common::can_mount("kill_9_at_random_moments_loses_nothing_acknowledged") {
+    if !common::can_mount() {
         return;
     }
     let cycles: u64 = std::env::var("SHARDFS_CRASH_CYCLES")

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::mount::{flush_on_demand, mount_with};
 use serde_json::json;
 use shardfs::{Mount, MountOptions};
 
@@ -48,40 +49,41 @@ impl Drop for Tmpfs {
 
 const CHUNK: usize = 256 << 10;
 
-fn make_store(root: &Path) -> PathBuf {
+/// A store `root/s` holding one 1-d uint8 array `a` of 2 shards of 4 inner chunks of
+/// 256 KiB (index at the end, with crc32c): chunks large enough that a small tmpfs
+/// runs out of room for one.
+fn large_chunk_store(root: &Path) -> PathBuf {
     let store = root.join("s");
     fs::create_dir_all(store.join("a")).unwrap();
-    let doc = json!({
-        "zarr_format": 3, "node_type": "array", "shape": [CHUNK * 8], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [CHUNK * 4]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0,
-        "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [CHUNK], "codecs": [{"name": "bytes"}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                             {"name": "crc32c"}],
-            "index_location": "end"}}],
-    });
+    let doc = common::sharded_u8_array(
+        CHUNK * 8,
+        CHUNK * 4,
+        CHUNK,
+        json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
     fs::write(store.join("a/zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
     store
 }
 
 #[test]
 fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
-    let name = "a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room";
-    if !common::can_mount(name) {
+    if !common::can_mount() {
         return;
     }
     let tmpfs = match Tmpfs::new("2m") {
         Ok(t) => t,
         Err(why) if std::env::var_os("CI").is_none() => {
-            println!("SKIPPED {name}: cannot mount a tmpfs: {why}");
-            eprintln!("SKIPPED {name}: cannot mount a tmpfs: {why}");
+            common::skipped(&format!("cannot mount a tmpfs: {why}"));
             return;
         }
-        Err(why) => panic!("{name}: {why} (CI runs as root and must be able to)"),
+        Err(why) => panic!(
+            "{}: {why} (CI runs as root and must be able to)",
+            common::test_name()
+        ),
     };
-    let store = make_store(tmpfs.path());
+    let store = large_chunk_store(tmpfs.path());
     // Fill the tmpfs but for less than one chunk.
     let filler = tmpfs.path().join("filler");
     let mut f = fs::File::create(&filler).unwrap();
@@ -96,12 +98,8 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
         .set_len(free_after_fill - (CHUNK as u64 / 2))
         .unwrap();
 
-    let mnt = tempfile::tempdir().unwrap();
-    let opts = MountOptions {
-        flush_interval: Duration::from_secs(3600),
-        ..MountOptions::default()
-    };
-    let mount = Mount::new(&store, mnt.path(), &opts).unwrap();
+    let opts = flush_on_demand();
+    let (mnt, mount) = mount_with(&store, &opts);
     let chunk = mnt.path().join("a/c/1");
     let data: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
     fs::create_dir_all(chunk.parent().unwrap()).unwrap();
@@ -177,16 +175,6 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
-fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    let mnt = tempfile::tempdir().unwrap();
-    let opts = MountOptions {
-        flush_interval: Duration::from_secs(3600),
-        ..MountOptions::default()
-    };
-    let mount = Mount::new(store, mnt.path(), &opts).unwrap();
-    (mnt, mount)
-}
-
 fn write_file(path: &Path, bytes: &[u8]) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     let mut f = fs::File::create(path).unwrap();
@@ -199,12 +187,12 @@ fn fsync(path: &Path) -> std::io::Result<()> {
 
 #[test]
 fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
-    if !common::can_mount("a_shard_that_cannot_be_committed_fails_only_its_own_chunks") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
     let store = tmp.path().join("s");
-    let (mnt, g) = mount_rw(&store);
+    let (mnt, g) = mount_with(&store, &flush_on_demand());
     let arr = mnt.path().join("u16_default_sparse");
     // c/0/0 lies in shard c/0/0, c/2/2 in shard c/1/1; index_nocrc is another array.
     write_file(&arr.join("c/0/0"), &[1; 24]);
@@ -234,7 +222,7 @@ fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
     fs::write(&shard, &good).unwrap();
     fsync(&arr.join("c/0/0")).unwrap();
     g.unmount().unwrap();
-    let (again, _g) = mount_rw(&store);
+    let (again, _g) = mount_with(&store, &flush_on_demand());
     let arr = again.path().join("u16_default_sparse");
     assert_eq!(fs::read(arr.join("c/0/0")).unwrap(), [1; 24]);
     assert_eq!(fs::read(arr.join("c/2/2")).unwrap(), [2; 24]);
@@ -242,7 +230,7 @@ fn a_shard_that_cannot_be_committed_fails_only_its_own_chunks() {
 
 #[test]
 fn metadata_whose_chunks_could_never_be_stored_is_refused_when_written() {
-    if !common::can_mount("metadata_whose_chunks_could_never_be_stored_is_refused_when_written") {
+    if !common::can_mount() {
         return;
     }
     let doc = json!({
@@ -304,7 +292,7 @@ fn nix_close(f: fs::File) -> std::io::Result<()> {
 
 #[test]
 fn mount_points_that_would_hang_stack_or_hide_are_refused() {
-    if !common::can_mount("mount_points_that_would_hang_stack_or_hide_are_refused") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -356,7 +344,7 @@ fn mount_points_that_would_hang_stack_or_hide_are_refused() {
 
 #[test]
 fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
-    if !common::can_mount("a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -409,7 +397,7 @@ fn a_shard_path_that_is_not_a_regular_file_fails_its_chunks_with_eio() {
 
 #[test]
 fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
-    if !common::can_mount("the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon") {
+    if !common::can_mount() {
         return;
     }
     let shardfs = |args: &[&std::ffi::OsStr]| {
@@ -478,7 +466,7 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
 
 #[test]
 fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
-    if !common::can_mount("the_daemon_never_follows_a_symbolic_link_out_of_the_store") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -516,7 +504,7 @@ fn the_daemon_never_follows_a_symbolic_link_out_of_the_store() {
 
 #[test]
 fn a_daemonized_mount_logs_warnings_to_the_system_log() {
-    if !common::can_mount("a_daemonized_mount_logs_warnings_to_the_system_log") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -9,23 +9,12 @@ use std::process::Command;
 
 use shardfs::{Mount, MountOptions};
 
-fn venv_python() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    p.exists().then_some(p)
-}
-
 #[test]
 fn zarr_python_and_tensorstore_read_the_mount_like_the_store() {
-    if !common::can_mount("zarr_python_and_tensorstore_read_the_mount_like_the_store") {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = venv_python() else {
-        let why = "no .venv: run scripts/setup-venv (scripts/test does)";
-        if std::env::var_os("CI").is_some() {
-            panic!("{why}");
-        }
-        println!("SKIPPED interop: {why}");
-        eprintln!("SKIPPED interop: {why}");
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop.py");

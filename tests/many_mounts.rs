@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::mount::{flush_on_demand, mount_with};
 use serde_json::json;
 use shardfs::compact::CpuCompactor;
 use shardfs::format::{self, Location, Node, Presentation, ShardLayout};
@@ -221,25 +222,23 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
 
 // ---- through two real mounts ----------------------------------------------------------
 
-/// A writable mount as mounted by default: the kernel opens files.
-fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    mount_rw_with(store, true)
+/// A writable mount as mounted by default (the kernel opens files) that flushes only
+/// when the test says.
+fn mount_unflushed(store: &Path) -> (tempfile::TempDir, Mount) {
+    mount_unflushed_with(store, true)
 }
 
-/// A writable mount; with `kernel_opens` (the default), one that lets the kernel open
-/// files (its closes are heard of late or not at all) and sees others' changes within
-/// 0.2 s; without, one with `open_checks` (every open and close heard of).
-fn mount_rw_with(store: &Path, kernel_opens: bool) -> (tempfile::TempDir, Mount) {
-    let mnt = tempfile::tempdir().unwrap();
+/// A writable mount that flushes only when the test says (fsync, unmount); with
+/// `kernel_opens` (the default), one that lets the kernel open files (its closes are
+/// heard of late or not at all) and sees others' changes within 0.2 s; without, one
+/// with `open_checks` (every open and close heard of).
+fn mount_unflushed_with(store: &Path, kernel_opens: bool) -> (tempfile::TempDir, Mount) {
     let opts = MountOptions {
-        // Flushes happen only when the test says (fsync, unmount).
-        flush_interval: Duration::from_secs(3600),
         open_checks: !kernel_opens,
         ttl: kernel_opens.then(|| Duration::from_millis(200)),
-        ..MountOptions::default()
+        ..flush_on_demand()
     };
-    let mount = Mount::new(store, mnt.path(), &opts).unwrap();
-    (mnt, mount)
+    mount_with(store, &opts)
 }
 
 fn write_close(path: &Path, bytes: &[u8], fsync: bool) {
@@ -257,7 +256,7 @@ fn flush(mnt: &Path) {
 
 #[test]
 fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
-    if !common::can_mount("two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close") {
+    if !common::can_mount() {
         return;
     }
     // With kernel opens on A, the daemon hears of no close of A's descriptor: A's write
@@ -267,8 +266,8 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
     {
         let tmp = common::store_copy("zarr_basic");
         let store = tmp.path().join("s");
-        let (ma, ga) = mount_rw_with(&store, kernel_opens);
-        let (mb, gb) = mount_rw(&store);
+        let (ma, ga) = mount_unflushed_with(&store, kernel_opens);
+        let (mb, gb) = mount_unflushed(&store);
         let key = "u16_default_sparse/c/0/0";
         let before = fs::read(mb.path().join(key)).ok();
         // A closes v1 without fsync; B then writes v2 and fsyncs (fsync returns 0).
@@ -302,7 +301,7 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
         assert_eq!(fs::read(mb.path().join(key)).unwrap(), [2; 24]);
         ga.unmount().unwrap();
         gb.unmount().unwrap();
-        let (mnt, _g) = mount_rw(&store);
+        let (mnt, _g) = mount_unflushed(&store);
         assert_eq!(
             fs::read(mnt.path().join(key)).unwrap(),
             [2; 24],
@@ -318,14 +317,14 @@ fn two_mounts_an_fsynced_write_is_never_replaced_by_an_earlier_close() {
 
 #[test]
 fn two_mounts_two_writers_each_end_in_the_last_close_of_every_chunk() {
-    if !common::can_mount("two_mounts_two_writers_each_end_in_the_last_close_of_every_chunk") {
+    if !common::can_mount() {
         return;
     }
     use parking_lot::Mutex;
     let tmp = common::store_copy("zarr_basic");
     let store = tmp.path().join("s");
-    let (ma, ga) = mount_rw(&store);
-    let (mb, gb) = mount_rw(&store);
+    let (ma, ga) = mount_unflushed(&store);
+    let (mb, gb) = mount_unflushed(&store);
     let mounts = [ma.path().to_path_buf(), mb.path().to_path_buf()];
     // Overlapping chunks of the same shards (c/0/0..c/1/1 share shard 0; 2,2 another).
     let keys = ["c/0/0", "c/0/1", "c/1/0", "c/1/1", "c/2/2", "c/2/3"];
@@ -362,7 +361,7 @@ fn two_mounts_two_writers_each_end_in_the_last_close_of_every_chunk() {
     });
     ga.unmount().unwrap();
     gb.unmount().unwrap();
-    let (mnt, _g) = mount_rw(&store);
+    let (mnt, _g) = mount_unflushed(&store);
     for (k, key) in keys.iter().enumerate() {
         let want = model[k].lock().clone().expect("every chunk was written");
         assert_eq!(
@@ -411,7 +410,7 @@ fn compaction_keeps_the_close_times_so_a_stale_write_still_loses() {
 /// instead of failing with `ENOENT`.
 #[test]
 fn a_chunk_removed_by_another_mount_can_be_made_again_at_once() {
-    if !common::can_mount("a_chunk_removed_by_another_mount_can_be_made_again_at_once") {
+    if !common::can_mount() {
         return;
     }
     let store = tempfile::tempdir().unwrap();

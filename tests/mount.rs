@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::mount::{CliMount, is_mounted, shardfs};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -22,17 +24,9 @@ fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
     (dir, mount)
 }
 
-fn is_mounted(path: &Path) -> bool {
-    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
-}
-
 #[test]
 fn fixture_mounts_equal_their_unsharded_twins() {
-    if !common::can_mount("fixture_mounts_equal_their_unsharded_twins") {
+    if !common::can_mount() {
         return;
     }
     for store in common::stores_with_twins() {
@@ -65,7 +59,7 @@ fn fixture_mounts_equal_their_unsharded_twins() {
 #[test]
 fn chunk_reads_at_offsets_return_exactly_the_shard_slice() {
     use std::io::{Read, Seek, SeekFrom};
-    if !common::can_mount("chunk_reads_at_offsets_return_exactly_the_shard_slice") {
+    if !common::can_mount() {
         return;
     }
     let (dir, _mount) = mounted(&common::fixtures().join("zarr_codecs"));
@@ -86,7 +80,7 @@ fn chunk_reads_at_offsets_return_exactly_the_shard_slice() {
 
 #[test]
 fn corrupt_shard_gives_eio_for_its_chunks_only() {
-    if !common::can_mount("corrupt_shard_gives_eio_for_its_chunks_only") {
+    if !common::can_mount() {
         return;
     }
     let entry = common::manifest()
@@ -117,7 +111,7 @@ fn corrupt_shard_gives_eio_for_its_chunks_only() {
 
 #[test]
 fn v2_probes_are_enoent_and_the_mount_is_read_only() {
-    if !common::can_mount("v2_probes_are_enoent_and_the_mount_is_read_only") {
+    if !common::can_mount() {
         return;
     }
     let (dir, _mount) = mounted(&common::fixtures().join("zarr_basic"));
@@ -136,7 +130,7 @@ fn v2_probes_are_enoent_and_the_mount_is_read_only() {
 
 #[test]
 fn symlinks_never_lead_outside_the_store() {
-    if !common::can_mount("symlinks_never_lead_outside_the_store") {
+    if !common::can_mount() {
         return;
     }
     let outside = tempfile::tempdir().unwrap();
@@ -162,7 +156,7 @@ fn symlinks_never_lead_outside_the_store() {
 
 #[test]
 fn guard_unmounts_on_drop_even_after_a_panic() {
-    if !common::can_mount("guard_unmounts_on_drop_even_after_a_panic") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -181,23 +175,9 @@ fn guard_unmounts_on_drop_even_after_a_panic() {
     assert!(!is_mounted(&path), "the guard unmounted");
 }
 
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
-
-/// Unmounts through the command line when dropped, so a failing CLI test leaves nothing.
-struct CliMount(std::path::PathBuf);
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = shardfs().arg("unmount").arg("--lazy").arg(&self.0).status();
-        }
-    }
-}
-
 #[test]
 fn cli_mount_daemonizes_and_unmount_ends_it() {
-    if !common::can_mount("cli_mount_daemonizes_and_unmount_ends_it") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -214,7 +194,7 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
         .arg(&log)
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     assert!(
         out.status.success(),
         "{}",
@@ -236,7 +216,7 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
 /// that its log goes nowhere; with `--log-file` it says nothing of it.
 #[test]
 fn cli_mount_says_when_its_log_goes_nowhere() {
-    if !common::can_mount("cli_mount_says_when_its_log_goes_nowhere") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -254,7 +234,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
             cmd.arg("--log-file").arg(dir.path().join("log"));
         }
         let out = cmd.output().unwrap();
-        let _guard = CliMount(mnt.clone());
+        let _guard = CliMount::guard(&mnt);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         assert_eq!(err.contains("no system log"), !log_file, "{err}");
@@ -279,7 +259,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
         .env("SHARDFS_SYSLOG_SOCKET", dir.path().join("no-such-socket"))
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(!err.contains("no system log"), "{err}");
@@ -289,7 +269,7 @@ fn cli_mount_says_when_its_log_goes_nowhere() {
 /// `--log-file` is where the log goes in the foreground too (it went to stderr).
 #[test]
 fn cli_foreground_mount_logs_to_its_log_file() {
-    if !common::can_mount("cli_foreground_mount_logs_to_its_log_file") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -307,7 +287,7 @@ fn cli_foreground_mount_logs_to_its_log_file() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !is_mounted(&mnt) {
         assert!(
@@ -347,7 +327,7 @@ fn cli_foreground_mount_logs_to_its_log_file() {
 #[test]
 fn refusals_no_request_waits_for_are_named_at_unmount() {
     use std::os::unix::fs::FileExt;
-    if !common::can_mount("refusals_no_request_waits_for_are_named_at_unmount") {
+    if !common::can_mount() {
         return;
     }
     let store = common::store_copy("zarr_basic");
@@ -361,7 +341,7 @@ fn refusals_no_request_waits_for_are_named_at_unmount() {
         .arg(dir.path().join("log"))
         .output()
         .unwrap();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     assert!(
         out.status.success(),
         "{}",
@@ -464,7 +444,7 @@ fn daemons_of(mnt: &Path) -> Vec<u32> {
 
 #[test]
 fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
-    if !common::can_mount("cli_remount_at_the_same_path_outlives_the_old_daemon") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -482,7 +462,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
         assert!(st.success());
     };
     mount();
-    let _guard = CliMount(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     let old = daemons_of(&mnt);
     assert_eq!(old.len(), 1, "one daemon: {old:?}");
     assert!(
@@ -520,7 +500,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
 
 #[test]
 fn cli_mount_fuse3_calling_form_with_generic_options() {
-    if !common::can_mount("cli_mount_fuse3_calling_form_with_generic_options") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -534,7 +514,7 @@ fn cli_mount_fuse3_calling_form_with_generic_options() {
         ])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -694,7 +674,7 @@ fn cli_info_reports_arrays_as_json() {
 
 #[test]
 fn cli_demo_passes() {
-    if !common::can_mount("cli_demo_passes") {
+    if !common::can_mount() {
         return;
     }
     let out = shardfs().arg("demo").output().unwrap();
@@ -716,7 +696,7 @@ fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
         .args(["-o", "ro"])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     match shardfs::compact::GpuCompactor::available() {
         Err(why) => {
             println!("no GPU here ({why}): checking the refusal");
@@ -745,7 +725,7 @@ fn compactor_gpu_without_a_gpu_fails_at_mount_time() {
 
 #[test]
 fn mount_fuse3_helper_mounts_shardfs() {
-    if !common::can_mount("mount_fuse3_helper_mounts_shardfs") {
+    if !common::can_mount() {
         return;
     }
     let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"]
@@ -756,9 +736,7 @@ fn mount_fuse3_helper_mounts_shardfs() {
             std::env::var_os("CI").is_none(),
             "CI installs fuse3 (scripts/setup-system)"
         );
-        println!(
-            "SKIPPED mount_fuse3_helper_mounts_shardfs: no mount.fuse3 (apt-get install fuse3)"
-        );
+        common::skipped("no mount.fuse3 (apt-get install fuse3)");
         return;
     };
     // What `mount -t fuse.shardfs STORE DIR -o ...` and an fstab line run, with the
@@ -775,7 +753,7 @@ fn mount_fuse3_helper_mounts_shardfs() {
         .args(["-o", "ro,nofail,_netdev,x-systemd.automount"])
         .output()
         .unwrap();
-    let _guard = CliMount(dir.path().to_path_buf());
+    let _guard = CliMount::guard(dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -865,9 +843,7 @@ impl BasicMount {
 #[test]
 fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
     use std::time::Duration;
-    if !common::can_mount(
-        "read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -910,9 +886,7 @@ fn read_only_mounts_open_in_the_kernel_and_see_outside_changes_after_the_ttl() {
 /// is unchanged come from the kernel's page cache: opens reach the daemon, reads do not.
 #[test]
 fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages() {
-    if !common::can_mount(
-        "a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -947,9 +921,7 @@ fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages()
 #[test]
 fn a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl() {
     use std::time::Duration;
-    if !common::can_mount(
-        "a_writable_mount_reads_without_asking_and_sees_outside_changes_within_the_ttl",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let key = "u16_default_sparse/c/1/1";
@@ -989,9 +961,7 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
     use std::io::Write;
     use std::os::unix::fs::FileExt;
     use std::time::{Duration, Instant};
-    if !common::can_mount(
-        "writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle_and_at_unmount",
-    ) {
+    if !common::can_mount() {
         return;
     }
     let copy = common::store_copy("zarr_basic");
@@ -1106,7 +1076,7 @@ fn writes_through_descriptors_the_kernel_opened_are_committed_at_fsync_when_idle
 #[test]
 fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
     use std::time::{Duration, Instant};
-    if !common::can_mount("a_chunk_added_outside_a_writable_mount_shows_up_within_a_second") {
+    if !common::can_mount() {
         return;
     }
     // c/0/2 is empty, in a shard (c/0/1) that does not exist yet.
@@ -1153,9 +1123,7 @@ fn a_chunk_added_outside_a_writable_mount_shows_up_within_a_second() {
 fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes() {
     use std::io::Read;
     use std::time::Duration;
-    if !common::can_mount(
-        "with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_cached_attributes",
-    ) {
+    if !common::can_mount() {
         return;
     }
     // A compressed array: its chunks have lengths of their own (an uncompressed one's
@@ -1195,7 +1163,7 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
 #[test]
 fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
     use std::time::{Duration, Instant};
-    if !common::can_mount("an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl") {
+    if !common::can_mount() {
         return;
     }
     let ro = MountOptions {

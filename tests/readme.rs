@@ -8,7 +8,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::mount::CliMount;
+
+use std::path::Path;
 use std::process::Command;
 
 const README: &str = include_str!("../README.md");
@@ -21,21 +23,6 @@ fn blocks(lang: &str) -> Vec<&'static str> {
         .skip(1)
         .map(|rest| rest.split("```").next().unwrap())
         .collect()
-}
-
-/// Unmounts (lazily) when dropped, if still mounted: a failing test leaves no mount.
-struct Guard(PathBuf);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let canon = std::fs::canonicalize(&self.0).unwrap_or_else(|_| self.0.clone());
-        if shardfs::mount::is_mount_point(&canon) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-                .args(["unmount", "--lazy"])
-                .arg(&self.0)
-                .status();
-        }
-    }
 }
 
 /// Run `block` in bash with the README's paths replaced, `shardfs` and `python` first on
@@ -100,13 +87,12 @@ fn brain_store(python: &Path, store: &Path) {
 
 #[test]
 fn the_readme_quick_start_and_v2_view_examples_run_as_written() {
-    let test = "the_readme_quick_start_and_v2_view_examples_run_as_written";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py3), Some(py2)) = (
-        common::venv_python(".venv", test),
-        common::venv_python(".venv-zarr2", test),
+        common::venv_python(".venv"),
+        common::venv_python(".venv-zarr2"),
     ) else {
         return;
     };
@@ -114,7 +100,7 @@ fn the_readme_quick_start_and_v2_view_examples_run_as_written() {
     let (store, mnt) = (tmp.path().join("brain.zarr"), tmp.path().join("brain"));
     std::fs::create_dir(&mnt).unwrap();
     brain_store(&py3, &store);
-    let _guard = Guard(mnt.clone());
+    let _guard = CliMount::guard(&mnt);
     // The first block: mount, ls, zarr-python 3 reads, unmount.
     let quick = blocks("")[0];
     assert!(
@@ -151,7 +137,7 @@ fn the_readme_quick_start_and_v2_view_examples_run_as_written() {
 /// The README's Rust example, word for word (the test fails if the two differ), run.
 #[test]
 fn the_readme_rust_example_runs_as_written() -> Result<(), Box<dyn std::error::Error>> {
-    if !common::can_mount("the_readme_rust_example_runs_as_written") {
+    if !common::can_mount() {
         return Ok(());
     }
     let example = r#"let dir = tempfile::tempdir()?;

@@ -30,18 +30,15 @@ const SLOTS: usize = 4;
 /// A store holding one 1-d uint8 array `a`: shape 64, shards of 16, inner chunks of 4,
 /// index at the end with crc32c. The view shows chunk `i` as `a/c/i`; shard `s` (file
 /// `a/c/s`) holds chunks `4s..4s+4`.
-fn make_store(root: &Path) -> ShardLayout {
-    let doc = json!({
-        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0,
-        "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [4], "codecs": [{"name": "bytes"}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                             {"name": "crc32c"}],
-            "index_location": "end"}}],
-    });
+fn group_of_one_array(root: &Path) -> ShardLayout {
+    let doc = common::sharded_u8_array(
+        64,
+        16,
+        4,
+        json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
     std::fs::write(
         root.join("zarr.json"),
         br#"{"zarr_format": 3, "node_type": "group"}"#,
@@ -84,7 +81,7 @@ fn torn_shard(root: &Path, layout: &ShardLayout, s: u64) -> Vec<u8> {
     let old = std::fs::read(root.join(&rel)).unwrap();
     // The same append, finished, in a copy: the torn shard is a prefix of its result.
     let copy = tempfile::tempdir().unwrap();
-    make_store(copy.path());
+    group_of_one_array(copy.path());
     std::fs::create_dir_all(copy.path().join("a/c")).unwrap();
     std::fs::write(copy.path().join(&rel), &old).unwrap();
     put(copy.path(), layout, s, &[(1, b"NEW1"), (2, b"NEW2")]);
@@ -103,7 +100,7 @@ fn torn_shard(root: &Path, layout: &ShardLayout, s: u64) -> Vec<u8> {
 /// A store with shard 0 torn and shard 1 intact, and its layout.
 fn store_with_torn_shard() -> (tempfile::TempDir, ShardLayout, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
-    let layout = make_store(dir.path());
+    let layout = group_of_one_array(dir.path());
     let old = torn_shard(dir.path(), &layout, 0);
     put(dir.path(), &layout, 1, &[(0, &old_chunk(1, 0))]);
     (dir, layout, old)
@@ -212,7 +209,7 @@ fn a_read_only_view_reads_a_torn_shard_as_before_the_update_and_changes_nothing(
 fn a_read_only_view_reads_a_finished_append_or_a_stale_record_as_the_shard_is() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root);
+    let layout = group_of_one_array(root);
     // Shard 0: an append that finished, its record not yet removed (a crash between
     // steps 2 and 3 of the protocol). Recovery would keep it: so does the read.
     put(
@@ -281,7 +278,7 @@ fn a_flush_writes_the_same_shards_from_staged_buffers_as_from_a_packed_copy() {
         .map(|compactor| {
             let dir = tempfile::tempdir().unwrap();
             let root = dir.path();
-            let layout = make_store(root);
+            let layout = group_of_one_array(root);
             let olds: Vec<[u8; 4]> = (0..SLOTS).map(|slot| old_chunk(0, slot)).collect();
             put(
                 root,
@@ -330,7 +327,7 @@ fn a_flush_writes_the_same_shards_from_staged_buffers_as_from_a_packed_copy() {
 fn a_recovery_that_fails_fails_that_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root);
+    let layout = group_of_one_array(root);
     put(root, &layout, 0, &[(1, &old_chunk(0, 1))]);
     put(root, &layout, 1, &[(0, &old_chunk(1, 0))]);
     // A "record" recovery cannot read: it is a directory.
@@ -360,7 +357,7 @@ fn eventually(timeout: Duration, done: impl Fn() -> bool) -> bool {
 
 #[test]
 fn a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount() {
-    if !common::can_mount("a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount") {
+    if !common::can_mount() {
         return;
     }
     let (dir, layout, old) = store_with_torn_shard();
@@ -393,7 +390,7 @@ fn a_torn_shard_reads_as_before_the_update_right_after_a_writable_mount() {
 
 #[test]
 fn a_read_only_mount_serves_a_torn_shard_as_before_the_update() {
-    if !common::can_mount("a_read_only_mount_serves_a_torn_shard_as_before_the_update") {
+    if !common::can_mount() {
         return;
     }
     let (dir, _layout, _old) = store_with_torn_shard();
@@ -421,12 +418,12 @@ fn a_read_only_mount_serves_a_torn_shard_as_before_the_update() {
 
 #[test]
 fn the_background_walk_recovers_shards_nobody_reads() {
-    if !common::can_mount("the_background_walk_recovers_shards_nobody_reads") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root);
+    let layout = group_of_one_array(root);
     let old = torn_shard(root, &layout, 2);
     put(root, &layout, 3, &[(0, &old_chunk(3, 0))]);
     let intact = std::fs::read(root.join("a/c/3")).unwrap();
@@ -448,12 +445,12 @@ fn the_background_walk_recovers_shards_nobody_reads() {
 
 #[test]
 fn an_unmount_right_after_the_mount_waits_for_the_walk() {
-    if !common::can_mount("an_unmount_right_after_the_mount_waits_for_the_walk") {
+    if !common::can_mount() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let layout = make_store(root);
+    let layout = group_of_one_array(root);
     let olds: Vec<Vec<u8>> = (0..4).map(|s| torn_shard(root, &layout, s)).collect();
     let mnt = tempfile::tempdir().unwrap();
     Mount::new(root, mnt.path(), &MountOptions::default())

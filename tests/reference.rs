@@ -20,24 +20,12 @@ use std::process::Command;
 const SEEDS: [u64; 4] = [1, 2, 3, 4];
 const OPS: u32 = 150;
 
-fn venv_python() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    p.exists().then_some(p)
-}
-
 #[test]
 fn the_mounted_tree_matches_a_plain_directory_after_the_same_operations() {
-    let test = "the_mounted_tree_matches_a_plain_directory_after_the_same_operations";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = venv_python() else {
-        let why = "no .venv: run scripts/setup-venv (scripts/test does)";
-        if std::env::var_os("CI").is_some() {
-            panic!("{why}");
-        }
-        println!("SKIPPED {test}: {why}");
-        eprintln!("SKIPPED {test}: {why}");
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/reftest.py");

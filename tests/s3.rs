@@ -9,28 +9,13 @@
 
 mod common;
 
+use common::mount::{CliMount, is_mounted};
+use common::repo;
+
 use std::io::{BufRead, BufReader};
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The venv python (moto, boto3, zarr), or why the test cannot run.
-fn python(test: &str) -> Option<PathBuf> {
-    let p = repo().join(".venv/bin/python");
-    if p.exists() {
-        return Some(p);
-    }
-    let why = "no .venv: run scripts/setup-venv (scripts/test does)";
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    println!("SKIPPED {test}: {why}");
-    eprintln!("SKIPPED {test}: {why}");
-    None
-}
 
 /// Start `cmd` (a server of ours) and wait for its first line, `ready ENDPOINT`.
 fn spawn_ready(cmd: &mut Command, what: &str) -> (Child, String) {
@@ -51,6 +36,91 @@ fn spawn_ready(cmd: &mut Command, what: &str) -> (Child, String) {
     (child, endpoint)
 }
 
+/// One test's S3 world: a moto server with bucket `bucket` and a temporary directory for
+/// the test's mount points and local copies. Tests mount through it (`mount_dir`, or the
+/// server's `mount`) and hold each mount's `CliMount`, declared after this, so that the
+/// mounts are unmounted (also when the test panics) before the server stops and the
+/// directory goes. It derefs to its `S3Server`.
+struct S3Test {
+    server: S3Server,
+    tmp: tempfile::TempDir,
+}
+
+impl S3Test {
+    /// For a test that mounts: `None` where this machine cannot mount or has no venv
+    /// (the guards say why).
+    fn start() -> Option<S3Test> {
+        if !common::can_mount() {
+            return None;
+        }
+        Self::launch(false)
+    }
+
+    /// For a test that only runs `shardfs` commands: needs the venv, not FUSE.
+    fn start_without_mounts() -> Option<S3Test> {
+        Self::launch(false)
+    }
+
+    /// As `start`, the server run with `--outage-file` at `outage_file()`: while that
+    /// file exists, the server answers no request.
+    fn start_with_outage_file() -> Option<S3Test> {
+        if !common::can_mount() {
+            return None;
+        }
+        Self::launch(true)
+    }
+
+    fn launch(outage_file: bool) -> Option<S3Test> {
+        let python = common::venv_python(".venv")?;
+        let tmp = tempfile::tempdir().unwrap();
+        let outage = tmp.path().join("outage");
+        let args = match outage_file {
+            true => vec!["--outage-file", outage.to_str().unwrap()],
+            false => vec![],
+        };
+        let server = S3Server::start(&python, &args);
+        Some(S3Test { server, tmp })
+    }
+
+    fn outage_file(&self) -> PathBuf {
+        self.tmp().join("outage")
+    }
+
+    /// The test's temporary directory.
+    fn tmp(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// A new directory `name` in the test's temporary directory.
+    fn dir(&self, name: &str) -> PathBuf {
+        let dir = self.tmp().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Fixture store `fixture` (tests/fixtures) uploaded to `to` (`bucket/PREFIX`).
+    fn upload_fixture(&self, fixture: &str, to: &str) {
+        let from = common::fixtures().join(fixture);
+        self.tool(&["upload", "--to", to, from.to_str().unwrap()]);
+    }
+
+    /// `url` mounted with `opts` at directory `name` (made if missing) of the test's
+    /// temporary directory: the mount point and the mount's guard.
+    fn mount_dir(&self, url: &str, name: &str, opts: &[&str]) -> (PathBuf, CliMount) {
+        let mnt = self.dir(name);
+        let m = self.mount(url, &mnt, opts);
+        (mnt, m)
+    }
+}
+
+impl Deref for S3Test {
+    type Target = S3Server;
+
+    fn deref(&self) -> &S3Server {
+        &self.server
+    }
+}
+
 /// A moto S3 server with bucket `bucket`; killed when dropped.
 struct S3Server {
     child: Child,
@@ -59,12 +129,9 @@ struct S3Server {
 }
 
 impl S3Server {
-    fn start(python: &Path) -> S3Server {
-        Self::start_with(python, &[])
-    }
-
-    /// With more arguments for `s3_local.py serve` (`--outage-file PATH`).
-    fn start_with(python: &Path, args: &[&str]) -> S3Server {
+    /// `scripts/s3_local.py serve` under `python`, with more arguments `args`
+    /// (`--outage-file PATH`).
+    fn start(python: &Path, args: &[&str]) -> S3Server {
         let (child, endpoint) = spawn_ready(
             Command::new(python)
                 .arg(repo().join("scripts/s3_local.py"))
@@ -137,7 +204,7 @@ impl S3Server {
             "mount {url}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        CliMount(mnt.to_path_buf())
+        CliMount::guard(mnt)
     }
 }
 
@@ -157,9 +224,9 @@ struct FaultProxy {
 }
 
 impl FaultProxy {
-    fn start(python: &Path, to: &S3Server, fault: PathBuf) -> FaultProxy {
+    fn start(to: &S3Server, fault: PathBuf) -> FaultProxy {
         let (child, endpoint) = spawn_ready(
-            Command::new(python)
+            Command::new(&to.python)
                 .arg(repo().join("scripts/s3_proxy.py"))
                 .args(["--to", to.endpoint.trim_start_matches("http://")])
                 .arg("--fault-file")
@@ -186,36 +253,6 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    shardfs::mount::is_mount_point(&canon)
-}
-
-/// Unmounts when dropped (`--lazy`), so a failing test leaves no mount behind.
-struct CliMount(PathBuf);
-
-impl CliMount {
-    fn unmount(self) {
-        let st = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .arg("unmount")
-            .arg(&self.0)
-            .status()
-            .unwrap();
-        assert!(st.success(), "unmount {}", self.0.display());
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if is_mounted(&self.0) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-                .args(["unmount", "--lazy"])
-                .arg(&self.0)
-                .status();
-        }
     }
 }
 
@@ -270,18 +307,9 @@ fn assert_equals_twin(dir: &Path, twin: &Path) {
 /// `info` reads the store; so does the `mount.fuse3` (fstab) form.
 #[test]
 fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
-    let test = "an_s3_prefix_mounts_and_reads_like_its_unsharded_twin";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let fixture = common::fixtures().join("zarr_basic");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let m = s3.mount("s3://bucket/data", &mnt, &["-o", "ro"]);
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (mnt, m) = s3.mount_dir("s3://bucket/data", "mnt", &["-o", "ro"]);
     assert_equals_twin(&mnt, &common::fixtures().join("zarr_basic.twin"));
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
     assert!(
@@ -321,7 +349,7 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
             .args(["-o", "ro"])
             .output()
             .unwrap();
-        let m = CliMount(mnt.clone());
+        let m = CliMount::guard(&mnt);
         assert!(
             out.status.success(),
             "{}",
@@ -341,22 +369,12 @@ fn an_s3_prefix_mounts_and_reads_like_its_unsharded_twin() {
 /// nothing but whole shards is in the bucket.
 #[test]
 fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
-    let test = "two_mounts_of_one_prefix_merge_with_conditional_puts";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let fixture = common::fixtures().join("zarr_basic");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
     // Long flush intervals: each mount flushes only at fsync or unmount.
     let opts = ["--flush-interval", "600"];
-    let ma = s3.mount("s3://bucket/data", &a, &opts);
-    let mb = s3.mount("s3://bucket/data", &b, &opts);
+    let (a, ma) = s3.mount_dir("s3://bucket/data", "a", &opts);
+    let (b, mb) = s3.mount_dir("s3://bucket/data", "b", &opts);
     let arr = "index_start/c";
     let chunk_len = std::fs::read(a.join(arr).join("0/0")).unwrap().len();
     let fill = |v: u8| vec![v; chunk_len];
@@ -370,9 +388,7 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     write_fsync(&b.join(arr).join("1/0"), &fill(4));
     mb.unmount();
     ma.unmount();
-    let ro = tmp.path().join("ro");
-    std::fs::create_dir(&ro).unwrap();
-    let m = s3.mount("s3://bucket/data", &ro, &["-o", "ro"]);
+    let (ro, m) = s3.mount_dir("s3://bucket/data", "ro", &["-o", "ro"]);
     assert_eq!(std::fs::read(ro.join(arr).join("0/0")).unwrap(), fill(1));
     assert_eq!(std::fs::read(ro.join(arr).join("0/1")).unwrap(), fill(2));
     assert_eq!(
@@ -382,7 +398,7 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     );
     m.unmount();
     // The objects are valid sharded Zarr: verify, and zarr-python 3 reads them.
-    let local = tmp.path().join("downloaded");
+    let local = s3.tmp().join("downloaded");
     s3.tool(&["download", "--from", "bucket/data", local.to_str().unwrap()]);
     let out = s3.shardfs().arg("verify").arg(&local).output().unwrap();
     assert!(
@@ -390,7 +406,7 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = Command::new(&py)
+    let out = Command::new(&s3.python)
         .arg("-c")
         .arg(format!(
             "import zarr, numpy as np; a = zarr.open_array({:?}, mode='r'); \
@@ -418,18 +434,11 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
 /// credentials fail the mount, saying which.
 #[test]
 fn s3_mount_failures_say_why() {
-    let test = "s3_mount_failures_say_why";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let Some(s3) = S3Test::start() else { return };
+    let mnt = s3.dir("mnt");
     let fails = |c: &mut Command, what: &str| {
         let out = c.arg(&mnt).output().unwrap();
-        let _guard = CliMount(mnt.clone());
+        let _guard = CliMount::guard(&mnt);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!out.status.success(), "{what}: mounted");
         assert!(err.contains(what), "{what}: {err}");
@@ -483,7 +492,7 @@ fn s3_mount_failures_say_why() {
         s3.shardfs()
             .env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
-            .env("HOME", tmp.path())
+            .env("HOME", s3.tmp())
             .args(["mount", "--s3-timeout", "2", "s3://bucket/x"]),
         "no credentials",
     );
@@ -494,15 +503,8 @@ fn s3_mount_failures_say_why() {
 /// tensorstore read the stored shards back equal.
 #[test]
 fn a_new_array_written_through_an_s3_mount_lands_sharded() {
-    let test = "a_new_array_written_through_an_s3_mount_lands_sharded";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let Some(s3) = S3Test::start() else { return };
+    let mnt = s3.dir("mnt");
     // A prefix with nothing below: mounted, with a note (a mistyped prefix would be
     // a new, empty store without a word).
     let out = s3
@@ -513,7 +515,7 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
-    let m = CliMount(mnt.clone());
+    let m = CliMount::guard(&mnt);
     assert!(
         said.contains("note: s3://bucket/new holds no objects"),
         "{said}"
@@ -523,7 +525,7 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         a = g.create_array('img', shape=(64, 48), chunks=(16, 16), dtype='uint16')\n\
         a[...] = np.arange(64 * 48, dtype='uint16').reshape(64, 48)\n\
         assert (a[...] == np.arange(64 * 48).reshape(64, 48)).all()\n";
-    let out = Command::new(&py)
+    let out = Command::new(&s3.python)
         .args(["-c", write])
         .arg(mnt.join("g"))
         .output()
@@ -544,7 +546,7 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         keys.iter().filter(|k| k.starts_with("g/img/c/")).count() < 12,
         "12 chunks went into fewer shards: {keys:?}"
     );
-    let local = tmp.path().join("downloaded");
+    let local = s3.tmp().join("downloaded");
     s3.tool(&["download", "--from", "bucket/new", local.to_str().unwrap()]);
     let read = "import zarr, numpy as np, sys, tensorstore as ts\n\
         want = np.arange(64 * 48, dtype='uint16').reshape(64, 48)\n\
@@ -554,7 +556,7 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
         t = ts.open({'driver': 'zarr3', 'kvstore': {'driver': 'file', 'path': sys.argv[1] + '/g/img'}}).result()\n\
         assert (t.read().result() == want).all()\n\
         print('ok')\n";
-    let out = Command::new(&py)
+    let out = Command::new(&s3.python)
         .args(["-c", read])
         .arg(&local)
         .output()
@@ -573,18 +575,12 @@ fn a_new_array_written_through_an_s3_mount_lands_sharded() {
 #[test]
 fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     use std::os::unix::io::AsRawFd;
-    let test = "an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after";
-    if !common::can_mount(test) {
+    let Some(s3) = S3Test::start_with_outage_file() else {
         return;
-    }
-    let Some(py) = python(test) else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let outage = tmp.path().join("outage");
-    let s3 = S3Server::start_with(&py, &["--outage-file", outage.to_str().unwrap()]);
-    let fixture = common::fixtures().join("zarr_basic");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let mnt = tmp.path().join("m");
-    std::fs::create_dir(&mnt).unwrap();
+    };
+    let outage = s3.outage_file();
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let mnt = s3.dir("m");
     let m = s3.mount(
         "s3://bucket/data",
         &mnt,
@@ -631,9 +627,7 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
     );
     drop(dir);
     m.unmount();
-    let ro = tmp.path().join("ro");
-    std::fs::create_dir(&ro).unwrap();
-    let m = s3.mount("s3://bucket/data", &ro, &["-o", "ro"]);
+    let (ro, m) = s3.mount_dir("s3://bucket/data", "ro", &["-o", "ro"]);
     let arr = ro.join("index_start/c");
     assert_eq!(std::fs::read(arr.join("0/0")).unwrap(), new);
     assert_eq!(std::fs::read(arr.join("0/1")).unwrap(), old);
@@ -651,19 +645,11 @@ fn an_outage_is_eio_at_fsync_and_the_staged_chunk_is_stored_after() {
 #[test]
 fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
     use std::time::{Duration, Instant};
-    let test = "an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let s3 = S3Server::start(&py);
-    let proxy = FaultProxy::start(&py, &s3, tmp.path().join("fault"));
-    let fixture = common::fixtures().join("zarr_basic");
+    let Some(s3) = S3Test::start() else { return };
+    let proxy = FaultProxy::start(&s3, s3.tmp().join("fault"));
     let twin = common::fixtures().join("zarr_basic.twin");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let mnt = tmp.path().join("m");
-    std::fs::create_dir(&mnt).unwrap();
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let mnt = s3.dir("m");
     let timeout = Duration::from_secs(3);
     let m = s3.mount_at(
         &proxy.endpoint,
@@ -745,19 +731,12 @@ fn an_endpoint_that_fails_in_any_way_holds_no_operation_beyond_the_timeout() {
 /// `credential_process` (which runs: it leaves a mark).
 #[test]
 fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
-    let test = "profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let fixture = common::fixtures().join("zarr_basic");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let home = tmp.path().join("home");
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let home = s3.tmp().join("home");
     std::fs::create_dir_all(home.join(".aws")).unwrap();
-    let mark = tmp.path().join("process-ran");
-    let process = tmp.path().join("credentials.sh");
+    let mark = s3.tmp().join("process-ran");
+    let process = s3.tmp().join("credentials.sh");
     std::fs::write(
         &process,
         format!(
@@ -786,8 +765,7 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
         "[lab]\naws_access_key_id = test\naws_secret_access_key = test\n",
     )
     .unwrap();
-    let mnt = tmp.path().join("m");
-    std::fs::create_dir(&mnt).unwrap();
+    let mnt = s3.dir("m");
     let shardfs = |profile: &str| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_shardfs"));
         c.env_clear()
@@ -805,7 +783,7 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
             .args(["-o", "ro"])
             .output()
             .unwrap();
-        let m = CliMount(mnt.clone());
+        let m = CliMount::guard(&mnt);
         assert!(
             out.status.success(),
             "{profile}: {}",
@@ -828,7 +806,7 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
         .arg(&mnt)
         .output()
         .unwrap();
-    let _m = CliMount(mnt.clone());
+    let _m = CliMount::guard(&mnt);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "mounted without credentials");
     assert!(
@@ -842,34 +820,26 @@ fn profiles_give_endpoint_region_and_credentials_as_for_the_aws_cli() {
 /// ETag) is read from the bucket, never from the bytes kept for the old one.
 #[test]
 fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
-    let test = "a_local_cache_serves_a_second_mount_and_never_a_replaced_shard";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
+    let Some(s3) = S3Test::start() else { return };
     let fixture = common::fixtures().join("zarr_basic");
     let twin = common::fixtures().join("zarr_basic.twin");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let tmp = tempfile::tempdir().unwrap();
+    s3.upload_fixture("zarr_basic", "bucket/data");
     // The cache writes nothing that would leave its disk under 5% (at least 1 GiB) free
     // (`disk_cache.rs`): on a disk that full this test cannot run.
-    let vfs = rustix::fs::statvfs(tmp.path()).unwrap();
+    let vfs = rustix::fs::statvfs(s3.tmp()).unwrap();
     let (free, total) = (vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize);
     if free < (1u64 << 30).max(total / 20) + (256 << 20) {
         let why = format!(
             "the disk of {} has {} MiB free of {} MiB, less than the cache leaves free",
-            tmp.path().display(),
+            s3.tmp().display(),
             free >> 20,
             total >> 20
         );
-        println!("SKIPPED {test}: {why}");
-        eprintln!("SKIPPED {test}: {why}");
+        common::skipped(&why);
         return;
     }
-    let cache = tmp.path().join("cache");
-    let mnt = tmp.path().join("m");
-    std::fs::create_dir(&mnt).unwrap();
+    let cache = s3.tmp().join("cache");
+    let mnt = s3.dir("m");
     let opts = ["-o", "ro", "--cache", cache.to_str().unwrap()];
     let gets = || -> (u64, u64) {
         let r = store_requests(&mnt);
@@ -891,7 +861,7 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
     m.unmount();
     // Another writer replaces a shard: the index_start shard c/0/0 becomes its c/2/0.
     let other = fixture.join("index_start/c/2/0");
-    let swap = tmp.path().join("swap");
+    let swap = s3.tmp().join("swap");
     std::fs::create_dir_all(swap.join("c/0")).unwrap();
     std::fs::copy(&other, swap.join("c/0/0")).unwrap();
     s3.tool(&[
@@ -916,7 +886,7 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
         .args(["--cache", cache.to_str().unwrap()])
         .output()
         .unwrap();
-    let _m = CliMount(mnt.clone());
+    let _m = CliMount::guard(&mnt);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is for object storage"),
@@ -931,18 +901,9 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
 /// gives the shard's ETag too) and the chunk. The key directories above it ask nothing.
 #[test]
 fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
-    let test = "a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let fixture = common::fixtures().join("zarr_basic");
-    s3.tool(&["upload", "--to", "bucket/data", fixture.to_str().unwrap()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("m");
-    std::fs::create_dir(&mnt).unwrap();
-    let m = s3.mount("s3://bucket/data", &mnt, &["-o", "ro"]);
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", &["-o", "ro"]);
     let before = store_requests(&mnt);
     std::fs::metadata(mnt.join("index_start/zarr.json")).unwrap();
     let chunk = "index_start/c/1/1";
@@ -964,11 +925,10 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
 /// for local directories; `compact` skips the corrupt shard and says so.
 #[test]
 fn verify_checks_an_s3_prefix() {
-    let test = "verify_checks_an_s3_prefix";
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let tmp = tempfile::tempdir().unwrap();
-    let copy = tmp.path().join("copy");
+    let Some(s3) = S3Test::start_without_mounts() else {
+        return;
+    };
+    let copy = s3.tmp().join("copy");
     let fixture = common::fixtures().join("zarr_basic");
     let st = Command::new("cp")
         .arg("-r")
@@ -1035,17 +995,11 @@ fn verify_checks_an_s3_prefix() {
 /// chunks) and every byte equals what zarr-python wrote.
 #[test]
 fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
-    let test = "a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let tmp = tempfile::tempdir().unwrap();
-    let local = tmp.path().join("a");
+    let Some(s3) = S3Test::start() else { return };
+    let local = s3.tmp().join("a");
     // 256 x 8192 uint8 in 16 KiB chunks (4 rows), 16 chunks per shard: 4 x 2 shards,
     // each row directory `c/i` covering two.
-    let out = Command::new(&py)
+    let out = Command::new(&s3.python)
         .arg("-c")
         .arg(format!(
             "import zarr, numpy as np\n\
@@ -1062,9 +1016,7 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
         String::from_utf8_lossy(&out.stderr)
     );
     s3.tool(&["upload", "--to", "bucket/a", local.to_str().unwrap()]);
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let m = s3.mount("s3://bucket/a", &mnt, &["-o", "ro"]);
+    let (mnt, m) = s3.mount_dir("s3://bucket/a", "mnt", &["-o", "ro"]);
     let requests = || store_requests(&mnt);
     let delta = |a: &serde_json::Value, b: &serde_json::Value, k: &str| {
         b[k].as_u64().unwrap() - a[k].as_u64().unwrap()
@@ -1167,14 +1119,8 @@ fn a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few() {
 /// afterwards, `verify` is clean, and a second pass finds nothing to do.
 #[test]
 fn compact_rewrites_an_s3_shard_with_dead_space() {
-    let test = "compact_rewrites_an_s3_shard_with_dead_space";
-    if !common::can_mount(test) {
-        return;
-    }
-    let Some(py) = python(test) else { return };
-    let s3 = S3Server::start(&py);
-    let tmp = tempfile::tempdir().unwrap();
-    let local = tmp.path().join("local");
+    let Some(s3) = S3Test::start() else { return };
+    let local = s3.tmp().join("local");
     let st = Command::new("cp")
         .arg("-r")
         .arg(common::fixtures().join("zarr_basic"))
@@ -1182,8 +1128,7 @@ fn compact_rewrites_an_s3_shard_with_dead_space() {
         .status()
         .unwrap();
     assert!(st.success());
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
+    let mnt = s3.dir("mnt");
     let shard = local.join("u16_default_sparse/c/0/0");
     let before = std::fs::metadata(&shard).unwrap().len();
     let m = s3.mount(local.to_str().unwrap(), &mnt, &[]);
@@ -1231,11 +1176,8 @@ fn compact_rewrites_an_s3_shard_with_dead_space() {
         String::from_utf8_lossy(&out.stdout)
     );
     // The compacted prefix reads as the local store does.
-    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    std::fs::create_dir(&a).unwrap();
-    std::fs::create_dir(&b).unwrap();
-    let ma = s3.mount("s3://bucket/dead", &a, &["-o", "ro"]);
-    let mb = s3.mount(local.to_str().unwrap(), &b, &["-o", "ro"]);
+    let (a, ma) = s3.mount_dir("s3://bucket/dead", "a", &["-o", "ro"]);
+    let (b, mb) = s3.mount_dir(local.to_str().unwrap(), "b", &["-o", "ro"]);
     assert_equals_twin(&a, &b);
     assert_eq!(
         std::fs::read(a.join("u16_default_sparse/c/0/0")).unwrap(),

@@ -38,7 +38,7 @@ fn assert_verify_clean(store: &Path) {
 #[test]
 fn files_beside_the_chunks_are_stored_as_files() {
     for open_checks in [false, true] {
-        if !common::can_mount("files_beside_the_chunks_are_stored_as_files") {
+        if !common::can_mount() {
             return;
         }
         let tmp = common::store_copy("zarr_basic");
@@ -110,7 +110,7 @@ fn files_beside_the_chunks_are_stored_as_files() {
 /// open the group.
 #[test]
 fn metadata_cut_short_never_reaches_the_store() {
-    if !common::can_mount("metadata_cut_short_never_reaches_the_store") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -193,7 +193,7 @@ fn metadata_cut_short_never_reaches_the_store() {
 /// copied and deleted; zarr 2's `store.rename` and `group.move` failed).
 #[test]
 fn directories_of_groups_and_arrays_are_renamed() {
-    if !common::can_mount("directories_of_groups_and_arrays_are_renamed") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -263,13 +263,12 @@ fn run_python(python: &Path, code: &str, dir: &Path) {
 /// a 16³ array lost chunks, and rsync exited 23.
 #[test]
 fn rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk() {
-    let test = "rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -374,7 +373,7 @@ fn rsync_cp_and_tar_of_unsharded_arrays_store_every_chunk() {
 /// it (found by the reference test: every chunk rewritten, files among them moved).
 #[test]
 fn an_unsharded_array_stays_unsharded_when_its_metadata_is_rewritten() {
-    if !common::can_mount("an_unsharded_array_stays_unsharded_when_its_metadata_is_rewritten") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic.twin");
@@ -406,8 +405,7 @@ fn an_unsharded_array_stays_unsharded_when_its_metadata_is_rewritten() {
 /// test).
 #[test]
 fn a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept() {
-    let test = "a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -467,8 +465,7 @@ fn a_file_below_a_key_directory_a_shrink_left_outside_the_grid_is_kept() {
 /// stored file of its own renamed to another such name moves in the store.
 #[test]
 fn chunks_of_a_length_the_codecs_cannot_decode_are_refused() {
-    let test = "chunks_of_a_length_the_codecs_cannot_decode_are_refused";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");

@@ -5,15 +5,13 @@
 
 mod common;
 
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use shardfs::view::ViewFormat;
 use shardfs::{Mount, MountOptions};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Run `scripts/SCRIPT` with `args` under `python`; it must exit 0 (the scripts exit 1
 /// on any failed check).
@@ -84,13 +82,12 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store() {
-    let test = "zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -134,13 +131,12 @@ fn zarr2_reads_the_v2_view_of_every_fixture_like_zarr3_reads_the_store() {
 
 #[test]
 fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
-    let test = "draft_layout_stores_read_through_both_views_like_zarr2_reads_them";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -181,13 +177,12 @@ fn draft_layout_stores_read_through_both_views_like_zarr2_reads_them() {
 
 #[test]
 fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
-    let test = "zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -266,7 +261,7 @@ fn write_and_close(path: PathBuf, data: impl AsRef<[u8]>) -> std::io::Result<()>
 /// becomes whole JSON.
 #[test]
 fn bad_v2_metadata_is_refused_and_leaves_nothing_behind() {
-    if !common::can_mount("bad_v2_metadata_is_refused_and_leaves_nothing_behind") {
+    if !common::can_mount() {
         return;
     }
     for open_checks in [false, true] {
@@ -365,13 +360,12 @@ fn bad_v2_metadata_is_refused(open_checks: bool) {
 /// 0.4 plate, its wells side by side.
 #[test]
 fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
-    let test = "ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -439,8 +433,7 @@ fn ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view() {
 /// shows the store's 0.5 unchanged.
 #[test]
 fn ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged() {
-    let test = "ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -500,8 +493,7 @@ fn ome_zarr_attributes_before_the_arrays_and_the_v3_view_unchanged() {
 /// name and in listings, with their chunks.
 #[test]
 fn draft_arrays_added_after_the_mount_are_seen() {
-    let test = "draft_arrays_added_after_the_mount_are_seen";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -569,13 +561,12 @@ fn draft_arrays_added_after_the_mount_are_seen() {
 /// from the store, whose arrays stay unsharded with their own keys.
 #[test]
 fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
-    let test = "zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let (Some(py2), Some(py3)) = (
-        common::venv_python(".venv-zarr2", test),
-        common::venv_python(".venv", test),
+        common::venv_python(".venv-zarr2"),
+        common::venv_python(".venv"),
     ) else {
         return;
     };
@@ -633,8 +624,7 @@ fn zarr2_reads_and_writes_unsharded_v3_arrays_through_the_v2_view() {
 /// multiscales written over existing unsharded arrays give them `dimension_names`.
 #[test]
 fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
-    let test = "shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -708,7 +698,7 @@ fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
 /// onto the name) is accepted and let go; `rm -rf` of a group passes over it.
 #[test]
 fn consolidated_metadata_is_made_from_the_hierarchy() {
-    if !common::can_mount("consolidated_metadata_is_made_from_the_hierarchy") {
+    if !common::can_mount() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
@@ -789,7 +779,7 @@ fn consolidated_metadata_is_made_from_the_hierarchy() {
 /// Sharded (inner chunks) and unsharded (passed-through chunk files) alike.
 #[test]
 fn missing_chunks_of_xarray_arrays_read_as_the_fill_value() {
-    if !common::can_mount("missing_chunks_of_xarray_arrays_read_as_the_fill_value") {
+    if !common::can_mount() {
         return;
     }
     let tmp = common::store_copy("zarr_basic");
@@ -881,8 +871,7 @@ fn missing_chunks_of_xarray_arrays_read_as_the_fill_value() {
 /// chunks not yet committed were deleted).
 #[test]
 fn a_shrink_deletes_stored_chunks_outside_the_grid_also_with_flat_keys() {
-    let test = "a_shrink_deletes_stored_chunks_outside_the_grid_also_with_flat_keys";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -8,14 +8,9 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::mount::mount_rw;
 use common::store_copy;
 use shardfs::{Mount, MountOptions};
-
-fn mount_rw(store: &Path) -> (tempfile::TempDir, Mount) {
-    let mnt = tempfile::tempdir().unwrap();
-    let mount = Mount::new(store, mnt.path(), &MountOptions::default()).unwrap();
-    (mnt, mount)
-}
 
 fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().unwrap()
@@ -23,7 +18,7 @@ fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 
 #[test]
 fn plain_tool_patterns_land_in_the_shards() {
-    if !common::can_mount("plain_tool_patterns_land_in_the_shards") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -175,7 +170,7 @@ fn plain_tool_patterns_land_in_the_shards() {
 
 #[test]
 fn metadata_writes_keep_the_sharding_and_refuse_layout_changes() {
-    if !common::can_mount("metadata_writes_keep_the_sharding_and_refuse_layout_changes") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -267,7 +262,7 @@ fn metadata_writes_keep_the_sharding_and_refuse_layout_changes() {
 
 #[test]
 fn copying_an_unsharded_array_into_the_mount_shards_it() {
-    if !common::can_mount("copying_an_unsharded_array_into_the_mount_shards_it") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -375,7 +370,7 @@ fn make_64x64_array(mnt: &Path) -> PathBuf {
 
 #[test]
 fn concurrent_writers_to_one_shard_lose_nothing() {
-    if !common::can_mount("concurrent_writers_to_one_shard_lose_nothing") {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -439,7 +434,7 @@ fn concurrent_writers_to_one_shard_lose_nothing() {
 /// in `concurrent_writers_to_one_shard_lose_nothing`, and tensorstore).
 #[test]
 fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
-    if !common::can_mount("a_key_directory_a_shard_only_partly_covers_is_there_only_when_made") {
+    if !common::can_mount() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -472,11 +467,6 @@ fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
     assert_eq!(fs::read(arr.join("c/3/5")).unwrap(), [3u8; 16]);
 }
 
-fn venv_python() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    p.exists().then_some(p)
-}
-
 /// Run `scripts/write_interop.py` with `args`; fail the test with its output if it fails.
 fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/write_interop.py");
@@ -496,12 +486,10 @@ fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
 
 #[test]
 fn zarr_python_and_tensorstore_write_through_the_mount() {
-    if !common::can_mount("zarr_python_and_tensorstore_write_through_the_mount") {
+    if !common::can_mount() {
         return;
     }
-    let Some(python) = venv_python() else {
-        assert!(std::env::var_os("CI").is_none(), "no .venv in CI");
-        println!("SKIPPED write interop: no .venv (run scripts/setup-venv)");
+    let Some(python) = common::venv_python(".venv") else {
         return;
     };
     let tmp = store_copy("zarr_basic");
@@ -546,7 +534,7 @@ fn zarr_python_and_tensorstore_write_through_the_mount() {
 
 #[test]
 fn two_mounts_of_one_store_keep_each_others_updates() {
-    if !common::can_mount("two_mounts_of_one_store_keep_each_others_updates") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -584,7 +572,7 @@ fn two_mounts_of_one_store_keep_each_others_updates() {
 
 #[test]
 fn stats_count_what_the_mount_did() {
-    if !common::can_mount("stats_count_what_the_mount_did") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");
@@ -641,7 +629,7 @@ fn stats_count_what_the_mount_did() {
 /// nothing is flushed before the `fsync`. Either way every chunk is stored.
 #[test]
 fn an_array_is_flushed_behind_its_writer() {
-    if !common::can_mount("an_array_is_flushed_behind_its_writer") {
+    if !common::can_mount() {
         return;
     }
     for behind in [1u64 << 20, 0] {
@@ -720,7 +708,7 @@ fn an_array_is_flushed_behind_its_writer() {
 /// writable mount"); they read right after the flush and from a new mount too.
 #[test]
 fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
-    if !common::can_mount("chunks_renamed_into_place_are_read_back_from_the_kernels_pages") {
+    if !common::can_mount() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
@@ -797,7 +785,7 @@ fn chunks_renamed_into_place_are_read_back_from_the_kernels_pages() {
 #[test]
 fn chmod_and_chown_reach_the_stores_files_and_directories() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    if !common::can_mount("chmod_and_chown_reach_the_stores_files_and_directories") {
+    if !common::can_mount() {
         return;
     }
     let tmp = store_copy("zarr_basic");

@@ -10,46 +10,34 @@
 
 mod common;
 
+use common::mount::CliMount;
+use common::repo;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn shardfs() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_shardfs"))
-}
 
 /// The venv python at `.venv*/bin/python`, or why the test cannot run: a missing venv
 /// skips with the reason (a failure under CI, where `scripts/test` makes both); a venv
 /// without xarray and dask is out of date, and fails with what to run.
-fn python(venv: &str, setup: &str, test: &str) -> Option<PathBuf> {
-    let p = repo().join(venv).join("bin/python");
-    if !p.exists() {
-        let why = format!("no {venv}: run {setup} (scripts/test does)");
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: {why}");
-        }
-        println!("SKIPPED {test}: {why}");
-        eprintln!("SKIPPED {test}: {why}");
-        return None;
-    }
+fn python(venv: &str) -> Option<PathBuf> {
+    let p = common::venv_python(venv)?;
+    let setup = common::venv_setup(venv);
     let out = Command::new(&p)
         .args(["-c", "import xarray, dask, pandas"])
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{test}: {venv} has no xarray/dask/pandas: run {setup}\n{}",
+        "{}: {venv} has no xarray/dask/pandas: run {setup}\n{}",
+        common::test_name(),
         String::from_utf8_lossy(&out.stderr)
     );
     Some(p)
 }
 
-fn venvs(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let py2 = python(".venv-zarr2", "scripts/setup-venv zarr2", test)?;
-    let py3 = python(".venv", "scripts/setup-venv", test)?;
+fn venvs() -> Option<(PathBuf, PathBuf)> {
+    let py2 = python(".venv-zarr2")?;
+    let py3 = python(".venv")?;
     Some((py2, py3))
 }
 
@@ -94,71 +82,14 @@ impl Steps {
         }
     }
 
-    fn assert_none_failed(self, test: &str) {
+    fn assert_none_failed(self) {
         assert!(
             self.failed.is_empty(),
-            "{test}: {} step(s) failed\n{}",
+            "{}: {} step(s) failed\n{}",
+            common::test_name(),
             self.failed.len(),
             self.failed.join("\n")
         );
-    }
-}
-
-/// A mount made with the command line, unmounted when dropped (also when a test
-/// panics), so that a failing test leaves nothing mounted.
-struct CliMount {
-    at: PathBuf,
-    mounted: bool,
-}
-
-impl CliMount {
-    fn new(store: &Path, at: &Path, options: &str) -> CliMount {
-        let out = shardfs()
-            .arg("mount")
-            .arg(store)
-            .arg(at)
-            .args(["-o", options])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs mount {} {} -o {options}: {}",
-            store.display(),
-            at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        CliMount {
-            at: at.to_path_buf(),
-            mounted: true,
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.at
-    }
-
-    /// `shardfs unmount`: returns once the daemon has written everything and exited.
-    fn unmount(mut self) {
-        self.mounted = false;
-        let out = shardfs().arg("unmount").arg(&self.at).output().unwrap();
-        assert!(
-            out.status.success(),
-            "shardfs unmount {}: {}",
-            self.at.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for CliMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = shardfs()
-                .arg("unmount")
-                .arg("--lazy")
-                .arg(&self.at)
-                .output();
-        }
     }
 }
 
@@ -183,20 +114,19 @@ fn written_by_xarray_on_zarr3(steps: &mut Steps, py3: &Path, dir: &Path) -> (Pat
 /// (NaN and NaT included) and attributes.
 #[test]
 fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
-    let test = "xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
     steps.run(&py2, &["read-v2", s(mount.path()), s(&truth)]);
     mount.unmount();
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 2 writes a dataset (object and `<U` strings, a float with a NaN
@@ -208,11 +138,10 @@ fn xarray_on_zarr2_reads_through_the_v2_view_what_xarray_on_zarr3_wrote() {
 /// it again through a fresh read-only mount.
 #[test]
 fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
-    let test = "xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -222,7 +151,7 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
     let mut steps = Steps::default();
     {
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "rw,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "rw,format=v2"]);
         let ds = mount.path().join("ds");
         steps.run(&py2, &["write-v2", s(&ds), s(&want)]);
         mount.unmount();
@@ -230,11 +159,11 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
     steps.run(&py3, &["check-v3", s(&store.join("ds")), s(&want)]);
     {
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
         steps.run(&py2, &["read-v2", s(&mount.path().join("ds")), s(&want)]);
         mount.unmount();
     }
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// The xarray pattern for writing one dataset from many processes: a template written
@@ -245,11 +174,10 @@ fn xarray_on_zarr2_writes_through_the_v2_view_and_zarr3_reads_the_store() {
 /// through (one mount), in the store with zarr 3, and through a fresh v2 mount.
 #[test]
 fn dask_region_writes_from_several_processes_keep_every_region() {
-    let test = "dask_region_writes_from_several_processes_keep_every_region";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let regions = "8";
@@ -262,7 +190,7 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
             let dirs: Vec<_> = (0..nmounts).map(|_| tempfile::tempdir().unwrap()).collect();
             let mounts: Vec<CliMount> = dirs
                 .iter()
-                .map(|d| CliMount::new(&store, d.path(), "rw,format=v2"))
+                .map(|d| CliMount::new(&store, d.path(), &["-o", "rw,format=v2"]))
                 .collect();
             let targets: Vec<PathBuf> = mounts.iter().map(|m| m.path().join("r")).collect();
             let mut args = vec!["dask-regions", regions];
@@ -277,14 +205,14 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
         }
         steps.run(&py3, &["regions-check", regions, s(&store.join("r"))]);
         let mnt = tempfile::tempdir().unwrap();
-        let mount = CliMount::new(&store, mnt.path(), "ro,format=v2");
+        let mount = CliMount::new(&store, mnt.path(), &["-o", "ro,format=v2"]);
         steps.run(
             &py2,
             &["regions-check", regions, s(&mount.path().join("r"))],
         );
         mount.unmount();
     }
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 3 keeps its consolidated metadata in the root `zarr.json`, and zarr 3
@@ -294,21 +222,20 @@ fn dask_region_writes_from_several_processes_keep_every_region() {
 /// length and silently missed them).
 #[test]
 fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
-    let test = "an_append_through_the_v2_view_reaches_zarr3_default_open";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((py2, py3)) = venvs(test) else {
+    let Some((py2, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "format=v2");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "format=v2"]);
     steps.run(&py2, &["append-v2", s(mount.path())]);
     mount.unmount();
     steps.run(&py3, &["check-append", s(&store), s(&truth)]);
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }
 
 /// xarray on zarr 3 keeps consolidated metadata in the root `zarr.json`, describing the
@@ -319,29 +246,28 @@ fn an_append_through_the_v2_view_reaches_zarr3_default_open() {
 /// zarr 3's default open of the store reads it.
 #[test]
 fn xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view() {
-    let test = "xarray_on_zarr3_reads_and_writes_consolidated_datasets_through_the_v3_view";
-    if !common::can_mount(test) {
+    if !common::can_mount() {
         return;
     }
-    let Some((_, py3)) = venvs(test) else {
+    let Some((_, py3)) = venvs() else {
         return;
     };
     let (tmp, mut steps) = (tempfile::tempdir().unwrap(), Steps::default());
     let (store, truth) = written_by_xarray_on_zarr3(&mut steps, &py3, tmp.path());
     let mnt = tempfile::tempdir().unwrap();
-    let mount = CliMount::new(&store, mnt.path(), "ro");
+    let mount = CliMount::new(&store, mnt.path(), &["-o", "ro"]);
     steps.run(&py3, &["read-v3", s(mount.path()), s(&truth)]);
     mount.unmount();
     // Written through a writable v3 view: new arrays are stored sharded.
     let store2 = tmp.path().join("store2");
     std::fs::create_dir(&store2).unwrap();
     let written = tmp.path().join("written.pkl");
-    let mount = CliMount::new(&store2, mnt.path(), "rw");
+    let mount = CliMount::new(&store2, mnt.path(), &["-o", "rw"]);
     steps.run(
         &py3,
         &["write-v3", s(&mount.path().join("ds")), s(&written)],
     );
     mount.unmount();
     steps.run(&py3, &["read-v3", s(&store2.join("ds")), s(&written)]);
-    steps.assert_none_failed(test);
+    steps.assert_none_failed();
 }

@@ -1,13 +1,22 @@
-//! Shared helpers of the integration tests.
+//! The harness of the integration tests: fixtures and stores, the guards that skip a
+//! test where this machine cannot run it, and (in `mount`) mounts that are always
+//! unmounted. Each test program compiles it as its own module and uses part of it.
 #![allow(dead_code)]
+
+pub mod mount;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+/// The root of this checkout.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
 
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    repo().join("tests/fixtures")
 }
 
 /// A copy of fixture store `fixture` at `<returned dir>/s`, for tests that change it.
@@ -43,10 +52,20 @@ pub fn manifest() -> Vec<Value> {
     serde_json::from_slice::<Vec<Value>>(&bytes).expect("manifest is a JSON list")
 }
 
+/// The name of the running test: libtest runs each test in a thread named after it
+/// (also under `--test-threads 1`), so guards need not be told. Called from a thread
+/// the test started, it says so instead.
+pub fn test_name() -> String {
+    match std::thread::current().name() {
+        Some(name) => name.to_string(),
+        None => "(a test's unnamed thread)".to_string(),
+    }
+}
+
 /// Whether this machine can mount FUSE file systems. Where it cannot, the test prints
 /// why and returns; under CI (`CI` set) that is a failure instead, so a CI machine that
 /// lost `/dev/fuse` cannot go green by skipping.
-pub fn can_mount(test: &str) -> bool {
+pub fn can_mount() -> bool {
     let why = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -56,30 +75,43 @@ pub fn can_mount(test: &str) -> bool {
         Err(e) => format!("cannot open /dev/fuse: {e}"),
     };
     if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why} (CI must be able to mount)");
+        panic!("{}: {why} (CI must be able to mount)", test_name());
     }
+    skipped(&why);
+    false
+}
+
+/// Say on both streams that the running test is skipped, and why: cargo shows stdout
+/// only for failures, so stderr carries it to the log of a passing run.
+pub fn skipped(why: &str) {
+    let test = test_name();
     println!("SKIPPED {test}: {why}");
     eprintln!("SKIPPED {test}: {why}");
-    false
 }
 
 /// The Python of venv `venv` (`.venv`, `.venv-zarr2`) of this checkout, made by
 /// scripts/setup-venv; where there is none the test prints why and gets `None` (under
 /// CI that is a failure).
-pub fn venv_python(venv: &str, test: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(venv)
-        .join("bin/python");
+pub fn venv_python(venv: &str) -> Option<PathBuf> {
+    let p = repo().join(venv).join("bin/python");
     if p.exists() {
         return Some(p);
     }
-    let why = format!("no {venv}: run scripts/setup-venv (scripts/test does)");
+    let why = format!("no {venv}: run {} (scripts/test does)", venv_setup(venv));
     if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
+        panic!("{}: {why}", test_name());
     }
-    println!("SKIPPED {test}: {why}");
-    eprintln!("SKIPPED {test}: {why}");
+    skipped(&why);
     None
+}
+
+/// The command that makes venv `venv`: `.venv` by `scripts/setup-venv`, `.venv-NAME`
+/// by `scripts/setup-venv NAME`.
+pub fn venv_setup(venv: &str) -> String {
+    match venv.strip_prefix(".venv-") {
+        Some(name) => format!("scripts/setup-venv {name}"),
+        None => "scripts/setup-venv".to_string(),
+    }
 }
 
 /// Every regular file under `dir`, as `/`-separated paths relative to `dir`.
@@ -121,6 +153,34 @@ pub fn stores_with_twins() -> Vec<String> {
     stores.sort();
     stores.dedup();
     stores
+}
+
+/// The `zarr.json` of a 1-d uint8 array of `len` elements in shards of `shard`, each of
+/// inner chunks of `chunk` stored through `codecs`, the index through `index_codecs` at
+/// `index_location` (`"start"`, `"end"`).
+pub fn sharded_u8_array(
+    len: usize,
+    shard: usize,
+    chunk: usize,
+    codecs: Value,
+    index_codecs: Value,
+    index_location: &str,
+) -> Value {
+    json!({
+        "zarr_format": 3, "node_type": "array", "shape": [len], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [shard]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [chunk], "codecs": codecs,
+            "index_codecs": index_codecs,
+            "index_location": index_location}}],
+    })
+}
+
+/// The usual index codecs: little-endian offsets and lengths, then a crc32c.
+pub fn index_codecs_crc32c() -> Value {
+    json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}])
 }
 
 pub fn json_file(path: &Path) -> Value {
