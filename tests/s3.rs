@@ -1186,3 +1186,70 @@ fn compact_rewrites_an_s3_shard_with_dead_space() {
     ma.unmount();
     mb.unmount();
 }
+
+/// A store of one shard of two inner chunks of 4 MiB (uint8, no compression), every
+/// byte of chunk `c` equal to `fill + c`, at `dir`.
+fn two_big_chunks(dir: &Path, fill: u8) {
+    use shardfs::format::{ChunkRange, Endian, IndexCodecs, ShardIndex};
+    const CHUNK: usize = 4 << 20;
+    std::fs::create_dir_all(dir.join("c")).unwrap();
+    let meta = common::sharded_u8_array(
+        2 * CHUNK,
+        2 * CHUNK,
+        CHUNK,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::write(dir.join("zarr.json"), meta.to_string()).unwrap();
+    let mut shard = [vec![fill; CHUNK], vec![fill + 1; CHUNK]].concat();
+    let entries = (0..2u64)
+        .map(|c| {
+            Some(ChunkRange {
+                offset: c * CHUNK as u64,
+                nbytes: CHUNK as u64,
+            })
+        })
+        .collect();
+    shard.extend(ShardIndex::from_entries(entries).encode(IndexCodecs {
+        endian: Endian::Little,
+        crc32c: true,
+    }));
+    std::fs::write(dir.join("c/0"), shard).unwrap();
+}
+
+/// SEMANTICS (object storage): a read further into a chunk whose shard another writer
+/// replaced since this mount began reading it fails with `ESTALE` (it would mix two
+/// versions of the chunk), and the application sees that errno, not EIO. The mount goes
+/// on serving, and a later mount reads the new chunk.
+#[test]
+fn a_read_further_into_a_chunk_whose_shard_was_replaced_is_estale() {
+    use std::os::unix::fs::FileExt;
+    let Some(s3) = S3Test::start() else { return };
+    let (old, new) = (s3.dir("old"), s3.dir("new"));
+    two_big_chunks(&old, 10);
+    two_big_chunks(&new, 50);
+    s3.tool(&["upload", "--to", "bucket/big", old.to_str().unwrap()]);
+    // A read-ahead budget of 1 MiB: the first read fetches what it asks for, not the
+    // rest of the 4 MiB chunk, so the read further in asks the bucket again.
+    let (mnt, m) = s3.mount_dir("s3://bucket/big", "m", &["-o", "ro,s3_cache=1"]);
+    let f = std::fs::File::open(mnt.join("c/1")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == 11), "the stored chunk 1");
+    // Another writer replaces the shard.
+    s3.tool(&["upload", "--to", "bucket/big", new.to_str().unwrap()]);
+    let err = f.read_exact_at(&mut buf, 3 << 20).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    drop(f);
+    assert!(
+        std::fs::metadata(mnt.join("zarr.json")).is_ok(),
+        "still serving"
+    );
+    m.unmount();
+    let (mnt, m) = s3.mount_dir("s3://bucket/big", "m2", &["-o", "ro"]);
+    let chunk = std::fs::read(mnt.join("c/1")).unwrap();
+    assert_eq!(chunk.len(), 4 << 20);
+    assert!(chunk.iter().all(|&b| b == 51), "the new chunk 1");
+    m.unmount();
+}
