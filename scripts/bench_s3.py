@@ -49,18 +49,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.dont_write_bytecode = True  # importing bench.py leaves no scripts/__pycache__
+sys.dont_write_bytecode = True  # importing benchlib.py leaves no scripts/__pycache__
 
 import numpy as np  # noqa: E402
 import zarr  # noqa: E402
 from obstore.store import S3Store  # noqa: E402
 from zarr.storage import ObjectStore  # noqa: E402
 
-import bench  # noqa: E402  (scripts/bench.py: helpers only)
-from bench import Geometry, RssSampler, machine_info, read_all  # noqa: E402
+import benchlib  # noqa: E402  (scripts/benchlib.py: the benchmarks' shared code)
+from benchlib import Geometry, RssSampler, machine_info, read_all  # noqa: E402
 
-REPO = bench.REPO
-BIN = bench.BIN
+REPO = benchlib.REPO
+BIN = benchlib.BIN
 S3_LOCAL = REPO / "scripts" / "s3_local.py"
 ZARR2_PY = REPO / ".venv-zarr2" / "bin" / "python"
 ZARR2_READ = (
@@ -157,7 +157,7 @@ class Moto:
 
 # ----- the mounts ------------------------------------------------------------------
 
-def requests(m: bench.Mount) -> dict[str, int]:
+def requests(m: benchlib.Mount) -> dict[str, int]:
     """The requests the mount's store made so far (`shardfs stats`: store_requests)."""
     return m.stats()["store_requests"]
 
@@ -204,8 +204,8 @@ def table(rows: list[Row]) -> str:
            "|---|---|---:|---:|---|---:|---|---|---|"]
     for r in rows:
         goal = r.goal_text or (f"≥ {r.goal:g}×" if r.goal is not None else "")
-        out.append(f"| {r.case} | {r.metric} | {bench.fmt(r.shardfs)} | {bench.fmt(r.baseline)} "
-                   f"| {r.baseline_name} | {bench.fmt(r.ratio)}× | {goal} | {r.verdict} "
+        out.append(f"| {r.case} | {r.metric} | {benchlib.fmt(r.shardfs)} | {benchlib.fmt(r.baseline)} "
+                   f"| {r.baseline_name} | {benchlib.fmt(r.ratio)}× | {goal} | {r.verdict} "
                    f"| {r.note} |")
     return "\n".join(out)
 
@@ -228,9 +228,9 @@ class Bench:
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    def mount(self, prefix: str, *args: str) -> bench.Mount:
+    def mount(self, prefix: str, *args: str) -> benchlib.Mount:
         self.n += 1
-        return bench.Mount(f"s3://{BUCKET}/{prefix}", self.root / "mnt" / f"m{self.n}",
+        return benchlib.Mount(f"s3://{BUCKET}/{prefix}", self.root / "mnt" / f"m{self.n}",
                            self.root / "shardfs.log", *args, env=self.moto.env())
 
     def probe(self, g: Geometry) -> None:
@@ -262,7 +262,7 @@ class Bench:
         self.log(f"creating the array ({g.n_chunks} chunks of {g.chunk_bytes // KIB} KiB, "
                  f"{g.chunks_per_shard} per shard, {g.n_chunks * g.chunk_bytes / MIB:.0f} MiB) "
                  "and uploading it")
-        bench.write_store_and_twin(local / "arr", self.root / "twin" / "arr", g, seed=1)
+        benchlib.write_store_and_twin(local / "arr", self.root / "twin" / "arr", g, seed=1)
         self.moto.upload(local, "read")
         expect = zarr.open_array(str(local / "arr"), mode="r")[:]
         shutil.rmtree(self.root / "twin")
@@ -521,7 +521,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
-    atexit.register(bench.cleanup_mounts)
+    atexit.register(benchlib.cleanup_mounts)
     if not args.keep:
         atexit.register(lambda: shutil.rmtree(root, ignore_errors=True))
     machine = machine_info(root)
@@ -540,7 +540,7 @@ def main() -> int:
         print("bench-s3: interrupted; unmounting", file=sys.stderr)
         return 130
     finally:
-        bench.cleanup_mounts()
+        benchlib.cleanup_mounts()
         if moto is not None:
             moto.stop()
     elapsed = time.monotonic() - t0
@@ -566,7 +566,7 @@ def main() -> int:
     print(body)
     if not args.no_doc:
         title = args.title or f"Object storage: `scripts/bench-s3` ({m['date'][:10]})"
-        print(f"written to {bench.write_doc(args.section, title, body)}", file=sys.stderr)
+        print(f"written to {benchlib.write_doc(args.section, title, body)}", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,8 @@
 """The seed's blosc containers, made by their own producers and read back through a mount.
 
+Used by the tests (tests/containers.rs) and the benchmark scripts/bench_containers.py
+(which imports it): shared, so it stays in scripts/ (the tests' own helpers are in tests/py/).
+
     make_containers.py make STORE EXPECTED   bcolz rootdirs and bloscpack files into STORE;
                                              what bcolz and bloscpack read back, as .npy
                                              files, into EXPECTED (name: path in STORE)

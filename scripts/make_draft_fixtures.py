@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Generate tests/fixtures-draft/: stores of the 2022 draft sharding layout.
 
+Run by hand, by no test or benchmark: the tests read what it writes (tests/fixtures-draft/,
+tests/v2.rs).
+
 zarr-python 2.13–2.18 wrote Zarr v3 "draft" stores (``meta/root/...``,
 ``data/root/...``) sharded by the draft *sharding storage transformer* when
 ``ZARR_V3_EXPERIMENTAL_API=1`` and ``ZARR_V3_SHARDING=1`` were set. This script

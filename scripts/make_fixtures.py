@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Generate the shardfs test fixtures under tests/fixtures/.
 
+Run by hand, by no test or benchmark: the tests read what it writes (tests/fixtures/).
+
 Run with the repo venv (see scripts/setup-venv):
 
     .venv/bin/python scripts/make_fixtures.py

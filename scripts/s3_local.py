@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """A local S3 endpoint for shardfs's tests, and the few bucket chores they need.
 
+Used by the tests (tests/s3.rs) and the benchmarks scripts/bench_s3.py and
+scripts/s3_soak.py: shared, so it stays in scripts/ (the tests' own helpers are in tests/py/).
+
     serve  [--bucket NAME ...] [--outage-file PATH] [--threaded] [--request-log FILE]
         moto's S3 server on 127.0.0.1 (a free port), serving ONE REQUEST AT A TIME:
         moto's default threaded server checks If-Match without a lock, so two racing

@@ -2,6 +2,9 @@
 """A TCP proxy in front of an S3 endpoint that adds latency to every request and, on
 demand, fails the way networks and endpoints fail (issue 34).
 
+Used by the tests (tests/s3.rs) and the benchmark scripts/bench_s3_latency.py: shared,
+so it stays in scripts/ (the tests' own helpers are in tests/py/).
+
     s3_proxy.py --to HOST:PORT [--delay-ms D] [--fault-file PATH] [--port 0]
 
 Listens on 127.0.0.1 (prints `ready http://127.0.0.1:PORT` once it does) and forwards

@@ -1,6 +1,6 @@
 //! Real clients: zarr-python 3 and tensorstore open every fixture store through the
 //! mount (an unsharded array to them) and directly (sharded), and must read the same
-//! values. Runs `scripts/interop.py` in the venv that `scripts/setup-venv` makes.
+//! values. Runs `tests/py/interop.py` in the venv that `scripts/setup-venv` makes.
 
 mod common;
 
@@ -17,7 +17,7 @@ fn zarr_python_and_tensorstore_read_the_mount_like_the_store() {
     let Some(python) = common::venv_python(".venv") else {
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/interop.py");
     let mut stores = common::stores_with_twins();
     stores.push("sample".into());
     let sample_dir = tempfile::tempdir().unwrap();

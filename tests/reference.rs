@@ -1,4 +1,4 @@
-//! The whole-tree reference test (issue 33), at a fixed small budget: `scripts/reftest.py`
+//! The whole-tree reference test (issue 33), at a fixed small budget: `tests/py/reftest.py`
 //! applies one seeded random sequence of the operations real tools make (mkdir -p, create,
 //! write and pwrite, truncate, renames, links, unlink, rmdir, rm -rf, fsync of files and
 //! directories, utime, chmod, metadata written whole and cut short, files that are not
@@ -28,7 +28,7 @@ fn the_mounted_tree_matches_a_plain_directory_after_the_same_operations() {
     let Some(python) = common::venv_python(".venv") else {
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/reftest.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/reftest.py");
     let mut runs: Vec<Vec<String>> = Vec::new();
     for seed in SEEDS {
         for format in ["v3", "v2"] {

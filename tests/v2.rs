@@ -1,7 +1,7 @@
 //! The v2 view (`--format v2`) and stores of the 2022 draft layout, against real
 //! clients: zarr-python 2.18 (`.venv-zarr2`) reads and writes through the mount;
 //! zarr-python 3 and tensorstore (`.venv`) are the ground truth on the shards.
-//! Runs `scripts/v2_interop.py`; both venvs come from `scripts/setup-venv`.
+//! Runs `tests/py/v2_interop.py`; both venvs come from `scripts/setup-venv`.
 
 mod common;
 
@@ -13,11 +13,11 @@ use std::process::Command;
 use shardfs::view::ViewFormat;
 use shardfs::{Mount, MountOptions};
 
-/// Run `scripts/SCRIPT` with `args` under `python`; it must exit 0 (the scripts exit 1
+/// Run `tests/py/SCRIPT` with `args` under `python`; it must exit 0 (the scripts exit 1
 /// on any failed check).
 fn run_script(script: &str, python: &Path, args: &[&str]) -> String {
     let out = Command::new(python)
-        .arg(repo().join("scripts").join(script))
+        .arg(repo().join("tests/py").join(script))
         .args(args)
         .output()
         .unwrap();
@@ -35,17 +35,17 @@ fn run_script(script: &str, python: &Path, args: &[&str]) -> String {
     stdout
 }
 
-/// `scripts/v2_interop.py`.
+/// `tests/py/v2_interop.py`.
 fn interop(python: &Path, args: &[&str]) -> String {
     run_script("v2_interop.py", python, args)
 }
 
-/// `scripts/ome_interop.py`.
+/// `tests/py/ome_interop.py`.
 fn ome(python: &Path, args: &[&str]) -> String {
     run_script("ome_interop.py", python, args)
 }
 
-/// `scripts/v2_plain.py`.
+/// `tests/py/v2_plain.py`.
 fn plain(python: &Path, args: &[&str]) -> String {
     run_script("v2_plain.py", python, args)
 }

@@ -467,9 +467,9 @@ fn a_key_directory_a_shard_only_partly_covers_is_there_only_when_made() {
     assert_eq!(fs::read(arr.join("c/3/5")).unwrap(), [3u8; 16]);
 }
 
-/// Run `scripts/write_interop.py` with `args`; fail the test with its output if it fails.
+/// Run `tests/py/write_interop.py` with `args`; fail the test with its output if it fails.
 fn run_write_interop(python: &Path, args: &[&std::ffi::OsStr]) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/write_interop.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/write_interop.py");
     let out = Command::new(python)
         .arg(&script)
         .args(args)

@@ -3,7 +3,7 @@
 //! reads directly; xarray on zarr 2 writes through the view (strings, fill values,
 //! consolidated metadata) and zarr 3 reads the store; dask region writes from several
 //! processes, through one mount and through two mounts of one store, keep every region.
-//! Runs `scripts/xarray_v2.py` under both venvs from `scripts/setup-venv` (xarray, dask
+//! Runs `tests/py/xarray_v2.py` under both venvs from `scripts/setup-venv` (xarray, dask
 //! and pandas are in both requirements files), against the `shardfs` binary: the Python
 //! processes then talk to a mount daemon of its own, as users' do (a mount served from
 //! threads of this test program would share its descriptors with every child it forks).
@@ -49,11 +49,11 @@ struct Steps {
 }
 
 impl Steps {
-    /// `scripts/xarray_v2.py ARGS` under `python`; a non-zero exit (a failed check or a
+    /// `tests/py/xarray_v2.py ARGS` under `python`; a non-zero exit (a failed check or a
     /// crash) is recorded with the lines that say why.
     fn run(&mut self, python: &Path, args: &[&str]) {
         let out = Command::new(python)
-            .arg(repo().join("scripts/xarray_v2.py"))
+            .arg(repo().join("tests/py/xarray_v2.py"))
             .args(args)
             .output()
             .unwrap();

@@ -8,7 +8,7 @@ outcome (a value or an errno) on both sides. Then compare the two trees (names, 
 bytes; metadata as parsed JSON), unmount, mount again, compare again, unmount, and read
 every array with zarr-python 3 from the *store* (sharded, directly) and from the twin.
 
-    .venv/bin/python scripts/reftest.py --shardfs target/debug/shardfs --seed 7 --ops 150
+    .venv/bin/python tests/py/reftest.py --shardfs target/debug/shardfs --seed 7 --ops 150
     ... --format v2            # the v2 view (-o format=v2)
     ... --threads 3            # three threads at once, each in its own subtree
     ... --keep DIR -v          # keep store/twin/mount/logs under DIR; print the op log
@@ -137,12 +137,12 @@ BYTES_V3 = {"name": "bytes", "configuration": {"endian": "little"}}
 
 
 EMIT_HEAD = """#!/usr/bin/env python3
-# A replay of scripts/reftest.py {args}: the same operations, step by step, on a fresh
+# A replay of tests/py/reftest.py {args}: the same operations, step by step, on a fresh
 # mount of the same starting store (or, with --plain, on a plain copy of what the mount
 # shows). Delete ops to make it smaller; each op stops at its first failing step, as in the
 # test. Usage: {python} THIS_FILE [--shardfs BIN] [--plain] [--keep DIR]
 import os, shutil, subprocess, sys, tempfile
-sys.path.insert(0, {scripts!r})
+sys.path.insert(0, {here!r})
 import reftest
 
 SEED, FORMAT, BASES, SHARDFS = {seed!r}, {fmt!r}, {bases!r}, {shardfs!r}
@@ -1791,7 +1791,7 @@ class Run:
         if a.emit:
             with open(a.emit, "w") as f:
                 f.write(EMIT_HEAD.format(args=" ".join(sys.argv[1:]), python=sys.executable,
-                                         scripts=os.path.dirname(os.path.abspath(__file__)),
+                                         here=os.path.dirname(os.path.abspath(__file__)),
                                          seed=a.seed, fmt=self.fmt, bases=bases, shardfs=a.shardfs))
         try:
             make_store(self.store, bases, a.seed)
@@ -1838,7 +1838,7 @@ class Run:
 
     def report(self) -> int:
         a = self.a
-        hint = (f"scripts/reftest.py --shardfs {a.shardfs} --seed {a.seed} --ops {a.ops} --format {self.fmt}"
+        hint = (f"tests/py/reftest.py --shardfs {a.shardfs} --seed {a.seed} --ops {a.ops} --format {self.fmt}"
                 + (f" --threads {a.threads}" if a.threads > 1 else "") + " --keep /tmp/rt -v")
         unexplained = [d for d in self.diffs if d.why is None]
         known = [d for d in self.diffs if d.why in KNOWN_OPEN]

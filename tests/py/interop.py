@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check a shardfs mount against its sharded source store with zarr-python and tensorstore.
 
-    .venv/bin/python scripts/interop.py --store STORE --mount MOUNTPOINT [--json]
+    .venv/bin/python tests/py/interop.py --store STORE --mount MOUNTPOINT [--json]
 
 For every array node under STORE (a directory whose zarr.json has
 node_type == "array"):
