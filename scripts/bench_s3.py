@@ -62,6 +62,7 @@ from benchlib import Geometry, RssSampler, machine_info, read_all  # noqa: E402
 REPO = benchlib.REPO
 BIN = benchlib.BIN
 S3_LOCAL = REPO / "scripts" / "s3_local.py"
+S3_PROXY = REPO / "scripts" / "s3_proxy.py"
 ZARR2_PY = REPO / ".venv-zarr2" / "bin" / "python"
 ZARR2_READ = (
     "import hashlib, sys, time\n"
@@ -79,11 +80,15 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 class Moto:
-    """`s3_local.py serve --threaded --request-log FILE` as our child; stopped by pid."""
+    """`s3_local.py serve --threaded --request-log FILE` as our child; stopped by pid.
+    With `delay_ms`, every client (the mounts, zarr-python) talks to it through
+    `s3_proxy.py --delay-ms` (a request latency of that many ms, as a far endpoint has);
+    the set-up (uploads) and the request log do not."""
 
-    def __init__(self, log: Path, request_log: Path):
+    def __init__(self, log: Path, request_log: Path, delay_ms: float = 0):
         self.request_log = request_log
         self.err = open(log, "ab")
+        self.proxy: subprocess.Popen | None = None
         self.proc = subprocess.Popen(
             [sys.executable, str(S3_LOCAL), "serve", "--bucket", BUCKET, "--threaded",
              "--request-log", str(request_log)],
@@ -94,8 +99,22 @@ class Moto:
             self.stop()
             raise RuntimeError(f"moto did not start: {line!r}; see {log}")
         self.endpoint = line.split(" ", 1)[1]
+        self.client_endpoint = self.endpoint
+        if delay_ms:
+            self.proxy = subprocess.Popen(
+                [sys.executable, str(S3_PROXY), "--to", self.endpoint.removeprefix("http://"),
+                 "--delay-ms", str(delay_ms)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.err)
+            line = self.proxy.stdout.readline().decode().strip()
+            if not line.startswith("ready "):
+                self.stop()
+                raise RuntimeError(f"s3_proxy did not start: {line!r}; see {log}")
+            self.client_endpoint = line.split(" ", 1)[1]
 
     def stop(self) -> None:
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.terminate()
+            self.proxy.wait(timeout=10)
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:
@@ -109,7 +128,7 @@ class Moto:
         env = {k: v for k, v in os.environ.items()
                if k not in ("AWS_SESSION_TOKEN", "AWS_PROFILE")}
         env.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                   AWS_REGION="us-east-1", AWS_ENDPOINT_URL=self.endpoint,
+                   AWS_REGION="us-east-1", AWS_ENDPOINT_URL=self.client_endpoint,
                    AWS_ALLOW_HTTP="true")
         return env
 
@@ -119,7 +138,7 @@ class Moto:
 
     def s3store(self, prefix: str) -> S3Store:
         """obstore's S3 client for BUCKET/prefix."""
-        return S3Store(BUCKET, prefix=prefix, endpoint=self.endpoint, access_key_id="test",
+        return S3Store(BUCKET, prefix=prefix, endpoint=self.client_endpoint, access_key_id="test",
                        secret_access_key="test", region="us-east-1",
                        client_options={"allow_http": True})
 
@@ -500,6 +519,9 @@ def main() -> int:
     ap.add_argument("--no-doc", action="store_true", help="do not touch docs/BENCHMARKS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--only", default="reads,writes", help="reads, writes or both")
+    ap.add_argument("--delay-ms", type=float, default=0,
+                    help="request latency added in front of the endpoint for every client "
+                         "(scripts/s3_proxy.py; default 0: none)")
     args = ap.parse_args()
     args.reps = args.reps or (2 if args.quick else 5)
     args.write_reps = args.write_reps or (1 if args.quick else 3)
@@ -528,7 +550,7 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     try:
-        moto = Moto(root / "moto.log", root / "requests.log")
+        moto = Moto(root / "moto.log", root / "requests.log", args.delay_ms)
         atexit.register(moto.stop)
         b = Bench(args, root, moto)
         b.log(f"moto at {moto.endpoint}; data in {root}")
@@ -553,7 +575,10 @@ def main() -> int:
         f"{m['kernel']}; load average (1 min) {load0:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end. Endpoint: moto {moto_version()} on 127.0.0.1 (threaded, one "
         f"writer at a time), on the same machine as the client, so its CPU time competes "
-        f"with both sides. Baseline: zarr-python {zarr.__version__} with "
+        f"with both sides"
+        + (f"; every client's requests through scripts/s3_proxy.py adding "
+           f"{args.delay_ms:g} ms each" if args.delay_ms else "")
+        + f". Baseline: zarr-python {zarr.__version__} with "
         f"zarr.storage.ObjectStore (obstore {obstore_version()}), same endpoint, same run. "
         f"Medians of {args.reps} runs (writes: {args.write_reps}); ratio > 1 means "
         f"shardfs is better (throughput ratio, or baseline / shardfs for times and "

@@ -235,13 +235,18 @@ impl BucketStore {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return false;
         };
-        let listing = self
+        match self
             .meta
-            .usable(&self.meta.listings, parent, self.deadline.outage());
-        listing.is_some_and(|l| {
-            l.binary_search_by(|e| e.name.as_os_str().cmp(name))
-                .is_err()
-        })
+            .usable(&self.meta.listings, parent, self.deadline.outage())
+        {
+            Some(l) => l
+                .binary_search_by(|e| e.name.as_os_str().cmp(name))
+                .is_err(),
+            // Nothing lies below a parent a fresh listing found absent: a writer's files
+            // in a key directory it just made (`mkdir -p c/0`, then `c/0/0.<hex>.partial`)
+            // need no HEAD and no LIST each.
+            None => !parent.as_os_str().is_empty() && self.listed_absent(parent),
+        }
     }
 
     /// Whether any object lies below `rel`.
