@@ -9,6 +9,49 @@
 //! * Key directories are listed from the shard files that exist (the draft spec's
 //!   `list_dir` rule): a prefix may be listed whose chunks turn out empty. The last level
 //!   (files) reads the indices of the shards of that one directory only.
+//!
+//! # Locks
+//!
+//! Locks that nest, outermost first, as the code takes them (issue 35). Take them only
+//! in this order; hold none across store I/O or a wait, but for the exceptions below.
+//!
+//! 1. `Writer::tree` (RwLock): shared in `create`, `mkdir`, `commit_chunk_closed`,
+//!    exclusive in `adopt_new_array`, `rename_dir`: nothing is made or staged while a
+//!    directory becomes an array or moves. parking_lot's RwLock is fair: never take it
+//!    twice in one thread (a writer queued in between would deadlock it).
+//! 2. `HandleTable::implicit` (handles of writes through descriptors the kernel
+//!    opened) or `Writer::kept_paths` (files of their own being stored), never both.
+//! 3. The `Flusher::locks` per-array serial lock, then `Flusher::packed` or
+//!    `Staging::inner`.
+//! 4. `PendingDocs::docs` (documents being written), then a `PendingDoc::state`.
+//! 5. `Writer::scratch` (the table), then a file's `Arc<Mutex<Scratch>>`, then
+//!    `ArrayRegistry::arrays` (read: `current`, `pending_meta`); `Writer::scratch` or
+//!    `Writer::times`, then `InodeTable::inner`.
+//! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
+//!    `HandleTable::files`/`dirs`, `Staging::inner`, the `Writer`'s sets and maps
+//!    (`vdirs`, `raw`, `headless`, ...), `Writer::invalidations`, `ShardCache` segments
+//!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead` (but see below).
+//!
+//! Held across store I/O (the exceptions):
+//! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
+//!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
+//!   write.rs:`commit_chunk_closed` when the write buffer is full.
+//! * `HandleTable::implicit`: handles.rs:`implicit_begin` opens the file under it
+//!   (store reads, shard loads); handles.rs:`commit_kernel_writes` reads and stats
+//!   store files under it (`partial_metadata`, `unlinked`).
+//! * `Writer::kept_paths`: kept.rs:`keep_file`, until the file is stored.
+//! * The serial lock and `Flusher::packed`: each shard commit in flush.rs:`write` (one
+//!   `packed` per mount: the flushes of all arrays take turns).
+//! * `PendingDocs::docs`: pending_doc.rs:`PendingDocs::open` (reads a new document);
+//!   `PendingDoc::state`: `change` (stores it, on purpose), `set_mode_owner`, `meta`.
+//! * `ObjectFile::ahead`: store/object/read.rs:`read_in` asks the local disk cache.
+//! * A shard's load claim (its path in `ShardCache::loading`, waited for up to 60 s)
+//!   lasts the load, with the store's directory `flock`s (`read_lock`, the recovery
+//!   hook's) inside it; no view lock is taken under these.
+//!
+//! Nothing waits for the kernel under a lock: `Writer::invalidate` only queues, and
+//! `fuse` calls the `Writer::settle_*` waits after the view's call returned. Locks
+//! inside the store backends and the compactor are not covered (not verified).
 
 mod adopt;
 pub mod cache;
