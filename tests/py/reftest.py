@@ -1295,6 +1295,16 @@ class Run:
                 self.taint(op.steps[0].path, "new-foreign-commit-error")
             return "new-foreign-commit-error"
         if mr == "ENOENT" and step is not None and self.was_outside(step.path, Tree(self.plain, "", self.fmt).arrays):
+            # a name in a key directory outside the grid, which the mount does not show
+            # (nor holds: the file was refused there): a link or rename of it made in the
+            # twin is undone there, so that the trees stay comparable (its target would be
+            # a difference of the same cause)
+            made = getattr(step, "link", None) or getattr(step, "rename", None)
+            if made and i < len(rp) and rp[i] == "ok" and not os.path.lexists(self.mnt / made[0]):
+                if hasattr(step, "link"):
+                    (self.plain / made[1]).unlink()
+                else:
+                    os.rename(self.plain / made[1], self.plain / made[0])
             return "keydir-outside-grid"
         if mr == "ok" and i < len(rp) and rp[i] == "ENOTEMPTY" and step is not None \
                 and step.desc.startswith("rmdir "):
