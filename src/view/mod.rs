@@ -30,7 +30,7 @@
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
 //!    `HandleTable::files`/`dirs`, `Staging::inner`, the `Writer`'s sets and maps
 //!    (`vdirs`, `raw`, `headless`, ...), `Writer::invalidations`, `ShardCache` segments
-//!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead` (but see below).
+//!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead`.
 //!
 //! Held across store I/O (the exceptions):
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
@@ -44,7 +44,6 @@
 //!   `packed` per mount: the flushes of all arrays take turns).
 //! * `PendingDocs::docs`: pending_doc.rs:`PendingDocs::open` (reads a new document);
 //!   `PendingDoc::state`: `change` (stores it, on purpose), `set_mode_owner`, `meta`.
-//! * `ObjectFile::ahead`: store/object/read.rs:`read_in` asks the local disk cache.
 //! * A shard's load claim (its path in `ShardCache::loading`, waited for up to 60 s)
 //!   lasts the load, with the store's directory `flock`s (`read_lock`, the recovery
 //!   hook's) inside it; no view lock is taken under these.

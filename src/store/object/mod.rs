@@ -496,8 +496,13 @@ impl BucketStore {
             .disk
             .clone()
             .map(|d| (d, format!("{}/{key}", self.scope)));
+        let disk_whole = match (&disk, &meta.e_tag) {
+            (Some((d, name)), Some(etag)) => d.holds(name, etag, 0..meta.size),
+            _ => false,
+        };
         let file = ObjectFile {
             disk,
+            disk_whole,
             store: self.inner.clone(),
             handle: self.rt.handle().clone(),
             key,

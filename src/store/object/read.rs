@@ -33,6 +33,10 @@ pub(super) struct ObjectFile {
     pub(super) deadline: Deadline,
     /// The local cache (`--cache`), and this object's name in it (`s3://bucket/key`).
     pub(super) disk: Option<(Arc<DiskCache>, String)>,
+    /// Whether the local cache held all of this version when it was opened: its chunks
+    /// are then read from there as asked for, never fetched whole into memory (found at
+    /// the open, so that no read asks the cache's files under the `ahead` lock).
+    pub(super) disk_whole: bool,
 }
 
 /// The first and the largest read-ahead window; each window is 4 times the last. On
@@ -86,9 +90,10 @@ pub(super) struct ReadAhead {
     /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
     /// side).
     pub(super) pending: Option<std::ops::Range<u64>>,
-    /// Bytes of a shard loaded ahead that the local cache holds, for the kernel to read
-    /// from its disk once the read under way (the shard's index) is served: asked for
-    /// before it, the index waited behind the whole shard's disk reads.
+    /// Bytes the local cache holds that the kernel is to read from its disk once the
+    /// read under way is served (and no lock is held): of a shard loaded ahead, whose
+    /// index (the read under way) waited behind the whole shard's disk reads when they
+    /// were asked for first; of a shard a reader went on to a second chunk of.
     pub(super) will_need: Option<std::ops::Range<u64>>,
 }
 
@@ -406,10 +411,10 @@ impl ObjectFile {
                 whole = ra.chunks >= 2 && !ra.whole && size <= WHOLE_MAX && first != unit;
                 // The local cache holds it all: its chunks are read from there as asked
                 // for (the kernel reads the disk ahead), nobody waits for the whole.
-                if whole && self.disk_holds(0..size) {
+                if whole && self.disk_whole {
                     ra.whole = true;
                     whole = false;
-                    self.disk_will_need(0..size);
+                    ra.will_need = Some(0..size);
                 }
             }
             if step {
