@@ -14,12 +14,11 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
-use super::rewrite::rewrite_shard;
+use super::rewrite::{BytesFile, bytes_meta, rewrite_shard};
 use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
 use crate::format::ShardLevel;
 
@@ -57,29 +56,11 @@ struct MemFile {
 
 impl StoreFile for MemFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset)
-            .unwrap_or(usize::MAX)
-            .min(self.data.len());
-        let n = buf.len().min(self.data.len() - start);
-        buf[..n].copy_from_slice(&self.data[start..start + n]);
-        Ok(n)
+        BytesFile(&self.data).read_at(buf, offset)
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
-        Ok(file_meta(self.data.len() as u64))
-    }
-}
-
-fn file_meta(len: u64) -> EntryMeta {
-    EntryMeta {
-        kind: EntryKind::File,
-        len,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-        ino: 0,
+        Ok(bytes_meta(self.data.len() as u64))
     }
 }
 
@@ -157,10 +138,10 @@ impl Store for MemoryStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         let inner = self.inner.lock();
         if let Some(f) = inner.files.get(rel) {
-            return Ok(Some(file_meta(f.len() as u64)));
+            return Ok(Some(bytes_meta(f.len() as u64)));
         }
         if rel.as_os_str().is_empty() || inner.dirs.contains(rel) {
-            let mut m = file_meta(0);
+            let mut m = bytes_meta(0);
             m.kind = EntryKind::Dir;
             m.perm = 0o755;
             return Ok(Some(m));

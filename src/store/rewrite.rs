@@ -30,16 +30,21 @@ impl StoreFile for BytesFile<'_> {
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
-        Ok(EntryMeta {
-            kind: EntryKind::File,
-            len: self.0.len() as u64,
-            mtime: SystemTime::UNIX_EPOCH,
-            ctime: SystemTime::UNIX_EPOCH,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            ino: 0,
-        })
+        Ok(bytes_meta(self.0.len() as u64))
+    }
+}
+
+/// What `stat` says of `len` bytes in memory: a file, of no time, owner or inode.
+pub(crate) fn bytes_meta(len: u64) -> EntryMeta {
+    EntryMeta {
+        kind: EntryKind::File,
+        len,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        ino: 0,
     }
 }
 
