@@ -23,7 +23,8 @@
 //!    opened) or `Writer::kept_paths` (files of their own being stored), never both.
 //! 3. The `Flusher::locks` per-array serial lock, then `Flusher::packed` or
 //!    `Staging::inner`.
-//! 4. `PendingDocs::docs` (documents being written), then a `PendingDoc::state`.
+//! 4. `PendingDocs::docs` (documents being written) and a `PendingDoc::state`: never one
+//!    under the other (a store of a document holds its state).
 //! 5. `Writer::scratch` (the table), then a file's `Arc<Mutex<Scratch>>`, then
 //!    `ArrayRegistry::arrays` (read: `current`, `pending_meta`); `Writer::scratch` or
 //!    `Writer::times`, then `InodeTable::inner`.

@@ -267,10 +267,16 @@ impl PendingDocs {
 
     /// Documents not whole that no handle has open (what the unmount refuses).
     pub(super) fn unfinished(&self) -> Vec<PathBuf> {
-        self.docs
+        // Out of the table's lock before a document's state is looked at: a store of the
+        // document holds its state (the table is never held waiting for it).
+        let idle: Vec<Arc<PendingDoc>> = self
+            .docs
             .lock()
             .values()
             .filter(|d| d.opens.load(Ordering::SeqCst) == 0 && !d.gone.load(Ordering::SeqCst))
+            .cloned()
+            .collect();
+        idle.into_iter()
             .filter(|d| !d.whole())
             .map(|d| d.rel.clone())
             .collect()
