@@ -25,6 +25,10 @@ pub(super) struct MetaCache {
     pub(super) heads: Timed<Option<object_store::ObjectMeta>>,
     pub(super) children: Timed<bool>,
     pub(super) listings: Timed<Arc<Vec<ListEntry>>>,
+    /// Small metadata documents as fetched whole, with their ETag: a document opened
+    /// again while its HEAD answer is fresh is read from here (a mount read the root
+    /// `zarr.json` twice: for the draft layout, then for the array).
+    pub(super) bodies: Timed<(Option<String>, bytes::Bytes)>,
     /// Bumped by every `forget`: an answer asked for before a forget (a listing in
     /// flight while this mount wrote below it) is not kept, so it cannot bring back what
     /// the forget dropped.
@@ -36,6 +40,9 @@ pub(super) type Timed<T> = Mutex<HashMap<PathBuf, (std::time::Instant, T)>>;
 
 /// Entries kept at most; past that the cache starts again empty.
 pub(super) const META_CACHE_ENTRIES: usize = 100_000;
+/// Metadata documents kept whole at most, and the largest kept ([`MetaCache::bodies`]).
+pub(super) const BODIES: usize = 256;
+pub(super) const BODY_BYTES: usize = 64 << 10;
 /// HEAD answers taken from one listing at most (a listing of a huge directory would
 /// otherwise push everything else out of the cache).
 pub(super) const LISTED_HEADS: usize = 10_000;
@@ -47,6 +54,7 @@ impl MetaCache {
             heads: Mutex::default(),
             children: Mutex::default(),
             listings: Mutex::default(),
+            bodies: Mutex::default(),
             forgets: Default::default(),
         }
     }
@@ -104,6 +112,7 @@ impl MetaCache {
         self.forgets
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.heads.lock().remove(rel);
+        self.bodies.lock().remove(rel);
         let mut children = self.children.lock();
         let mut listings = self.listings.lock();
         for d in rel.ancestors() {

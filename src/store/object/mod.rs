@@ -475,7 +475,8 @@ impl BucketStore {
             Prefetch::Start(n) => Some(object_store::GetRange::Bounded(0..n)),
             Prefetch::End(n) => Some(object_store::GetRange::Suffix(n)),
         });
-        let start = match range {
+        let generation = self.meta.generation();
+        let mut start = match range {
             Some(range) => match self.get_range(rel, range) {
                 Ok(Some(got)) => Some(got),
                 Ok(None) => return Ok(None),
@@ -491,6 +492,30 @@ impl BucketStore {
                 None => return Ok(None),
             },
         };
+        if client::is_metadata(rel) {
+            match &start {
+                // A small document fetched whole: kept for an open again within the TTL.
+                Some((m, bytes))
+                    if bytes.len() as u64 == m.size && bytes.len() <= meta::BODY_BYTES =>
+                {
+                    if self.meta.bodies.lock().len() >= meta::BODIES {
+                        self.meta.bodies.lock().clear();
+                    }
+                    let body = (m.e_tag.clone(), bytes.clone());
+                    self.meta.keep(&self.meta.bodies, rel, body, generation);
+                }
+                // Opened again while its HEAD answer is fresh: the same version's bytes,
+                // if kept, need no GET.
+                None => {
+                    start = self
+                        .meta
+                        .usable(&self.meta.bodies, rel, self.deadline.outage())
+                        .filter(|(etag, b)| *etag == meta.e_tag && b.len() as u64 == meta.size)
+                        .map(|(_, b)| (meta.clone(), b));
+                }
+                _ => {}
+            }
+        }
         let key = self.key(rel)?;
         let disk = self
             .disk

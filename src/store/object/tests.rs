@@ -1002,3 +1002,37 @@ fn during_an_outage_what_was_known_answers_at_once_however_old() {
     assert!(s.stat(Path::new("b/never")).unwrap().is_none());
     assert!(!s.deadline.outage());
 }
+
+/// A small metadata document opened again while its HEAD answer is fresh is read from
+/// the bytes its first open fetched (a mount read the root `zarr.json` twice, for the
+/// draft layout and for the array: a round trip more at every mount); a version written
+/// since is fetched anew.
+#[test]
+fn a_metadata_document_opened_again_within_the_ttl_is_not_fetched_again() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = BucketStore::new(mem.clone(), "p", "memory://t").unwrap();
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    let key = ObjPath::from("p/zarr.json");
+    let doc = br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+    s.block_on(mem.put(&key, PutPayload::from(doc.to_vec())))
+        .unwrap();
+    let s = Arc::new(s);
+    let _view = crate::view::View::new(s.clone(), crate::view::ViewConfig::default()).unwrap();
+    assert_eq!(s.counters().gets.load(Relaxed), 1, "one GET of zarr.json");
+    let read = |s: &BucketStore| {
+        let f = s.open(Path::new("zarr.json")).unwrap().unwrap();
+        let mut buf = vec![0u8; f.meta().unwrap().len as usize];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        buf
+    };
+    assert_eq!(read(&s), doc);
+    assert_eq!(s.counters().gets.load(Relaxed), 1, "opened again: no GET");
+    let new = br#"{"zarr_format": 3, "node_type": "group", "attributes": {"a": 1}}"#;
+    s.write_atomically(Path::new("zarr.json"), new).unwrap();
+    assert_eq!(
+        read(&s),
+        new,
+        "this store's write is read, not the bytes kept"
+    );
+}
