@@ -105,24 +105,12 @@ impl View {
                     Some(kp) => self.key_node(array, kp),
                     // A file of its own stored there (`super::kept`).
                     None if crate::store::is_internal(name) => Ok(None),
-                    None => {
-                        // Where each question is a request (object storage), one listing
-                        // of the key directory, kept for the TTL, answers for every name
-                        // looked up in it: a writer's temporary files (zarr-python's
-                        // `0.<hex>.partial`, renamed onto the key) cost a HEAD and a LIST
-                        // each otherwise, in series (issue 34: 64 chunks written at 30 ms
-                        // took 2.2 s until the last rename). A failed listing leaves it
-                        // to the stat.
-                        if self.store.reads_are_requests() {
-                            let _ = self.store.list(path);
-                        }
-                        Ok(match self.store.stat(&path.join(name))? {
-                            Some(m) if m.kind == EntryKind::File => Some(Node::File {
-                                rel: path.join(name),
-                            }),
-                            _ => None,
-                        })
-                    }
+                    None => Ok(match self.store.stat(&path.join(name))? {
+                        Some(m) if m.kind == EntryKind::File => Some(Node::File {
+                            rel: path.join(name),
+                        }),
+                        _ => None,
+                    }),
                 }
             }
             Node::File { .. }

@@ -561,7 +561,7 @@ impl StoreFile for ObjectFile {
     /// leaves the cache: the readers' own windows always have the other half).
     fn warm(&self) {
         let len = self.meta.size.min(MAX_WINDOW);
-        if len > 0 && self.disk_holds(0..len) {
+        if len > 0 && self.disk_whole {
             self.ahead.lock().will_need = Some(0..len);
             return;
         }
@@ -588,17 +588,14 @@ impl StoreFile for ObjectFile {
 }
 
 impl ObjectFile {
-    /// Whether the local cache holds bytes `range` of this version.
-    fn disk_holds(&self, range: std::ops::Range<u64>) -> bool {
-        match (&self.disk, &self.meta.e_tag) {
-            (Some((disk, name)), Some(etag)) => disk.holds(name, etag, range),
-            _ => false,
-        }
-    }
-
     /// What a load ahead left for the kernel to read from the local cache, asked for
     /// once the first read (the shard's index) is served.
     fn after_read(&self) {
+        // Only a file the local cache holds whole is ever left anything: no lock taken
+        // on the read path of the others.
+        if !self.disk_whole {
+            return;
+        }
         let range = self.ahead.lock().will_need.take();
         if let Some(range) = range {
             self.disk_will_need(range);
