@@ -565,25 +565,38 @@ fn an_array_made_file_by_file_through_the_mount_is_stored_sharded() {
             fs::create_dir_all(b3.join(format!("c/{i}/{j}"))).unwrap();
             fs::write(b3.join(format!("c/{i}/{j}/{k}")), want(i, j, k)).unwrap();
         }
-        fs::write(
-            b3.join("zarr.json"),
-            fs::read(mnt.path().join("a3/zarr.json")).unwrap(),
-        )
-        .unwrap();
+        // Compact, as zarr-python writes it (the view shows its documents indented).
+        let doc: serde_json::Value =
+            serde_json::from_slice(&fs::read(mnt.path().join("a3/zarr.json")).unwrap()).unwrap();
+        let b3_doc = serde_json::to_vec(&doc).unwrap();
+        fs::write(b3.join("zarr.json"), &b3_doc).unwrap();
+        // The new array's metadata reads back as its writer wrote it.
+        assert_eq!(
+            String::from_utf8(fs::read(b3.join("zarr.json")).unwrap()).unwrap(),
+            String::from_utf8(b3_doc).unwrap(),
+            "b3/zarr.json as written"
+        );
         // Rewritten in place after the adoption: the write reaches the chunk, not the
         // plain file the adoption took in (whose handle the daemon held until then).
         fs::write(b3.join("c/0/0/0"), [99u8; 8]).unwrap();
         // The array's metadata rewritten in place, again and again (attributes of
-        // several lengths): every read right after a write is a whole document.
+        // several lengths): every read right after a write is the document written,
+        // byte for byte. (Before, the view showed its own indented rendering at once:
+        // the kernel kept the writer's length until the invalidation after the write
+        // reached it, and one loaded run in 14 read a cut rendering.)
         let meta = mnt.path().join("a3/zarr.json");
         for n in 0..20 {
             let mut doc: serde_json::Value =
                 serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
             doc["attributes"] = serde_json::json!({ "note": "x".repeat(n % 7), "n": n });
-            fs::write(&meta, serde_json::to_vec(&doc).unwrap()).unwrap();
-            let shown: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap())
-                .unwrap_or_else(|e| panic!("write {n}: not a whole document: {e}"));
-            assert_eq!(shown["attributes"]["n"], n, "write {n}");
+            let written = serde_json::to_vec(&doc).unwrap();
+            fs::write(&meta, &written).unwrap();
+            let shown = fs::read(&meta).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&shown),
+                String::from_utf8_lossy(&written),
+                "write {n}: read back as written"
+            );
         }
         // A slow writer: truncated at open, written after the idle commit has run.
         let mut doc: serde_json::Value = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();

@@ -660,6 +660,8 @@ fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
         assert!(st.success(), "{script}");
     };
     sh(r#"echo '{"k": 2}' > img/0/.zattrs"#);
+    let zattrs = std::fs::read_to_string(m.join("img/0/.zattrs")).unwrap();
+    assert_eq!(zattrs, "{\"k\": 2}\n", "read back as written");
     sh(r#"mkdir newgrp && echo '{"zarr_format": 2}' > newgrp/.zgroup"#);
     let zarray = std::fs::read_to_string(m.join("img/0/.zarray")).unwrap();
     let grown = zarray.replacen("4,", "6,", 1);
@@ -669,8 +671,12 @@ fn shell_redirection_into_v2_metadata_and_ome_names_on_unsharded_arrays() {
         "cat {} > img/0/.zarray",
         tmp.path().join("za").display()
     ));
+    let zarray = std::fs::read_to_string(m.join("img/0/.zarray")).unwrap();
+    assert_eq!(zarray, grown, "read back as written");
     let multiscales = r#"{"multiscales": [{"version": "0.4", "axes": [{"name": "y", "type": "space"}, {"name": "x", "type": "space"}], "datasets": [{"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0]}]}]}]}"#;
     sh(&format!("echo '{multiscales}' > img/.zattrs"));
+    let zattrs = std::fs::read_to_string(m.join("img/.zattrs")).unwrap();
+    assert_eq!(zattrs, format!("{multiscales}\n"), "read back as written");
     mount.unmount().unwrap();
     let stored = common::json_file(&store.join("img/0/zarr.json"));
     assert_eq!(stored["attributes"]["k"], 2, "{stored}");

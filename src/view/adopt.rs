@@ -28,7 +28,13 @@ impl View {
                 self.writer()?;
                 let path = dir.join(file.name());
                 let data = self.store.read_all(&path)?.ok_or(ViewError::NotFound)?;
+                // Shown as written while it is the document shown (`View::as_written`).
+                let key = (dir.join("zarr.json"), file);
+                let written = self.remember_as_written(key.clone(), &data);
                 let taken = self.take_in_v2(dir, file, &data);
+                if taken.is_err() {
+                    self.forget_as_written(&key, &written);
+                }
                 self.store.remove_file(&path)?;
                 if let Err(e) = &taken {
                     log::warn!("{}: refused: {e}", dir.join(file.name()).display());
@@ -398,7 +404,13 @@ impl View {
                 .filter_map(|(coords, _)| coords.clone())
                 .map(|c| (dir.to_path_buf(), c)),
         );
-        store.write_atomically(&json_path, &sharded)?;
+        // Shown as its writer wrote it while it describes the array stored.
+        let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
+        store
+            .write_atomically(&json_path, &sharded)
+            .inspect_err(|_| {
+                self.forget_as_written(&(json_path.clone(), MetaFile::ZarrJson), &written)
+            })?;
         let array = self.reload_array(dir)?;
         for (_, path) in key_dirs.into_iter().rev() {
             let _ = store.remove_dir(&path);

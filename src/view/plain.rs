@@ -296,11 +296,16 @@ impl View {
                 _ => Err(ViewError::NotFound),
             });
         };
+        // As its writer wrote it, while that is the document shown (`View::as_written`).
+        let shown = |bytes: Vec<u8>| {
+            let json = rel.join("zarr.json");
+            Arc::unwrap_or_clone(self.as_written(&json, file, Arc::new(bytes)))
+        };
         Some(match file {
             MetaFile::Zarray => v2::plain_zarray(&doc)
-                .map(|(z, _)| v2::to_bytes(&z))
+                .map(|(z, _)| shown(v2::to_bytes(&z)))
                 .map_err(ViewError::Invalid),
-            MetaFile::Zattrs => Ok(v2::to_bytes(&v2::zattrs(&doc))),
+            MetaFile::Zattrs => Ok(shown(v2::to_bytes(&v2::zattrs(&doc)))),
             _ => Err(ViewError::NotFound),
         })
     }

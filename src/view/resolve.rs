@@ -255,11 +255,18 @@ impl View {
             return bytes;
         }
         let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
-        Ok(match file {
+        let rendered = match file {
             MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
             MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),
             MetaFile::ZarrJson | MetaFile::Zarray => return Err(ViewError::NotFound),
-        })
+        };
+        // As its writer wrote it, while that is the document shown.
+        let json = dir.join("zarr.json");
+        Ok(Arc::unwrap_or_clone(self.as_written(
+            &json,
+            file,
+            Arc::new(rendered),
+        )))
     }
 
     /// A child of a group of a draft store. One not known is looked for again in the
@@ -580,7 +587,11 @@ impl View {
         dir_meta: EntryMeta,
         json_meta: EntryMeta,
     ) -> std::result::Result<ShardedArray, String> {
-        let json = Arc::new(meta.unsharded_json(&layout));
+        let json = self.as_written(
+            &src.meta_rel,
+            MetaFile::ZarrJson,
+            Arc::new(meta.unsharded_json(&layout)),
+        );
         let mut v2_fill = None;
         let (shown_keys, v2) = match self.format {
             ViewFormat::V3 if src.draft => (
@@ -611,8 +622,16 @@ impl View {
                 (
                     keys,
                     Some((
-                        Arc::new(format::v2::to_bytes(&zarray)),
-                        Arc::new(format::v2::to_bytes(&zattrs)),
+                        self.as_written(
+                            &src.meta_rel,
+                            MetaFile::Zarray,
+                            Arc::new(format::v2::to_bytes(&zarray)),
+                        ),
+                        self.as_written(
+                            &src.meta_rel,
+                            MetaFile::Zattrs,
+                            Arc::new(format::v2::to_bytes(&zattrs)),
+                        ),
                     )),
                 )
             }

@@ -560,7 +560,11 @@ impl View {
     ) -> Result<Node> {
         match self.target(array, parent, name)? {
             Target::Meta(file) => {
-                let array = self.update_array_meta(array, file, &data)?;
+                let key = (self.current(array).meta_rel.clone(), file);
+                let written = self.remember_as_written(key.clone(), &data);
+                let array = self
+                    .update_array_meta(array, file, &data)
+                    .inspect_err(|_| self.forget_as_written(&key, &written))?;
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {
