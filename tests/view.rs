@@ -591,3 +591,55 @@ fn a_late_release_never_takes_in_another_writers_v2_metadata() {
         serde_json::from_slice(&std::fs::read(dir.path().join("zarr.json")).unwrap()).unwrap();
     assert_eq!(stored["attributes"], serde_json::json!({"b": 2}));
 }
+
+/// Metadata written through the view reads back as its writer wrote it (`getattr`'s size
+/// too: the kernel keeps the writer's length), while the view's rendering of the stored
+/// document is the same JSON value; a refused rewrite leaves the last accepted bytes
+/// shown; another view of the store (a later mount) shows its own rendering.
+#[test]
+fn metadata_reads_back_as_written_while_it_is_the_document_shown() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let b = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
+    let mut meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {"n": 0}
+    });
+    let compact = |m: &serde_json::Value| serde_json::to_vec(m).unwrap();
+    let written = compact(&meta);
+    let ino = write_file(&view, b, "zarr.json", &written);
+    assert_eq!(read(&view, "b/zarr.json").unwrap(), written, "a new array");
+    let rewrite = |bytes: &[u8]| -> Result<(), ViewError> {
+        let fh = view.open(ino, true, true)?.fh;
+        view.write(fh, 0, bytes)?;
+        let flushed = view.flush_handle(fh);
+        view.release(fh)?;
+        flushed
+    };
+    meta["attributes"] = serde_json::json!({"n": 1, "note": "in place"});
+    let written = compact(&meta);
+    rewrite(&written).unwrap();
+    assert_eq!(read(&view, "b/zarr.json").unwrap(), written, "a rewrite");
+    let mut refused = meta.clone();
+    refused["data_type"] = "uint16".into();
+    assert_eq!(
+        rewrite(&compact(&refused)).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        read(&view, "b/zarr.json").unwrap(),
+        written,
+        "after a refused rewrite"
+    );
+    drop(view);
+    let later = view_of(store.path());
+    let shown = read(&later, "b/zarr.json").unwrap();
+    assert_ne!(shown, written, "a later view renders the stored document");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&shown).unwrap(),
+        meta,
+        "the same document"
+    );
+}

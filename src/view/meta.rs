@@ -22,9 +22,10 @@ const PROTECTED: [&str; 7] = [
     "fill_value",
 ];
 
-/// At most this many documents are kept as their writers wrote them (one per metadata
-/// file written through the mount; at most `MAX_METADATA_BYTES` each).
+/// At most this many documents, of at most this many bytes in all, are kept as their
+/// writers wrote them (one per metadata file written through the mount).
 const MAX_AS_WRITTEN: usize = 4096;
+const MAX_AS_WRITTEN_BYTES: usize = 32 << 20;
 
 /// One metadata file the view shows: the array's (or group's) stored metadata, and
 /// which of its view files.
@@ -67,12 +68,17 @@ impl View {
         let bytes = Arc::new(bytes.to_vec());
         if let Some(w) = &self.writer {
             let mut map = w.as_written.lock();
-            if map.len() >= MAX_AS_WRITTEN
-                && !map.contains_key(&key)
-                && let Some(old) = map.keys().next().cloned()
-            {
-                // That document is shown as the view renders it from now on.
-                map.remove(&old);
+            map.remove(&key);
+            if bytes.len() > MAX_AS_WRITTEN_BYTES / 8 {
+                return bytes; // shown as the view renders it
+            }
+            let mut held: usize = map.values().map(|b| b.len()).sum();
+            // Others are shown as the view renders them from now on.
+            while map.len() >= MAX_AS_WRITTEN || held + bytes.len() > MAX_AS_WRITTEN_BYTES {
+                let Some(old) = map.keys().next().cloned() else {
+                    break;
+                };
+                held -= map.remove(&old).map_or(0, |b| b.len());
             }
             map.insert(key, bytes.clone());
         }
