@@ -633,6 +633,18 @@ fn metadata_reads_back_as_written_while_it_is_the_document_shown() {
         written,
         "after a refused rewrite"
     );
+    // The array is looked at again (its directory changed: key directories, a chunk):
+    // still the last accepted bytes (the refusal put them back).
+    let c = view.mkdir(b, OsStr::new("c")).unwrap().ino;
+    let c0 = view.mkdir(c, OsStr::new("0")).unwrap().ino;
+    write_file(&view, c0, "1", &[5u8; 4]);
+    view.flush_all().unwrap();
+    assert_eq!(read(&view, "b/c/0/1").unwrap(), [5u8; 4]);
+    assert_eq!(
+        read(&view, "b/zarr.json").unwrap(),
+        written,
+        "after a refused rewrite and a chunk"
+    );
     drop(view);
     let later = view_of(store.path());
     let shown = read(&later, "b/zarr.json").unwrap();

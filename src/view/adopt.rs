@@ -29,11 +29,10 @@ impl View {
                 let path = dir.join(file.name());
                 let data = self.store.read_all(&path)?.ok_or(ViewError::NotFound)?;
                 // Shown as written while it is the document shown (`View::as_written`).
-                let key = (dir.join("zarr.json"), file);
-                let written = self.remember_as_written(key.clone(), &data);
+                let written = self.remember_as_written((dir.join("zarr.json"), file), &data);
                 let taken = self.take_in_v2(dir, file, &data);
                 if taken.is_err() {
-                    self.forget_as_written(&key, &written);
+                    self.forget_as_written(written);
                 }
                 self.store.remove_file(&path)?;
                 if let Err(e) = &taken {
@@ -408,9 +407,7 @@ impl View {
         let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
         store
             .write_atomically(&json_path, &sharded)
-            .inspect_err(|_| {
-                self.forget_as_written(&(json_path.clone(), MetaFile::ZarrJson), &written)
-            })?;
+            .inspect_err(|_| self.forget_as_written(written))?;
         let array = self.reload_array(dir)?;
         for (_, path) in key_dirs.into_iter().rev() {
             let _ = store.remove_dir(&path);

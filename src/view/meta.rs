@@ -22,80 +22,7 @@ const PROTECTED: [&str; 7] = [
     "fill_value",
 ];
 
-/// At most this many documents, of at most this many bytes in all, are kept as their
-/// writers wrote them (one per metadata file written through the mount).
-const MAX_AS_WRITTEN: usize = 4096;
-const MAX_AS_WRITTEN_BYTES: usize = 32 << 20;
-
-/// One metadata file the view shows: the array's (or group's) stored metadata, and
-/// which of its view files.
-pub(super) type MetaKey = (std::path::PathBuf, MetaFile);
-
 impl View {
-    /// `rendered`, the view's document `file` of the array whose metadata is stored at
-    /// `meta_rel`, or the same document as a writer of this mount wrote it: where the two
-    /// are the same JSON value, the writer's bytes are shown. A writer reads back what it
-    /// wrote, byte for byte, as from a plain directory (`cmp`, `rsync -c`); and what the
-    /// kernel keeps of its write (the length, pages) is what this mount serves, whenever
-    /// the invalidation that follows the write reaches the kernel. Once the stored
-    /// document is another (another mount's write, a change of this one that the writer's
-    /// document does not describe), the rendering is shown again; a later mount shows it.
-    pub(super) fn as_written(
-        &self,
-        meta_rel: &Path,
-        file: MetaFile,
-        rendered: Arc<Vec<u8>>,
-    ) -> Arc<Vec<u8>> {
-        let Some(w) = &self.writer else {
-            return rendered;
-        };
-        let written = {
-            let map = w.as_written.lock();
-            if map.is_empty() {
-                return rendered;
-            }
-            map.get(&(meta_rel.to_path_buf(), file)).cloned()
-        };
-        match written {
-            Some(bytes) if same_json(&bytes, &rendered) => bytes,
-            _ => rendered,
-        }
-    }
-
-    /// A writer's document `file` of the array whose metadata is stored at `key.0`,
-    /// about to be taken in: kept to be shown as written ([`View::as_written`]).
-    pub(super) fn remember_as_written(&self, key: MetaKey, bytes: &[u8]) -> Arc<Vec<u8>> {
-        let bytes = Arc::new(bytes.to_vec());
-        if let Some(w) = &self.writer {
-            let mut map = w.as_written.lock();
-            map.remove(&key);
-            if bytes.len() > MAX_AS_WRITTEN_BYTES / 8 {
-                return bytes; // shown as the view renders it
-            }
-            let mut held: usize = map.values().map(|b| b.len()).sum();
-            // Others are shown as the view renders them from now on.
-            while map.len() >= MAX_AS_WRITTEN || held + bytes.len() > MAX_AS_WRITTEN_BYTES {
-                let Some(old) = map.keys().next().cloned() else {
-                    break;
-                };
-                held -= map.remove(&old).map_or(0, |b| b.len());
-            }
-            map.insert(key, bytes.clone());
-        }
-        bytes
-    }
-
-    /// The document `bytes` kept by [`View::remember_as_written`] was refused: dropped,
-    /// unless another write of the same file replaced it since.
-    pub(super) fn forget_as_written(&self, key: &MetaKey, bytes: &Arc<Vec<u8>>) {
-        if let Some(w) = &self.writer {
-            let mut map = w.as_written.lock();
-            if map.get(key).is_some_and(|b| Arc::ptr_eq(b, bytes)) {
-                map.remove(key);
-            }
-        }
-    }
-
     /// One of an array's metadata files, as a writer of the view wrote it.
     pub(super) fn update_array_meta(
         &self,
@@ -290,13 +217,4 @@ impl View {
             w.invalidate_inodes_first(gone, kept, entries);
         }
     }
-}
-
-/// Whether `a` and `b` are the same JSON value (formatting and key order aside).
-fn same_json(a: &[u8], b: &[u8]) -> bool {
-    a == b
-        || matches!(
-            (serde_json::from_slice::<Value>(a), serde_json::from_slice::<Value>(b)),
-            (Ok(a), Ok(b)) if a == b
-        )
 }

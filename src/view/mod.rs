@@ -30,15 +30,15 @@
 //!    `Writer::times`, then `InodeTable::inner`.
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
 //!    `HandleTable::files`/`dirs`, `Staging::inner`, the `Writer`'s sets and maps
-//!    (`vdirs`, `raw`, `headless`, ...), `Writer::invalidations`, `ShardCache` segments
+//!    (`vdirs`, `raw`, `headless`, `as_written`, ...), `Writer::invalidations`, `ShardCache` segments
 //!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead`.
 //!
 //! Held across store I/O (the exceptions):
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
 //!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
 //!   write.rs:`commit_chunk_closed` when the write buffer is full.
-//! * `HandleTable::implicit`: handles.rs:`implicit_begin` opens the file under it
-//!   (store reads, shard loads); handles.rs:`commit_kernel_writes` reads and stats
+//! * `HandleTable::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
+//!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
 //!   store files under it (`partial_metadata`, `unlinked`).
 //! * `Writer::kept_paths`: kept.rs:`keep_file`, until the file is stored.
 //! * The serial lock and `Flusher::packed`: each shard commit in flush.rs:`write` (one
@@ -54,6 +54,7 @@
 //! inside the store backends and the compactor are not covered (not verified).
 
 mod adopt;
+mod as_written;
 pub mod cache;
 pub mod container;
 mod draft;
@@ -61,6 +62,7 @@ mod durable;
 mod handles;
 mod inode;
 mod kept;
+mod kernel_writes;
 mod listing;
 mod meta;
 pub mod node;
@@ -84,8 +86,8 @@ use parking_lot::Mutex;
 use crate::format::{self, ChunkRange};
 use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
-pub use handles::{KERNEL_UNLINKED_IDLE, KERNEL_WRITE_IDLE, KernelCommit};
 pub use inode::ROOT_INO;
+pub use kernel_writes::{KERNEL_UNLINKED_IDLE, KERNEL_WRITE_IDLE, KernelCommit};
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
 pub use writer::{WriteConfig, Writer};
 /// The write side's types, for the mount.

@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::handles::KernelCommit;
+use super::KernelCommit;
 use super::kept::Keep;
 use super::{Node, Renamed, Result, View, ViewError};
 
@@ -94,6 +94,7 @@ impl View {
                 .map(|(a, c)| (rebase(a, &rel, dst), c))
                 .collect();
         }
+        w.as_written.lock().rebase(&rel, dst);
         for set in [&w.raw, &w.keep_unsharded] {
             let mut set = set.lock();
             *set = set.drain().map(|a| rebase(a, &rel, dst)).collect();

@@ -561,10 +561,10 @@ impl View {
         match self.target(array, parent, name)? {
             Target::Meta(file) => {
                 let key = (self.current(array).meta_rel.clone(), file);
-                let written = self.remember_as_written(key.clone(), &data);
+                let written = self.remember_as_written(key, &data);
                 let array = self
                     .update_array_meta(array, file, &data)
-                    .inspect_err(|_| self.forget_as_written(&key, &written))?;
+                    .inspect_err(|_| self.forget_as_written(written))?;
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {

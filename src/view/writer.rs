@@ -93,10 +93,10 @@ pub struct Writer {
     /// chunks at once): not taken in again when the handle is let go. By handle: another
     /// handle of the same name, opened since, writes a document of its own.
     pub(super) landed_at_write: Mutex<HashSet<u64>>,
-    /// Array metadata as its writer wrote it, by (store file, view file): shown in place
-    /// of the view's rendering of the stored document while that rendering is the same
-    /// JSON value ([`View::as_written`](super::View)). A leaf lock.
-    pub(super) as_written: Mutex<HashMap<super::meta::MetaKey, Arc<Vec<u8>>>>,
+    /// Metadata documents as their writers wrote them, shown in place of the view's
+    /// rendering of the stored document while that is the same JSON value
+    /// ([`super::as_written`]). A leaf lock.
+    pub(super) as_written: Mutex<super::as_written::AsWritten>,
     /// Arrays of the v2 view whose `.zarray` was unlinked: the store no longer holds
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
     /// each is removed, and the directory until `rmdir` (see `View::unlink`).
@@ -207,7 +207,7 @@ impl Writer {
             vdirs: Mutex::new(HashSet::new()),
             raw: Mutex::new(HashSet::new()),
             landed_at_write: Mutex::new(HashSet::new()),
-            as_written: Mutex::new(HashMap::new()),
+            as_written: Mutex::default(),
             headless: Mutex::new(HashMap::new()),
             plain_headless: Mutex::new(HashMap::new()),
             zmetadata_left: Mutex::default(),

@@ -1,0 +1,451 @@
+//! Writes through descriptors the kernel opened (a writable mount with kernel opens):
+//! the daemon hears of no open or close of them, so their bytes gather in a handle it
+//! holds per inode ([`HandleTable::implicit`](super::handles)), committed as a close
+//! would commit them at `fsync`, before a rename or link, at unmount, or when idle
+//! ([`KernelCommit`]).
+
+use super::handles::HandleTable;
+use super::*;
+
+/// Which writes gathered with kernel opens [`View::commit_kernel_writes`] commits.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelCommit {
+    /// One file's (its `fsync`, a rename or link of it, its release); a write to it in
+    /// flight is waited for.
+    Of(u64),
+    /// Every file's (unmount); writes in flight are waited for, metadata that is not a
+    /// whole document is committed (and refused) too.
+    All,
+    /// Every file's but `except`, those being written now, unlinked ones and metadata
+    /// that is not yet a whole document (`fsync` of a directory, before a new array is
+    /// adopted, a full write buffer); nothing is waited for.
+    Settled { except: Option<u64> },
+    /// As `Settled`, unlinked files too (their bytes go back to the write buffer; their
+    /// descriptors read `ENOENT` after): a write the full buffer refused.
+    Full { except: Option<u64> },
+    /// As `Settled`, of files idle for [`KERNEL_WRITE_IDLE`] (unlinked ones: for
+    /// [`KERNEL_UNLINKED_IDLE`]); the timer's.
+    Idle,
+}
+
+/// How long after its last write an inode written through a descriptor the kernel
+/// opened is committed, when no `fsync`, rename or unmount commits it first (the
+/// daemon hears of no close of such a descriptor).
+pub const KERNEL_WRITE_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a file unlinked while open (`tempfile.TemporaryFile`, pytest's capture) is
+/// kept for its descriptors after its last write, with kernel opens: no close of it is
+/// heard of, and once it is let go its descriptors read `ENOENT`.
+pub const KERNEL_UNLINKED_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A handle the daemon opened for writes that came without one ([`View::write_ino`]).
+pub(super) struct Implicit {
+    fh: u64,
+    /// Requests using `fh` now: it is never released under one (a write into a scratch
+    /// file after its commit took the bytes would be lost).
+    users: u32,
+    /// When the last request using it ended.
+    last: std::time::Instant,
+}
+
+impl HandleTable {
+    /// The handle writes without one to `ino` gather in, if any.
+    pub(super) fn implicit_fh(&self, ino: u64) -> Option<u64> {
+        self.implicit.lock().get(&ino).map(|i| i.fh)
+    }
+
+    /// A request using the handle of [`View::write_ino`] for `ino` ended.
+    pub(super) fn implicit_end(&self, ino: u64) {
+        if let Some(i) = self.implicit.lock().get_mut(&ino) {
+            i.users -= 1;
+            i.last = std::time::Instant::now();
+        }
+    }
+}
+
+impl View {
+    /// A write on a writable mount with kernel opens, through any descriptor: the bytes
+    /// gather in the handle the daemon holds for the inode (opened at its first write or
+    /// truncate, or the one `create` made), and are committed as a close would commit
+    /// them by [`View::commit_kernel_writes`] (at `fsync`, before a rename or link, at
+    /// unmount, or [`KERNEL_WRITE_IDLE`] after the last write: [`KernelCommit`]).
+    ///
+    /// Metadata taken in at this write ([`View::land_at_write`]) is committed with it,
+    /// as at a close (its store file is gone: a later write opens the file anew);
+    /// `Ok((n, true))` then, and the kernel's pages of the file, which hold the
+    /// writer's bytes and not the document the view now shows, are the caller's to drop.
+    pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
+        let mut res = self.write_held(ino, offset, data);
+        if matches!(res, Err(ViewError::NoSpace)) {
+            // The write buffer holds what other files' writers left (no close tells
+            // when they are done): commit those, let unlinked ones go (their bytes are
+            // the room), and try once more.
+            self.commit_kernel_writes(KernelCommit::Full { except: Some(ino) })?;
+            res = self.write_held(ino, offset, data);
+        }
+        let (n, fh) = res?;
+        // A write of `.zmetadata` of the v2 view is let go at once: the kernel's pages
+        // and size of it are the writer's bytes, not the document the view makes.
+        let landed = matches!(self.handles.get(fh), Ok(Handle::Discard(_)))
+            || self
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
+        if landed {
+            self.commit_kernel_writes(KernelCommit::Of(ino))?;
+        }
+        Ok((n, landed))
+    }
+
+    /// A write into the handle `ino`'s writes gather in; its file handle.
+    fn write_held(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, u64)> {
+        let fh = self.implicit_begin(ino, false)?;
+        let res = self.write(fh, offset, data);
+        self.handles.implicit_end(ino);
+        res.map(|n| (n, fh))
+    }
+
+    /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
+    /// kernel opened comes as one): a chunk or metadata file is truncated in the handle
+    /// its writes will gather in, so the writer's bytes are committed with it, never an
+    /// empty chunk first.
+    pub fn set_size_ino(&self, ino: u64, size: u64) -> Result<Attr> {
+        let gathers = self.writer.is_some()
+            && match self.node(ino).map(|(_, n)| n) {
+                Ok(
+                    Node::Chunk { .. }
+                    | Node::ArrayMeta { .. }
+                    | Node::GroupMeta { .. }
+                    | Node::Scratch { .. },
+                ) => true,
+                // A metadata document: `O_TRUNC` and the writes after it make one
+                // document, stored once whole.
+                Ok(Node::File { rel }) => super::pending_doc::is_doc(&rel),
+                _ => false,
+            };
+        if !gathers {
+            return self.set_size_open(ino, size, None);
+        }
+        if self
+            .handles
+            .implicit_fh(ino)
+            .is_some_and(|fh| size == 0 || self.gathered_whole(fh, size))
+            && let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino))
+        {
+            // What was written before this truncate to nothing (`O_TRUNC` of a new
+            // open: the writer before it closed its file, unheard), or before a
+            // truncate that changes a whole chunk or document (`truncate -s`, which may
+            // be another process's), is committed as that close would have committed
+            // it, not merged with what comes next (a refusal of the truncated bytes
+            // would take it along). Its refusal is that earlier writer's, which no
+            // request waits for: kept for stats and the unmount.
+            let path = self.handle_path(ino, None);
+            let mut refused = self.counters.refused.lock();
+            if refused.len() == REFUSALS_KEPT {
+                refused.pop_front();
+            }
+            refused.push_back((path, e.to_string()));
+        }
+        let fh = self.implicit_begin(ino, size == 0)?;
+        let res = self.set_size_open(ino, size, Some(fh));
+        self.handles.implicit_end(ino);
+        res
+    }
+
+    /// A file created through this mount with kernel opens (`create` still asks the
+    /// daemon): its handle is where every later write to the inode gathers, through
+    /// any descriptor, and it is committed as those are (the kernel may send no release
+    /// for it: none comes for files created once it opens files itself).
+    pub fn adopt_created(&self, ino: u64, fh: u64) {
+        let mut map = self.handles.implicit.lock();
+        if map.contains_key(&ino) {
+            // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
+            // writes gather in the handle they gather in; this one shares its bytes.
+            // Let go without what a close does (commit, take in): the writes go on.
+            drop(map);
+            if let Some((ino, handle)) = self.handles.remove(fh) {
+                self.let_go(ino);
+                if let Handle::Scratch { file, .. } = handle {
+                    let mut f = file.lock();
+                    f.opens = f.opens.saturating_sub(1);
+                }
+            }
+            return;
+        }
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 0,
+                last: std::time::Instant::now(),
+            },
+        );
+    }
+
+    /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
+    /// the kernel began to open files itself, the only ones it sends a release for):
+    /// committed as the daemon's own are.
+    pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
+        let ours = self.handles.implicit_fh(ino) == Some(fh);
+        if ours {
+            self.commit_kernel_writes(KernelCommit::Of(ino))
+        } else {
+            self.release(fh)
+        }
+    }
+
+    /// The handle writes without one to `ino` gather in, counted as in use until
+    /// [`HandleTable::implicit_end`]; opened now if there is none.
+    fn implicit_begin(&self, ino: u64, truncate: bool) -> Result<u64> {
+        // Opened under the table's lock: two first writes must not open two handles
+        // (the second open of a chunk would replace the first one's scratch file).
+        let mut map = self.handles.implicit.lock();
+        if let Some(i) = map.get_mut(&ino) {
+            i.users += 1;
+            return Ok(i.fh);
+        }
+        // A descriptor of a file unlinked or replaced since, whose handle is gone: not
+        // whatever now has that name.
+        let (path, _) = self.node(ino)?;
+        if self.inodes.peek(&path) != Some(ino) {
+            return Err(ViewError::NotFound);
+        }
+        let fh = self.open(ino, true, truncate)?.fh;
+        map.insert(
+            ino,
+            Implicit {
+                fh,
+                users: 1,
+                last: std::time::Instant::now(),
+            },
+        );
+        Ok(fh)
+    }
+
+    /// Commit writes gathered in handles the daemon holds (kernel opens), as a close
+    /// would: release those handles. Returns the first error (also logged).
+    pub fn commit_kernel_writes(&self, which: KernelCommit) -> Result<()> {
+        let mut first_err = Ok(());
+        // The files to commit are those held now: a steady writer cannot keep a commit
+        // that waits going.
+        let mut targets: Option<Vec<u64>> = None;
+        loop {
+            let (taken, busy) = {
+                let mut map = self.handles.implicit.lock();
+                if map.is_empty() {
+                    return first_err;
+                }
+                let snapshot = targets.get_or_insert_with(|| match which {
+                    KernelCommit::Of(ino) => vec![ino],
+                    _ => map.keys().copied().collect(),
+                });
+                let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
+                let mut taken = Vec::new();
+                let mut busy = false;
+                snapshot.retain(|ino| {
+                    let Some(h) = map.get(ino) else {
+                        return false;
+                    };
+                    if h.users > 0 {
+                        busy |= waits;
+                        return waits;
+                    }
+                    let due = match which {
+                        KernelCommit::Of(_) | KernelCommit::All => true,
+                        // An unlinked file has nothing to commit, and its descriptors
+                        // still use it (pytest's capture files while a test adopts an
+                        // array): only the idle timer and the unmount let it go.
+                        KernelCommit::Settled { except } => {
+                            except != Some(*ino)
+                                && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
+                                && !self.unlinked(h.fh)
+                        }
+                        KernelCommit::Full { except } => {
+                            except != Some(*ino)
+                                && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
+                        }
+                        KernelCommit::Idle => {
+                            let e = h.last.elapsed();
+                            e >= KERNEL_WRITE_IDLE
+                                && !self.partial_metadata(h.fh)
+                                && !self.untouched(h.fh)
+                                && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
+                        }
+                    };
+                    if due {
+                        taken.push((*ino, h.fh));
+                        map.remove(ino);
+                    }
+                    false
+                });
+                (taken, busy)
+            };
+            for (ino, fh) in taken {
+                // Kept for a message only: a path is made only if the commit fails.
+                let held = self.handles.get(fh).ok();
+                let released = self.release(fh);
+                if released.is_ok() && !self.counters.refused.lock().is_empty() {
+                    // Committed now: an earlier refusal of the same file is no longer true.
+                    let path = self.handle_path(ino, held.as_ref());
+                    self.counters.refused.lock().retain(|(p, _)| *p != path);
+                }
+                if let Err(e) = released {
+                    let path = self.handle_path(ino, held.as_ref());
+                    log::warn!("{path}: a commit of a file written with kernel opens: {e}");
+                    if !matches!(which, KernelCommit::Of(_)) {
+                        // No request waits for this one (its file's `fsync` would hear
+                        // of it): kept for `shardfs stats` and `shardfs unmount`.
+                        let mut refused = self.counters.refused.lock();
+                        if refused.len() == REFUSALS_KEPT {
+                            refused.pop_front();
+                        }
+                        refused.push_back((path, e.to_string()));
+                    }
+                    // A refusal (`EINVAL`) is that file's, kept for stats and the
+                    // unmount: it fails no `fsync` of a directory (nor the unmount).
+                    let refusal = matches!(e, ViewError::Invalid(_));
+                    if first_err.is_ok() && (matches!(which, KernelCommit::Of(_)) || !refusal) {
+                        first_err = Err(e);
+                    }
+                }
+            }
+            if !busy {
+                return first_err;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
+    /// yet a whole JSON document: a commit would refuse it and roll it back under its
+    /// writer, who has not finished. Only its own `fsync`, and the unmount, commit it.
+    fn partial_metadata(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { node, file, .. }) => {
+                let f = file.lock();
+                // Unlinked since: nothing of it will be committed.
+                !f.orphan
+                    && self.pending_meta(&node).is_some()
+                    && !super::pending_doc::whole_json(&f.data)
+            }
+            Ok(Handle::StoreRw(_, rel)) => match self.pending_doc(&rel) {
+                Some(doc) => !doc.whole(),
+                None => {
+                    self.lands_on_close(&rel).is_some()
+                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if super::pending_doc::whole_json(&b))
+                }
+            },
+            _ => false,
+        }
+    }
+
+    /// The path of the file of `handle` of `ino`, for a message: its inode's, or the
+    /// one the handle was opened at (an inode retired since).
+    fn handle_path(&self, ino: u64, handle: Option<&Handle>) -> String {
+        if let Some((path, _)) = self.inodes.get(ino) {
+            return path.display().to_string();
+        }
+        match handle {
+            Some(Handle::Scratch {
+                node: Node::Scratch { path, .. },
+                ..
+            }) => path.display().to_string(),
+            Some(Handle::StoreRw(_, rel)) => rel.display().to_string(),
+            _ => format!("inode {ino}"),
+        }
+    }
+
+    /// The paths of files held for commit whose metadata is not yet a whole JSON
+    /// document (what the unmount will commit, and refuse, unless it is finished).
+    pub(super) fn partial_metadata_paths(&self) -> Vec<String> {
+        let held: Vec<(u64, u64)> = self
+            .handles
+            .implicit
+            .lock()
+            .iter()
+            .map(|(ino, h)| (*ino, h.fh))
+            .collect();
+        let mut out: Vec<String> = held
+            .into_iter()
+            .filter(|&(_, fh)| self.partial_metadata(fh))
+            .filter_map(|(ino, _)| self.inodes.get(ino))
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        if let Some(w) = &self.writer {
+            out.extend(
+                w.docs
+                    .unfinished()
+                    .into_iter()
+                    .map(|p| p.display().to_string()),
+            );
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// A file made (or truncated) and not written since: its writer has not begun, and
+    /// only its own `fsync`, a rename of it or the unmount commit it (committed by
+    /// another file's, an empty chunk was refused, and the write that came next found
+    /// the file gone).
+    fn untouched(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { file, .. }) => {
+                let f = file.lock();
+                f.data.is_empty() && f.written == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Bytes gathered in `fh` that a commit would take as they stand (a chunk of a
+    /// length its array's codecs can decode, a whole metadata document), which a
+    /// truncate to `size` would change.
+    fn gathered_whole(&self, fh: u64, size: u64) -> bool {
+        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
+            return false;
+        };
+        let f = file.lock();
+        if f.orphan || f.data.len() as u64 == size || (f.data.is_empty() && f.written == 0) {
+            return false;
+        }
+        let decodes = |array: &Arc<ShardedArray>| {
+            self.current(array)
+                .layout
+                .fixed_chunk_len
+                .is_none_or(|want| f.data.len() as u64 == want)
+        };
+        match &node {
+            Node::Chunk { array, .. } => decodes(array),
+            // A chunk key written as a file of its own first (before its array's
+            // metadata, or opened for writing).
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                path.file_name().is_some_and(|name| {
+                    matches!(
+                        self.target(array, parent.as_deref(), name),
+                        Ok(super::writer::Target::Chunk(_))
+                    )
+                }) && decodes(array)
+            }
+            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
+                super::pending_doc::whole_json(&f.data)
+            }
+            _ => false,
+        }
+    }
+
+    /// An unlinked file: nothing to commit; it lives on only in its handle.
+    fn unlinked(&self, fh: u64) -> bool {
+        match self.handles.get(fh) {
+            Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
+            Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
+            _ => false,
+        }
+    }
+}
