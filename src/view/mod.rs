@@ -69,6 +69,8 @@ pub mod node;
 mod ops;
 mod pending_doc;
 mod plain;
+mod remove;
+mod rename;
 mod rename_dir;
 mod resolve;
 mod write;

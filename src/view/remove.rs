@@ -1,0 +1,217 @@
+//! Removing names through the view: `unlink` and `rmdir` (inside arrays: chunks,
+//! metadata and key directories; elsewhere passed through to the store).
+
+use std::ffi::OsStr;
+
+use super::*;
+
+impl View {
+    pub fn unlink(&self, dir: u64, name: &OsStr) -> Result<()> {
+        let parent = dir;
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
+        let (ppath, path, node) = match self.existing_child(parent, name) {
+            Err(ViewError::NotFound | ViewError::StaleInode(_))
+                if let Some((ppath, pnode)) = self.inodes.get_any(parent)
+                    && self.is_chunk_key(&pnode, name)
+                    && self.inodes.known(&ppath.join(name))
+                    // Not one the v2 view serves as the fill value: that one is not
+                    // stored, and was not deleted.
+                    && matches!(self.child(&ppath, &pnode, name), Ok(None)) =>
+            {
+                // The kernel still knows the name (an unlink comes without a lookup when
+                // the dentry is cached) but the chunk is gone: deleted by the mount
+                // itself just now (a shape shrink, which retires the inodes of chunks and
+                // key directories outside the new grid), its invalidation still on the
+                // way. Deleting what is not there is done; the stale entry goes.
+                self.writer()?;
+                self.inodes.detach(&ppath.join(name));
+                return Ok(());
+            }
+            other => other?,
+        };
+        let w = self.writer()?;
+        match &node {
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
+            // Left to `only_fill` above.
+            Node::PlainFill { .. } => return Ok(()),
+            // Made from the hierarchy, never stored: gone where the group is.
+            Node::Consolidated { dir } => {
+                w.zmetadata_left.lock().remove(dir);
+            }
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                let metadata = self.pending_meta(&node).is_some();
+                self.unname_scratch(path, array, parent.as_deref())?;
+                if metadata {
+                    // A write of the array's metadata not yet taken in (cut short): it
+                    // goes, and so does the metadata under it, as the unlink says.
+                    return self.unlink(dir, name);
+                }
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                self.commit_chunk(&array, coords.clone(), None)?;
+                // The key directory stays, empty, until it is removed itself (as on
+                // any file system: `rm -rf` removes a directory after its last file).
+                if let Some((_, parent)) = coords.split_last() {
+                    w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+                }
+            }
+            Node::ArrayMeta {
+                array,
+                file: MetaFile::Zattrs,
+            } => {
+                if let Some(h) = w.headless.lock().get_mut(&array.rel) {
+                    h.zattrs = false;
+                } else {
+                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                }
+                self.inodes.detach(&path);
+                return Ok(());
+            }
+            Node::ArrayMeta {
+                array,
+                file: MetaFile::Zarray,
+            } => {
+                // zarr 2 removes an array recursively from a listing taken first, where
+                // `.zarray` comes before `.zattrs` and the chunks: the metadata leaves
+                // the store now, the other names stay until each is removed, and the
+                // directory goes with `rmdir`.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                self.store.remove_file(&array.meta_rel)?;
+                w.headless.lock().insert(
+                    array.rel.clone(),
+                    super::writer::Headless {
+                        array: array.clone(),
+                        zattrs: true,
+                    },
+                );
+                self.inodes.detach(&path);
+                return Ok(());
+            }
+            Node::GroupMeta { dir, file } => {
+                self.unlink_group_meta(dir, *file)?;
+                return Ok(());
+            }
+            Node::ArrayMeta { array, .. } => {
+                // The array stops being one: make its chunks durable, then remove the
+                // metadata; the directory then shows the store as it is.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                self.store.remove_file(&array.meta_rel)?;
+                self.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+                self.inodes.update_path(
+                    &ppath,
+                    Node::Dir {
+                        rel: array.rel.clone(),
+                    },
+                );
+                self.inodes.detach(&path);
+                self.refresh_subtree(&array.rel);
+                return Ok(());
+            }
+            Node::File { rel } | Node::Symlink { rel } => {
+                self.remove_store_file(rel)?;
+                // A key directory that held it stays, as any directory does when a file
+                // in it goes (it may have nothing else below it now).
+                if let Ok((_, Node::KeyDir { array, coords })) = self.node(parent) {
+                    w.vdirs.lock().insert((array.rel.clone(), coords));
+                }
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+        }
+        self.inodes.detach(&path);
+        if MetaFile::from_name(name).is_some() {
+            self.unconsolidate_above(&ppath);
+        }
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
+        let (_, path, node) = self.existing_child(parent, name)?;
+        container::refuse_writes(&[Some(&node)])?;
+        let w = self.writer()?;
+        match &node {
+            Node::Dir { rel } => {
+                match self.rmdir_plain(rel) {
+                    Some(done) => done?,
+                    None => self.store.remove_dir(rel)?,
+                }
+                w.raw.lock().remove(rel);
+                w.zmetadata_left.lock().remove(rel);
+            }
+            Node::ArrayDir { array } if w.headless.lock().contains_key(&array.rel) => {
+                let ino = self.inodes.intern(path.clone(), node.clone());
+                let empty = self.readdir(ino).map(|e| e.is_empty());
+                self.inodes.forget(ino, 1);
+                if !empty? {
+                    return Err(ViewError::NotEmpty);
+                }
+                self.flush_array(array)?;
+                // What is left are emptied key directories (and shards of nothing).
+                self.store.remove_tree(&array.rel)?;
+                w.headless.lock().remove(&array.rel);
+                self.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+            }
+            Node::ArrayDir { array } => {
+                self.flush_array(array)?;
+                // Empty directories the view does not show (shard directories a shrink
+                // emptied) go with it.
+                self.remove_empty_dirs(&array.rel)?;
+                self.store.remove_dir(&array.rel)?;
+            }
+            Node::KeyDir { array, coords } => {
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                let ino = self.inodes.intern(path.clone(), node.clone());
+                let empty = self.readdir(ino).map(|e| e.is_empty());
+                self.inodes.forget(ino, 1);
+                if !empty? {
+                    return Err(ViewError::NotEmpty);
+                }
+                {
+                    let mut vdirs = w.vdirs.lock();
+                    vdirs.retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
+                    // The parent stays until it is removed itself.
+                    if let Some((_, parent)) = coords.split_last() {
+                        vdirs.insert((array.rel.clone(), parent.to_vec()));
+                    }
+                }
+                let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
+                // The store directory goes only when no shard is left in it; so does the
+                // one at the key directory's own path, where files of their own lay
+                // (`super::kept`), once they were removed.
+                for dir in [store_dir, path.clone()] {
+                    self.remove_empty_dirs(&dir)?;
+                    if self.store.list(&dir).is_ok_and(|d| d.is_empty()) {
+                        self.store.remove_dir(&dir)?;
+                    }
+                }
+            }
+            _ => return Err(ViewError::NotDir),
+        }
+        self.inodes.detach(&path);
+        self.unconsolidate_above(&path);
+        Ok(())
+    }
+}

@@ -1,0 +1,312 @@
+//! Moving names through the view: `rename` and `link` of files (a directory's rename
+//! is `rename_dir.rs`), what a moved file holds, and how it lands at its new name.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use super::ops::refuse_internal;
+use super::writer::Target;
+use super::*;
+
+impl View {
+    /// The inode number this mount gave `name` in directory `parent`, if any.
+    pub fn ino_at(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (path, _) = self.node(parent).ok()?;
+        self.inodes.peek(&path.join(name))
+    }
+
+    /// Rename; `noreplace` fails if the target exists.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+    ) -> Result<Renamed> {
+        refuse_internal(newname)?;
+        let (ppath, pnode) = self.node(parent)?;
+        let (npath, nnode) = self.node(newparent)?;
+        let nnode = self.made_dir(newparent, nnode)?;
+        let src = self
+            .stored_child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let (from, to) = (ppath.join(name), npath.join(newname));
+        let target = self.stored_child(&npath, &nnode, newname)?;
+        container::refuse_writes(&[Some(&src), Some(&nnode), target.as_ref()])?;
+        if target.is_some() && noreplace {
+            return Err(ViewError::Exists);
+        }
+        self.writer()?;
+        if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
+            // zarr 2's `consolidate_metadata` (a temporary file renamed onto the name):
+            // accepted and let go, as the view makes `.zmetadata` from the hierarchy.
+            self.remove_store_file(rel)?;
+            self.inodes
+                .rename(&from, to, Node::Consolidated { dir: dir.clone() });
+            return Ok(Renamed::Other);
+        }
+        let mut renamed = Renamed::Other;
+        let node = match (&src, &nnode) {
+            (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
+                let dst = self.new_child_rel(dst_dir, newname)?;
+                self.only_whole_docs(&src, &dst)?;
+                if let Some(w) = &self.writer {
+                    w.docs.unlinked(&dst);
+                }
+                if super::pending_doc::is_doc(&dst) {
+                    self.note_unsharded(&dst);
+                }
+                self.store.rename(rel, &dst)?;
+                // The inode moves with its file before metadata lands: the refresh of
+                // the directory that the landing makes finds it at its new name (at the
+                // old one it would resolve to nothing, and be retired).
+                let moved = match &src {
+                    Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
+                    _ => Node::File { rel: dst.clone() },
+                };
+                self.inodes.rename(&from, to.clone(), moved);
+                if let Some(file) = MetaFile::from_name(newname) {
+                    self.metadata_landed(dst_dir, file)?;
+                }
+                let node = self.resolve(&to)?.ok_or(ViewError::NotFound)?;
+                self.inodes.update_path(&to, node);
+                return Ok(Renamed::Other);
+            }
+            (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
+                let dst = self.new_child_rel(dst_dir, newname)?;
+                return self.rename_dir(&src, &from, &to, &dst);
+            }
+            (
+                Node::Dir { .. }
+                | Node::ArrayDir { .. }
+                | Node::KeyDir { .. }
+                | Node::DraftGroup { .. }
+                | Node::PlainFillDir { .. },
+                _,
+            ) => {
+                return Err(ViewError::CrossDevice(
+                    "renaming directories into arrays is not supported; copy instead".into(),
+                ));
+            }
+            (Node::Scratch { path, .. }, _)
+                if let Some(node) = self.move_scratch_to_chunk(path, &nnode, newname)? =>
+            {
+                renamed = Renamed::AsWritten;
+                node
+            }
+            // A file of its own of the store renamed to another such name in an array's
+            // directories: one rename in the store, never a copy held in memory meanwhile.
+            (Node::File { rel }, Node::ArrayDir { array } | Node::KeyDir { array, .. })
+                if matches!(
+                    self.target(
+                        array,
+                        match &nnode {
+                            Node::KeyDir { coords, .. } => Some(coords.as_slice()),
+                            _ => None,
+                        },
+                        newname
+                    )?,
+                    Target::Scratch
+                ) =>
+            {
+                if let Some(dir) = to.parent() {
+                    self.make_store_dirs(dir)?;
+                }
+                // Whatever had the name in memory is replaced.
+                self.writer()?.remove_scratch(&to);
+                self.unkeep_file(&to)?;
+                self.store.rename(rel, &to)?;
+                Node::File { rel: to.clone() }
+            }
+            _ => {
+                let data = self.content(&src)?;
+                let node = self.put_at(&nnode, newname, &to, data)?;
+                self.remove_source(&src, &node)?;
+                node
+            }
+        };
+        self.inodes.rename(&from, to, node);
+        Ok(renamed)
+    }
+
+    /// Hard link: a copy at the new name (chunks have no inode of their own to share).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
+        let (_, src) = self.node(ino)?;
+        let (npath, nnode) = self.node(newparent)?;
+        let nnode = self.made_dir(newparent, nnode)?;
+        let to = npath.join(newname);
+        container::refuse_writes(&[Some(&src), Some(&nnode)])?;
+        if self.stored_child(&npath, &nnode, newname)?.is_some() {
+            return Err(ViewError::Exists);
+        }
+        let node = match (&src, &nnode) {
+            (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
+                self.writer()?;
+                let dst = self.new_child_rel(dst_dir, newname)?;
+                self.only_whole_docs(&src, &dst)?;
+                self.store.hard_link(rel, &dst)?;
+                Node::File { rel: dst }
+            }
+            _ => {
+                let data = self.content(&src)?;
+                self.put_at(&nnode, newname, &to, data)?
+            }
+        };
+        let ino = self.inodes.intern(to, node);
+        self.getattr(ino)
+    }
+
+    pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
+        match node {
+            Node::File { rel } => Ok(self.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
+            Node::Scratch { path, .. } => Ok(self
+                .writer()?
+                .scratch(path)
+                .ok_or(ViewError::NotFound)?
+                .lock()
+                .data
+                .clone()),
+            Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
+            Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
+            Node::GroupMeta { dir, file } => self.group_meta(dir, *file),
+            _ => Err(ViewError::CrossDevice("not a regular file".into())),
+        }
+    }
+
+    pub(super) fn put_at(
+        &self,
+        dir: &Node,
+        name: &OsStr,
+        path: &Path,
+        data: Vec<u8>,
+    ) -> Result<Node> {
+        match dir {
+            Node::Dir { rel } => {
+                self.writer()?;
+                let rel = self.new_child_rel(rel, name)?;
+                if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
+                    return Err(not_whole(&rel));
+                }
+                if let Some(w) = &self.writer {
+                    w.docs.unlinked(&rel);
+                }
+                if super::pending_doc::is_doc(&rel) {
+                    self.note_unsharded(&rel);
+                }
+                self.store.write_atomically(&rel, &data)?;
+                if let Some(file) = MetaFile::from_name(name) {
+                    self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
+                    return self.resolve(path)?.ok_or(ViewError::NotFound);
+                }
+                Ok(Node::File { rel })
+            }
+            Node::ArrayDir { array } => self.put(array, None, name, path, data, None),
+            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data, None),
+            _ => Err(ViewError::NotDir),
+        }
+    }
+
+    /// The name of scratch file `path` goes (unlink, or renamed away): open handles keep
+    /// it, and a chunk being rewritten there is deleted too, so that the name does not
+    /// show the stored chunk again. Its key directory stays until removed.
+    pub(super) fn unname_scratch(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+    ) -> Result<()> {
+        let w = self.writer()?;
+        w.remove_scratch(path);
+        self.unkeep_file(path)?;
+        let name = path.file_name().unwrap_or_default();
+        if let Target::Chunk(coords) = self.target(array, parent, name)? {
+            let array = self.current(array);
+            self.commit_chunk(&array, coords.clone(), None)?;
+            if let Some((_, parent)) = coords.split_last() {
+                w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
+        self.writer()?;
+        match src {
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                self.unname_scratch(path, array, parent.as_deref())?;
+            }
+            Node::Chunk { array, coords } => {
+                let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
+                if !same {
+                    self.commit_chunk(&self.current(array), coords.clone(), None)?;
+                    // Its key directory stays, as when the chunk is unlinked.
+                    if let Some((_, parent)) = coords.split_last() {
+                        self.writer()?
+                            .vdirs
+                            .lock()
+                            .insert((array.rel.clone(), parent.to_vec()));
+                    }
+                }
+            }
+            Node::File { rel } => self.remove_store_file(rel)?,
+            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
+                return Err(ViewError::CrossDevice("moving metadata away".into()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The refusal of a metadata document that is not whole where only whole ones may land.
+pub(super) fn not_whole(rel: &Path) -> ViewError {
+    let why = format!(
+        "{}: not a whole JSON document: refused (the store keeps the document it had)",
+        rel.display()
+    );
+    log::warn!("{why}");
+    ViewError::Invalid(why)
+}
+
+impl View {
+    /// Remove a store file (or symlink); a metadata document being written there is let
+    /// go, and one not stored yet has nothing in the store to remove.
+    pub(super) fn remove_store_file(&self, rel: &Path) -> Result<()> {
+        let pending = self.writer.as_ref().is_some_and(|w| w.docs.unlinked(rel));
+        if let (Some(w), Some(dir)) = (&self.writer, rel.parent())
+            && super::pending_doc::is_doc(rel)
+        {
+            w.keep_unsharded.lock().remove(dir);
+        }
+        match self.store.remove_file(rel) {
+            Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            res => Ok(res?),
+        }
+    }
+
+    /// A file renamed or linked onto a metadata document's name must be a whole one
+    /// (`rsync`'s and zarr's temporary files are, once complete): a document cut short
+    /// never reaches the store.
+    fn only_whole_docs(&self, src: &Node, dst: &Path) -> Result<()> {
+        if !super::pending_doc::is_doc(dst) {
+            return Ok(());
+        }
+        let data = match src {
+            Node::File { rel } => match self.pending_doc(rel) {
+                Some(doc) => doc.bytes(),
+                None => self.store.read_all(rel)?.unwrap_or_default(),
+            },
+            _ => Vec::new(),
+        };
+        if super::pending_doc::whole_json(&data) {
+            Ok(())
+        } else {
+            Err(not_whole(dst))
+        }
+    }
+}
