@@ -655,3 +655,72 @@ fn metadata_reads_back_as_written_while_it_is_the_document_shown() {
         "the same document"
     );
 }
+
+/// `mv a/zarr.json a/zarr.json~` (an editor's backup): refused with `EXDEV` (moving a
+/// sharded array's metadata away is not supported; `mv` then copies and unlinks), and
+/// nothing changed: before, the copy at the new name was made first and stayed, listed
+/// but not found, and stored at unmount (found by an adversarial tester).
+#[test]
+fn a_refused_rename_of_array_metadata_changes_nothing() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let b = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    write_file(&view, b, "zarr.json", &serde_json::to_vec(&meta).unwrap());
+    view.mkdir(ROOT_INO, OsStr::new("plain")).unwrap();
+    let plain = lookup(&view, "plain").unwrap().ino;
+    for (dir, name) in [(b, "zarr.json~"), (plain, "zarr.json.bak")] {
+        let err = view
+            .rename(b, OsStr::new("zarr.json"), dir, OsStr::new(name), false)
+            .unwrap_err();
+        assert_eq!(err.errno(), libc::EXDEV, "{name}");
+        let listed: Vec<String> = view
+            .readdir(dir)
+            .unwrap()
+            .iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !listed.iter().any(|n| n == name),
+            "{name} listed: {listed:?}"
+        );
+        assert_eq!(
+            view.lookup(dir, OsStr::new(name)).unwrap_err().errno(),
+            libc::ENOENT
+        );
+    }
+    view.flush_all().unwrap();
+    drop(view);
+    let mut stored: Vec<_> = walkdir_files(store.path());
+    stored.sort();
+    assert_eq!(stored, ["b/zarr.json"], "nothing else in the store");
+    assert!(lookup(&view_of(store.path()), "b/zarr.json").is_ok());
+}
+
+/// Every file below `root`, as paths relative to it.
+fn walkdir_files(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else {
+                let rel = e
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push(rel);
+            }
+        }
+    }
+    out
+}

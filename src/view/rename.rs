@@ -38,6 +38,11 @@ impl View {
             return Err(ViewError::Exists);
         }
         self.writer()?;
+        if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
+            // Refused before anything changed (`mv` then copies and unlinks): the copy
+            // at the new name was once made first, and stayed, though the rename failed.
+            return Err(ViewError::CrossDevice("moving metadata away".into()));
+        }
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
             // zarr 2's `consolidate_metadata` (a temporary file renamed onto the name):
             // accepted and let go, as the view makes `.zmetadata` from the hierarchy.
@@ -254,6 +259,7 @@ impl View {
                 }
             }
             Node::File { rel } => self.remove_store_file(rel)?,
+            // `rename` refuses these before it puts anything at the new name.
             Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
                 return Err(ViewError::CrossDevice("moving metadata away".into()));
             }
