@@ -20,6 +20,7 @@ pub mod object;
 pub mod operation;
 pub mod rewrite;
 pub mod shard;
+mod shard_cache;
 
 pub(crate) use local::FileRef;
 

@@ -1,0 +1,531 @@
+//! The cache of loaded shards ([`ShardCache`]): bounded by shards and bytes, split into
+//! segments, with one load per shard however many readers miss it together, loads ahead
+//! of readers ([`ShardCache::prefetch`]), and the hook that recovers an interrupted
+//! update before a load ([`LoadHook`]).
+
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::Store;
+use super::shard::{Shard, ShardError};
+use crate::format::ShardLayout;
+
+const SEGMENTS: usize = 16;
+
+/// Runs before a [`ShardCache`] reads a shard's index from the store: on a miss and on
+/// the reload of a revalidation, never on a hit. A writable mount installs one that
+/// recovers an interrupted update of the shard first (`store::local::recover::LazyRecovery`),
+/// which is how this layer stays ignorant of the write side.
+pub trait LoadHook: Send + Sync {
+    /// Called with the shard's store-relative path and no lock of the cache held. An
+    /// error fails this load: the caller gets a shard whose every chunk fails with it
+    /// (`EIO`), and nothing is cached, so the next read tries again. `Some` reads the
+    /// shard as a prefix of its file (see [`Truncated`]).
+    fn before_load(&self, rel: &Path) -> Result<Option<Truncated>, ShardError>;
+}
+
+/// Read a shard as its first `len` bytes (its state before an interrupted append), as
+/// long as its file is still `file_len` bytes long; a file of any other length has
+/// changed since and is read whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncated {
+    pub len: u64,
+    pub file_len: u64,
+}
+
+/// A bounded cache of loaded shards, split into segments so that readers of different
+/// shards do not contend on one lock.
+pub struct ShardCache {
+    segments: Vec<Mutex<Segment>>,
+    max_bytes_per_segment: usize,
+    hasher: std::collections::hash_map::RandomState,
+    hook: Option<Arc<dyn LoadHook>>,
+    /// Lookups answered from the cache / that loaded the shard's index.
+    pub hits: std::sync::atomic::AtomicU64,
+    pub misses: std::sync::atomic::AtomicU64,
+    /// Shards loaded ahead of their reader ([`ShardCache::prefetch`]).
+    pub prefetches: std::sync::atomic::AtomicU64,
+    /// Shards being loaded now; a reader of one waits for that load ([`Self::loaded`]).
+    loading: Mutex<std::collections::HashSet<PathBuf>>,
+    loaded: parking_lot::Condvar,
+    /// Loads ahead under way.
+    ahead_now: std::sync::atomic::AtomicUsize,
+    /// Readers waiting for another's load now (for tests).
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// At most this many shards are loaded ahead at once.
+const PREFETCHES: usize = 4;
+
+/// How long a reader waits for a shard another thread is loading before loading it
+/// itself (as it did before loads were shared; a load of a stalled object store can
+/// take longer, `--s3-timeout` per request).
+const LOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+struct Segment {
+    lru: LruCache<PathBuf, (Arc<Shard>, usize)>,
+    bytes: usize,
+    /// Bumped by every [`ShardCache::invalidate`] of a shard of this segment: a load
+    /// across one is not kept.
+    generation: u64,
+}
+
+impl ShardCache {
+    /// A cache holding at most `max_shards` shards and about `max_bytes` of indices.
+    pub fn new(max_shards: usize, max_bytes: usize) -> Self {
+        let per = NonZeroUsize::new(max_shards.div_ceil(SEGMENTS).max(1)).expect("non-zero");
+        ShardCache {
+            segments: (0..SEGMENTS)
+                .map(|_| {
+                    Mutex::new(Segment {
+                        lru: LruCache::new(per),
+                        bytes: 0,
+                        generation: 0,
+                    })
+                })
+                .collect(),
+            max_bytes_per_segment: (max_bytes / SEGMENTS).max(1),
+            hasher: Default::default(),
+            hook: None,
+            hits: Default::default(),
+            misses: Default::default(),
+            prefetches: Default::default(),
+            loading: Default::default(),
+            loaded: Default::default(),
+            ahead_now: Default::default(),
+            waiting: Default::default(),
+        }
+    }
+
+    /// Run `hook` before every load of a shard's index from now on.
+    pub fn set_load_hook(&mut self, hook: Arc<dyn LoadHook>) {
+        self.hook = Some(hook);
+    }
+
+    fn segment(&self, rel: &Path) -> &Mutex<Segment> {
+        let mut h = self.hasher.build_hasher();
+        rel.hash(&mut h);
+        &self.segments[(std::hash::Hasher::finish(&h) as usize) % SEGMENTS]
+    }
+
+    /// The shard at `rel`, loading it on a miss. With `revalidate`, a cached shard whose
+    /// file changed (or appeared, or vanished) since it was loaded is loaded again.
+    pub fn get(
+        &self,
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        revalidate: bool,
+    ) -> Arc<Shard> {
+        let seg = self.segment(rel);
+        let until = std::time::Instant::now() + LOAD_WAIT;
+        // One load of a shard at a time: readers that miss it together (zarr-python's
+        // threads, a load ahead) wait for the first instead of each reading the index.
+        let mut claimed = None;
+        // A cached shard found stale once is not asked about again.
+        let mut stale: Option<Arc<Shard>> = None;
+        loop {
+            // Clone out and unlock before any I/O: the stat of a revalidation must not
+            // hold the segment against other readers.
+            let cached = seg.lock().lru.get(rel).map(|(s, _)| s.clone());
+            if let Some(shard) = cached
+                && !stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shard))
+            {
+                let fresh = !revalidate || {
+                    let now = store.stat(rel).ok().flatten().map(|m| m.version());
+                    now == shard.seen
+                };
+                if fresh {
+                    self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return shard; // (a claim taken is given back)
+                }
+                stale = Some(shard);
+            }
+            if claimed.is_some() {
+                break; // claimed, and the cache looked at once more after the claim
+            }
+            let mut loading = self.loading.lock();
+            if loading.insert(rel.to_path_buf()) {
+                // Looked at the cache once more before loading: a load may have ended
+                // between the look above and the claim.
+                claimed = Some(Loaded {
+                    cache: self,
+                    rel,
+                    ahead: false,
+                });
+                continue;
+            }
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut timed_out = false;
+            while loading.contains(rel) && !timed_out {
+                timed_out = self.loaded.wait_until(&mut loading, until).timed_out();
+            }
+            self.waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            if timed_out {
+                break; // load it unclaimed
+            }
+        }
+        self.misses
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let shard = self.load(store, rel, layout, false, false);
+        drop(claimed);
+        shard
+    }
+
+    /// Load the shard at `rel` (running the hook first) and cache it, unless a shard of
+    /// its segment was invalidated meanwhile (this mount's commit: what was loaded may be
+    /// from before it; the caller still gets it, as a read side by side with the commit).
+    /// Loaded `ahead` (in the background, for no reader), nothing is kept either when
+    /// the load failed or a reader loaded the shard meanwhile (it may be newer). `warm`:
+    /// its file's start is fetched with the index ([`Shard::load_with`]).
+    fn load(
+        &self,
+        store: &dyn Store,
+        rel: &Path,
+        layout: &ShardLayout,
+        ahead: bool,
+        warm: bool,
+    ) -> Arc<Shard> {
+        let generation = self.segment(rel).lock().generation;
+        let prefix = match self.hook.as_ref().map(|h| h.before_load(rel)) {
+            Some(Err(err)) => return Arc::new(Shard::failed(rel, err)),
+            Some(Ok(prefix)) => prefix,
+            None => None,
+        };
+        let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, warm));
+        let weight = shard.weight();
+        let mut seg = self.segment(rel).lock();
+        if seg.generation != generation
+            || (ahead && (shard.index.is_err() || seg.lru.contains(rel)))
+        {
+            return shard;
+        }
+        if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard.clone(), weight)) {
+            seg.bytes -= w;
+        }
+        seg.bytes += weight;
+        while seg.bytes > self.max_bytes_per_segment && seg.lru.len() > 1 {
+            if let Some((_, (_, w))) = seg.lru.pop_lru() {
+                seg.bytes -= w;
+            }
+        }
+        shard
+    }
+
+    /// Load the shard at `rel` in the background, its file's start fetched in the same
+    /// request as its index (all of a shard of up to 8 MiB on object storage), unless it
+    /// is cached or being loaded, or [`PREFETCHES`] are under way. A reader that comes
+    /// for it meanwhile waits for this load rather than making its own requests. Nothing
+    /// is kept from a load the cache was invalidated during, or that failed (the reader
+    /// then loads it, and meets the error, itself).
+    pub fn prefetch(self: &Arc<Self>, store: Arc<dyn Store>, rel: PathBuf, layout: ShardLayout) {
+        self.prefetch_with(store, rel, layout, true);
+    }
+
+    /// [`ShardCache::prefetch`] of the index alone: for a listing that needs the indexes
+    /// of several shards (on object storage, their requests side by side rather than one
+    /// after another), moving none of their chunks.
+    pub fn prefetch_index(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        rel: PathBuf,
+        layout: ShardLayout,
+    ) {
+        self.prefetch_with(store, rel, layout, false);
+    }
+
+    fn prefetch_with(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        rel: PathBuf,
+        layout: ShardLayout,
+        warm: bool,
+    ) {
+        let cached = self.peek(&rel);
+        // Cached by its index alone (a listing read it): its bytes are fetched ahead.
+        let was_cached = cached.is_some();
+        let cold = cached.filter(|s| warm && s.file.as_ref().is_some_and(|f| f.cold()));
+        if was_cached && cold.is_none() {
+            return;
+        }
+        {
+            use std::sync::atomic::Ordering::SeqCst;
+            let mut loading = self.loading.lock();
+            if self.ahead_now.load(SeqCst) >= PREFETCHES || !loading.insert(rel.clone()) {
+                return;
+            }
+            self.ahead_now.fetch_add(1, SeqCst);
+        }
+        let cache = self.clone();
+        let done = rel.clone();
+        let spawned = std::thread::Builder::new()
+            .name("shardfs-ahead".into())
+            .spawn(move || {
+                let _done = Loaded {
+                    cache: &cache,
+                    rel: &rel,
+                    ahead: true,
+                };
+                cache
+                    .prefetches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match cold.as_ref().and_then(|s| s.file.as_ref()) {
+                    Some(file) => file.warm(),
+                    None => {
+                        cache.load(store.as_ref(), &rel, &layout, true, warm);
+                    }
+                }
+            });
+        if spawned.is_err() {
+            drop(Loaded {
+                cache: self,
+                rel: &done,
+                ahead: true,
+            });
+        }
+    }
+
+    /// Wait while the shard at `rel` is being loaded.
+    #[cfg(test)]
+    fn wait_for_load(&self, rel: &Path) {
+        let mut loading = self.loading.lock();
+        while loading.contains(rel) {
+            self.loaded.wait(&mut loading);
+        }
+    }
+
+    /// The cached shard at `rel`, as it was loaded (no revalidation, no I/O).
+    pub fn peek(&self, rel: &Path) -> Option<Arc<Shard>> {
+        self.segment(rel)
+            .lock()
+            .lru
+            .peek(rel)
+            .map(|(s, _)| s.clone())
+    }
+
+    /// Drop every cached shard at or below `prefix` (a directory renamed away).
+    pub fn invalidate_under(&self, prefix: &Path) {
+        for seg in &self.segments {
+            let mut seg = seg.lock();
+            let gone: Vec<PathBuf> = seg
+                .lru
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !gone.is_empty() {
+                seg.generation += 1;
+            }
+            for k in gone {
+                if let Some((_, w)) = seg.lru.pop(&k) {
+                    seg.bytes -= w;
+                }
+            }
+        }
+    }
+
+    /// Drop a cached shard (the write path calls this after changing it).
+    pub fn invalidate(&self, rel: &Path) {
+        let mut seg = self.segment(rel).lock();
+        seg.generation += 1;
+        if let Some((_, w)) = seg.lru.pop(rel) {
+            seg.bytes -= w;
+        }
+    }
+}
+
+/// The end of a load, however it ends (a panic in the store included): its mark goes
+/// and the readers waiting for it wake.
+struct Loaded<'a> {
+    cache: &'a ShardCache,
+    rel: &'a Path,
+    /// A load ahead: one fewer under way.
+    ahead: bool,
+}
+
+impl Drop for Loaded<'_> {
+    fn drop(&mut self) {
+        self.cache.loading.lock().remove(self.rel);
+        if self.ahead {
+            self.cache
+                .ahead_now
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.cache.loaded.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::index::{Endian, IndexCodecs};
+    use crate::format::{IndexLocation, ShardLevel};
+    use crate::store::memory::MemoryStore;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    fn layout() -> ShardLayout {
+        let level = ShardLevel {
+            chunk_shape: vec![2],
+            chunks_per_shard: vec![2],
+            index_codecs: IndexCodecs {
+                endian: Endian::Little,
+                crc32c: true,
+            },
+            index_location: IndexLocation::End,
+        };
+        ShardLayout::new(vec![8], vec![4], vec![level], vec![]).unwrap()
+    }
+
+    /// Holds every load until opened; counts the loads.
+    #[derive(Default)]
+    struct Gate {
+        open: Mutex<bool>,
+        opened: parking_lot::Condvar,
+        loads: AtomicUsize,
+    }
+
+    impl LoadHook for Gate {
+        fn before_load(&self, _rel: &Path) -> Result<Option<Truncated>, ShardError> {
+            self.loads.fetch_add(1, SeqCst);
+            let mut open = self.open.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+            Ok(None)
+        }
+    }
+
+    /// An empty store, and a cache whose loads wait at the gate.
+    fn gated() -> (Arc<dyn Store>, Arc<Gate>, Arc<ShardCache>) {
+        let gate = Arc::new(Gate::default());
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        (Arc::new(MemoryStore::new()), gate, Arc::new(cache))
+    }
+
+    impl Gate {
+        fn open(&self) {
+            *self.open.lock() = true;
+            self.opened.notify_all();
+        }
+    }
+
+    /// A reader of a shard being loaded ahead waits for that load and gets its shard (one
+    /// load, not two); a shard whose load ahead was overtaken by an invalidation (this
+    /// mount's commit) is not kept.
+    #[test]
+    fn a_load_ahead_is_waited_for_and_not_kept_across_an_invalidation() {
+        let (store, gate, cache) = gated();
+        let rel = Path::new("a/c/0");
+        cache.prefetch(store.clone(), rel.to_path_buf(), layout());
+        let reader = {
+            let (cache, store) = (cache.clone(), store.clone());
+            std::thread::spawn(move || {
+                cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+            })
+        };
+        while cache.waiting.load(SeqCst) < 1 {
+            std::thread::yield_now(); // the reader waits for the load ahead
+        }
+        assert!(!reader.is_finished());
+        gate.open();
+        let shard = reader.join().unwrap();
+        assert_eq!(gate.loads.load(SeqCst), 1, "one load");
+        assert!(Arc::ptr_eq(&shard, &cache.peek(rel).unwrap()));
+        assert_eq!(cache.prefetches.load(SeqCst), 1);
+
+        // Overtaken by an invalidation: dropped.
+        *gate.open.lock() = false;
+        let rel = Path::new("a/c/1");
+        cache.prefetch(store.clone(), rel.to_path_buf(), layout());
+        while gate.loads.load(SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        cache.invalidate(rel);
+        gate.open();
+        cache.wait_for_load(rel);
+        assert!(
+            cache.peek(rel).is_none(),
+            "a load from before the invalidation"
+        );
+    }
+
+    /// Readers that miss one shard together make one load of it (zarr-python's threads
+    /// reading chunks of a shard side by side: one index read, not one each).
+    #[test]
+    fn readers_that_miss_together_load_once() {
+        let (store, gate, cache) = gated();
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (cache, store) = (cache.clone(), store.clone());
+                std::thread::spawn(move || {
+                    cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+                })
+            })
+            .collect();
+        // One load under way (held at the gate), the three others waiting for it.
+        while gate.loads.load(SeqCst) < 1 || cache.waiting.load(SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        gate.open();
+        let shards: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert_eq!(gate.loads.load(SeqCst), 1, "one load for four readers");
+        assert!(shards.iter().all(|s| Arc::ptr_eq(s, &shards[0])));
+        assert!(cache.loading.lock().is_empty());
+    }
+
+    /// A reader's load that an invalidation (this mount's commit) overtook gives the
+    /// reader what it read, and keeps nothing: the next reader loads the shard again.
+    #[test]
+    fn a_load_across_an_invalidation_is_not_kept() {
+        let (store, gate, cache) = gated();
+        let reader = {
+            let (cache, store) = (cache.clone(), store.clone());
+            std::thread::spawn(move || {
+                cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false)
+            })
+        };
+        while gate.loads.load(SeqCst) < 1 {
+            std::thread::yield_now();
+        }
+        cache.invalidate(Path::new("a/c/0"));
+        gate.open();
+        let shard = reader.join().unwrap();
+        assert!(shard.index().is_ok());
+        assert!(cache.peek(Path::new("a/c/0")).is_none());
+        cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false);
+        assert_eq!(gate.loads.load(SeqCst), 2);
+        assert!(cache.peek(Path::new("a/c/0")).is_some());
+    }
+
+    /// A shard path that is not a regular file (a directory) is loaded, and logged, once:
+    /// a revalidation finds the same thing there and keeps it, until it changes.
+    #[test]
+    fn a_shard_path_that_is_a_directory_is_loaded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/c/0")).unwrap();
+        let store = crate::store::LocalStore::open(dir.path()).unwrap();
+        let gate = Arc::new(Gate::default());
+        gate.open();
+        let mut cache = ShardCache::new(16, 1 << 20);
+        cache.set_load_hook(gate.clone());
+        let rel = Path::new("a/c/0");
+        for _ in 0..5 {
+            let shard = cache.get(&store, rel, &layout(), true);
+            assert!(shard.index().is_err());
+        }
+        assert_eq!(gate.loads.load(SeqCst), 1, "loaded once");
+        // Replaced by a file: loaded again.
+        std::fs::remove_dir(dir.path().join("a/c/0")).unwrap();
+        std::fs::write(dir.path().join("a/c/0"), b"not a shard").unwrap();
+        assert!(cache.get(&store, rel, &layout(), true).index().is_err());
+        assert_eq!(gate.loads.load(SeqCst), 2);
+    }
+}
