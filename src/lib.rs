@@ -13,6 +13,7 @@ pub mod fuse;
 pub mod info;
 pub mod maint;
 pub mod mount;
+mod mountpoint;
 pub mod sample;
 pub mod store;
 pub mod view;
