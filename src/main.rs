@@ -81,6 +81,19 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
                 )
             }),
     );
+    out.extend(
+        v["pending_chunks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str())
+            .map(|p| {
+                format!(
+                    "{p} was written but is not a length its array's chunks can have: the \
+                     unmount refuses it, and the store keeps the chunk it had"
+                )
+            }),
+    );
     out
 }
 

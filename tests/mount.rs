@@ -1200,3 +1200,76 @@ fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
         }
     }
 }
+
+/// A slow writer of an uncompressed chunk (one length only): what it wrote before a
+/// pause longer than the idle commit's is not committed half written. The idle commit
+/// once took the half, refused it (a length no chunk can have) and let its bytes go; the
+/// writer's next write then landed on the stored chunk, and its `fsync` returned success
+/// over a mix of old and new bytes (found by an adversarial tester). Now the half waits
+/// for its writer (named by `shardfs stats` as `pending_chunks`); one never finished is
+/// refused at unmount, and the store keeps the chunk it had.
+#[test]
+fn a_slow_writer_of_an_uncompressed_chunk_loses_nothing() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        64,
+        32,
+        8,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("u")).unwrap();
+    std::fs::write(
+        store.path().join("u/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    let idle = shardfs::view::KERNEL_WRITE_IDLE;
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        let stats = || -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(mnt.path().join(".shardfs-stats")).unwrap())
+                .unwrap()
+        };
+        std::fs::create_dir(mnt.path().join("u/c")).unwrap();
+        for key in ["u/c/1", "u/c/2"] {
+            let p = mnt.path().join(key);
+            std::fs::write(&p, [5u8; 8]).unwrap();
+            std::fs::File::open(&p).unwrap().sync_all().unwrap();
+        }
+        // c/1: half, a pause, the other half, fsync.
+        let p = mnt.path().join("u/c/1");
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(&[1u8; 4]).unwrap();
+        std::thread::sleep(idle * 3);
+        assert_eq!(stats()["pending_chunks"], serde_json::json!(["u/c/1"]));
+        f.write_all(&[2u8; 4]).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), [1, 1, 1, 1, 2, 2, 2, 2]);
+        assert_eq!(stats()["pending_chunks"], serde_json::json!([]));
+        // c/2: half, and its writer stops.
+        let mut f = std::fs::File::create(mnt.path().join("u/c/2")).unwrap();
+        f.write_all(&[3u8; 3]).unwrap();
+        drop(f);
+        std::thread::sleep(idle * 3);
+        assert_eq!(stats()["pending_chunks"], serde_json::json!(["u/c/2"]));
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    assert_eq!(
+        std::fs::read(mnt.path().join("u/c/1")).unwrap(),
+        [1, 1, 1, 1, 2, 2, 2, 2],
+        "the slow writer's chunk"
+    );
+    assert_eq!(
+        std::fs::read(mnt.path().join("u/c/2")).unwrap(),
+        [5u8; 8],
+        "a chunk never finished: refused at unmount, the store keeps what it had"
+    );
+}

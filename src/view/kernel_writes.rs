@@ -257,19 +257,19 @@ impl View {
                         // array): only the idle timer and the unmount let it go.
                         KernelCommit::Settled { except } => {
                             except != Some(*ino)
-                                && !self.partial_metadata(h.fh)
+                                && !self.unfinished(h.fh)
                                 && !self.untouched(h.fh)
                                 && !self.unlinked(h.fh)
                         }
                         KernelCommit::Full { except } => {
                             except != Some(*ino)
-                                && !self.partial_metadata(h.fh)
+                                && !self.unfinished(h.fh)
                                 && !self.untouched(h.fh)
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();
                             e >= KERNEL_WRITE_IDLE
-                                && !self.partial_metadata(h.fh)
+                                && !self.unfinished(h.fh)
                                 && !self.untouched(h.fh)
                                 && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
                         }
@@ -318,6 +318,48 @@ impl View {
         }
     }
 
+    /// What a commit would refuse as it stands, while its writer may not have finished:
+    /// metadata not yet a whole document ([`View::partial_metadata`]), or a chunk of a
+    /// length its array's codecs cannot decode ([`View::partial_chunk`]). Only its own
+    /// `fsync` (`EINVAL` then), and the unmount (refused, and named), commit it: the idle
+    /// commit once took a chunk half written by a slow writer, refused it and let its
+    /// bytes go, and the writer's next write landed on the stored chunk, its `fsync`
+    /// returning success over a mix of old and new bytes.
+    fn unfinished(&self, fh: u64) -> bool {
+        self.partial_metadata(fh) || self.partial_chunk(fh)
+    }
+
+    /// A chunk whose bytes are not a length its array's codecs can decode (uncompressed
+    /// chunks have one length): a commit now would refuse it.
+    fn partial_chunk(&self, fh: u64) -> bool {
+        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
+            return false;
+        };
+        let array = match &node {
+            Node::Chunk { array, .. } => array,
+            // A chunk key written as a file of its own first, or made by `create`.
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                let name = path.file_name().unwrap_or_default();
+                let Ok(super::writer::Target::Chunk(_)) =
+                    self.target(array, parent.as_deref(), name)
+                else {
+                    return false;
+                };
+                array
+            }
+            _ => return false,
+        };
+        let Some(want) = self.current(array).layout.fixed_chunk_len else {
+            return false;
+        };
+        let f = file.lock();
+        !f.orphan && f.dirty && f.data.len() as u64 != want
+    }
+
     /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
     /// yet a whole JSON document: a commit would refuse it and roll it back under its
     /// writer, who has not finished. Only its own `fsync`, and the unmount, commit it.
@@ -355,6 +397,26 @@ impl View {
             Some(Handle::StoreRw(_, rel)) => rel.display().to_string(),
             _ => format!("inode {ino}"),
         }
+    }
+
+    /// The paths of chunks held for commit whose bytes are not a length their array's
+    /// codecs can decode (what the unmount will commit, and refuse, unless finished).
+    pub(super) fn partial_chunk_paths(&self) -> Vec<String> {
+        let held: Vec<(u64, u64)> = self
+            .handles
+            .implicit
+            .lock()
+            .iter()
+            .map(|(ino, h)| (*ino, h.fh))
+            .collect();
+        let mut out: Vec<String> = held
+            .into_iter()
+            .filter(|&(_, fh)| self.partial_chunk(fh))
+            .filter_map(|(ino, _)| self.inodes.get(ino))
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        out.sort();
+        out
     }
 
     /// The paths of files held for commit whose metadata is not yet a whole JSON

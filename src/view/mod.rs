@@ -477,6 +477,7 @@ impl View {
                 serde_json::json!({"path": path, "why": why})
             }).collect::<Vec<_>>(),
             "pending_metadata": self.partial_metadata_paths(),
+            "pending_chunks": self.partial_chunk_paths(),
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),
             "chunk_bytes_read": get(&c.chunk_bytes_read),
