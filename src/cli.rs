@@ -33,7 +33,8 @@ pub enum Command {
     Unmount {
         /// Where the store is mounted.
         mountpoint: PathBuf,
-        /// Detach now even if the mount is busy; it goes away when no longer used.
+        /// Detach now even if the mount is busy (it goes away when no longer used), and
+        /// even if what it holds cannot be stored: that is then given up.
         #[arg(long, short = 'z')]
         lazy: bool,
     },

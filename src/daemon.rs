@@ -99,29 +99,105 @@ pub fn serve(mount: Mount) -> io::Result<Option<i32>> {
     let tick = Duration::from_millis(200);
     loop {
         if mount.is_finished() {
+            let sig = store_before_exit(&mount);
             mount.unmount()?;
-            return Ok(None);
+            return Ok(sig);
         }
-        // SAFETY: sigtimedwait on a local, initialised set; the info struct is written by
-        // the kernel and unused.
-        let sig = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                libc::sigaddset(&mut set, s);
-            }
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: tick.as_nanos() as i64,
-            };
-            libc::sigtimedwait(&set, std::ptr::null_mut(), &ts)
-        };
-        if sig > 0 {
+        if let Some(sig) = wait_for_signal(tick) {
             log::info!("signal {sig}: unmounting {}", mount.mountpoint().display());
             mount.unmount()?;
             return Ok(Some(sig));
         }
     }
+}
+
+/// How long a daemon whose mount was unmounted from outside (`umount`, `fusermount3 -u`)
+/// goes on trying to store what it still holds, when the store cannot take it.
+const STORE_BEFORE_EXIT: Duration = Duration::from_secs(3600);
+
+/// The mount was unmounted from outside, with no `shardfs unmount` to refuse while the
+/// store cannot take what it holds (a full disk, a lost connection): the chunks staged
+/// and the files kept in memory are the only copy. The daemon stays, trying again (every
+/// second at first, then every 30 s) until they are stored, for an hour at most, or until
+/// a termination signal (`shardfs unmount --lazy` sends one) gives them up; each outcome
+/// is logged. Before, the daemon tried twice within a moment and exited, and what it
+/// held was lost with only a log line. The signal, if one came.
+fn store_before_exit(mount: &Mount) -> Option<i32> {
+    let view = mount.view();
+    let until = std::time::Instant::now() + STORE_BEFORE_EXIT;
+    let mut wait = Duration::from_secs(1);
+    let mut said = false;
+    loop {
+        let stored = view
+            .commit_kernel_writes(crate::view::KernelCommit::All)
+            .and(view.sync_all());
+        let e = match stored {
+            Ok(()) => {
+                if said {
+                    log::warn!(
+                        "{}: what the mount held is stored now",
+                        mount.mountpoint().display()
+                    );
+                }
+                return None;
+            }
+            Err(e) if retried(e.errno()) && std::time::Instant::now() < until => e,
+            // Logged, and named, by the unmount that follows.
+            Err(_) => return None,
+        };
+        if !said {
+            log::error!(
+                "{}: unmounted, but what it holds cannot be stored ({e}): trying again \
+                 until it is, for an hour at most (SIGTERM gives it up: it is then lost)",
+                mount.mountpoint().display()
+            );
+            said = true;
+        }
+        if let Some(sig) = wait_for_signal(wait) {
+            log::error!(
+                "{}: signal {sig}: what was not stored is given up ({e})",
+                mount.mountpoint().display()
+            );
+            return Some(sig);
+        }
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Errors that may pass: the store's room, its connection, its disk.
+fn retried(errno: i32) -> bool {
+    [
+        libc::ENOSPC,
+        libc::EDQUOT,
+        libc::EIO,
+        libc::EROFS,
+        libc::EAGAIN,
+        libc::ETIMEDOUT,
+        libc::ECONNREFUSED,
+        libc::ECONNRESET,
+        libc::ENETUNREACH,
+        libc::EHOSTUNREACH,
+    ]
+    .contains(&errno)
+}
+
+/// Wait up to `limit` for a termination signal (blocked by [`block_signals`]).
+fn wait_for_signal(limit: Duration) -> Option<i32> {
+    // SAFETY: sigtimedwait on a local, initialised set; the info struct is written by the
+    // kernel and unused.
+    let sig = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let ts = libc::timespec {
+            tv_sec: limit.as_secs() as libc::time_t,
+            tv_nsec: limit.subsec_nanos() as i64,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts)
+    };
+    (sig > 0).then_some(sig)
 }
 
 /// Where a daemonized mount without `--log-file` logs: the system log, as mountpoint-s3

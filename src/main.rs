@@ -164,6 +164,7 @@ fn run_unmount(mountpoint: std::path::PathBuf, lazy: bool) -> Result<ExitCode> {
     // nothing depends on the daemon finishing after the unmount.
     let synced = std::fs::File::open(&mountpoint).and_then(|d| d.sync_all());
     // ENOTCONN: the daemon is gone (killed); there is nothing left to flush.
+    let unstored_kept = synced.is_err();
     if let Err(e) = synced
         && !lazy
         && e.raw_os_error() != Some(libc::ENOTCONN)
@@ -187,6 +188,14 @@ fn run_unmount(mountpoint: std::path::PathBuf, lazy: bool) -> Result<ExitCode> {
             mountpoint.display()
         ),
         other => other.with_context(|| format!("unmounting {}", mountpoint.display()))?,
+    }
+    if lazy && unstored_kept {
+        // What could not be stored is given up, as said: a daemon unmounted from outside
+        // otherwise stays, trying to store it (`daemon::store_before_exit`).
+        for pid in &daemons {
+            // SAFETY: a plain kill(2) of a daemon of this mount found in /proc.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGTERM) };
+        }
     }
     // The daemon flushes and exits after the unmount: wait for it, so that a new
     // mount at this path cannot be taken down by the old daemon.

@@ -173,6 +173,66 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     );
     let report = shardfs::maint::verify(&store, false, false).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    // A plain umount(8) (or `fusermount3 -u`) with the store full: nothing refuses, and
+    // the daemon holds the only copy of what it staged. It stays, trying again, and
+    // stores it once there is room (it used to exit at once, the chunk lost).
+    let daemon_with_a_staged_chunk = |key: &str| -> Vec<u32> {
+        let mut f = fs::File::create(&filler).unwrap();
+        while f.write_all(&block).is_ok() {}
+        drop(f);
+        let st = Command::new(bin)
+            .arg("mount")
+            .arg(&store)
+            .arg(again.path())
+            .args(["--flush-interval", "3600"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fs::write(again.path().join(key), &data).unwrap();
+        let daemons = shardfs::mount::daemon_pids(again.path());
+        assert_eq!(daemons.len(), 1, "{daemons:?}");
+        daemons
+    };
+    let daemons = daemon_with_a_staged_chunk("a/c/2");
+    shardfs::mount::unmount_path(again.path(), false).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        !shardfs::mount::wait_for_exit(&daemons, std::time::Duration::ZERO),
+        "the daemon stays while what it holds cannot be stored"
+    );
+    fs::remove_file(&filler).unwrap();
+    assert!(
+        shardfs::mount::wait_for_exit(&daemons, std::time::Duration::from_secs(120)),
+        "the daemon exits once it stored what it held"
+    );
+    {
+        let _m = Mount::new(&store, again.path(), &opts).unwrap();
+        assert_eq!(
+            fs::read(again.path().join("a/c/2")).unwrap(),
+            data,
+            "stored after the umount"
+        );
+    }
+    // `shardfs unmount --lazy` gives it up, as it says: the daemon exits.
+    let daemons = daemon_with_a_staged_chunk("a/c/3");
+    let out = Command::new(bin)
+        .args(["unmount", "--lazy"])
+        .arg(again.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shardfs::mount::wait_for_exit(&daemons, std::time::Duration::from_secs(120)),
+        "--lazy gives up what cannot be stored"
+    );
+    fs::remove_file(&filler).unwrap();
+    let report = shardfs::maint::verify(&store, false, false).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
 fn write_file(path: &Path, bytes: &[u8]) {

@@ -262,9 +262,7 @@ impl View {
                                 && !self.unlinked(h.fh)
                         }
                         KernelCommit::Full { except } => {
-                            except != Some(*ino)
-                                && !self.unfinished(h.fh)
-                                && !self.untouched(h.fh)
+                            except != Some(*ino) && !self.unfinished(h.fh) && !self.untouched(h.fh)
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();
