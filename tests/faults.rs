@@ -133,19 +133,26 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
 
     // `shardfs unmount` of a daemonized mount that cannot store what it holds refuses,
     // names the chunks and the way to discard them; once there is room it unmounts.
-    let mut f = fs::File::create(&filler).unwrap();
-    while f.write_all(&block).is_ok() {}
-    drop(f);
     let bin = env!("CARGO_BIN_EXE_shardfs");
-    let st = Command::new(bin)
-        .arg("mount")
-        .arg(&store)
-        .arg(again.path())
-        .args(["--flush-interval", "3600"])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    fs::write(again.path().join("a/c/0"), &data).unwrap();
+    // The store full again, a daemonized mount, a chunk written to `key` and staged.
+    let daemon_with_a_staged_chunk = |key: &str| -> Vec<u32> {
+        let mut f = fs::File::create(&filler).unwrap();
+        while f.write_all(&block).is_ok() {}
+        drop(f);
+        let st = Command::new(bin)
+            .arg("mount")
+            .arg(&store)
+            .arg(again.path())
+            .args(["--flush-interval", "3600"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fs::write(again.path().join(key), &data).unwrap();
+        let daemons = shardfs::mount::daemon_pids(again.path());
+        assert_eq!(daemons.len(), 1, "{daemons:?}");
+        daemons
+    };
+    daemon_with_a_staged_chunk("a/c/0");
     let out = Command::new(bin)
         .arg("unmount")
         .arg(again.path())
@@ -177,23 +184,6 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     // A plain umount(8) (or `fusermount3 -u`) with the store full: nothing refuses, and
     // the daemon holds the only copy of what it staged. It stays, trying again, and
     // stores it once there is room (it used to exit at once, the chunk lost).
-    let daemon_with_a_staged_chunk = |key: &str| -> Vec<u32> {
-        let mut f = fs::File::create(&filler).unwrap();
-        while f.write_all(&block).is_ok() {}
-        drop(f);
-        let st = Command::new(bin)
-            .arg("mount")
-            .arg(&store)
-            .arg(again.path())
-            .args(["--flush-interval", "3600"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        fs::write(again.path().join(key), &data).unwrap();
-        let daemons = shardfs::mount::daemon_pids(again.path());
-        assert_eq!(daemons.len(), 1, "{daemons:?}");
-        daemons
-    };
     let daemons = daemon_with_a_staged_chunk("a/c/2");
     shardfs::mount::unmount_path(again.path(), false).unwrap();
     std::thread::sleep(std::time::Duration::from_secs(2));

@@ -397,9 +397,9 @@ impl View {
         }
     }
 
-    /// The paths of chunks held for commit whose bytes are not a length their array's
-    /// codecs can decode (what the unmount will commit, and refuse, unless finished).
-    pub(super) fn partial_chunk_paths(&self) -> Vec<String> {
+    /// The paths of files held for commit (writes through descriptors the kernel
+    /// opened) for which `pick` holds, by handle.
+    fn held_paths(&self, pick: impl Fn(u64) -> bool) -> Vec<String> {
         let held: Vec<(u64, u64)> = self
             .handles
             .implicit
@@ -409,7 +409,7 @@ impl View {
             .collect();
         let mut out: Vec<String> = held
             .into_iter()
-            .filter(|&(_, fh)| self.partial_chunk(fh))
+            .filter(|&(_, fh)| pick(fh))
             .filter_map(|(ino, _)| self.inodes.get(ino))
             .map(|(p, _)| p.display().to_string())
             .collect();
@@ -417,22 +417,16 @@ impl View {
         out
     }
 
+    /// The paths of chunks held for commit whose bytes are not a length their array's
+    /// codecs can decode (what the unmount will commit, and refuse, unless finished).
+    pub(super) fn partial_chunk_paths(&self) -> Vec<String> {
+        self.held_paths(|fh| self.partial_chunk(fh))
+    }
+
     /// The paths of files held for commit whose metadata is not yet a whole JSON
     /// document (what the unmount will commit, and refuse, unless it is finished).
     pub(super) fn partial_metadata_paths(&self) -> Vec<String> {
-        let held: Vec<(u64, u64)> = self
-            .handles
-            .implicit
-            .lock()
-            .iter()
-            .map(|(ino, h)| (*ino, h.fh))
-            .collect();
-        let mut out: Vec<String> = held
-            .into_iter()
-            .filter(|&(_, fh)| self.partial_metadata(fh))
-            .filter_map(|(ino, _)| self.inodes.get(ino))
-            .map(|(p, _)| p.display().to_string())
-            .collect();
+        let mut out = self.held_paths(|fh| self.partial_metadata(fh));
         if let Some(w) = &self.writer {
             out.extend(
                 w.docs
