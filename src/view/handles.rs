@@ -23,10 +23,6 @@ pub(super) struct HandleTable {
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
-    /// Writes through descriptors the kernel opened without asking (a writable mount
-    /// with kernel opens): the handle each written inode's bytes gather in, by inode.
-    /// Owned by `kernel_writes.rs`.
-    pub(super) implicit: Mutex<HashMap<u64, super::kernel_writes::Implicit>>,
 }
 
 impl HandleTable {
@@ -368,7 +364,7 @@ impl View {
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         if self.writer.is_some()
-            && let Some(fh) = self.handles.implicit_fh(ino)
+            && let Some(fh) = self.implicit.fh(ino)
         {
             // This mount's writes through a descriptor the kernel opened, not yet
             // committed. Committed meanwhile: read what they became.

@@ -1,11 +1,11 @@
 //! Writes through descriptors the kernel opened (a writable mount with kernel opens):
 //! the daemon hears of no open or close of them, so their bytes gather in a handle it
-//! holds per inode ([`HandleTable::implicit`](super::handles)), committed as a close
+//! holds per inode (`View::implicit`, [`Implicits`]), committed as a close
 //! would commit them at `fsync`, before a rename or link, at unmount, or when idle
 //! ([`KernelCommit`]).
 
-use super::handles::HandleTable;
 use super::*;
+use std::collections::HashMap;
 
 /// Which writes gathered with kernel opens [`View::commit_kernel_writes`] commits.
 #[derive(Clone, Copy, Debug)]
@@ -48,15 +48,21 @@ pub(super) struct Implicit {
     last: std::time::Instant,
 }
 
-impl HandleTable {
+/// Writes through descriptors the kernel opened without asking (a writable mount with
+/// kernel opens): the handle each written inode's bytes gather in, by inode
+/// (`View::implicit`).
+#[derive(Default)]
+pub(super) struct Implicits(Mutex<HashMap<u64, Implicit>>);
+
+impl Implicits {
     /// The handle writes without one to `ino` gather in, if any.
-    pub(super) fn implicit_fh(&self, ino: u64) -> Option<u64> {
-        self.implicit.lock().get(&ino).map(|i| i.fh)
+    pub(super) fn fh(&self, ino: u64) -> Option<u64> {
+        self.0.lock().get(&ino).map(|i| i.fh)
     }
 
     /// A request using the handle of [`View::write_ino`] for `ino` ended.
-    pub(super) fn implicit_end(&self, ino: u64) {
-        if let Some(i) = self.implicit.lock().get_mut(&ino) {
+    fn end(&self, ino: u64) {
+        if let Some(i) = self.0.lock().get_mut(&ino) {
             i.users -= 1;
             i.last = std::time::Instant::now();
         }
@@ -101,7 +107,7 @@ impl View {
     fn write_held(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, u64)> {
         let fh = self.implicit_begin(ino, false)?;
         let res = self.write(fh, offset, data);
-        self.handles.implicit_end(ino);
+        self.implicit.end(ino);
         res.map(|n| (n, fh))
     }
 
@@ -127,8 +133,8 @@ impl View {
             return self.set_size_open(ino, size, None);
         }
         if self
-            .handles
-            .implicit_fh(ino)
+            .implicit
+            .fh(ino)
             .is_some_and(|fh| size == 0 || self.gathered_whole(fh, size))
             && let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino))
         {
@@ -148,7 +154,7 @@ impl View {
         }
         let fh = self.implicit_begin(ino, size == 0)?;
         let res = self.set_size_open(ino, size, Some(fh));
-        self.handles.implicit_end(ino);
+        self.implicit.end(ino);
         res
     }
 
@@ -157,7 +163,7 @@ impl View {
     /// any descriptor, and it is committed as those are (the kernel may send no release
     /// for it: none comes for files created once it opens files itself).
     pub fn adopt_created(&self, ino: u64, fh: u64) {
-        let mut map = self.handles.implicit.lock();
+        let mut map = self.implicit.0.lock();
         if map.contains_key(&ino) {
             // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
             // writes gather in the handle they gather in; this one shares its bytes.
@@ -186,7 +192,7 @@ impl View {
     /// the kernel began to open files itself, the only ones it sends a release for):
     /// committed as the daemon's own are.
     pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
-        let ours = self.handles.implicit_fh(ino) == Some(fh);
+        let ours = self.implicit.fh(ino) == Some(fh);
         if ours {
             self.commit_kernel_writes(KernelCommit::Of(ino))
         } else {
@@ -195,11 +201,11 @@ impl View {
     }
 
     /// The handle writes without one to `ino` gather in, counted as in use until
-    /// [`HandleTable::implicit_end`]; opened now if there is none.
+    /// [`Implicits::end`]; opened now if there is none.
     fn implicit_begin(&self, ino: u64, truncate: bool) -> Result<u64> {
         // Opened under the table's lock: two first writes must not open two handles
         // (the second open of a chunk would replace the first one's scratch file).
-        let mut map = self.handles.implicit.lock();
+        let mut map = self.implicit.0.lock();
         if let Some(i) = map.get_mut(&ino) {
             i.users += 1;
             return Ok(i.fh);
@@ -231,7 +237,7 @@ impl View {
         let mut targets: Option<Vec<u64>> = None;
         loop {
             let (taken, busy) = {
-                let mut map = self.handles.implicit.lock();
+                let mut map = self.implicit.0.lock();
                 if map.is_empty() {
                     return first_err;
                 }
@@ -401,8 +407,8 @@ impl View {
     /// opened) for which `pick` holds, by handle.
     fn held_paths(&self, pick: impl Fn(u64) -> bool) -> Vec<String> {
         let held: Vec<(u64, u64)> = self
-            .handles
             .implicit
+            .0
             .lock()
             .iter()
             .map(|(ino, h)| (*ino, h.fh))

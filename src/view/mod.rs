@@ -19,7 +19,7 @@
 //!    exclusive in `adopt_new_array`, `rename_dir`: nothing is made or staged while a
 //!    directory becomes an array or moves. parking_lot's RwLock is fair: never take it
 //!    twice in one thread (a writer queued in between would deadlock it).
-//! 2. `HandleTable::implicit` (handles of writes through descriptors the kernel
+//! 2. `View::implicit` (handles of writes through descriptors the kernel
 //!    opened) or `Writer::kept_paths` (files of their own being stored), never both.
 //! 3. The `Flusher::locks` per-array serial lock, then `Flusher::packed` or
 //!    `Staging::inner`.
@@ -37,7 +37,7 @@
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
 //!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
 //!   write.rs:`commit_chunk_closed` when the write buffer is full.
-//! * `HandleTable::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
+//! * `View::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
 //!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
 //!   store files under it (`partial_metadata`, `unlinked`).
 //! * `Writer::kept_paths`: kept.rs:`keep_file`, until the file is stored.
@@ -282,6 +282,8 @@ pub struct View {
     shards: Arc<ShardCache>,
     /// Open files and directories.
     handles: handles::HandleTable,
+    /// Handles of writes through descriptors the kernel opened, by inode.
+    implicit: kernel_writes::Implicits,
     /// What the kernel may cache, and for how long.
     cache: cache::CachePolicy,
     /// The write side; `None` for a read-only view.
@@ -361,6 +363,7 @@ impl View {
             }),
             store,
             handles: Default::default(),
+            implicit: Default::default(),
             cache: cache::CachePolicy::new(config.ttl),
             arrays: Default::default(),
             writer,

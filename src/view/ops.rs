@@ -4,9 +4,8 @@
 //! elsewhere they pass through to the store.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::rename::not_whole;
 use super::{Attr, Handle, Node, Opened, Result, View, ViewError, container};
 use crate::format::KeyPath;
 
@@ -453,4 +452,14 @@ pub(super) fn refuse_internal(name: &OsStr) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The refusal of a metadata document that is not whole where only whole ones may land.
+pub(super) fn not_whole(rel: &Path) -> ViewError {
+    let why = format!(
+        "{}: not a whole JSON document: refused (the store keeps the document it had)",
+        rel.display()
+    );
+    log::warn!("{why}");
+    ViewError::Invalid(why)
 }

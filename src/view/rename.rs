@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use super::ops::refuse_internal;
+use super::ops::{not_whole, refuse_internal};
 use super::writer::Target;
 use super::*;
 
@@ -267,16 +267,6 @@ impl View {
         }
         Ok(())
     }
-}
-
-/// The refusal of a metadata document that is not whole where only whole ones may land.
-pub(super) fn not_whole(rel: &Path) -> ViewError {
-    let why = format!(
-        "{}: not a whole JSON document: refused (the store keeps the document it had)",
-        rel.display()
-    );
-    log::warn!("{why}");
-    ViewError::Invalid(why)
 }
 
 impl View {
