@@ -23,7 +23,7 @@ impl BucketStore {
                     let part = part.to_str().ok_or_else(|| {
                         io::Error::new(io::ErrorKind::InvalidInput, "a name that is not UTF-8")
                     })?;
-                    key = key.join(part);
+                    key = key.join(super::meta::key_part(part));
                 }
                 Component::CurDir => {}
                 _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),

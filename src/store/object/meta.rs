@@ -270,30 +270,23 @@ impl BucketStore {
     }
 }
 
+/// The key part of the name `n`: the name itself, as other S3 clients (zarr-python,
+/// boto3, the AWS CLI) write and read keys. object_store's `PathPart::from` would
+/// percent-encode non-ASCII letters and `~`, `#`, `%`, `[`, ... (`ärr` became
+/// `%C3%A4rr`): a store made through the mount was then unreadable to other clients,
+/// and one they made had names the mount listed but could not find (found by an
+/// adversarial tester). Only a name that can be no key part (one with an ASCII control
+/// character) is encoded.
+pub(super) fn key_part(n: &str) -> object_store::path::PathPart<'_> {
+    object_store::path::PathPart::parse(n).unwrap_or_else(|_| object_store::path::PathPart::from(n))
+}
+
 /// The last part of a listed `path` as a name, and whether this store reaches the object
-/// by that name ([`BucketStore::key`] makes the listed key from it). object_store
-/// percent-encodes the characters of a part it keeps out of keys (`notes~` is stored as
-/// `notes%7E`) and hands listed keys back so: decoded, that is the name it was made
-/// from (a listing showed `notes%7E`). A key another tool wrote (`notes~` itself, or
-/// `x%2Fy`) may decode to a name that is no file name (`x/y`, `.`) or that leads to
-/// another key: then the part is shown as it is, and answers about the object are not
-/// kept under the name (`false`).
+/// by that name ([`BucketStore::key`] makes the listed key from it): a key part is shown
+/// as it is; one that is no file name (`.`, `..`) is left out.
 pub(super) fn name_of(path: &ObjPath) -> Option<(String, bool)> {
     let part = path.filename()?;
-    let decoded = percent_encoding::percent_decode_str(part)
-        .decode_utf8()
-        .ok()
-        .filter(|n| is_file_name(n));
-    match decoded {
-        Some(n) if object_store::path::PathPart::from(n.as_ref()).as_ref() == part => {
-            Some((n.into_owned(), true))
-        }
-        _ if is_file_name(part) => Some((
-            part.to_string(),
-            object_store::path::PathPart::from(part).as_ref() == part,
-        )),
-        _ => None,
-    }
+    is_file_name(part).then(|| (part.to_string(), key_part(part).as_ref() == part))
 }
 
 /// Whether `n` can be a name in a directory.

@@ -164,7 +164,12 @@ impl BucketStore {
         Ok(BucketStore {
             url: url.to_string(),
             inner,
-            prefix: ObjPath::from_iter(prefix.split('/').filter(|p| !p.is_empty())),
+            prefix: ObjPath::from_iter(
+                prefix
+                    .split('/')
+                    .filter(|p| !p.is_empty())
+                    .map(meta::key_part),
+            ),
             rt,
             dirs: Mutex::new(BTreeSet::new()),
             open_rw: Mutex::new(HashMap::new()),

@@ -736,10 +736,9 @@ fn names_with_escaped_characters_are_listed_and_found_as_made() {
     assert_eq!(s.list(Path::new("a/d~")).unwrap().len(), 1);
 }
 
-/// Keys another tool wrote whose parts decode to no file name (`x%2Fy` to `x/y`,
-/// `%2E` to `.`) or lead elsewhere (`raw~`: this store would ask for `raw%7E`) are
-/// listed as they are, the listing stays whole, and nothing about them is kept under
-/// another name (`.` made `a` itself look like a file).
+/// Keys another tool wrote are listed as they are (`x%2Fy`, `%2E`, `raw~`), the listing
+/// stays whole, and nothing about them is kept under another name (`.` decoded from
+/// `%2E` once made `a` itself look like a file).
 #[test]
 fn foreign_keys_that_decode_to_no_name_are_listed_as_they_are() {
     let mem = Arc::new(object_store::memory::InMemory::new());
@@ -1034,5 +1033,48 @@ fn a_metadata_document_opened_again_within_the_ttl_is_not_fetched_again() {
         read(&s),
         new,
         "this store's write is read, not the bytes kept"
+    );
+}
+
+/// A name is its key, as other S3 clients write and read it: non-ASCII letters, `~`,
+/// `#`, `%`, `[`, `]` are not percent-encoded (`ärr` was stored as `%C3%A4rr`, which
+/// zarr-python reading the bucket could not find; and an array `ärr` that zarr-python
+/// wrote was listed by the mount but not found). A key part that is no name is not
+/// shown; a name that can be no key part (an ASCII control character) is encoded.
+#[test]
+fn names_are_their_keys_as_other_clients_write_them() {
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let s = BucketStore::new(mem.clone(), "pré fix", "memory://keys").unwrap();
+    let names = ["ärr_日本", "notes~", "b#c", "50%", "br[1]", "e\u{301}clair"];
+    for n in names {
+        s.write_atomically(&Path::new("a").join(n), n.as_bytes())
+            .unwrap();
+    }
+    for n in names {
+        // The key as another client names it, unencoded.
+        let key = ObjPath::parse(format!("pré fix/a/{n}")).unwrap();
+        assert_eq!(key.as_ref(), format!("pré fix/a/{n}"));
+        let head = s.block_on(mem.head(&key));
+        assert!(head.is_ok(), "{n}: no object at the key {key}: {head:?}");
+    }
+    // Written by another client, as it names them: found by those names.
+    for n in ["ñame", "x]y"] {
+        let key = ObjPath::parse(format!("pré fix/a/{n}")).unwrap();
+        s.block_on(mem.put(&key, PutPayload::from(n.as_bytes().to_vec())))
+            .unwrap();
+        let m = s.stat(&Path::new("a").join(n)).unwrap();
+        assert_eq!(m.map(|m| m.len), Some(n.len() as u64), "{n}");
+    }
+    assert!(
+        s.list(Path::new("a"))
+            .unwrap()
+            .iter()
+            .any(|e| e.name == "ñame")
+    );
+    // A control character cannot be in a key part: encoded, and found again.
+    s.write_atomically(Path::new("a/tab\there"), b"t").unwrap();
+    assert_eq!(
+        s.stat(Path::new("a/tab\there")).unwrap().map(|m| m.len),
+        Some(1)
     );
 }
