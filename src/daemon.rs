@@ -141,9 +141,20 @@ fn store_before_exit(mount: &Mount) -> Option<i32> {
                 }
                 return None;
             }
+            // A shard that cannot be read (corrupt) stays so: not waited for.
+            Err(crate::view::ViewError::Shard { .. }) => return None,
             Err(e) if retried(e.errno()) && std::time::Instant::now() < until => e,
-            // Logged, and named, by the unmount that follows.
-            Err(_) => return None,
+            Err(e) => {
+                if said {
+                    log::error!(
+                        "{}: what it holds could not be stored within {:?} ({e}): given up",
+                        mount.mountpoint().display(),
+                        STORE_BEFORE_EXIT
+                    );
+                }
+                // Named again by the unmount that follows.
+                return None;
+            }
         };
         if !said {
             log::error!(

@@ -272,8 +272,12 @@ impl View {
                         }
                         KernelCommit::Idle => {
                             let e = h.last.elapsed();
+                            // A chunk left unfinished that long: its writer is gone
+                            // (killed mid-chunk); refused, named (`refused`), its room
+                            // in the write buffer given back.
                             e >= KERNEL_WRITE_IDLE
-                                && !self.unfinished(h.fh)
+                                && (!self.unfinished(h.fh)
+                                    || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(h.fh)))
                                 && !self.untouched(h.fh)
                                 && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
                         }

@@ -23,7 +23,13 @@ impl BucketStore {
                     let part = part.to_str().ok_or_else(|| {
                         io::Error::new(io::ErrorKind::InvalidInput, "a name that is not UTF-8")
                     })?;
-                    key = key.join(super::meta::key_part(part));
+                    let part = super::meta::key_part(part).ok_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "a name with an ASCII control character: no S3 key",
+                        )
+                    })?;
+                    key = key.join(part);
                 }
                 Component::CurDir => {}
                 _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),

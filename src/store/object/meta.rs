@@ -275,10 +275,10 @@ impl BucketStore {
 /// percent-encode non-ASCII letters and `~`, `#`, `%`, `[`, ... (`ärr` became
 /// `%C3%A4rr`): a store made through the mount was then unreadable to other clients,
 /// and one they made had names the mount listed but could not find (found by an
-/// adversarial tester). Only a name that can be no key part (one with an ASCII control
-/// character) is encoded.
-pub(super) fn key_part(n: &str) -> object_store::path::PathPart<'_> {
-    object_store::path::PathPart::parse(n).unwrap_or_else(|_| object_store::path::PathPart::from(n))
+/// adversarial tester). A name that can be no key part (one with an ASCII control
+/// character) is `None`: refused (`EINVAL`), as no other client would find it.
+pub(super) fn key_part(n: &str) -> Option<object_store::path::PathPart<'_>> {
+    object_store::path::PathPart::parse(n).ok()
 }
 
 /// The last part of a listed `path` as a name, and whether this store reaches the object
@@ -286,7 +286,10 @@ pub(super) fn key_part(n: &str) -> object_store::path::PathPart<'_> {
 /// as it is; one that is no file name (`.`, `..`) is left out.
 pub(super) fn name_of(path: &ObjPath) -> Option<(String, bool)> {
     let part = path.filename()?;
-    is_file_name(part).then(|| (part.to_string(), key_part(part).as_ref() == part))
+    is_file_name(part).then(|| {
+        let reached = key_part(part).is_some_and(|k| k.as_ref() == part);
+        (part.to_string(), reached)
+    })
 }
 
 /// Whether `n` can be a name in a directory.

@@ -164,12 +164,9 @@ impl BucketStore {
         Ok(BucketStore {
             url: url.to_string(),
             inner,
-            prefix: ObjPath::from_iter(
-                prefix
-                    .split('/')
-                    .filter(|p| !p.is_empty())
-                    .map(meta::key_part),
-            ),
+            prefix: ObjPath::from_iter(prefix.split('/').filter(|p| !p.is_empty()).map(|p| {
+                meta::key_part(p).unwrap_or_else(|| object_store::path::PathPart::from(p))
+            })),
             rt,
             dirs: Mutex::new(BTreeSet::new()),
             open_rw: Mutex::new(HashMap::new()),
