@@ -68,32 +68,26 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
             )
         })
         .collect();
-    out.extend(
-        v["pending_metadata"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .map(|p| {
-                format!(
-                    "{p} was written but is not a whole JSON document: the unmount refuses \
-                     it, and the store keeps the document it had"
-                )
-            }),
-    );
-    out.extend(
-        v["pending_chunks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str())
-            .map(|p| {
-                format!(
-                    "{p} was written but is not a length its array's chunks can have: the \
-                     unmount refuses it, and the store keeps the chunk it had"
-                )
-            }),
-    );
+    // Held for commit and not finished: the unmount refuses them.
+    for (key, what) in [
+        (
+            "pending_metadata",
+            "is not a whole JSON document: the unmount refuses it, and the store keeps \
+             the document it had",
+        ),
+        (
+            "pending_chunks",
+            "is not a length its array's chunks can have: the unmount refuses it, and the \
+             store keeps the chunk it had",
+        ),
+    ] {
+        let paths = v[key].as_array().into_iter().flatten();
+        out.extend(
+            paths
+                .filter_map(|p| p.as_str())
+                .map(|p| format!("{p} was written but {what}")),
+        );
+    }
     out
 }
 
