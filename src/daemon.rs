@@ -95,13 +95,20 @@ pub fn block_signals() {
 
 /// Serve until the mount is unmounted from outside or a termination signal arrives
 /// (then unmount). Returns the signal, if one ended it.
-pub fn serve(mount: Mount) -> io::Result<Option<i32>> {
+pub fn serve(mut mount: Mount) -> io::Result<Option<i32>> {
     let tick = Duration::from_millis(200);
     loop {
         if mount.is_finished() {
-            let sig = store_before_exit(&mount);
-            mount.unmount()?;
-            return Ok(sig);
+            mount.stop_timer();
+            return match store_before_exit(&mount) {
+                // Given up at a signal: the unmount does not try once more (on an
+                // object store, another wait for the timeout).
+                Some(sig) => {
+                    mount.unmount_discarding()?;
+                    Ok(Some(sig))
+                }
+                None => mount.unmount().map(|()| None),
+            };
         }
         if let Some(sig) = wait_for_signal(tick) {
             log::info!("signal {sig}: unmounting {}", mount.mountpoint().display());

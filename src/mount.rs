@@ -322,6 +322,12 @@ pub struct Mount {
     timer: Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
     /// The background recovery walk of a writable mount.
     recovery: Option<std::thread::JoinHandle<()>>,
+    /// The mount point, canonical, and this mount's device there (`major:minor`), read
+    /// once it was live: the path is unmounted only while it still shows this device.
+    here: Option<(PathBuf, String)>,
+    /// What could not be stored was given up (`daemon::serve`, at a signal): the
+    /// unmount does not try once more.
+    discard: bool,
 }
 
 impl Mount {
@@ -345,6 +351,7 @@ impl Mount {
         };
         let store = open_store(name, &s3)?;
         check_mountpoint(name, mountpoint, opts.nonempty)?;
+        let canonical = std::fs::canonicalize(mountpoint).ok();
         let fsname = match name {
             StoreName::Bucket(url) => PathBuf::from(url),
             StoreName::Local(dir) => std::fs::canonicalize(dir).unwrap_or_else(|_| dir.into()),
@@ -375,6 +382,8 @@ impl Mount {
                 source,
             })?;
         let _ = notifier.set(session.notifier());
+        let here = canonical.and_then(|p| Some((crate::mountpoint::device_at(&p).ok()??, p)));
+        let here = here.map(|(dev, p)| (p, dev));
         log::info!("mounted {} at {}", fsname.display(), mountpoint.display());
         // Object storage has no half-done commits to recover (a PUT is atomic).
         let recovery = view
@@ -390,6 +399,8 @@ impl Mount {
             view,
             timer,
             recovery,
+            here,
+            discard: false,
         })
     }
 
@@ -411,7 +422,16 @@ impl Mount {
         self.finish()
     }
 
-    fn finish(&mut self) -> io::Result<()> {
+    /// Unmount without trying once more to store what could not be stored: a termination
+    /// signal gave it up (`daemon::serve`). Whatever is not stored is lost.
+    pub(crate) fn unmount_discarding(mut self) -> io::Result<()> {
+        self.discard = true;
+        self.finish()
+    }
+
+    /// Stop the flush timer (its idle flushes and their log lines): the daemon retrying
+    /// after an unmount from outside flushes on its own schedule.
+    pub(crate) fn stop_timer(&mut self) {
         if let Some((stop, handle)) = self.timer.take() {
             drop(stop);
             if let Some(w) = self.view.write_side() {
@@ -419,6 +439,22 @@ impl Mount {
             }
             let _ = handle.join();
         }
+    }
+
+    /// Whether the mount point still shows this mount. Not so once it was detached
+    /// lazily (busy), and maybe mounted anew: that mount is not ours to unmount. Taken as
+    /// so where /proc/self/mountinfo could not tell.
+    fn still_here(&self) -> bool {
+        self.here
+            .as_ref()
+            .is_none_or(|(path, dev)| match crate::mountpoint::device_at(path) {
+                Ok(now) => now.as_ref() == Some(dev),
+                Err(_) => true,
+            })
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.stop_timer();
         // The walk holds nothing of the session or the view. Let it end (at most the rest
         // of one walk) so that nothing of this mount touches the store after it is gone.
         if let Some(walk) = self.recovery.take()
@@ -436,8 +472,30 @@ impl Mount {
         // `destroy` flushes again whatever arrives meanwhile), with the writes that came
         // through descriptors the kernel opened (kernel opens), whose closes were not
         // heard of: committed first.
-        let committed = self.view.commit_kernel_writes(KernelCommit::All);
-        let flushed = committed.and(self.view.sync_all());
+        // Keep the errno's kind (a full store says so), with what failed.
+        let flushed = if self.discard {
+            Ok(())
+        } else {
+            let committed = self.view.commit_kernel_writes(KernelCommit::All);
+            committed.and(self.view.sync_all())
+        }
+        .map_err(|e| {
+            io::Error::new(
+                io::Error::from_raw_os_error(e.errno()).kind(),
+                e.to_string(),
+            )
+        });
+        if !session.guard.is_finished() && !self.still_here() {
+            // Detached lazily while busy (and maybe the path mounted anew): the session
+            // ends when this process does (its /dev/fuse descriptor closes), not by an
+            // unmount of the path, which would take down whatever is mounted there now.
+            log::warn!(
+                "{}: detached from its path while in use; it ends with this process",
+                self.mountpoint.display()
+            );
+            std::mem::forget(session);
+            return flushed;
+        }
         if !session.guard.is_finished()
             && let Err(e) = unmount_busy_retry(&self.mountpoint)
         {
@@ -462,13 +520,7 @@ impl Mount {
         let ended = guard
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
-        // Keep the errno's kind (a full store says so), with what failed.
-        flushed.map_err(|e| {
-            io::Error::new(
-                io::Error::from_raw_os_error(e.errno()).kind(),
-                e.to_string(),
-            )
-        })?;
+        flushed?;
         // After a plain umount(8) the daemon still stores what is staged: this line says
         // when the store is whole (reading it directly is safe from here on).
         log::info!(

@@ -17,6 +17,21 @@ pub fn is_mount_point(path: &Path) -> bool {
         .any(|p| Path::new(&unescape_mount_path(p)) == path)
 }
 
+/// The device (`major:minor`, as /proc/self/mountinfo writes it) of the topmost mount at
+/// `path` (canonical), if any. A mount records its own at mount time: a path that shows
+/// another device later is no longer its mount (detached lazily, then mounted anew), and
+/// is not unmounted by it.
+pub fn device_at(path: &Path) -> io::Result<Option<String>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Mounts are listed in the order they were made: the last one at a path is on top.
+    Ok(info.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let dev = f.nth(2)?;
+        let at = f.nth(1)?;
+        (Path::new(&unescape_mount_path(at)) == path).then(|| dev.to_string())
+    }))
+}
+
 /// /proc/self/mountinfo writes space, tab, newline and backslash as `\ooo` octal.
 fn unescape_mount_path(p: &str) -> String {
     let b = p.as_bytes();

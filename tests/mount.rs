@@ -498,6 +498,73 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
     );
 }
 
+/// A busy mount detached with `shardfs unmount --lazy` lives on (its daemon serves the
+/// files still open) while a new mount takes its path. When the old daemon ends (a
+/// signal: `--lazy` sends one when what it held could not be stored), it must not
+/// unmount the path, which is the new mount's now. It did: `Mount::finish` unmounted by
+/// path whenever its own session had not ended.
+#[test]
+fn a_lazily_detached_mount_ending_leaves_the_next_mount_at_its_path() {
+    if !common::can_mount() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let store = common::fixtures().join("zarr_keys");
+    let mount = || {
+        let out = shardfs()
+            .arg("mount")
+            .arg(&store)
+            .arg(&mnt)
+            .args(["-o", "ro"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    mount();
+    let _guard = CliMount::guard(&mnt);
+    let old = daemons_of(&mnt);
+    assert_eq!(old.len(), 1, "one daemon: {old:?}");
+    let held = std::fs::File::open(mnt.join("v2_dot/zarr.json")).unwrap();
+    let out = shardfs()
+        .args(["unmount", "--lazy"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&mnt), "detached from its path");
+    mount();
+    assert!(is_mounted(&mnt));
+    // The old daemon still serves the open file; a signal ends it.
+    // SAFETY: kill(2) of the daemon this test started.
+    unsafe { libc::kill(old[0] as libc::pid_t, libc::SIGTERM) };
+    assert!(
+        shardfs::mount::wait_for_exit(&old, std::time::Duration::from_secs(60)),
+        "the old daemon exits at SIGTERM"
+    );
+    drop(held);
+    assert!(
+        is_mounted(&mnt),
+        "the old daemon, ending, took down the new mount at its path"
+    );
+    assert!(mnt.join("v2_dot/zarr.json").exists());
+    let out = shardfs().arg("unmount").arg(&mnt).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn cli_mount_fuse3_calling_form_with_generic_options() {
     if !common::can_mount() {
