@@ -23,17 +23,20 @@
 //!
 //! A missing or broken driver is [`GpuUnavailable`] from [`GpuCompactor::new`]; a device
 //! error (or a `cudarc` panic) during a call is [`CompactError::Gpu`].
+//!
+//! This file owns the compactor and its state's lifecycle and call flow; the buffers'
+//! byte layout is `layout`, the copies `transfer`, the kernel launches `launch`.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg, sys,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, sys};
 use parking_lot::{Mutex, MutexGuard};
 
+pub(super) mod launch;
+mod layout;
 mod transfer;
 
 pub use super::gpu_buffers::HostBuffer;
@@ -43,24 +46,11 @@ use super::gpu_probe::{self, driver_error_text};
 use super::{
     CompactError, Compactor, Packed, PackedBytes, ShardGrid, StagedBatch, host_copy, plan,
 };
+use layout::Layout;
 
 /// Host↔device copies are issued in pieces of this size so the host's memcpy into
 /// (out of) pinned memory overlaps the DMA of the previous (next) piece.
 const PIECE_BYTES: usize = 4 << 20;
-
-/// The gather splits a chunk's body over several blocks once it exceeds this, so a
-/// few huge chunks still spread over the SMs.
-const GATHER_SPLIT_BYTES: u64 = 256 << 10;
-
-/// `data` sits this many bytes into the device source buffer, which has as many spare
-/// bytes after it: the gather's aligned loads reach up to 3 bytes before a chunk and
-/// 4 after it.
-const SRC_PAD: usize = 16;
-
-const GATHER_THREADS: u32 = 256;
-const PERMUTE_THREADS: u32 = 256;
-/// Must match SCAN_THREADS in gpu_kernel.cu.
-const SCAN_THREADS: u32 = 1024;
 
 /// Why no GPU compactor could be created (no driver, no NVRTC, no device, compile
 /// failure, ...). Callers fall back to the CPU.
@@ -573,171 +563,7 @@ impl GpuState {
     }
 }
 
-/// Byte layout of one call's buffers, computed once.
-struct Layout {
-    n: usize,
-    data_len: usize,
-    total: usize,
-    /// In `d_meta` and staging: src_offsets at 0, sizes at `sizes_at`, perm at `perm_at`.
-    sizes_at: usize,
-    perm_at: usize,
-    /// Metadata bytes, rounded up to 16; the data follows in staging.
-    meta_len: usize,
-    /// In `d_scan`: psizes at 0, offsets (n + 1) at `offsets_at`.
-    offsets_at: usize,
-    /// In the result buffer: offsets at 0, packed data at `result_data_at`.
-    result_data_at: usize,
-}
-
-impl Layout {
-    /// Bytes of the device source buffer: `data` with `SRC_PAD` on both sides.
-    fn src_len(&self) -> usize {
-        self.data_len + 2 * SRC_PAD
-    }
-
-    fn new(n: usize, data_len: usize, total: u64) -> Self {
-        let sizes_at = n * 8;
-        let perm_at = 2 * n * 8;
-        let meta_len = (perm_at + n * 4).next_multiple_of(16);
-        let offsets_len = (n + 1) * 8;
-        Self {
-            n,
-            data_len,
-            total: total as usize, // `plan` checked total <= isize::MAX
-            sizes_at,
-            perm_at,
-            meta_len,
-            offsets_at: n * 8,
-            result_data_at: offsets_len.next_multiple_of(16),
-        }
-    }
-}
-
-/// A device pointer `offset` bytes into `buf`, as a kernel argument.
-fn dev_addr(buf: &cudarc::driver::CudaSlice<u8>, stream: &CudaStream, offset: usize) -> u64 {
-    let (base, _no_tracking) = buf.device_ptr(stream);
-    base + offset as u64
-}
-
-/// Grid for the gather: one block row per chunk (x), the largest chunk's body split
-/// over y blocks, bounded so the grid stays a few million blocks.
-pub(crate) fn gather_grid(n: usize, sizes: &[u64]) -> LaunchConfig {
-    let x = n.min(1 << 30) as u32;
-    let largest = sizes.iter().copied().max().unwrap_or(0);
-    let want_y = largest.div_ceil(GATHER_SPLIT_BYTES).clamp(1, 1024) as u32;
-    let y = want_y.min(((1u32 << 22) / x).max(1));
-    LaunchConfig {
-        grid_dim: (x, y, 1),
-        block_dim: (GATHER_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// Blocking-sync events: waiting on one yields the CPU instead of spinning.
 fn new_event(ctx: &Arc<CudaContext>) -> Result<CudaEvent, DriverError> {
     ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
-}
-
-impl GpuState {
-    /// Pass 1–3 on the stream, after the upload. The gather reads `src` and writes
-    /// `dst` (mapped host memory) where given, else the device buffers.
-    fn launch(
-        &mut self,
-        batch: &StagedBatch<'_>,
-        layout: &Layout,
-        src: Option<u64>,
-        dst: Option<u64>,
-    ) -> Result<(), CompactError> {
-        let n = layout.n;
-        let n32 = n as u32; // `plan` checked n <= u32::MAX
-        let stream = &self.stream;
-        let d_scan = self
-            .d_scan
-            .ensure(stream, layout.offsets_at + (n + 1) * 8)
-            .map_err(at("device alloc"))?;
-        let psizes = dev_addr(d_scan, stream, 0);
-        let offsets = dev_addr(d_scan, stream, layout.offsets_at);
-        let d_meta = self
-            .d_meta
-            .ensure(stream, layout.meta_len)
-            .map_err(at("device alloc"))?;
-        let src_offsets = dev_addr(d_meta, stream, 0);
-        let sizes = dev_addr(d_meta, stream, layout.sizes_at);
-        let perm = dev_addr(d_meta, stream, layout.perm_at);
-        let src = match src {
-            Some(src) => src,
-            None => self
-                .d_src
-                .ensure(stream, layout.src_len())
-                .map(|b| dev_addr(b, stream, SRC_PAD))
-                .map_err(at("device alloc"))?,
-        };
-        let dst = match dst {
-            Some(dst) => dst,
-            None => self
-                .d_dst
-                .ensure(stream, layout.total)
-                .map(|b| dev_addr(b, stream, 0))
-                .map_err(at("device alloc"))?,
-        };
-
-        let permute_cfg = LaunchConfig {
-            grid_dim: (n32.div_ceil(PERMUTE_THREADS).min(65_535), 1, 1),
-            block_dim: (PERMUTE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: argument types and order match `permute_sizes` in gpu_kernel.cu; the
-        // three pointers address n u64 / n u32 / n u64 elements of live buffers on this
-        // stream (sized by `Layout`), and `perm` is a permutation of 0..n, so every
-        // write lands inside `psizes`.
-        unsafe {
-            stream
-                .launch_builder(&self.kernels.permute)
-                .arg(&sizes)
-                .arg(&perm)
-                .arg(&psizes)
-                .arg(&n32)
-                .launch(permute_cfg)
-        }
-        .map_err(at("permute_sizes"))?;
-
-        let scan_cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (SCAN_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches `exclusive_scan(psizes, offsets, n)`; `psizes` holds n u64 and
-        // `offsets` n + 1 u64 in `d_scan`; launched with exactly SCAN_THREADS threads as
-        // the kernel requires.
-        unsafe {
-            stream
-                .launch_builder(&self.kernels.scan)
-                .arg(&psizes)
-                .arg(&offsets)
-                .arg(&n32)
-                .launch(scan_cfg)
-        }
-        .map_err(at("exclusive_scan"))?;
-
-        // SAFETY: matches `gather_chunks(src, src_offsets, sizes, perm, offsets, dst, n)`.
-        // `plan` checked every src range lies in `data`, which `src` addresses: the
-        // device copy (SRC_PAD bytes either side for the kernel's aligned over-read) or
-        // a mapped HostBuffer (HOST_PAD bytes either side), and the scanned offsets place
-        // chunk i at offsets[perm[i]] .. + sizes[i] <= total bytes of `dst`, the device
-        // buffer or a mapped HostBuffer grown to at least `total` usable bytes.
-        unsafe {
-            stream
-                .launch_builder(&self.kernels.gather)
-                .arg(&src)
-                .arg(&src_offsets)
-                .arg(&sizes)
-                .arg(&perm)
-                .arg(&offsets)
-                .arg(&dst)
-                .arg(&n32)
-                .launch(gather_grid(n, batch.sizes))
-        }
-        .map_err(at("gather_chunks"))?;
-        Ok(())
-    }
 }

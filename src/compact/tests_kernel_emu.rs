@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use super::gpu::gather_grid;
+use super::gpu::launch::gather_grid;
 use super::testkit::{OwnedBatch, Rng, Scenario, alignment_matrix_batch, random_batch};
 use super::{Compactor, CpuCompactor, Packed, ShardGrid};
 

@@ -1,5 +1,9 @@
 //! Tests of `v2` (kept beside it to keep that file about the code).
+use serde_json::{Map, Value, json};
+
+use super::codecs::to_numcodecs;
 use super::*;
+use crate::format::key::{ChunkKeyEncoding, KeyKind};
 
 fn doc(v: Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()

@@ -5,13 +5,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::check::overlap;
 use super::*;
 use crate::format::index::{EMPTY, assemble_shard, index_region};
-use crate::format::{ChunkRange, Endian, IndexLocation, Location, Node};
-use crate::store::Store;
+use crate::format::{
+    self, ChunkRange, Endian, IndexLocation, Location, Node, Presentation, ShardIndex, ShardLayout,
+};
 use crate::store::local::append::{ChunkUpdate, apply};
 use crate::store::local::recover::{AppendRecord, RECORD_LEN};
 use crate::store::shard::Shard;
+use crate::store::{LocalStore, Store};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

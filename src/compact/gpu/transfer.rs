@@ -3,7 +3,8 @@
 //! kernels and D2H + copy-out after them, in `PIECE_BYTES` pieces so the host's memcpy
 //! overlaps the DMA.
 
-use super::{GpuState, Layout, PIECE_BYTES, SRC_PAD, at, new_event};
+use super::layout::{Layout, SRC_PAD};
+use super::{GpuState, PIECE_BYTES, at, new_event};
 use crate::compact::{CompactError, Packed, StagedBatch};
 
 /// Writes `values` into `dst` as native-endian words (the device shares the host's

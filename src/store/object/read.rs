@@ -1,19 +1,27 @@
 //! An object open for reading: ranged GETs of the version it was opened at, and the
 //! read-ahead policy (windows while reads go forward, the whole object once a second
 //! chunk of it is read), within a memory budget shared by every open object.
+//!
+//! Laid out as this file (the open object and its read-ahead policy) over `fetch` (the
+//! ranged GETs) and `budget` (the memory read-ahead may hold).
+
+mod budget;
+mod fetch;
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use object_store::ObjectStore;
 use object_store::path::Path as ObjPath;
-use object_store::{GetOptions, GetRange, ObjectStore};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use super::client::{Deadline, meta_of, timed, to_io};
+use super::client::{Deadline, meta_of};
 use super::disk_cache::DiskCache;
 use super::meta::MetaCache;
 use crate::store::{EntryMeta, StoreFile};
+pub use budget::{Budget, Counters};
+use budget::{Held, Reserved};
 
 /// An object open for reading: ranged GETs of the version it was opened at, with
 /// read-ahead once reads go forward through it.
@@ -97,211 +105,6 @@ pub(super) struct ReadAhead {
     pub(super) will_need: Option<std::ops::Range<u64>>,
 }
 
-/// Bytes fetched ahead: pieces `(start, bytes)` of the object, in order and apart (a
-/// window is one; a whole object less a chunk read before, two), counted against the
-/// store's budget while held.
-pub(super) struct Held {
-    pub(super) pieces: Vec<(u64, bytes::Bytes)>,
-    pub(super) budget: Arc<Budget>,
-}
-
-impl Held {
-    fn len(&self) -> u64 {
-        self.pieces.iter().map(|(_, b)| b.len() as u64).sum()
-    }
-
-    /// Where the last piece ends.
-    fn end(&self) -> u64 {
-        self.pieces
-            .last()
-            .map_or(0, |(start, b)| start + b.len() as u64)
-    }
-
-    /// Bytes `offset..end` of the object, if one piece holds them all.
-    fn slice(&self, offset: u64, end: u64) -> Option<&[u8]> {
-        self.pieces.iter().find_map(|(start, b)| {
-            (*start <= offset && end <= start + b.len() as u64)
-                .then(|| &b[(offset - start) as usize..(end - start) as usize])
-        })
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.budget.release(self.len());
-    }
-}
-
-/// The memory all open objects of a store may hold fetched ahead (`--s3-cache`): a
-/// forward read that would exceed it fetches only what was asked for.
-pub struct Budget {
-    pub(super) cap: u64,
-    pub(super) used: std::sync::atomic::AtomicU64,
-}
-
-impl Budget {
-    pub fn new(cap: u64) -> Self {
-        Budget {
-            cap,
-            used: Default::default(),
-        }
-    }
-
-    fn reserve(&self, n: u64) -> bool {
-        self.reserve_within(n, self.cap)
-    }
-
-    /// Reserve `n` bytes if that leaves at most `limit` in use.
-    fn reserve_within(&self, n: u64, limit: u64) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.used
-            .fetch_update(SeqCst, SeqCst, |u| {
-                u.checked_add(n)
-                    .filter(|&total| total <= limit.min(self.cap))
-            })
-            .is_ok()
-    }
-
-    fn release(&self, n: u64) {
-        self.used.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Bytes held now.
-    pub fn used(&self) -> u64 {
-        self.used.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-/// Bytes of the budget reserved before a fetch: given back when dropped, but for what
-/// [`ObjectFile::hold_reserved`] holds.
-pub(super) struct Reserved {
-    budget: Arc<Budget>,
-    n: u64,
-}
-
-impl Budget {
-    /// `n` bytes for a load ahead, while that leaves the budget at most half used (the
-    /// other half is the readers': [`ObjectFile::warm`]).
-    pub(super) fn reserve_ahead(self: &Arc<Self>, n: u64) -> Option<Reserved> {
-        self.reserve_within(n, self.cap / 2).then(|| Reserved {
-            budget: self.clone(),
-            n,
-        })
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        self.budget.release(self.n);
-    }
-}
-
-/// Requests this store made, and the bytes its GETs brought (for tests and `stats`).
-#[derive(Default)]
-pub struct Counters {
-    pub gets: std::sync::atomic::AtomicU64,
-    pub get_bytes: std::sync::atomic::AtomicU64,
-    pub heads: std::sync::atomic::AtomicU64,
-    pub lists: std::sync::atomic::AtomicU64,
-}
-
-impl ObjectFile {
-    /// `range` of the object, as the version this file was opened at.
-    pub(super) fn fetch(&self, range: std::ops::Range<u64>) -> io::Result<bytes::Bytes> {
-        let start = range.start;
-        let mut got = self.fetch_pieces(std::slice::from_ref(&range))?;
-        Ok(got.pop().map_or_else(bytes::Bytes::new, |(s, b)| {
-            debug_assert_eq!(s, start);
-            b
-        }))
-    }
-
-    /// `ranges` of the object, as the version this file was opened at: one GET each, all
-    /// in flight at once.
-    pub(super) fn fetch_pieces(
-        &self,
-        ranges: &[std::ops::Range<u64>],
-    ) -> io::Result<Vec<(u64, bytes::Bytes)>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        // What the local cache holds of this version needs no request.
-        let cache = self.disk.as_ref().zip(self.meta.e_tag.as_deref());
-        let mut pieces = Vec::with_capacity(ranges.len());
-        let mut wanted = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            match cache.and_then(|((disk, name), etag)| disk.get(name, etag, range.clone())) {
-                Some(bytes) => pieces.push((range.start, bytes)),
-                None => wanted.push(range.clone()),
-            }
-        }
-        if wanted.is_empty() {
-            return Ok(pieces);
-        }
-        let ranges = &wanted[..];
-        let allowed = self.deadline.allowance();
-        let gets: Vec<_> = ranges
-            .iter()
-            .map(|range| {
-                let (store, key) = (self.store.clone(), self.key.clone());
-                let opts = GetOptions {
-                    range: Some(GetRange::Bounded(range.clone())),
-                    if_match: self.meta.e_tag.clone(),
-                    ..Default::default()
-                };
-                let (limit, allowed) = (self.deadline.limit, allowed);
-                log::debug!("GET {} bytes {}..{}", self.key, range.start, range.end);
-                self.handle.spawn(async move {
-                    let get = async { store.get_opts(&key, opts).await?.bytes().await };
-                    timed(limit, allowed, get).await
-                })
-            })
-            .collect();
-        let got = self.handle.block_on(async {
-            let mut out = Vec::with_capacity(gets.len());
-            for get in gets {
-                out.push(get.await);
-            }
-            out
-        });
-        let mut failed = None;
-        for (range, got) in ranges.iter().zip(got) {
-            let got = got.unwrap_or_else(|join| {
-                Err(object_store::Error::Generic {
-                    store: "S3",
-                    source: Box::new(join),
-                })
-            });
-            self.deadline.note(&got);
-            match got {
-                Ok(bytes) => {
-                    self.counters.gets.fetch_add(1, Relaxed);
-                    self.counters
-                        .get_bytes
-                        .fetch_add(bytes.len() as u64, Relaxed);
-                    if let Some(((disk, name), etag)) = cache {
-                        disk.put(name, etag, range.start, &bytes);
-                    }
-                    pieces.push((range.start, bytes));
-                }
-                Err(e) => {
-                    if let object_store::Error::Precondition { .. }
-                    | object_store::Error::NotFound { .. } = &e
-                    {
-                        self.meta_cache.forget(&self.rel);
-                    }
-                    failed.get_or_insert(e);
-                }
-            }
-        }
-        match failed {
-            Some(e) => Err(to_io(Path::new(self.key.as_ref()), e)),
-            None => {
-                pieces.sort_by_key(|(start, _)| *start);
-                Ok(pieces)
-            }
-        }
-    }
-}
-
 /// A window being fetched: on drop, its in-flight mark is cleared (if still its own),
 /// what it reserved of the budget and does not hold is given back, and its waiters wake.
 pub(super) struct InFlight<'a> {
@@ -340,6 +143,66 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// What a read fetches ([`ObjectFile::plan_read`]), once it was not served from bytes
+/// fetched ahead.
+struct Fetch {
+    /// The ranges to GET.
+    ranges: Vec<std::ops::Range<u64>>,
+    /// What of the budget they took (0: only what was asked for, nothing held after).
+    reserved: u64,
+    /// The range marked in flight (the one its waiters wait for, cleared by the
+    /// `InFlight` of the fetch: the same range).
+    in_flight: std::ops::Range<u64>,
+    /// Bytes of it the reader had before (a whole fetch holds them again).
+    served_before: u64,
+}
+
+/// A read planned under the `ahead` lock: served already, or a fetch to make.
+enum Planned {
+    Served(usize),
+    Fetch(Fetch),
+}
+
+impl ReadAhead {
+    /// A new chunk read (a step inside a chunk) of an object of `size` bytes: counted,
+    /// and whether the object is now to be fetched whole (its second chunk, up to
+    /// [`WHOLE_MAX`], once per open file; never where the local cache holds it all).
+    fn count_chunk(&mut self, unit: &std::ops::Range<u64>, size: u64, disk_whole: bool) -> bool {
+        self.chunks = self.chunks.saturating_add(1);
+        let first = self.first_chunk.get_or_insert_with(|| unit.clone()).clone();
+        let mut whole = self.chunks >= 2 && !self.whole && size <= WHOLE_MAX && first != *unit;
+        // The local cache holds it all: its chunks are read from there as asked
+        // for (the kernel reads the disk ahead), nobody waits for the whole.
+        if whole && disk_whole {
+            self.whole = true;
+            whole = false;
+            self.will_need = Some(0..size);
+        }
+        whole
+    }
+
+    /// A new step: whether it goes forward (`after` the last read's chunk, or the window
+    /// held) sets the streak, and the streak the window the next fetch takes.
+    fn count_forward(&mut self, after: impl Fn(u64) -> bool) {
+        let forward =
+            self.next.is_some_and(&after) || self.held.as_ref().is_some_and(|h| after(h.end()));
+        // Two forward steps in a row before fetching ahead: the first chunk
+        // after an index at the start of a shard is forward too, and a cold read
+        // of one chunk must move only that chunk. Steps the window held served
+        // count.
+        self.streak = if forward {
+            self.streak.saturating_add(1).max(self.seq)
+        } else {
+            0
+        };
+        self.window = if self.streak >= 2 {
+            (self.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
+        } else {
+            0
+        };
+    }
+}
+
 impl ObjectFile {
     /// A read served from bytes fetched ahead, or ranged GETs: of what was asked for
     /// (to the end of its chunk, when it is part of one: the kernel asks for a large
@@ -359,132 +222,181 @@ impl ObjectFile {
             return Ok(0);
         }
         let end = size.min(offset + buf.len() as u64);
-        let want = (end - offset) as usize;
         // What this read is part of: its chunk, or itself.
         let (unit, in_chunk) = match chunk {
             Some(c) if c.start <= offset && end <= c.end => (c.start..c.end.min(size), true),
             _ => (offset..end, false),
         };
+        match self.plan_read(buf, offset, end, unit, in_chunk) {
+            Planned::Served(n) => Ok(n),
+            Planned::Fetch(fetch) => self.read_fetched(buf, offset, end, fetch),
+        }
+    }
+
+    /// Under the `ahead` lock: the read `offset..end` (part of `unit`) counted as a step
+    /// or not, served from the window held (or the one in flight, waited for) if that
+    /// holds it, else what to fetch for it: the whole object, a window, the rest of its
+    /// chunk, or what was asked for.
+    fn plan_read(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+        unit: std::ops::Range<u64>,
+        in_chunk: bool,
+    ) -> Planned {
+        let size = self.meta.size;
+        let want = (end - offset) as usize;
         // Forward: from where the last read's chunk ended, or from the end of the window
         // held (readers of one file side by side, as zarr-python's, take turns in it).
         let after = |n: u64| unit.start >= n && unit.start - n <= FORWARD_GAP;
-        // What to fetch, what of the budget it took, the range marked in flight (the
-        // one its waiters wait for, cleared by the `InFlight` below: the same range),
-        // and what the reader had of it before.
-        let (fetch, reserved, in_flight, served_before) = {
-            let mut ra = self.ahead.lock();
-            if !in_chunk {
-                ra.outside = ra.outside.saturating_add(want as u64);
-            }
-            // The next piece of the chunk the last read was in is no new step.
-            let step = ra.unit != Some(unit.clone());
-            if step {
-                ra.seq = if ra.next.is_some_and(after) {
-                    ra.seq.saturating_add(1)
-                } else {
-                    0
-                };
-            }
-            loop {
-                if let Some(h) = &ra.held
-                    && let Some(bytes) = h.slice(offset, end)
-                {
-                    buf[..want].copy_from_slice(bytes);
-                    let held = h.len();
-                    ra.next = Some(unit.end);
-                    ra.unit = Some(unit.clone());
-                    ra.served += want as u64;
-                    if ra.served >= held {
-                        ra.held = None;
-                    }
-                    return Ok(want);
-                }
-                match &ra.pending {
-                    Some(p) if p.start <= offset && end <= p.end => self.ahead_done.wait(&mut ra),
-                    _ => break,
-                }
-            }
-            let mut whole = false;
-            if step && in_chunk {
-                ra.chunks = ra.chunks.saturating_add(1);
-                let first = ra.first_chunk.get_or_insert_with(|| unit.clone()).clone();
-                whole = ra.chunks >= 2 && !ra.whole && size <= WHOLE_MAX && first != unit;
-                // The local cache holds it all: its chunks are read from there as asked
-                // for (the kernel reads the disk ahead), nobody waits for the whole.
-                if whole && self.disk_whole {
-                    ra.whole = true;
-                    whole = false;
-                    ra.will_need = Some(0..size);
-                }
-            }
-            if step {
-                let forward =
-                    ra.next.is_some_and(after) || ra.held.as_ref().is_some_and(|h| after(h.end()));
-                // Two forward steps in a row before fetching ahead: the first chunk
-                // after an index at the start of a shard is forward too, and a cold read
-                // of one chunk must move only that chunk. Steps the window held served
-                // count.
-                ra.streak = if forward {
-                    ra.streak.saturating_add(1).max(ra.seq)
-                } else {
-                    0
-                };
-                ra.window = if ra.streak >= 2 {
-                    (ra.window * 4).clamp(MIN_WINDOW, MAX_WINDOW)
-                } else {
-                    0
-                };
-            }
-            ra.next = Some(unit.end);
-            ra.unit = Some(unit.clone());
-            // A second chunk: the whole object but the first chunk, whose reader has it
-            // (a shard's chunks lie apart, so this one is in one of the two pieces).
-            let whole = whole.then(|| {
-                ra.whole = true;
-                let first = ra.first_chunk.clone().unwrap_or(0..0);
-                let pieces: Vec<_> = [0..first.start, first.end..size]
-                    .into_iter()
-                    .filter(|r| !r.is_empty())
-                    .collect();
-                let need: u64 = pieces.iter().map(|r| r.end - r.start).sum();
-                (pieces, need)
-            });
-            if let Some((pieces, need)) = whole.filter(|(pieces, need)| {
-                pieces.iter().any(|r| r.start <= offset && end <= r.end)
-                    && self.budget.reserve(*need)
-            }) {
-                ra.held = None;
-                ra.pending = Some(0..size);
-                (pieces, need, 0..size, ra.outside)
+        let mut ra = self.ahead.lock();
+        if !in_chunk {
+            ra.outside = ra.outside.saturating_add(want as u64);
+        }
+        // The next piece of the chunk the last read was in is no new step.
+        let step = ra.unit != Some(unit.clone());
+        if step {
+            ra.seq = if ra.next.is_some_and(after) {
+                ra.seq.saturating_add(1)
             } else {
-                // A window when going forward: the window held gives way to it (and its
-                // budget with it). Else the rest of the chunk (its next pieces will be
-                // asked for next), unless a window is held: a read elsewhere leaves that
-                // for the readers still inside it (side by side, or a shard loaded ahead
-                // whole).
-                let window = if step { ra.window } else { 0 };
-                let rest = if ra.held.is_none() {
-                    unit.end.min(offset + MAX_WINDOW)
-                } else {
-                    end
-                };
-                let ahead_end = size.min(offset + window).max(rest);
-                if window > 0 && ahead_end > end {
+                0
+            };
+        }
+        if let Some(n) = self.serve_held(&mut ra, buf, offset, end, &unit) {
+            return Planned::Served(n);
+        }
+        let mut whole = false;
+        if step && in_chunk {
+            whole = ra.count_chunk(&unit, size, self.disk_whole);
+        }
+        if step {
+            ra.count_forward(after);
+        }
+        ra.next = Some(unit.end);
+        ra.unit = Some(unit.clone());
+        Planned::Fetch(self.plan_fetch(&mut ra, whole, step, &unit, offset, end))
+    }
+
+    /// The read `offset..end` (part of `unit`) served from the window held, if that holds
+    /// it all, after waiting for a window in flight that will; `None` when neither does.
+    fn serve_held(
+        &self,
+        ra: &mut MutexGuard<'_, ReadAhead>,
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+        unit: &std::ops::Range<u64>,
+    ) -> Option<usize> {
+        let want = (end - offset) as usize;
+        loop {
+            if let Some(h) = &ra.held
+                && let Some(bytes) = h.slice(offset, end)
+            {
+                buf[..want].copy_from_slice(bytes);
+                let held = h.len();
+                ra.next = Some(unit.end);
+                ra.unit = Some(unit.clone());
+                ra.served += want as u64;
+                if ra.served >= held {
                     ra.held = None;
                 }
-                if ahead_end > end && self.budget.reserve(ahead_end - offset) {
-                    ra.pending = Some(offset..ahead_end);
-                    (
-                        std::iter::once(offset..ahead_end).collect(),
-                        ahead_end - offset,
-                        offset..ahead_end,
-                        0,
-                    )
-                } else {
-                    (std::iter::once(offset..end).collect(), 0, offset..end, 0)
+                return Some(want);
+            }
+            match &ra.pending {
+                Some(p) if p.start <= offset && end <= p.end => self.ahead_done.wait(ra),
+                _ => return None,
+            }
+        }
+    }
+
+    /// What to fetch for the read `offset..end` (part of `unit`; `step`: a new step;
+    /// `whole`: the object is to be fetched whole), with what of the budget it takes,
+    /// marked in flight in `ra`.
+    fn plan_fetch(
+        &self,
+        ra: &mut ReadAhead,
+        whole: bool,
+        step: bool,
+        unit: &std::ops::Range<u64>,
+        offset: u64,
+        end: u64,
+    ) -> Fetch {
+        let size = self.meta.size;
+        // A second chunk: the whole object but the first chunk, whose reader has it
+        // (a shard's chunks lie apart, so this one is in one of the two pieces).
+        let whole = whole.then(|| {
+            ra.whole = true;
+            let first = ra.first_chunk.clone().unwrap_or(0..0);
+            let pieces: Vec<_> = [0..first.start, first.end..size]
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .collect();
+            let need: u64 = pieces.iter().map(|r| r.end - r.start).sum();
+            (pieces, need)
+        });
+        if let Some((pieces, need)) = whole.filter(|(pieces, need)| {
+            pieces.iter().any(|r| r.start <= offset && end <= r.end) && self.budget.reserve(*need)
+        }) {
+            ra.held = None;
+            ra.pending = Some(0..size);
+            Fetch {
+                ranges: pieces,
+                reserved: need,
+                in_flight: 0..size,
+                served_before: ra.outside,
+            }
+        } else {
+            // A window when going forward: the window held gives way to it (and its
+            // budget with it). Else the rest of the chunk (its next pieces will be
+            // asked for next), unless a window is held: a read elsewhere leaves that
+            // for the readers still inside it (side by side, or a shard loaded ahead
+            // whole).
+            let window = if step { ra.window } else { 0 };
+            let rest = if ra.held.is_none() {
+                unit.end.min(offset + MAX_WINDOW)
+            } else {
+                end
+            };
+            let ahead_end = size.min(offset + window).max(rest);
+            if window > 0 && ahead_end > end {
+                ra.held = None;
+            }
+            if ahead_end > end && self.budget.reserve(ahead_end - offset) {
+                ra.pending = Some(offset..ahead_end);
+                Fetch {
+                    ranges: std::iter::once(offset..ahead_end).collect(),
+                    reserved: ahead_end - offset,
+                    in_flight: offset..ahead_end,
+                    served_before: 0,
+                }
+            } else {
+                Fetch {
+                    ranges: std::iter::once(offset..end).collect(),
+                    reserved: 0,
+                    in_flight: offset..end,
+                    served_before: 0,
                 }
             }
-        };
+        }
+    }
+
+    /// Make `fetch` for the read `offset..end` into `buf`, and hold what it brought
+    /// beyond the read as the window (a failed window fetched again as the read alone).
+    fn read_fetched(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        end: u64,
+        fetch: Fetch,
+    ) -> io::Result<usize> {
+        let want = (end - offset) as usize;
+        let Fetch {
+            ranges: fetch,
+            reserved,
+            in_flight,
+            served_before,
+        } = fetch;
         // However the fetch of a window ends (an error, a panic), its in-flight mark goes
         // and its waiters wake: none waits for ever.
         let mut window = (reserved > 0).then(|| InFlight {

@@ -1,0 +1,144 @@
+//! Checking one shard's bytes, read through a [`StoreFile`], at every nesting level: its
+//! index decodes, live chunks overlap neither each other nor the index, fixed-size chunks
+//! have their size; unusual but readable entries are warnings. No locks and no repair
+//! ([`super::verify`]).
+
+use std::io;
+
+use crate::format::{ShardIndex, ShardLayout};
+use crate::store::StoreFile;
+use crate::store::local::append::ReadError;
+
+/// The findings of checking one shard as it is (or as if it ended at `len`).
+pub(super) struct Checked {
+    /// The outermost index itself does not read (the case a torn tail shows).
+    pub(super) outer_unreadable: bool,
+    pub(super) problems: Vec<String>,
+    pub(super) warnings: Vec<String>,
+    /// Stored chunks at the outermost level.
+    pub(super) stored: usize,
+}
+
+/// Check the shard in `file` as if it were `len` bytes long, at every nesting level.
+pub(super) fn check(file: &dyn StoreFile, len: u64, layout: &ShardLayout) -> Checked {
+    let mut c = Checked {
+        outer_unreadable: false,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+        stored: 0,
+    };
+    match check_block(file, layout, 0, 0, len, "", &mut c) {
+        Ok(Some(index)) => c.stored = index.stored(),
+        Ok(None) => c.outer_unreadable = true,
+        Err(e) => c.problems.push(format!("I/O error: {e}")),
+    }
+    c
+}
+
+/// Check the block `base..base+len` as a shard of level `l` (and below); `None` when its
+/// index does not read.
+fn check_block(
+    file: &dyn StoreFile,
+    layout: &ShardLayout,
+    l: usize,
+    base: u64,
+    len: u64,
+    at: &str,
+    c: &mut Checked,
+) -> io::Result<Option<ShardIndex>> {
+    let index = match crate::store::shard::read_index(file, &layout.levels[l], base, len) {
+        Ok(index) => index,
+        Err(ReadError::Index(e)) => {
+            c.problems.push(format!("{at}index: {e}"));
+            return Ok(None);
+        }
+        Err(ReadError::Io(e)) => return Err(e),
+    };
+    if let Some((a, b)) = overlap(&index) {
+        c.problems
+            .push(format!("{at}inner chunks {a} and {b} overlap"));
+    }
+    c.warnings
+        .extend(unusual(&index).into_iter().map(|w| format!("{at}{w}")));
+    if l + 1 == layout.levels.len()
+        && let Some(want) = layout.fixed_chunk_len
+    {
+        for (slot, r) in index.entries().iter().enumerate() {
+            if let Some(r) = r
+                && r.nbytes != want
+            {
+                c.problems.push(format!(
+                    "{at}inner chunk {slot} is {} bytes; the array's codecs (no \
+                     compression) make every chunk {want} bytes: Zarr readers cannot \
+                     decode it",
+                    r.nbytes
+                ));
+            }
+        }
+    }
+    if l + 1 < layout.levels.len() {
+        for (slot, r) in index.entries().iter().enumerate() {
+            if let Some(r) = r {
+                let at = format!("{at}nested shard {slot} (level {}): ", l + 1);
+                check_block(file, layout, l + 1, base + r.offset, r.nbytes, &at, c)?;
+            }
+        }
+    }
+    Ok(Some(index))
+}
+
+/// Readable but unusual entries: slots that share one chunk's bytes, and chunks of
+/// length 0 (not the empty marker: a reader decodes zero bytes for them).
+fn unusual(index: &ShardIndex) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    for (slot, r) in index.entries().iter().enumerate() {
+        let Some(r) = r else { continue };
+        if r.nbytes == 0 {
+            out.push(format!(
+                "inner chunk {slot} has length 0 at offset {} (stored, but empty)",
+                r.offset
+            ));
+        } else if let Some(first) = seen.insert((r.offset, r.nbytes), slot) {
+            out.push(format!(
+                "inner chunks {first} and {slot} share the same bytes (a duplicate index entry)"
+            ));
+        }
+    }
+    out
+}
+
+/// Two stored chunks whose bytes overlap. Identical ranges (one chunk's bytes shared by
+/// two slots) read correctly and are allowed; zero-length chunks overlap nothing.
+pub(super) fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
+    let mut live: Vec<(u64, u64, usize)> = (index.entries().iter().enumerate())
+        .filter_map(|(slot, r)| {
+            r.filter(|r| r.nbytes > 0)
+                .map(|r| (r.offset, r.end(), slot))
+        })
+        .collect();
+    live.sort_unstable();
+    let mut reach: Option<(u64, u64, usize)> = None;
+    for cur in live {
+        if let Some(prev) = reach {
+            if cur.0 < prev.1 && (cur.0, cur.1) != (prev.0, prev.1) {
+                return Some((prev.2.min(cur.2), prev.2.max(cur.2)));
+            }
+            if cur.1 <= prev.1 {
+                continue;
+            }
+        }
+        reach = Some(cur);
+    }
+    None
+}
+
+/// No findings (a shard that is not there to check).
+pub(super) fn check_nothing() -> Checked {
+    Checked {
+        outer_unreadable: false,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+        stored: 0,
+    }
+}
