@@ -3,8 +3,9 @@
 //! a failed or torn commit loses nothing acknowledged and half-applies nothing.
 //!
 //! The write core (staging, flush, the merge rule) is tested on both stores without
-//! FUSE — the in-memory store with fault injection and a local directory — and the same
-//! promises then through two real mounts of one directory.
+//! FUSE — the in-memory store (errno faults from `FaultyStore` wrapped around it, torn
+//! writes from its own `cut_commit`) and a local directory — and the same promises then
+//! through two real mounts of one directory.
 
 mod common;
 
@@ -18,7 +19,7 @@ use common::mount::{flush_on_demand, mount_with};
 use serde_json::json;
 use shardfs::compact::CpuCompactor;
 use shardfs::format::{self, Location, Node, Presentation, ShardLayout};
-use shardfs::store::memory::Fault;
+use shardfs::store::faulty::{Fault, FaultyStore, Op};
 use shardfs::store::shard::Shard;
 use shardfs::store::{LocalStore, MemoryStore, Store};
 use shardfs::write::flush::{ArrayTarget, Flushed, Flusher};
@@ -156,14 +157,15 @@ fn the_write_closed_last_wins_whatever_order_the_mounts_flush_in() {
 #[test]
 fn a_failed_commit_keeps_its_chunks_and_its_errno_and_holds_back_no_other_shard() {
     for errno in [libc::ENOSPC, libc::EDQUOT, libc::EIO] {
-        let store = MemoryStore::new();
+        let store = FaultyStore::new(Arc::new(MemoryStore::new()));
         let side = Side::new();
-        side.close(0, Some(b"shard0")); // shard 0, committed first
+        side.close(0, Some(b"shard0")); // shard 0, whose first commit fails
         side.close(4, Some(b"shard1")); // shard 1
-        store.inject(Fault::Fail { nth: 0, errno });
+        let fault = store.inject(Fault::new(Op::Commit, errno).under("a/c/0").nth(0));
         let f = side.flush(&store);
-        let err = f.failed.first().expect("the first shard's commit fails");
+        let err = f.failed.first().expect("shard 0's commit fails");
         assert_eq!(err.errno(), errno, "{err}");
+        assert_eq!(store.fired(fault), 1);
         assert_eq!(
             f.shards,
             [PathBuf::from("a/c/1")],
@@ -203,7 +205,7 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
         let side = Side::new();
         side.close(1, Some(b"new-1"));
         side.close(2, None);
-        store.inject(Fault::Cut { nth: 0, keep });
+        store.cut_commit(0, keep);
         let f = side.flush(&store);
         assert_eq!(f.failed.first().expect("cut").errno(), libc::EIO);
         assert_eq!(store.torn_writes(), 1);

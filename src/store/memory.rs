@@ -1,13 +1,15 @@
 //! [`MemoryStore`]: a store held in memory, for tests of the filesystem core without a
-//! disk, with fault injection where faults happen ([`Fault`]): the N-th shard commit
-//! fails with an errno (ENOSPC, EDQUOT, EIO, ...) before anything changes, or is *cut*:
-//! the write is torn off and the commit fails, which an object store's atomic PUT turns
-//! into "nothing changed".
+//! disk. It can *cut* a shard commit ([`MemoryStore::cut_commit`]): the write stops
+//! after some bytes and the commit fails with `EIO`. On object storage an atomic PUT
+//! turns that into "nothing changed". The cut lives here, not in
+//! [`super::faulty::FaultyStore`], because how much of a torn write lands depends on how
+//! this store writes a shard. Other faults (a commit, read or listing that fails with
+//! an errno) come from wrapping the store in a `FaultyStore`.
 //!
 //! Shard commits here work as on object storage ([`super::rewrite`]): read the whole
 //! shard, merge, write it again densely (no dead space) with its close times, and
-//! replace it in one step. A
-//! commit holds the store's lock, so the version it read cannot change under it.
+//! replace it in one step. A commit holds the store's lock, so the version it read
+//! cannot change under it.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -22,21 +24,19 @@ use super::rewrite::{BytesFile, bytes_meta, rewrite_shard};
 use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
 use crate::format::ShardLevel;
 
-/// A fault to inject into shard commits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// The `nth` commit from now (0: the next) fails with `errno`, changing nothing.
-    Fail { nth: usize, errno: i32 },
-    /// The `nth` commit from now is cut off after `keep` bytes of the new shard: the
-    /// commit fails with `EIO` and the shard stays as it was.
-    Cut { nth: usize, keep: usize },
+/// A commit to cut off: the `nth` one from when it was set (0: the next one), after
+/// `keep` bytes of the new shard.
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    nth: usize,
+    keep: usize,
 }
 
 #[derive(Default)]
 struct Inner {
     files: BTreeMap<PathBuf, Arc<Vec<u8>>>,
     dirs: std::collections::BTreeSet<PathBuf>,
-    faults: Vec<Fault>,
+    cuts: Vec<Cut>,
     commits: usize,
     /// Bytes written by commits (whole shards), for tests of write amplification.
     bytes_written: u64,
@@ -69,7 +69,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// An independent copy of the store as it is now (faults and counters not copied).
+    /// An independent copy of the store as it is now (cuts and counters not copied).
     pub fn deep_copy(&self) -> MemoryStore {
         let inner = self.inner.lock();
         MemoryStore {
@@ -99,9 +99,10 @@ impl MemoryStore {
             .map(|b| b.as_ref().clone())
     }
 
-    /// Inject `fault` into a later commit.
-    pub fn inject(&self, fault: Fault) {
-        self.inner.lock().faults.push(fault);
+    /// Cut off the `nth` shard commit from now (0: the next one) after `keep` bytes of
+    /// the new shard. That commit fails with `EIO` and the shard stays as it was.
+    pub fn cut_commit(&self, nth: usize, keep: usize) {
+        self.inner.lock().cuts.push(Cut { nth, keep });
     }
 
     /// Shard commits attempted so far.
@@ -109,27 +110,24 @@ impl MemoryStore {
         self.inner.lock().commits
     }
 
-    /// Writes that were cut off by a [`Fault::Cut`].
+    /// Writes that were cut off by [`MemoryStore::cut_commit`].
     pub fn torn_writes(&self) -> usize {
         self.inner.lock().torn.len()
     }
 
-    /// The fault for the commit now starting (numbered from the injection), if any.
-    fn fault_now(inner: &mut Inner) -> Option<Fault> {
+    /// The cut for the commit now starting (counted from when it was set), if any.
+    fn cut_now(inner: &mut Inner) -> Option<Cut> {
         let mut hit = None;
         let mut left = Vec::new();
-        for mut f in std::mem::take(&mut inner.faults) {
-            let nth = match &mut f {
-                Fault::Fail { nth, .. } | Fault::Cut { nth, .. } => nth,
-            };
-            if *nth == 0 && hit.is_none() {
-                hit = Some(f);
+        for mut cut in std::mem::take(&mut inner.cuts) {
+            if cut.nth == 0 && hit.is_none() {
+                hit = Some(cut);
             } else {
-                *nth = nth.saturating_sub(1);
-                left.push(f);
+                cut.nth = cut.nth.saturating_sub(1);
+                left.push(cut);
             }
         }
-        inner.faults = left;
+        inner.cuts = left;
         hit
     }
 }
@@ -197,7 +195,7 @@ impl Store for MemoryStore {
     ) -> Result<CommitOutcome, CommitError> {
         let mut inner = self.inner.lock();
         inner.commits += 1;
-        let fault = Self::fault_now(&mut inner);
+        let cut = Self::cut_now(&mut inner);
         let current = inner.files.get(rel).cloned();
         let io_err = |e: io::Error| CommitError::Io {
             path: rel.to_path_buf(),
@@ -207,16 +205,10 @@ impl Store for MemoryStore {
         let Some(bytes) = rewrite.bytes else {
             return Ok(rewrite.outcome);
         };
-        match fault {
-            Some(Fault::Fail { errno, .. }) => {
-                return Err(io_err(io::Error::from_raw_os_error(errno)));
-            }
-            Some(Fault::Cut { keep, .. }) => {
-                let torn = bytes[..keep.min(bytes.len())].to_vec();
-                inner.torn.push((rel.to_path_buf(), torn));
-                return Err(io_err(io::Error::from_raw_os_error(libc::EIO)));
-            }
-            None => {}
+        if let Some(Cut { keep, .. }) = cut {
+            let torn = bytes[..keep.min(bytes.len())].to_vec();
+            inner.torn.push((rel.to_path_buf(), torn));
+            return Err(io_err(io::Error::from_raw_os_error(libc::EIO)));
         }
         if rewrite.outcome.removed {
             inner.files.remove(rel);

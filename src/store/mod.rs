@@ -6,13 +6,15 @@
 //! ([`BucketStore`], where `open` + `read_at` are ranged GETs). [`LocalStore`] is the
 //! local directory: every path is resolved with `openat2(RESOLVE_BENEATH)` against a
 //! descriptor of the root, so no symlink or `..` can lead a lookup outside the store, and
-//! a final symlink is never followed (the view shows it as a symlink).
+//! a final symlink is never followed (the view shows it as a symlink). [`faulty`] is a
+//! test tool: a wrapper of any store that makes chosen calls fail with an errno.
 //!
 //! Shards are read with `pread`, not `mmap`: a shard truncated by another process would
 //! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
 //! read the view reports as `EIO`.
 
 pub mod commit;
+pub mod faulty;
 pub mod limits;
 pub mod local;
 pub mod memory;
