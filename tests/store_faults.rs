@@ -172,11 +172,10 @@ fn a_failing_shard_read_fails_only_that_shards_chunks() {
     }
 }
 
-/// The cold case of the test above, once the store reads again. The failed load is
-/// cached like a corrupt index, with the shard file's version, so revalidation keeps it
-/// until the file changes. (A fresh view reads the chunk.)
+/// The cold case of the test above, once the store reads again. The failed load was
+/// cached like a corrupt index, with the shard file's version, so revalidation kept it
+/// until the file changed (and a read-only view, which does not revalidate, for good).
 #[test]
-#[ignore = "bug: a shard index read that failed with EIO stays cached until the shard file changes"]
 fn a_shard_whose_index_read_failed_reads_again_once_the_store_does() {
     for (_dir, inner) in stores() {
         let what = inner.describe();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{EntryMeta, Prefetch, Store, StoreFile};
+use super::{EntryKind, EntryMeta, Prefetch, Store, StoreFile};
 use crate::format::index::index_region;
 use crate::format::{
     ChunkRange, IndexError, IndexLocation, Location, ShardIndex, ShardLayout, ShardLevel,
@@ -24,6 +24,10 @@ use crate::format::{
 pub enum ShardError {
     #[error("I/O error: {0}")]
     Io(String),
+    /// What lies at the shard's path is no regular file (a directory, a FIFO, a
+    /// symlink): so it stays until the path changes.
+    #[error("{0}")]
+    NotAFile(String),
     /// The shard's file changed while it was read (`ESTALE`: object storage's
     /// conditional GET found another version); loading it again reads the new one.
     #[error("changed while read: {0}")]
@@ -190,12 +194,19 @@ impl Shard {
             },
             Err(e) => (None, None, Err(e.into())),
         };
-        let seen = match &meta {
-            Some(m) => Some(m.version()),
+        let (seen, index) = match &meta {
+            Some(m) => (Some(m.version()), index),
             None if file.is_none() && index.is_err() => {
-                store.stat(rel).ok().flatten().map(|m| m.version())
+                let there = store.stat(rel).ok().flatten();
+                let index = match (index, &there) {
+                    (Err(ShardError::Io(e)), Some(m)) if m.kind != EntryKind::File => {
+                        Err(ShardError::NotAFile(e))
+                    }
+                    (index, _) => index,
+                };
+                (there.map(|m| m.version()), index)
             }
-            None => None,
+            None => (None, index),
         };
         Shard {
             rel: rel.to_path_buf(),

@@ -201,8 +201,19 @@ impl ShardCache {
         };
         let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, warm));
         let weight = shard.weight();
+        // A read that failed (an I/O error, a file that changed while read) says nothing
+        // of the shard: not kept, so the next read tries again. Kept, it failed the
+        // shard's chunks until its file changed, or for good where nothing revalidates
+        // (a read-only mount; found by `tests/store_faults.rs`). A corrupt index, and a
+        // path that is no regular file, are kept: so they stay until the file changes,
+        // which revalidation sees.
+        let failed_read = matches!(
+            shard.index,
+            Err(super::shard::ShardError::Io(_) | super::shard::ShardError::Changed(_))
+        );
         let mut seg = self.segment(rel).lock();
         if seg.generation != generation
+            || failed_read
             || (ahead && (shard.index.is_err() || seg.lru.contains(rel)))
         {
             return shard;
