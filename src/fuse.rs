@@ -561,7 +561,7 @@ impl Filesystem for ShardFs {
         let _op = operation::begin();
         let r = self
             .view
-            .commit_kernel_writes(KernelCommit::Fsync(ino.0))
+            .commit_kernel_writes(KernelCommit::Of(ino.0))
             .and_then(|()| self.view.fsync(ino.0));
         self.settle();
         done(reply, r)

@@ -10,13 +10,9 @@ use std::collections::HashMap;
 /// Which writes gathered with kernel opens [`View::commit_kernel_writes`] commits.
 #[derive(Clone, Copy, Debug)]
 pub enum KernelCommit {
-    /// One file's (a rename or link of it, its release, a truncate); a write to it in
+    /// One file's (its `fsync`, a rename or link of it, its release); a write to it in
     /// flight is waited for.
     Of(u64),
-    /// One file's, at its `fsync`: as `Of`, but a chunk of fixed length written only in
-    /// part is not committed (a commit would refuse it and let its bytes go): `EINVAL`,
-    /// and its bytes stay gathered for its writer to finish and `fsync` again.
-    Fsync(u64),
     /// Every file's (unmount); writes in flight are waited for, metadata that is not a
     /// whole document is committed (and refused) too.
     All,
@@ -240,22 +236,18 @@ impl View {
         // that waits going.
         let mut targets: Option<Vec<u64>> = None;
         loop {
-            let (taken, busy, cut_short) = {
+            let (taken, busy) = {
                 let mut map = self.implicit.0.lock();
                 if map.is_empty() {
                     return first_err;
                 }
                 let snapshot = targets.get_or_insert_with(|| match which {
-                    KernelCommit::Of(ino) | KernelCommit::Fsync(ino) => vec![ino],
+                    KernelCommit::Of(ino) => vec![ino],
                     _ => map.keys().copied().collect(),
                 });
-                let waits = matches!(
-                    which,
-                    KernelCommit::Of(_) | KernelCommit::Fsync(_) | KernelCommit::All
-                );
+                let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
                 let mut taken = Vec::new();
                 let mut busy = false;
-                let mut cut_short = None;
                 snapshot.retain(|ino| {
                     let Some(h) = map.get(ino) else {
                         return false;
@@ -266,13 +258,6 @@ impl View {
                     }
                     let due = match which {
                         KernelCommit::Of(_) | KernelCommit::All => true,
-                        KernelCommit::Fsync(_) => match self.partial_chunk_len(h.fh) {
-                            Some(lens) => {
-                                cut_short = Some((*ino, lens));
-                                false
-                            }
-                            None => true,
-                        },
                         // An unlinked file has nothing to commit, and its descriptors
                         // still use it (pytest's capture files while a test adopts an
                         // array): only the idle timer and the unmount let it go.
@@ -303,17 +288,8 @@ impl View {
                     }
                     false
                 });
-                (taken, busy, cut_short)
+                (taken, busy)
             };
-            if let Some((ino, (len, want))) = cut_short {
-                let why = format!(
-                    "{}: {len} bytes written; the array's codecs (no compression) make every \
-                     chunk exactly {want} bytes: not stored, kept for its writer to finish",
-                    self.handle_path(ino, None)
-                );
-                log::warn!("{why}");
-                return Err(ViewError::Invalid(why));
-            }
             for (ino, fh) in taken {
                 // Kept for a message only: a path is made only if the commit fails.
                 let held = self.handles.get(fh).ok();
@@ -326,8 +302,7 @@ impl View {
                 if let Err(e) = released {
                     let path = self.handle_path(ino, held.as_ref());
                     log::warn!("{path}: a commit of a file written with kernel opens: {e}");
-                    let one = matches!(which, KernelCommit::Of(_) | KernelCommit::Fsync(_));
-                    if !one {
+                    if !matches!(which, KernelCommit::Of(_)) {
                         // No request waits for this one (its file's `fsync` would hear
                         // of it): kept for `shardfs stats` and `shardfs unmount`.
                         let mut refused = self.counters.refused.lock();
@@ -339,7 +314,7 @@ impl View {
                     // A refusal (`EINVAL`) is that file's, kept for stats and the
                     // unmount: it fails no `fsync` of a directory (nor the unmount).
                     let refusal = matches!(e, ViewError::Invalid(_));
-                    if first_err.is_ok() && (one || !refusal) {
+                    if first_err.is_ok() && (matches!(which, KernelCommit::Of(_)) || !refusal) {
                         first_err = Err(e);
                     }
                 }
@@ -353,9 +328,8 @@ impl View {
 
     /// What a commit would refuse as it stands, while its writer may not have finished:
     /// metadata not yet a whole document ([`View::partial_metadata`]), or a chunk of a
-    /// length its array's codecs cannot decode ([`View::partial_chunk`]). Only the
-    /// unmount (refused, and named) commits it; its own `fsync` says `EINVAL` and keeps
-    /// a chunk ([`KernelCommit::Fsync`]), and commits metadata (refused): the idle
+    /// length its array's codecs cannot decode ([`View::partial_chunk`]). Only its own
+    /// `fsync` (`EINVAL` then), and the unmount (refused, and named), commit it: the idle
     /// commit once took a chunk half written by a slow writer, refused it and let its
     /// bytes go, and the writer's next write landed on the stored chunk, its `fsync`
     /// returning success over a mix of old and new bytes.
@@ -366,14 +340,8 @@ impl View {
     /// A chunk whose bytes are not a length its array's codecs can decode (uncompressed
     /// chunks have one length): a commit now would refuse it.
     fn partial_chunk(&self, fh: u64) -> bool {
-        self.partial_chunk_len(fh).is_some()
-    }
-
-    /// [`View::partial_chunk`]'s lengths: the bytes gathered, and the length every chunk
-    /// of its array has.
-    fn partial_chunk_len(&self, fh: u64) -> Option<(u64, u64)> {
         let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
-            return None;
+            return false;
         };
         let array = match &node {
             Node::Chunk { array, .. } => array,
@@ -387,16 +355,17 @@ impl View {
                 let Ok(super::writer::Target::Chunk(_)) =
                     self.target(array, parent.as_deref(), name)
                 else {
-                    return None;
+                    return false;
                 };
                 array
             }
-            _ => return None,
+            _ => return false,
         };
-        let want = self.current(array).layout.fixed_chunk_len?;
+        let Some(want) = self.current(array).layout.fixed_chunk_len else {
+            return false;
+        };
         let f = file.lock();
-        let len = f.data.len() as u64;
-        (!f.orphan && f.dirty && len != want).then_some((len, want))
+        !f.orphan && f.dirty && f.data.len() as u64 != want
     }
 
     /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
