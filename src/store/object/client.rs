@@ -386,8 +386,17 @@ pub(super) fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
         Some(e) => e.hash(&mut h),
         None => m.version.hash(&mut h),
     }
+    let tag = h.finish();
+    // Whole seconds (a HEAD's precision), and nanoseconds from the ETag: an object
+    // replaced within the same second by one of the same length then shows another
+    // mtime, which is what the kernel compares before it drops its cached pages of the
+    // file. Before, such a change went unseen by a mount for as long as the kernel kept
+    // the pages, long past the TTL (found by an adversarial tester).
     let mtime = SystemTime::UNIX_EPOCH
-        + Duration::from_secs(u64::try_from(m.last_modified.timestamp()).unwrap_or(0));
+        + Duration::new(
+            u64::try_from(m.last_modified.timestamp()).unwrap_or(0),
+            (tag % 1_000_000_000) as u32,
+        );
     EntryMeta {
         kind: EntryKind::File,
         len: m.size,
@@ -397,7 +406,7 @@ pub(super) fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
         uid: 0,
         gid: 0,
         // The ETag: with the length and time, tells when an object was replaced.
-        ino: h.finish() >> 1,
+        ino: tag >> 1,
     }
 }
 

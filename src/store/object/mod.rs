@@ -381,6 +381,7 @@ impl Store for BucketStore {
         };
         let state = Arc::new(RwState {
             data: Mutex::new((data, truncate)),
+            at: Mutex::new(Some((rel.to_path_buf(), self.key(rel)?))),
         });
         self.open_rw
             .lock()
@@ -388,12 +389,10 @@ impl Store for BucketStore {
         Ok(Box::new(ObjectFileRw {
             store: Arc::new(ObjectStoreStoreRef {
                 inner: self.inner.clone(),
-                key: self.key(rel)?,
                 handle: self.rt.handle().clone(),
                 meta: self.meta.clone(),
                 deadline: self.deadline.clone(),
             }),
-            rel: rel.to_path_buf(),
             state,
         }))
     }
@@ -415,12 +414,21 @@ impl Store for BucketStore {
     }
 
     fn remove_file(&self, rel: &Path) -> io::Result<()> {
-        if self.head(rel)?.is_none() {
+        let open = self.open_rw.lock().remove(rel).and_then(|w| w.upgrade());
+        if open.is_none() && self.head(rel)?.is_none() {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // A file open for writing is stored nowhere from now on (its close PUT it again).
+        if let Some(state) = open {
+            state.unlinked();
         }
         let deleted = self.block_on(self.inner.delete(&self.key(rel)?));
         self.meta.forget(rel);
-        deleted.map_err(|e| to_io(rel, e))
+        match deleted {
+            // Made by its open, and not yet stored again: nothing to delete.
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            other => other.map_err(|e| to_io(rel, e)),
+        }
     }
 
     fn remove_dir(&self, rel: &Path) -> io::Result<()> {
@@ -434,11 +442,45 @@ impl Store for BucketStore {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let data = self
-            .read_all(from)?
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        self.put(to, data, PutMode::Overwrite)?;
-        self.remove_file(from)
+        if from == to {
+            return Ok(());
+        }
+        let open = self.open_rw.lock().get(from).and_then(Weak::upgrade);
+        match &open {
+            // A file open for writing goes on at its new name: its bytes are stored
+            // there now and its close stores it there. Under its bytes' lock, as a PUT
+            // of it takes them: no write or PUT of it falls between.
+            Some(state) => {
+                let data = state.data.lock();
+                self.put(to, data.0.clone(), PutMode::Overwrite)?;
+                state.renamed(to, self.key(to)?);
+            }
+            None => {
+                let data = self
+                    .read_all(from)?
+                    .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+                self.put(to, data, PutMode::Overwrite)?;
+            }
+        }
+        // What was open at the new name is replaced: its close stores it nowhere.
+        let replaced = {
+            let mut map = self.open_rw.lock();
+            map.remove(from);
+            let old = map.remove(to).and_then(|w| w.upgrade());
+            if let Some(state) = &open {
+                map.insert(to.to_path_buf(), Arc::downgrade(state));
+            }
+            old
+        };
+        if let Some(state) = replaced {
+            state.unlinked();
+        }
+        let deleted = self.block_on(self.inner.delete(&self.key(from)?));
+        self.meta.forget(from);
+        match deleted {
+            Err(object_store::Error::NotFound { .. }) => Ok(()),
+            other => other.map_err(|e| to_io(from, e)),
+        }
     }
 
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -179,6 +179,85 @@ fn files_open_for_writing_are_stored_at_sync_and_close() {
     );
 }
 
+/// A file unlinked while open for writing is stored nowhere at its close, and one
+/// renamed while open is stored at its new name only. Before, the close PUT the file
+/// at the name it was opened at: an unlinked file came back (`printf > f; rm f` with
+/// the kernel opening files, whose writes the daemon commits a moment later), and a
+/// renamed one came back at its old name, without what was written after the rename.
+#[test]
+fn files_unlinked_or_renamed_while_open_for_writing_stay_so() {
+    let s = store();
+    let list = |s: &BucketStore| -> Vec<String> {
+        let mut names: Vec<String> = s
+            .list(Path::new(""))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // Unlinked before its first PUT, and after one.
+    for sync_first in [false, true] {
+        let f = s
+            .open_rw(Path::new("x.txt"), OpenMode::Create, true)
+            .unwrap();
+        f.write_all_at(b"hello", 0).unwrap();
+        if sync_first {
+            f.sync().unwrap();
+        }
+        s.remove_file(Path::new("x.txt")).unwrap();
+        assert!(s.stat(Path::new("x.txt")).unwrap().is_none());
+        f.write_all_at(b"more", 5).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        assert!(s.stat(Path::new("x.txt")).unwrap().is_none(), "came back");
+        assert_eq!(list(&s), Vec::<String>::new());
+    }
+    // Renamed while open: the bytes so far at the new name at once, the rest at close;
+    // a file open at the new name is replaced, and its close stores nothing.
+    let replaced = s.open_rw(Path::new("b"), OpenMode::Create, true).unwrap();
+    replaced.write_all_at(b"old b", 0).unwrap();
+    let f = s.open_rw(Path::new("a"), OpenMode::Create, true).unwrap();
+    f.write_all_at(b"12", 0).unwrap();
+    s.rename(Path::new("a"), Path::new("b")).unwrap();
+    assert_eq!(s.read_all(Path::new("b")).unwrap().unwrap(), b"12");
+    f.write_all_at(b"34", 2).unwrap();
+    drop(f);
+    drop(replaced);
+    assert_eq!(list(&s), ["b"]);
+    assert_eq!(s.read_all(Path::new("b")).unwrap().unwrap(), b"1234");
+    // Renamed onto itself: nothing changes.
+    s.rename(Path::new("b"), Path::new("b")).unwrap();
+    assert_eq!(s.read_all(Path::new("b")).unwrap().unwrap(), b"1234");
+}
+
+/// An object replaced within the same second by one of the same length shows another
+/// mtime (what the kernel compares before dropping its cached pages), and a listing and
+/// a HEAD of one version agree on it whatever their time's precision.
+#[test]
+fn a_replaced_object_shows_another_mtime_within_the_same_second() {
+    let at = |ms: i64, etag: &str| object_store::ObjectMeta {
+        location: ObjPath::from("a/c/0"),
+        last_modified: chrono::DateTime::from_timestamp_millis(ms).unwrap(),
+        size: 64,
+        e_tag: Some(etag.into()),
+        version: None,
+    };
+    let (one, two) = (meta_of(&at(5_000, "\"e1\"")), meta_of(&at(5_000, "\"e2\"")));
+    assert_ne!(one.mtime, two.mtime);
+    assert_ne!(one.version(), two.version());
+    // A listing's time has milliseconds, a HEAD's whole seconds.
+    assert_eq!(meta_of(&at(5_250, "\"e1\"")).mtime, one.mtime);
+    assert_eq!(meta_of(&at(5_250, "\"e1\"")).version(), one.version());
+    let secs = one
+        .mtime
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(secs, 5, "the second is the object's");
+}
+
 /// Reading a 4 MiB object forward in 64 KiB pieces takes a handful of GETs and moves
 /// each byte once; a jump back fetches only what it asks for; without budget every
 /// read is its own GET; the budget is given back when the files go.

@@ -21,39 +21,74 @@ use crate::store::{EntryKind, EntryMeta, StoreFile, StoreFileRw};
 /// How often a shard commit tries again when another writer changed the shard first.
 pub(super) const COMMIT_ATTEMPTS: u32 = 12;
 
-/// A file open for writing: its bytes in memory, PUT whole when synced or closed.
+/// A file open for writing: its bytes in memory (and whether they changed since the last
+/// PUT), PUT whole when synced or closed, to where the file is now.
 pub(super) struct RwState {
     pub(super) data: Mutex<(Vec<u8>, bool)>,
+    /// Its name and key now: the name it was opened at, or the one a rename gave it
+    /// since; `None` once unlinked, when its bytes go nowhere, as an unlinked file's on
+    /// a disk. Before, a file unlinked while open (or before the idle commit of its
+    /// writes) was PUT again at its close, and came back (found by an adversarial tester).
+    pub(super) at: Mutex<Option<(PathBuf, ObjPath)>>,
+}
+
+impl RwState {
+    /// The file was unlinked: what it holds is stored nowhere.
+    pub(super) fn unlinked(&self) {
+        *self.at.lock() = None;
+    }
+
+    /// The file was renamed to `rel` (key `key`): what it holds goes there.
+    pub(super) fn renamed(&self, rel: &Path, key: ObjPath) {
+        let mut at = self.at.lock();
+        if at.is_some() {
+            *at = Some((rel.to_path_buf(), key));
+        }
+    }
 }
 
 pub(super) struct ObjectFileRw {
     pub(super) store: Arc<ObjectStoreStoreRef>,
-    pub(super) rel: PathBuf,
     pub(super) state: Arc<RwState>,
 }
 
 /// What an open-for-writing file needs of its store: PUT and the runtime.
 pub(super) struct ObjectStoreStoreRef {
     pub(super) inner: Arc<dyn ObjectStore>,
-    pub(super) key: ObjPath,
     pub(super) handle: tokio::runtime::Handle,
     pub(super) meta: Arc<MetaCache>,
     pub(super) deadline: Deadline,
 }
 
 impl ObjectFileRw {
+    /// Where the file is now, for messages.
+    fn rel(&self) -> PathBuf {
+        self.state
+            .at
+            .lock()
+            .as_ref()
+            .map_or_else(|| PathBuf::from("(unlinked)"), |(rel, _)| rel.clone())
+    }
+
     fn flush(&self) -> io::Result<()> {
         let mut d = self.state.data.lock();
         if !d.1 {
             return Ok(());
         }
+        // Held across the PUT: an unlink or rename of the file waits for it, so that
+        // neither lands between the name read here and the PUT to it.
+        let at = self.state.at.lock();
+        let Some((rel, key)) = at.as_ref() else {
+            d.1 = false;
+            return Ok(());
+        };
         let store = &self.store;
         let payload = PutPayload::from(d.0.clone());
         let put = store
             .deadline
-            .run(&store.handle, store.inner.put(&store.key, payload));
-        store.meta.forget(&self.rel);
-        put.map_err(|e| to_io(&self.rel, e))?;
+            .run(&store.handle, store.inner.put(key, payload));
+        store.meta.forget(rel);
+        put.map_err(|e| to_io(rel, e))?;
         d.1 = false;
         Ok(())
     }
@@ -108,7 +143,7 @@ impl StoreFileRw for ObjectFileRw {
 impl Drop for ObjectFileRw {
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
-            log::error!("{}: not stored at close: {e}", self.rel.display());
+            log::error!("{}: not stored at close: {e}", self.rel().display());
         }
     }
 }
