@@ -1,0 +1,101 @@
+//! A directory's listing (`readdir`): by the kind of its node, from the store, the
+//! array and key directories (`listing.rs`), the v2 view (`plain.rs`), containers and
+//! draft groups, with the entries of files of their own in key directories, of what is
+//! only in this mount's memory and of documents being written; sorted, with inode
+//! numbers. Open directories keep their listing in the handle table (`handles.rs`).
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::path::Path;
+
+use crate::format;
+use crate::store::EntryKind;
+
+use super::*;
+
+impl View {
+    /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let (path, node) = self.node(ino)?;
+        let mut entries = match &node {
+            Node::Dir { rel } if self.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
+            Node::Dir { rel } => self.list_store(rel, |_| true)?,
+            Node::DraftGroup { path } => self.list_draft_group(path),
+            Node::ArrayDir { array } => self.list_array(array)?,
+            Node::Container(c) => self.list_container(c)?,
+            Node::KeyDir { array, coords } => {
+                let mut keys = self.list_keys(array, coords)?;
+                let (enc, ndim) = (array.encoding(), array.layout.ndim());
+                let counts = array.layout.chunk_counts();
+                let listed: HashSet<std::ffi::OsString> =
+                    keys.iter().map(|e| e.name.clone()).collect();
+                // Keys are listed above; a key directory with no chunk below is listed
+                // while files of their own lie in it, and one outside the grid is a plain
+                // directory, listed while it holds files.
+                keys.extend(self.kept_in_key_dir(&path, |n| {
+                    match enc.child(ndim, Some(coords), n) {
+                        Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
+                        Some(format::KeyPath::Dir(c)) => {
+                            if c.iter().zip(counts).all(|(c, n)| c < n) {
+                                !self
+                                    .holds_kept_files(array, &c, &path.join(n))
+                                    .unwrap_or(false)
+                            } else {
+                                !self.has_files(&path.join(n)).unwrap_or(false)
+                            }
+                        }
+                        Some(format::KeyPath::Chunk(_)) => true,
+                        None => false,
+                    }
+                })?);
+                keys
+            }
+            _ => return Err(ViewError::NotDir),
+        };
+        if let Some(w) = &self.writer {
+            entries.extend(self.written_entries(&path, &node));
+            if let Node::Dir { rel } = &node {
+                entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
+                    ino: 0,
+                    name,
+                    kind: Kind::File,
+                }));
+            }
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        entries.dedup_by(|a, b| a.name == b.name);
+        for e in &mut entries {
+            let child = path.join(&e.name);
+            e.ino = self.inodes.number(&child, e.kind);
+        }
+        Ok(entries)
+    }
+
+    /// Pass-through entries of a store directory that `keep` accepts.
+    pub(super) fn list_store(
+        &self,
+        rel: &Path,
+        keep: impl Fn(&OsStr) -> bool,
+    ) -> Result<Vec<DirEntry>> {
+        Ok(self
+            .store
+            .list(rel)?
+            .into_iter()
+            .filter(|e| keep(&e.name))
+            .filter_map(|e| {
+                let kind = match e.kind {
+                    EntryKind::Dir => Kind::Dir,
+                    // A bloscpack file is shown as a directory.
+                    EntryKind::File => self.listed_kind(rel, &e.name, Kind::File),
+                    EntryKind::Symlink => Kind::Symlink,
+                    EntryKind::Other => return None,
+                };
+                Some(DirEntry {
+                    ino: 0,
+                    name: e.name,
+                    kind,
+                })
+            })
+            .collect())
+    }
+}
