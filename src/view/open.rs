@@ -1,15 +1,16 @@
 //! Opening files: `open`, what a handle of each node kind reads from
-//! ([`View::reader`]), loading the next shards ahead of a reader going forward, and the
-//! check that a store file's inode still has its name (opening for writing is
-//! `write.rs`). The handle table itself is `handles.rs`; reads through a handle are
-//! `read.rs`, closes `close.rs`.
+//! ([`View::reader`]) or writes to ([`View::open_for_write`]: a scratch file in an
+//! array, a store file elsewhere), loading the next shards ahead of a reader going
+//! forward, and the check that a store file's inode still has its name. The handle
+//! table itself is `handles.rs`; reads through a handle are `read.rs`, closes
+//! `close.rs`, writes `ops.rs`.
 
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::store::EntryMeta;
 use crate::store::shard::Shard;
+use crate::store::{EntryMeta, OpenMode, StoreFileRw};
 
 use super::*;
 
@@ -185,5 +186,164 @@ impl View {
             return Err(ViewError::NotFound);
         }
         Ok(())
+    }
+
+    pub(super) fn open_for_write(
+        &self,
+        ino: u64,
+        path: &Path,
+        node: &Node,
+        truncate: bool,
+    ) -> Result<Handle> {
+        let w = self.writer()?;
+        let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
+            path: path.to_path_buf(),
+            array: self.current(array),
+            parent: self.parent_key(path),
+        };
+        let (file, node) = match node {
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
+            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
+            Node::Consolidated { dir } => return Ok(Handle::Discard(dir.clone())),
+            Node::PlainFill { rel, data, .. } => {
+                return self.open_plain_fill_for_write(ino, rel, data, truncate);
+            }
+            Node::File { rel } => {
+                let f = self.open_store_file(rel, truncate)?;
+                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.chunk_bytes(&array, coords)?
+                };
+                (
+                    w.new_scratch(path, data, truncate, 1)?,
+                    scratch_node(&array),
+                )
+            }
+            Node::ArrayMeta { array, file } => {
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.current(array).meta_bytes(*file).to_vec()
+                };
+                (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
+            }
+            Node::GroupMeta { dir, file } => {
+                return self.open_group_meta_for_write(ino, dir, *file, truncate);
+            }
+            Node::Scratch { path: p, .. } => {
+                let Some(file) = w.open_scratch(p) else {
+                    return self.open_for_write(ino, path, &self.settled(ino)?, truncate);
+                };
+                if truncate {
+                    let mut f = file.lock();
+                    w.unreserve(f.data.len() as u64);
+                    f.data.clear();
+                    f.dirty = true;
+                }
+                (file, node.clone())
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::ELOOP,
+                )));
+            }
+        };
+        self.inodes.update(ino, node.clone());
+        Ok(Handle::Scratch { ino, node, file })
+    }
+
+    /// A chunk the v2 view serves of the fill value, opened for writing: made in the
+    /// store as the chunk it reads as (a partial write keeps the rest of it), then
+    /// written as the store file it now is.
+    fn open_plain_fill_for_write(
+        &self,
+        ino: u64,
+        rel: &Path,
+        data: &[u8],
+        truncate: bool,
+    ) -> Result<Handle> {
+        if let Some(dir) = rel.parent() {
+            self.make_plain_dirs(dir)?;
+        }
+        self.store
+            .write_atomically(rel, if truncate { &[] } else { data })?;
+        self.inodes.update(
+            ino,
+            Node::File {
+                rel: rel.to_path_buf(),
+            },
+        );
+        let f = self.open_store_file(rel, false)?;
+        Ok(Handle::StoreRw(Arc::from(f), rel.to_path_buf()))
+    }
+
+    /// A group metadata file the view makes, opened for writing: written as a store
+    /// file (what the view showed, unless truncated), taken in when it is closed.
+    fn open_group_meta_for_write(
+        &self,
+        ino: u64,
+        dir: &Path,
+        file: MetaFile,
+        truncate: bool,
+    ) -> Result<Handle> {
+        let data = if truncate {
+            Vec::new()
+        } else {
+            self.group_meta(dir, file)?
+        };
+        let rel = dir.join(file.name());
+        let f = self.store.open_rw(&rel, OpenMode::Create, true)?;
+        f.write_all_at(&data, 0)?;
+        self.inodes.update(ino, Node::File { rel: rel.clone() });
+        Ok(Handle::StoreRw(Arc::from(f), rel))
+    }
+
+    /// A store file opened for writing. A v2 metadata file is taken in (and removed
+    /// from the store) when it is closed, while the kernel may still hold its entry for
+    /// the next writer (whose `O_TRUNC` may come as a truncate first): it is made again.
+    pub(super) fn open_store_file(
+        &self,
+        rel: &Path,
+        truncate: bool,
+    ) -> Result<Box<dyn StoreFileRw>> {
+        let w = self.writer()?;
+        if super::pending_doc::is_doc(rel) {
+            self.note_unsharded(rel);
+            return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
+        }
+        let v2_meta = self.format == super::ViewFormat::V2
+            && rel.file_name().and_then(MetaFile::from_name).is_some();
+        let mode = if v2_meta {
+            OpenMode::Create
+        } else {
+            OpenMode::Existing
+        };
+        Ok(self.store.open_rw(rel, mode, truncate)?)
+    }
+
+    pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
+        match self.chunk_or_fill(array, coords, true)? {
+            ChunkData::Staged(b) => Ok(b.to_vec()),
+            ChunkData::Shard(shard, range) => {
+                let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
+                shard.read(range, 0, len).map_err(|err| ViewError::Shard {
+                    shard: shard.rel().to_path_buf(),
+                    err,
+                })
+            }
+        }
     }
 }

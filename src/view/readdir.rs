@@ -98,4 +98,77 @@ impl View {
             })
             .collect())
     }
+
+    /// Entries that exist only in memory: scratch files, key directories made by mkdir,
+    /// staged chunks in shards that do not exist yet.
+    pub(super) fn written_entries(&self, path: &Path, node: &Node) -> Vec<super::DirEntry> {
+        let Some(w) = &self.writer else {
+            return Vec::new();
+        };
+        let (array, prefix) = match node {
+            Node::ArrayDir { array } => (self.current(array), None),
+            Node::KeyDir { array, coords } => (self.current(array), Some(coords.clone())),
+            _ => return Vec::new(),
+        };
+        let entry = |name: String, kind| super::DirEntry {
+            ino: 0,
+            name: name.into(),
+            kind,
+        };
+        let mut out: Vec<_> = w
+            .scratch
+            .lock()
+            .keys()
+            .filter(|p| p.parent() == Some(path))
+            .filter_map(|p| {
+                p.file_name()
+                    .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
+            })
+            .collect();
+        let enc = array.encoding();
+        let ndim = array.layout.ndim();
+        let k = prefix.as_ref().map_or(0, Vec::len);
+        let p = prefix.clone().unwrap_or_default();
+        let counts = array.layout.chunk_counts();
+        let mut keys: Vec<(Vec<u64>, bool)> = w
+            .vdirs
+            .lock()
+            .iter()
+            .filter(|(a, _)| a == &array.rel)
+            // One a shrink left outside the grid is no key directory now (a lookup finds
+            // none): not listed.
+            .filter(|(_, c)| c.iter().zip(counts).all(|(c, n)| c < n))
+            .map(|(_, c)| (c.clone(), false))
+            .collect();
+        keys.extend(
+            w.staging
+                .under(&array.rel, &p)
+                .into_iter()
+                .filter(|(_, exists)| *exists)
+                .map(|(c, _)| (c, true)),
+        );
+        for (c, is_chunk) in keys {
+            if !c.starts_with(&p) {
+                continue;
+            }
+            if prefix.is_none()
+                && let Some(root) = enc.root_component(ndim)
+            {
+                out.push(entry(root.to_string(), Kind::Dir));
+            } else if !enc.nested() || ndim == 0 {
+                if is_chunk {
+                    out.push(entry(enc.encode(&c), Kind::File));
+                }
+            } else if c.len() > k {
+                let last = k + 1 == ndim;
+                if !last || is_chunk {
+                    out.push(entry(
+                        c[k].to_string(),
+                        if last { Kind::File } else { Kind::Dir },
+                    ));
+                }
+            }
+        }
+        out
+    }
 }

@@ -1,5 +1,6 @@
 //! Path resolution and the array registry: what node a name is (store entries,
-//! arrays, key directories, chunks, metadata), loading and presenting sharded arrays.
+//! arrays, key directories, chunks, metadata), the node at a path, loading and
+//! presenting sharded arrays.
 
 use std::ffi::OsStr;
 use std::io;
@@ -46,6 +47,25 @@ impl ArrayRegistry {
 }
 
 impl View {
+    /// The node at a view path, walking from the root.
+    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
+        let (_, mut node) = self.node(super::ROOT_INO)?;
+        let mut cur = PathBuf::new();
+        for part in path.iter() {
+            match self.child(&cur, &node, part)? {
+                Some(n) => node = n,
+                None => return Ok(None),
+            }
+            cur.push(part);
+        }
+        Ok(Some(node))
+    }
+
+    /// The newest metadata of `array` (it may have been rewritten since the node was made).
+    pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
+        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
+    }
+
     /// The child node `name` of `node`, `None` if there is none.
     pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
         if path.as_os_str().is_empty() && name == STATS_FILE {
