@@ -14,9 +14,10 @@
 //!
 //! This file holds the [`View`], its errors, its configuration and the open-file
 //! [`Handle`]; the methods of `View` are spread over the files by what they own:
-//! * the tree, what a name is: `resolve.rs` (resolution, the array registry), `attr.rs`
-//!   (lookups, attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`,
-//!   `node.rs`, `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
+//! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
+//!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
+//!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
+//!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
 //! * the overlay, what this mount changed: `writer.rs` (its state), `write.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
@@ -67,6 +68,7 @@
 //! inside the store backends and the compactor are not covered (not verified).
 
 mod adopt;
+mod array_load;
 mod as_written;
 mod attr;
 pub mod cache;
@@ -74,6 +76,7 @@ mod close;
 pub mod container;
 mod draft;
 mod durable;
+mod group_docs;
 mod handles;
 mod inode;
 mod kept;
@@ -326,18 +329,6 @@ pub(crate) struct ArraySource {
     meta_rel: PathBuf,
     store_keys: format::ChunkKeyEncoding,
     draft: bool,
-}
-
-/// Why a store directory is not shown as a sharded array.
-enum NotShown {
-    /// Not an array, or not sharded: a plain directory.
-    Plain,
-    /// An array the view cannot present; the reason is logged once.
-    Unsupported(String),
-    /// Its metadata could not be read now (the store failed: an outage): nothing is
-    /// decided, and the operation fails with the error (issue 34: an array whose
-    /// `zarr.json` read failed once was shown as a plain directory from then on).
-    Io(io::Error),
 }
 
 /// What the read side did, for `shardfs stats`.
