@@ -1,22 +1,31 @@
 //! The FUSE adapter: each `fuser::Filesystem` callback makes one call into the
 //! [`View`] and replies with its result or its errno. No logic about shards or keys lives
 //! here; anything worth a test belongs in `view`.
+//!
+//! This file holds [`ShardFs`] and its `fuser::Filesystem` callbacks: one method each,
+//! a table of requests, left whole (a trait's methods stay in one `impl`). What the
+//! kernel is told to drop around a reply is `fuse/invalidate.rs`; the conversions to
+//! `fuser`'s types (attributes, open flags, errnos) are `fuse/reply.rs`.
+
+mod invalidate;
+mod reply;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use std::time::SystemTime;
 
 use crate::store::operation;
-use crate::view::{Attr, KernelCommit, Kind, Opened, Renamed, View, ViewError};
+use crate::view::{Attr, KernelCommit, View, ViewError};
+use reply::{done, errno, file_attr, file_type, negative_attr, open_flags};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
@@ -38,18 +47,6 @@ impl ShardFs {
         }
     }
 
-    /// Where the mount puts the session's notifier once the session runs.
-    /// Before replying to a close or fsync: let the kernel drop what this request's
-    /// changes made stale (chunks a shrink deleted, nodes whose kind changed), so the
-    /// writer's next lookup sees the change. Safe here, as these requests hold no
-    /// directory lock (the kernel takes the parent's to drop an entry); bounded, so a
-    /// stuck kernel cannot hang the close.
-    fn settle(&self) {
-        if let Some(w) = self.view.write_side() {
-            w.settle_invalidations(std::time::Duration::from_secs(1));
-        }
-    }
-
     /// Before a rename or link of `ino` (with kernel opens): commit what was written to
     /// it, as its close would have, so the operation moves the file as its writer left
     /// it. Errors are the writer's and were logged; the operation goes on.
@@ -61,6 +58,7 @@ impl ShardFs {
         }
     }
 
+    /// Where the mount puts the session's notifier once the session runs.
     pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
         self.notifier.clone()
     }
@@ -69,75 +67,6 @@ impl ShardFs {
     fn ttl(&self, a: &Attr) -> Duration {
         self.view.cache().attr_ttl(a)
     }
-}
-
-fn errno(e: &ViewError) -> Errno {
-    match e {
-        ViewError::NotFound => log::trace!("reply: {e}"),
-        _ => log::debug!("reply: {e} (errno {})", e.errno()),
-    }
-    Errno::from_i32(e.errno())
-}
-
-/// Reply to a request that returns nothing but success or an errno.
-fn done(reply: ReplyEmpty, res: Result<(), ViewError>) {
-    match res {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn file_type(k: Kind) -> FileType {
-    match k {
-        Kind::Dir => FileType::Directory,
-        Kind::File => FileType::RegularFile,
-        Kind::Symlink => FileType::Symlink,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: UNIX_EPOCH,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-fn open_flags(o: &Opened) -> FopenFlags {
-    let mut f = FopenFlags::empty();
-    f.set(FopenFlags::FOPEN_KEEP_CACHE, o.keep_cache);
-    f.set(FopenFlags::FOPEN_NOFLUSH, o.no_flush);
-    f
-}
-
-/// A negative entry: inode 0 tells the kernel to cache the absence for the TTL given,
-/// so repeated probes (`.zarray`, `.zattrs`, ...) do not reach the daemon.
-fn negative_attr() -> FileAttr {
-    file_attr(&Attr {
-        ino: 0,
-        kind: Kind::File,
-        size: 0,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        volatile: false,
-    })
 }
 
 impl Filesystem for ShardFs {
@@ -203,13 +132,8 @@ impl Filesystem for ShardFs {
         let truncate = flags.0 & libc::O_TRUNC != 0;
         match self.view.open(ino.0, write, truncate) {
             Ok(o) => {
-                if o.stale_size
-                    && let Some(n) = self.notifier.get()
-                {
-                    // Before the reply: the kernel's cached size is wrong, and a read
-                    // would stop there. Offset -1: attributes only (the pages go with
-                    // keep-cache off). A kernel that no longer knows the inode is fine.
-                    let _ = n.inval_inode(ino, -1, 0);
+                if o.stale_size {
+                    self.drop_stale_size(ino);
                 }
                 reply.opened(FileHandle(o.fh), open_flags(&o))
             }
@@ -376,21 +300,12 @@ impl Filesystem for ShardFs {
         let _op = operation::begin();
         match self.view.write_file(ino.0, fh.0, offset, data) {
             Ok((n, landed)) => {
-                if landed && let Some(w) = self.view.write_side() {
-                    // Before the reply, as for a rename onto metadata: the chunks a
-                    // shrink deleted no longer pass for files through attributes the
-                    // kernel caches (the writer's next step may be zarr 2's `isfile`,
-                    // then `os.remove`).
-                    w.settle_inode_invalidations(std::time::Duration::from_secs(1));
+                if landed {
+                    self.before_landed_reply();
                 }
                 reply.written(n);
-                if landed && let Some(notifier) = self.notifier.get() {
-                    // After the reply: the kernel holds the written pages locked until
-                    // it has it. Its pages are the writer's bytes; the view now shows
-                    // the document as taken in. Then what the change made stale (chunks
-                    // a shrink deleted) is dropped too, before this thread serves more.
-                    let _ = notifier.inval_inode(ino, 0, 0);
-                    self.settle();
+                if landed {
+                    self.after_landed_reply(ino);
                 }
             }
             Err(e) => reply.error(errno(&e)),
@@ -507,27 +422,7 @@ impl Filesystem for ShardFs {
             .rename(parent.0, name, newparent.0, newname, noreplace)
         {
             Ok(renamed) => {
-                if let Some(w) = self.view.write_side() {
-                    // Metadata renamed into place may have shrunk its array: the chunks
-                    // it deleted must not pass for files through attributes the kernel
-                    // still caches (zarr 2's resize: `isfile` then `os.remove` of each
-                    // chunk outside the new shape). Their entries can only be dropped
-                    // after this reply (the kernel holds the directory's lock), their
-                    // attributes now.
-                    w.settle_inode_invalidations(std::time::Duration::from_secs(1));
-                }
-                if self.view.kernel_opens()
-                    && renamed == Renamed::Other
-                    && let (Some(ino), Some(n)) = (moved, self.notifier.get())
-                {
-                    // The kernel keeps the moved file's pages and size, which are its
-                    // writer's bytes; at the new name the view may show other bytes (v2
-                    // metadata is shown as generated from `zarr.json`), and no open will
-                    // drop them. Before the reply, so the writer's next read is right.
-                    // (A temporary file moved onto a chunk key is shown as written: its
-                    // pages stay, and a read of the new chunk is served from them.)
-                    let _ = n.inval_inode(INodeNo(ino), 0, 0);
-                }
+                self.before_rename_reply(moved, renamed);
                 reply.ok()
             }
             Err(e) => reply.error(errno(&e)),

@@ -10,6 +10,20 @@
 //!   `list_dir` rule): a prefix may be listed whose chunks turn out empty. The last level
 //!   (files) reads the indices of the shards of that one directory only.
 //!
+//! # Files
+//!
+//! This file holds the [`View`], its errors, its configuration and the open-file
+//! [`Handle`]; the methods of `View` are spread over the files by what they own:
+//! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
+//!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
+//!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
+//!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
+//! * the overlay, what this mount changed: `writer.rs` (its state), `write.rs`
+//!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
+//!   `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
+//! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
+//!   `kernel_writes.rs`.
+//!
 //! # Locks
 //!
 //! Locks that nest, outermost first, as the code takes them (issue 35). Take them only
@@ -54,11 +68,15 @@
 //! inside the store backends and the compactor are not covered (not verified).
 
 mod adopt;
+mod array_load;
 mod as_written;
+mod attr;
 pub mod cache;
+mod close;
 pub mod container;
 mod draft;
 mod durable;
+mod group_docs;
 mod handles;
 mod inode;
 mod kept;
@@ -66,22 +84,25 @@ mod kernel_writes;
 mod listing;
 mod meta;
 pub mod node;
+mod open;
 mod ops;
 mod pending_doc;
 mod plain;
+mod read;
+mod readdir;
 mod remove;
 mod rename;
 mod rename_dir;
 mod resolve;
+mod stats;
 mod write;
 mod writer;
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use parking_lot::Mutex;
 
@@ -99,8 +120,6 @@ pub mod write_api {
 
 /// The hidden file at the mount's root that `shardfs stats` reads.
 pub const STATS_FILE: &str = ".shardfs-stats";
-/// The stats file's size is a multiple of this.
-const STATS_PAGE: usize = 4096;
 
 /// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
 const MAX_METADATA_BYTES: u64 = 16 << 20;
@@ -312,18 +331,6 @@ pub(crate) struct ArraySource {
     draft: bool,
 }
 
-/// Why a store directory is not shown as a sharded array.
-enum NotShown {
-    /// Not an array, or not sharded: a plain directory.
-    Plain,
-    /// An array the view cannot present; the reason is logged once.
-    Unsupported(String),
-    /// Its metadata could not be read now (the store failed: an outage): nothing is
-    /// decided, and the operation fails with the error (issue 34: an array whose
-    /// `zarr.json` read failed once was shown as a plain directory from then on).
-    Io(io::Error),
-}
-
 /// What the read side did, for `shardfs stats`.
 #[derive(Default)]
 struct ReadCounters {
@@ -468,359 +475,8 @@ impl View {
         self.inodes.get(ino).ok_or(ViewError::StaleInode(ino))
     }
 
-    /// The counters `shardfs stats` shows, as JSON.
-    pub fn stats_json(&self) -> Vec<u8> {
-        let c = &self.counters;
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let mut v = serde_json::json!({
-            "store": self.store.describe(),
-            "inodes": self.inodes.len(),
-            "read_requests": get(&c.read_requests),
-            "refused": c.refused.lock().iter().map(|(path, why)| {
-                serde_json::json!({"path": path, "why": why})
-            }).collect::<Vec<_>>(),
-            "pending_metadata": self.partial_metadata_paths(),
-            "pending_chunks": self.partial_chunk_paths(),
-            "chunk_opens": get(&c.chunk_opens),
-            "chunk_reads": get(&c.chunk_reads),
-            "chunk_bytes_read": get(&c.chunk_bytes_read),
-            "index_cache_hits": get(&self.shards.hits),
-            "index_cache_misses": get(&self.shards.misses),
-            "shards_loaded_ahead": get(&self.shards.prefetches),
-            "chunks_committed": get(&c.chunks_committed),
-            "chunks_deleted": get(&c.chunks_deleted),
-        });
-        let requests = self.store.requests();
-        if !requests.is_empty() {
-            v["store_requests"] = requests
-                .into_iter()
-                .map(|(k, n)| (k.to_string(), n.into()))
-                .collect::<serde_json::Map<_, _>>()
-                .into();
-        }
-        if let Some(w) = &self.writer {
-            let f = &w.flusher().counters;
-            let flushes = get(&f.flushes);
-            v["writable"] = true.into();
-            v["compactor"] = w.compactor_name().into();
-            v["staged_bytes"] = w.staged_bytes().into();
-            v["flushes"] = flushes.into();
-            v["chunks_flushed"] = get(&f.chunks).into();
-            v["bytes_flushed"] = (get(&f.host_bytes) + get(&f.device_bytes)).into();
-            v["shard_updates"] = get(&f.shards).into();
-            v["chunks_superseded"] = get(&f.superseded).into();
-            // What is staged and not yet in the store, by array: what an unmount that
-            // cannot flush names (`shardfs unmount`).
-            v["staged"] = w
-                .staging
-                .arrays(None)
-                .into_iter()
-                .filter_map(|rel| {
-                    let array = self.arrays.get(&rel)?;
-                    let chunks = w.staging.under(&rel, &[]);
-                    let enc = array.encoding();
-                    let keys: Vec<String> =
-                        chunks.iter().take(8).map(|(c, _)| enc.encode(c)).collect();
-                    Some(serde_json::json!({
-                        "array": rel.display().to_string(),
-                        "chunks": chunks.len(),
-                        "first_keys": keys,
-                    }))
-                })
-                .collect::<Vec<_>>()
-                .into();
-            v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
-            // Per way of laying out a flush: batches, payload, time, rate.
-            let way = |batches: &AtomicU64, bytes: &AtomicU64, ns: &AtomicU64| {
-                let (bytes, secs) = (get(bytes), get(ns) as f64 / 1e9);
-                serde_json::json!({
-                    "batches": get(batches),
-                    "bytes": bytes,
-                    "seconds": secs,
-                    "gib_per_s": if secs > 0.0 {
-                        (bytes as f64 / (1u64 << 30) as f64 / secs * 100.0).round() / 100.0
-                    } else {
-                        0.0
-                    },
-                })
-            };
-            v["compaction"] = serde_json::json!({
-                "host_planned": way(&f.host_batches, &f.host_bytes, &f.host_ns),
-                "device_packed": way(&f.device_batches, &f.device_bytes, &f.device_ns),
-                "auto": w.flusher().compactor_description(),
-            });
-            v["flush_seconds"] = (get(&f.flush_ns) as f64 / 1e9).into();
-            v["mean_flush_latency_ms"] = if flushes > 0 {
-                (get(&f.flush_ns) as f64 / 1e6 / flushes as f64).into()
-            } else {
-                0.0.into()
-            };
-        } else {
-            v["writable"] = false.into();
-        }
-        let mut out = serde_json::to_vec_pretty(&v).expect("JSON of a JSON value");
-        // Padded with blanks to a whole number of pages: the size the kernel learns from
-        // one look stays right for the next one's content, whatever the counters say.
-        out.resize((out.len() + 1).next_multiple_of(STATS_PAGE) - 1, b' ');
-        out.push(b'\n');
-        out
-    }
-
     /// Number of inodes the kernel currently holds.
     pub fn live_inodes(&self) -> usize {
         self.inodes.len()
-    }
-
-    // ----- lookup and attributes -------------------------------------------------------
-
-    /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
-        let (path, node) = self.node(parent)?;
-        let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
-        let attr_node = child.clone();
-        let ino = self.inodes.intern(path.join(name), child);
-        match self.attr(ino, &attr_node) {
-            Ok(a) => Ok(a),
-            Err(e) => {
-                self.inodes.forget(ino, 1);
-                Err(e)
-            }
-        }
-    }
-
-    pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
-        if self.inodes.get(ino).is_none() {
-            self.cache.forget(ino);
-        }
-    }
-
-    /// A handle of `ino` was released; an inode the kernel forgot before goes with it.
-    pub(super) fn let_go(&self, ino: u64) {
-        if self.inodes.let_go(ino) {
-            self.cache.forget(ino);
-        }
-    }
-
-    pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let (_, node) = self.node(ino)?;
-        self.attr(ino, &node)
-    }
-
-    pub fn readlink(&self, ino: u64) -> Result<PathBuf> {
-        match self.node(ino)?.1 {
-            Node::Symlink { rel } => Ok(self.store.read_link(&rel)?),
-            _ => Err(ViewError::Io(io::Error::from_raw_os_error(libc::EINVAL))),
-        }
-    }
-
-    pub fn statfs(&self) -> Result<SpaceInfo> {
-        Ok(self.store.space()?)
-    }
-
-    fn stat_rel(&self, rel: &Path) -> Result<EntryMeta> {
-        self.store.stat(rel)?.ok_or(ViewError::NotFound)
-    }
-
-    /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
-    fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
-        let mut a = self.attr_of(ino, node)?;
-        if let Some(w) = &self.writer {
-            let times = w.times.lock();
-            if !times.is_empty()
-                && let Some((path, _)) = self.inodes.get(ino)
-                && let Some(t) = times.get(&path)
-                && t.base == a.mtime
-            {
-                a.atime = t.atime;
-                a.mtime = t.mtime;
-            }
-        }
-        Ok(a)
-    }
-
-    fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
-        Ok(match node {
-            Node::Stats => {
-                let mut m = self.stat_rel(Path::new(""))?;
-                m.perm = 0o444;
-                m.mtime = std::time::SystemTime::now();
-                Attr {
-                    volatile: true,
-                    ..Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
-                }
-            }
-            Node::File { rel } if let Some(doc) = self.pending_doc(rel) => {
-                let m = doc.meta()?;
-                Attr::from_meta(ino, Kind::File, m.len, &m)
-            }
-            Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
-                let m = self.stat_rel(rel)?;
-                // A group document the v3 view shows changed (one `stat` for both).
-                let len = match node {
-                    Node::File { .. } => self
-                        .shown_group_doc(rel, Some(&m))
-                        .map_or(m.len, |d| d.len() as u64),
-                    _ => m.len,
-                };
-                Attr::from_meta(ino, node.kind(), len, &m)
-            }
-            // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
-            Node::PlainFill { array, data, .. } => {
-                let mut m = self.stat_rel(array)?;
-                m.perm &= 0o666;
-                Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
-            }
-            Node::Consolidated { dir } => {
-                let mut m = self.stat_rel(dir)?;
-                m.perm &= 0o666;
-                m.mtime = std::time::SystemTime::now();
-                Attr {
-                    volatile: true,
-                    ..Attr::from_meta(ino, Kind::File, self.consolidated(dir)?.len() as u64, &m)
-                }
-            }
-            Node::PlainFillDir { array, .. } => {
-                let m = self.stat_rel(array)?;
-                Attr::from_meta(ino, Kind::Dir, 0, &m)
-            }
-            Node::Container(c) => self.container_attr(ino, c)?,
-            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
-                Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
-            }
-            Node::ArrayMeta { array, file } => {
-                let array = self.current(array);
-                let len = array.meta_bytes(*file).len() as u64;
-                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
-            }
-            Node::GroupMeta { dir, file } => {
-                let len = self.group_meta(dir, *file)?.len() as u64;
-                let m = match self.draft_tree() {
-                    Some(tree) => tree.file_meta,
-                    None => match self.store.stat(&dir.join("zarr.json"))? {
-                        None if self.plain_keys(dir).is_some() => self.store.stat(dir)?,
-                        m => m,
-                    },
-                };
-                Attr::from_meta(ino, Kind::File, len, &m.ok_or(ViewError::NotFound)?)
-            }
-            Node::DraftGroup { .. } => {
-                let m = self.draft_tree().and_then(|t| t.dir_meta);
-                Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
-            }
-            Node::Chunk { array, coords } => {
-                let array = self.current(array);
-                let data = self.chunk_or_fill(&array, coords, self.kernel_opens())?;
-                let mut m = match &data {
-                    ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
-                    ChunkData::Staged(_) => array.dir_meta,
-                };
-                m.perm = array.json_meta.perm;
-                if !self.kernel_opens() {
-                    // Only opens compare with it; without opens this is a lock for nothing.
-                    self.cache.report_size(ino, data.len());
-                }
-                Attr::from_meta(ino, Kind::File, data.len(), &m)
-            }
-            // Others read the stored document while a write of it is pending; with kernel
-            // opens, readers share the kernel's pages of the file with its writer, and
-            // see what they hold, as in any local file system.
-            Node::Scratch { .. }
-                if !self.kernel_opens()
-                    && let Some((array, file)) = self.pending_meta(node) =>
-            {
-                let len = array.meta_bytes(file).len() as u64;
-                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
-            }
-            Node::Scratch { path, array, .. } => {
-                let Some(len) = self.writer()?.scratch_len(path) else {
-                    return self.attr(ino, &self.settled(ino)?);
-                };
-                let mut m = array.dir_meta;
-                m.perm = array.json_meta.perm;
-                Attr::from_meta(ino, Kind::File, len, &m)
-            }
-        })
-    }
-
-    /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let (path, node) = self.node(ino)?;
-        let mut entries = match &node {
-            Node::Dir { rel } if self.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
-            Node::Dir { rel } => self.list_store(rel, |_| true)?,
-            Node::DraftGroup { path } => self.list_draft_group(path),
-            Node::ArrayDir { array } => self.list_array(array)?,
-            Node::Container(c) => self.list_container(c)?,
-            Node::KeyDir { array, coords } => {
-                let mut keys = self.list_keys(array, coords)?;
-                let (enc, ndim) = (array.encoding(), array.layout.ndim());
-                let counts = array.layout.chunk_counts();
-                let listed: HashSet<std::ffi::OsString> =
-                    keys.iter().map(|e| e.name.clone()).collect();
-                // Keys are listed above; a key directory with no chunk below is listed
-                // while files of their own lie in it, and one outside the grid is a plain
-                // directory, listed while it holds files.
-                keys.extend(self.kept_in_key_dir(&path, |n| {
-                    match enc.child(ndim, Some(coords), n) {
-                        Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
-                        Some(format::KeyPath::Dir(c)) => {
-                            if c.iter().zip(counts).all(|(c, n)| c < n) {
-                                !self
-                                    .holds_kept_files(array, &c, &path.join(n))
-                                    .unwrap_or(false)
-                            } else {
-                                !self.has_files(&path.join(n)).unwrap_or(false)
-                            }
-                        }
-                        Some(format::KeyPath::Chunk(_)) => true,
-                        None => false,
-                    }
-                })?);
-                keys
-            }
-            _ => return Err(ViewError::NotDir),
-        };
-        if let Some(w) = &self.writer {
-            entries.extend(self.written_entries(&path, &node));
-            if let Node::Dir { rel } = &node {
-                entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
-                    ino: 0,
-                    name,
-                    kind: Kind::File,
-                }));
-            }
-        }
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        entries.dedup_by(|a, b| a.name == b.name);
-        for e in &mut entries {
-            let child = path.join(&e.name);
-            e.ino = self.inodes.number(&child, e.kind);
-        }
-        Ok(entries)
-    }
-
-    /// Pass-through entries of a store directory that `keep` accepts.
-    fn list_store(&self, rel: &Path, keep: impl Fn(&OsStr) -> bool) -> Result<Vec<DirEntry>> {
-        Ok(self
-            .store
-            .list(rel)?
-            .into_iter()
-            .filter(|e| keep(&e.name))
-            .filter_map(|e| {
-                let kind = match e.kind {
-                    EntryKind::Dir => Kind::Dir,
-                    // A bloscpack file is shown as a directory.
-                    EntryKind::File => self.listed_kind(rel, &e.name, Kind::File),
-                    EntryKind::Symlink => Kind::Symlink,
-                    EntryKind::Other => return None,
-                };
-                Some(DirEntry {
-                    ino: 0,
-                    name: e.name,
-                    kind,
-                })
-            })
-            .collect())
     }
 }

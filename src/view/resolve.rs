@@ -1,13 +1,15 @@
-//! Path resolution and the array registry: what node a name is (store entries,
-//! arrays, key directories, chunks, metadata), loading and presenting sharded arrays.
+//! Path resolution: what node a name is (store entries, arrays, key directories,
+//! chunks, metadata, the v2 view's fill value, draft groups), the node at a path, and
+//! where a chunk's bytes are now (staged, or in its shard). The arrays met so far are
+//! kept in the array registry ([`ArrayRegistry`]); what a store directory is, is
+//! `array_load.rs`; group metadata the view shows is `group_docs.rs`.
 
 use std::ffi::OsStr;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{self, KeyPath, Node as MetaNode, Presentation};
-use crate::store::{EntryKind, EntryMeta, StoreFile};
+use crate::format::{self, KeyPath};
+use crate::store::EntryKind;
 
 use super::*;
 
@@ -46,6 +48,25 @@ impl ArrayRegistry {
 }
 
 impl View {
+    /// The node at a view path, walking from the root.
+    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
+        let (_, mut node) = self.node(super::ROOT_INO)?;
+        let mut cur = PathBuf::new();
+        for part in path.iter() {
+            match self.child(&cur, &node, part)? {
+                Some(n) => node = n,
+                None => return Ok(None),
+            }
+            cur.push(part);
+        }
+        Ok(Some(node))
+    }
+
+    /// The newest metadata of `array` (it may have been rewritten since the node was made).
+    pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
+        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
+    }
+
     /// The child node `name` of `node`, `None` if there is none.
     pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
         if path.as_os_str().is_empty() && name == STATS_FILE {
@@ -187,86 +208,6 @@ impl View {
             return Ok(true);
         }
         Ok(self.store_group(rel)?.is_some())
-    }
-
-    /// The v3 view: the `zarr.json` at store path `rel`, where it is a group's whose
-    /// stored `consolidated_metadata` (zarr-python 3 and xarray write it, and read it
-    /// instead of the hierarchy) describes sharded arrays, with their entries as the view
-    /// shows those arrays: unsharded. `None`: shown as stored.
-    /// `meta`: the file's, where the caller has it (else it is looked up).
-    pub(super) fn shown_group_doc(
-        &self,
-        rel: &Path,
-        meta: Option<&EntryMeta>,
-    ) -> Option<Arc<Vec<u8>>> {
-        if self.format != ViewFormat::V3 || rel.file_name()? != "zarr.json" {
-            return None;
-        }
-        let version = match meta {
-            Some(m) => m.version(),
-            None => self.store.stat(rel).ok()??.version(),
-        };
-        if let Some((v, doc)) = self.group_docs.lock().get(rel)
-            && *v == version
-        {
-            return doc.clone();
-        }
-        let bytes = self.read_small(rel).ok()??;
-        let doc =
-            format::metadata::map_consolidated(&bytes, |_, e| format::metadata::unsharded_entry(e))
-                .map(Arc::new);
-        let mut cache = self.group_docs.lock();
-        if cache.len() >= 256 {
-            cache.clear();
-        }
-        cache.insert(rel.to_path_buf(), (version, doc.clone()));
-        doc
-    }
-
-    /// The document of the group whose `zarr.json` is in store directory `rel`.
-    pub(super) fn store_group(
-        &self,
-        rel: &Path,
-    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
-        let Some(bytes) = self.read_small(&rel.join("zarr.json"))? else {
-            return Ok(None);
-        };
-        if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
-            return Ok(None);
-        }
-        Ok(serde_json::from_slice(&bytes).ok())
-    }
-
-    /// The bytes of a group's metadata file made by the view.
-    pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
-        use format::v2;
-        if let Some(tree) = self.draft_tree() {
-            let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
-            return Ok(match file {
-                MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
-                MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
-                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(format::ome::to_v04(
-                    group.attrs.clone(),
-                ))),
-                MetaFile::Zarray => return Err(ViewError::NotFound),
-            });
-        }
-        if let Some(bytes) = self.plain_meta(dir, file) {
-            return bytes;
-        }
-        let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
-        let rendered = match file {
-            MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
-            MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),
-            MetaFile::ZarrJson | MetaFile::Zarray => return Err(ViewError::NotFound),
-        };
-        // As its writer wrote it, while that is the document shown.
-        let json = dir.join("zarr.json");
-        Ok(Arc::unwrap_or_clone(self.as_written(
-            &json,
-            file,
-            Arc::new(rendered),
-        )))
     }
 
     /// A child of a group of a draft store. One not known is looked for again in the
@@ -464,193 +405,6 @@ impl View {
             Some(h) => file == MetaFile::Zattrs && h.zattrs,
             None => true,
         }
-    }
-
-    /// What a store directory is: a presentable sharded array, or a plain directory.
-    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
-        Ok(self
-            .classify(rel.clone(), dir_meta)?
-            .unwrap_or(Node::Dir { rel }))
-    }
-
-    /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
-    pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
-        if let Some(w) = &self.writer {
-            if w.raw.lock().contains(&rel) {
-                return Ok(Some(Node::Dir { rel }));
-            }
-            if let Some(h) = w.headless.lock().get(&rel) {
-                return Ok(Some(Node::ArrayDir {
-                    array: h.array.clone(),
-                }));
-            }
-        }
-        // The array known here, while its directory and `zarr.json` are as they were
-        // when it was read (the same ETag on object storage; inode, size and times on a
-        // disk): not read again. A revalidation of the array directory read its
-        // `zarr.json` each time, and failed while an endpoint did not answer.
-        if let Some(known) = self.arrays.get(&rel)
-            && !known.draft
-            && known.dir_meta == dir_meta
-            && self.store.stat(&rel.join("zarr.json")).ok().flatten() == Some(known.json_meta)
-        {
-            return Ok(Some(Node::ArrayDir { array: known }));
-        }
-        Ok(match self.load_array(&rel, dir_meta) {
-            Ok(array) => {
-                let array = Arc::new(array);
-                self.arrays.insert(array.clone());
-                Some(Node::ArrayDir { array })
-            }
-            Err(NotShown::Plain) => Some(Node::Dir { rel }),
-            Err(NotShown::Io(e)) => return Err(e.into()),
-            Err(NotShown::Unsupported(why)) => {
-                let v2 = self.format == ViewFormat::V2;
-                if self.arrays.first_warning(&rel) {
-                    if v2 {
-                        log::warn!("{}: left out of the v2 view: {why}", rel.display());
-                    } else {
-                        log::warn!(
-                            "{}/zarr.json passes through unchanged: {why}",
-                            rel.display()
-                        );
-                    }
-                }
-                (!v2).then_some(Node::Dir { rel })
-            }
-        })
-    }
-
-    pub(super) fn load_array(
-        &self,
-        rel: &Path,
-        dir_meta: EntryMeta,
-    ) -> std::result::Result<ShardedArray, NotShown> {
-        let json_rel = rel.join("zarr.json");
-        let unsupported = |e: String| NotShown::Unsupported(e);
-        // A failing store (an errno, a short read of a file that changed) decides
-        // nothing; metadata that is too large does.
-        let failed = |e: io::Error| {
-            if e.raw_os_error().is_some() || e.kind() == io::ErrorKind::UnexpectedEof {
-                NotShown::Io(e)
-            } else {
-                unsupported(e.to_string())
-            }
-        };
-        let Some(file) = self.store.open(&json_rel).map_err(failed)? else {
-            return Err(NotShown::Plain);
-        };
-        let (bytes, json_meta) = read_metadata(file.as_ref()).map_err(failed)?;
-        let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
-            MetaNode::Group => return Err(NotShown::Plain),
-            MetaNode::Array(a) => a,
-        };
-        let layout = match &meta.presentation {
-            Presentation::Sharded(l) => l.clone(),
-            Presentation::Plain if self.format == ViewFormat::V2 => {
-                // Shown with its chunk files passed through at v2 keys (`plain.rs`).
-                return match format::v2::plain_zarray(&meta.doc) {
-                    Ok(_) => Err(NotShown::Plain),
-                    Err(why) => Err(unsupported(why)),
-                };
-            }
-            Presentation::Plain => return Err(NotShown::Plain),
-            Presentation::Unsupported(why) => {
-                return Err(unsupported(format!(
-                    "cannot present this sharded array: {why}"
-                )));
-            }
-        };
-        let store_keys = meta.key_encoding;
-        self.build_array(
-            ArraySource {
-                rel: rel.to_path_buf(),
-                data_rel: rel.to_path_buf(),
-                meta_rel: json_rel,
-                store_keys,
-                draft: false,
-            },
-            *meta,
-            layout,
-            dir_meta,
-            json_meta,
-        )
-        .map_err(unsupported)
-    }
-
-    /// The array as this view shows it.
-    pub(super) fn build_array(
-        &self,
-        src: ArraySource,
-        meta: format::ArrayMeta,
-        layout: format::ShardLayout,
-        dir_meta: EntryMeta,
-        json_meta: EntryMeta,
-    ) -> std::result::Result<ShardedArray, String> {
-        let json = self.as_written(
-            &src.meta_rel,
-            MetaFile::ZarrJson,
-            Arc::new(meta.unsharded_json(&layout)),
-        );
-        let mut v2_fill = None;
-        let (shown_keys, v2) = match self.format {
-            ViewFormat::V3 if src.draft => (
-                format::ChunkKeyEncoding {
-                    kind: format::KeyKind::Default,
-                    separator: src.store_keys.separator,
-                },
-                None,
-            ),
-            ViewFormat::V3 => (src.store_keys, None),
-            ViewFormat::V2 => {
-                let keys = format::v2::shown_keys(src.store_keys);
-                let (zarray, fill) = format::v2::zarray_fill(
-                    &meta.doc,
-                    &layout.shape,
-                    layout.inner_chunk_shape(),
-                    &layout.inner_codecs,
-                    keys,
-                )?;
-                if fill {
-                    v2_fill = Some(Arc::new(format::v2::fill_chunk(
-                        &meta.doc,
-                        layout.inner_chunk_shape(),
-                        &layout.inner_codecs,
-                    )?));
-                }
-                let zattrs = format::v2::zattrs(&meta.doc);
-                (
-                    keys,
-                    Some((
-                        self.as_written(
-                            &src.meta_rel,
-                            MetaFile::Zarray,
-                            Arc::new(format::v2::to_bytes(&zarray)),
-                        ),
-                        self.as_written(
-                            &src.meta_rel,
-                            MetaFile::Zattrs,
-                            Arc::new(format::v2::to_bytes(&zattrs)),
-                        ),
-                    )),
-                )
-            }
-        };
-        Ok(ShardedArray {
-            rel: src.rel,
-            data_rel: src.data_rel,
-            meta_rel: src.meta_rel,
-            store_keys: src.store_keys,
-            shown_keys,
-            draft: src.draft,
-            meta,
-            layout,
-            json,
-            v2,
-            v2_fill,
-            dir_meta,
-            json_meta,
-        })
     }
 }
 

@@ -1,5 +1,10 @@
-//! Writes through the view: scratch files, commits of chunks and metadata, new arrays,
-//! and the operations that change the tree (create, mkdir, unlink, rmdir, rename, link).
+//! Commits of writes through the view: what a written name in an array's namespace is
+//! ([`Target`]), committing a written scratch file (or rolling back refused metadata),
+//! a closed scratch file moved onto a chunk key, staging a chunk (with back-pressure),
+//! metadata written as a store file taken in at the write that makes it whole, and the
+//! write side's accessors. Opening for writing is `open.rs`, what a close commits
+//! `close.rs`; the operations that change the tree are `ops.rs`, `remove.rs`,
+//! `rename.rs` and `rename_dir.rs`, new arrays `adopt.rs`.
 //!
 //! * In an array's directories every created file is a *scratch* file, held in memory
 //!   (bounded). Closing a written file at a valid in-grid chunk key, or renaming or
@@ -13,16 +18,15 @@
 //!   chunks = the writer's chunks); chunk files already there are taken in.
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
 use super::writer::{Scratch, Target, Writer};
-use super::{ChunkData, Handle, Kind, MetaFile, Node, Result, ShardedArray, View, ViewError};
+use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
-use crate::store::{OpenMode, StoreFileRw};
 
 impl View {
     pub(super) fn writer(&self) -> Result<&Writer> {
@@ -31,11 +35,6 @@ impl View {
 
     pub fn write_side(&self) -> Option<&Writer> {
         self.writer.as_ref()
-    }
-
-    /// The newest metadata of `array` (it may have been rewritten since the node was made).
-    pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
-        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
     }
 
     pub(super) fn writable(&self, array: &ShardedArray) -> Result<()> {
@@ -59,138 +58,6 @@ impl View {
         match self.inodes.peek(parent).and_then(|i| self.inodes.get(i)) {
             Some((_, Node::KeyDir { coords, .. })) => Some(coords),
             _ => None,
-        }
-    }
-
-    pub(super) fn open_for_write(
-        &self,
-        ino: u64,
-        path: &Path,
-        node: &Node,
-        truncate: bool,
-    ) -> Result<Handle> {
-        let w = self.writer()?;
-        let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
-            path: path.to_path_buf(),
-            array: self.current(array),
-            parent: self.parent_key(path),
-        };
-        let (file, node) = match node {
-            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
-            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
-            Node::Consolidated { dir } => return Ok(Handle::Discard(dir.clone())),
-            Node::PlainFill { rel, data, .. } => {
-                // Made in the store as the chunk it reads as (a partial write keeps the
-                // rest of it), then written as the store file it now is.
-                if let Some(dir) = rel.parent() {
-                    self.make_plain_dirs(dir)?;
-                }
-                self.store
-                    .write_atomically(rel, if truncate { &[] } else { data.as_slice() })?;
-                self.inodes.update(ino, Node::File { rel: rel.clone() });
-                let f = self.open_store_file(rel, false)?;
-                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
-            }
-            Node::File { rel } => {
-                let f = self.open_store_file(rel, truncate)?;
-                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
-            }
-            Node::Chunk { array, coords } => {
-                let array = self.current(array);
-                self.writable(&array)?;
-                let data = if truncate {
-                    Vec::new()
-                } else {
-                    self.chunk_bytes(&array, coords)?
-                };
-                (
-                    w.new_scratch(path, data, truncate, 1)?,
-                    scratch_node(&array),
-                )
-            }
-            Node::ArrayMeta { array, file } => {
-                let data = if truncate {
-                    Vec::new()
-                } else {
-                    self.current(array).meta_bytes(*file).to_vec()
-                };
-                (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
-            }
-            Node::GroupMeta { dir, file } => {
-                // Written as a store file, taken in when it is closed.
-                let data = if truncate {
-                    Vec::new()
-                } else {
-                    self.group_meta(dir, *file)?
-                };
-                let rel = dir.join(file.name());
-                let f = self.store.open_rw(&rel, OpenMode::Create, true)?;
-                f.write_all_at(&data, 0)?;
-                self.inodes.update(ino, Node::File { rel: rel.clone() });
-                return Ok(Handle::StoreRw(Arc::from(f), rel));
-            }
-            Node::Scratch { path: p, .. } => {
-                let Some(file) = w.open_scratch(p) else {
-                    return self.open_for_write(ino, path, &self.settled(ino)?, truncate);
-                };
-                if truncate {
-                    let mut f = file.lock();
-                    w.unreserve(f.data.len() as u64);
-                    f.data.clear();
-                    f.dirty = true;
-                }
-                (file, node.clone())
-            }
-            Node::Dir { .. }
-            | Node::ArrayDir { .. }
-            | Node::KeyDir { .. }
-            | Node::DraftGroup { .. }
-            | Node::PlainFillDir { .. } => {
-                return Err(ViewError::IsDir);
-            }
-            Node::Symlink { .. } => {
-                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
-                    libc::ELOOP,
-                )));
-            }
-        };
-        self.inodes.update(ino, node.clone());
-        Ok(Handle::Scratch { ino, node, file })
-    }
-
-    /// A store file opened for writing. A v2 metadata file is taken in (and removed
-    /// from the store) when it is closed, while the kernel may still hold its entry for
-    /// the next writer (whose `O_TRUNC` may come as a truncate first): it is made again.
-    pub(super) fn open_store_file(
-        &self,
-        rel: &Path,
-        truncate: bool,
-    ) -> Result<Box<dyn StoreFileRw>> {
-        let w = self.writer()?;
-        if super::pending_doc::is_doc(rel) {
-            self.note_unsharded(rel);
-            return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
-        }
-        let v2_meta = self.format == super::ViewFormat::V2
-            && rel.file_name().and_then(MetaFile::from_name).is_some();
-        let mode = if v2_meta {
-            OpenMode::Create
-        } else {
-            OpenMode::Existing
-        };
-        Ok(self.store.open_rw(rel, mode, truncate)?)
-    }
-
-    pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
-        match self.chunk_or_fill(array, coords, true)? {
-            ChunkData::Staged(b) => Ok(b.to_vec()),
-            ChunkData::Shard(shard, range) => {
-                let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
-                shard.read(range, 0, len).map_err(|err| ViewError::Shard {
-                    shard: shard.rel().to_path_buf(),
-                    err,
-                })
-            }
         }
     }
 
@@ -296,210 +163,6 @@ impl View {
         self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
     }
 
-    /// `close` of a file handle (FUSE `flush`): commits a written chunk or metadata, and
-    /// adopts a new array whose `zarr.json` was written in place. This runs before
-    /// `close` returns — `release` comes later, asynchronously, and a writer like
-    /// `cp -r` would already be creating the chunk files.
-    pub fn flush_handle(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.get(fh).ok();
-        match handle {
-            Some(Handle::Scratch { node, file, .. }) => {
-                if self.kernel_opens()
-                    && let Some(w) = self.write_side()
-                {
-                    w.landed_at_write.lock().remove(&fh);
-                }
-                self.commit_scratch(&node, &file)
-            }
-            // A shell's redirection (`echo ... > zarr.json`) closes a duplicate of the
-            // still-empty file before it writes: that close waits for the one that
-            // brings the document.
-            Some(Handle::StoreRw(_, rel))
-                if self
-                    .pending_doc(&rel)
-                    .is_some_and(|d| d.is_empty() && d.opens() > 1) =>
-            {
-                Ok(())
-            }
-            Some(Handle::StoreRw(_, rel)) if self.pending_doc(&rel).is_some_and(|d| !d.whole()) => {
-                self.doc_finished(&rel)
-            }
-            Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
-                // Taken in at a write already (`View::land_at_write`).
-                Some(_)
-                    if self
-                        .write_side()
-                        .is_some_and(|w| w.landed_at_write.lock().remove(&fh)) =>
-                {
-                    Ok(())
-                }
-                // A shell's redirection (`echo ... > .zattrs`) closes a duplicate of the
-                // still-empty file before it writes: v2 metadata with nothing in it yet
-                // waits for the close that brings it (or for `release`).
-                Some(file)
-                    if file != MetaFile::ZarrJson
-                        && self.store.stat(&rel)?.is_some_and(|m| m.len == 0) =>
-                {
-                    Ok(())
-                }
-                Some(file) => self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file),
-                None => Ok(()),
-            },
-            _ => Ok(()),
-        }
-    }
-
-    /// The last handle of v2 metadata written as a store file went: what no close took in
-    /// (it was empty then) is taken in now, or refused and removed.
-    pub(super) fn release_store_file(&self, rel: &Path) {
-        // Not while another writer has it open: its release comes after the close of
-        // this one (asynchronously), and the file may be that writer's, still being
-        // written (zarr 2 writing a group's `.zattrs` twice through fsspec: the second
-        // close found it taken in and gone, `ENOENT`).
-        if self.handles.writes_to(rel) {
-            return;
-        }
-        if let Some(file) = self.lands_on_close(rel)
-            && file != MetaFile::ZarrJson
-            && matches!(self.store.stat(rel), Ok(Some(_)))
-            && let Err(e) = self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
-        {
-            log::warn!("{}: not taken in at release: {e}", rel.display());
-        }
-    }
-
-    /// Whether [`View::flush_handle`] may do anything for `handle`: a scratch file at a
-    /// chunk key or metadata (a commit), a store metadata file open for writing (a new
-    /// array, or v2 metadata to take in). Every other close needs no flush request — most of all the read-only opens
-    /// of chunks, and the temporary files of tmp+rename writers.
-    pub(super) fn commits_on_close(&self, handle: &Handle) -> bool {
-        match handle {
-            Handle::Scratch { node, .. } => self.commits(node).unwrap_or(true),
-            Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
-            Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard(_) => {
-                false
-            }
-        }
-    }
-
-    /// Whether closing a written scratch file commits it: it sits at a chunk key or at
-    /// the array's metadata.
-    fn commits(&self, node: &Node) -> Result<bool> {
-        let Node::Scratch {
-            path,
-            array,
-            parent,
-        } = node
-        else {
-            return Ok(false);
-        };
-        let name = path.file_name().unwrap_or_default();
-        Ok(matches!(
-            self.target(array, parent.as_deref(), name)?,
-            Target::Meta(_) | Target::Chunk(_)
-        ))
-    }
-
-    /// The metadata file a written store file is, if closing it changes the tree:
-    /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
-    pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
-        match rel.file_name().and_then(MetaFile::from_name)? {
-            MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
-            f if self.format == super::ViewFormat::V2 => Some(f),
-            _ => None,
-        }
-    }
-
-    /// The last handle of a scratch file closed: anything still uncommitted is
-    /// committed, and a scratch file at a chunk key or `zarr.json` goes back to being
-    /// that chunk or metadata; other scratch files stay, waiting for a rename.
-    pub(super) fn release_scratch(
-        &self,
-        ino: u64,
-        node: &Node,
-        file: &Arc<Mutex<Scratch>>,
-    ) -> Result<()> {
-        let Node::Scratch {
-            path,
-            array,
-            parent,
-        } = node
-        else {
-            return Ok(());
-        };
-        let (last, orphan) = {
-            let mut f = file.lock();
-            f.opens = f.opens.saturating_sub(1);
-            (f.opens == 0, f.orphan)
-        };
-        if !last {
-            return Ok(());
-        }
-        if orphan {
-            let mut f = file.lock();
-            self.writer()?.unreserve(f.data.len() as u64);
-            f.data = Vec::new();
-            return Ok(());
-        }
-        let committed = self.commit_scratch(node, file);
-        self.settle_scratch(ino, path, array, parent.as_deref())?;
-        committed
-    }
-
-    /// A scratch file at a chunk key or `zarr.json` whose last handle closed goes back.
-    pub(super) fn settle_scratch(
-        &self,
-        ino: u64,
-        path: &Path,
-        array: &Arc<ShardedArray>,
-        parent: Option<&[u64]>,
-    ) -> Result<()> {
-        let w = self.writer()?;
-        let name = path.file_name().unwrap_or_default();
-        let back = match self.target(array, parent, name)? {
-            Target::Meta(file) => Node::ArrayMeta {
-                array: self.current(array),
-                file,
-            },
-            Target::Chunk(coords) => Node::Chunk {
-                array: self.current(array),
-                coords,
-            },
-            Target::Scratch | Target::Invalid(_) => return Ok(()),
-        };
-        // The inode becomes the chunk before the scratch file goes, under the scratch
-        // table's lock: whoever still holds the scratch node and finds its file gone
-        // looks again and finds the chunk (`View::settled`), never a name with nothing.
-        let mut map = w.scratch.lock();
-        let closed = map.get(path).is_some_and(|f| f.lock().opens == 0);
-        if closed {
-            self.inodes.update(ino, back);
-            if let Some(file) = map.remove(path) {
-                w.unreserve(file.lock().data.len() as u64);
-            }
-        }
-        Ok(())
-    }
-
-    /// The node `ino` is now, for a caller that held it as a scratch node whose file was
-    /// gone: it settled meanwhile (its last handle closed) into a chunk or metadata.
-    /// `NotFound` if it is still a scratch node (the file was unlinked).
-    pub(super) fn settled(&self, ino: u64) -> Result<Node> {
-        let (path, node) = self.node(ino)?;
-        if !matches!(node, Node::Scratch { .. }) {
-            return Ok(node);
-        }
-        // A lookup racing the settle may have put the scratch node back: ask the path.
-        match self.resolve(&path)? {
-            Some(now) if !matches!(now, Node::Scratch { .. }) => {
-                self.inodes.update(ino, now.clone());
-                Ok(now)
-            }
-            _ => Err(ViewError::NotFound),
-        }
-    }
-
-    /// What a name in an array's namespace is, for a write.
     /// The array metadata file that scratch node `node` is a pending write of: until its
     /// last close accepts it, every other reader sees the stored document (a refused
     /// write is never seen; an accepted one is seen from its close on).
@@ -518,6 +181,7 @@ impl View {
         }
     }
 
+    /// What a name in an array's namespace is, for a write.
     pub(super) fn target(
         &self,
         array: &Arc<ShardedArray>,
@@ -700,92 +364,5 @@ impl View {
             self.flush_all()?;
         }
         Ok(())
-    }
-
-    /// The node at a view path, walking from the root.
-    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
-        let (_, mut node) = self.node(super::ROOT_INO)?;
-        let mut cur = PathBuf::new();
-        for part in path.iter() {
-            match self.child(&cur, &node, part)? {
-                Some(n) => node = n,
-                None => return Ok(None),
-            }
-            cur.push(part);
-        }
-        Ok(Some(node))
-    }
-
-    /// Entries that exist only in memory: scratch files, key directories made by mkdir,
-    /// staged chunks in shards that do not exist yet.
-    pub(super) fn written_entries(&self, path: &Path, node: &Node) -> Vec<super::DirEntry> {
-        let Some(w) = &self.writer else {
-            return Vec::new();
-        };
-        let (array, prefix) = match node {
-            Node::ArrayDir { array } => (self.current(array), None),
-            Node::KeyDir { array, coords } => (self.current(array), Some(coords.clone())),
-            _ => return Vec::new(),
-        };
-        let entry = |name: String, kind| super::DirEntry {
-            ino: 0,
-            name: name.into(),
-            kind,
-        };
-        let mut out: Vec<_> = w
-            .scratch
-            .lock()
-            .keys()
-            .filter(|p| p.parent() == Some(path))
-            .filter_map(|p| {
-                p.file_name()
-                    .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
-            })
-            .collect();
-        let enc = array.encoding();
-        let ndim = array.layout.ndim();
-        let k = prefix.as_ref().map_or(0, Vec::len);
-        let p = prefix.clone().unwrap_or_default();
-        let counts = array.layout.chunk_counts();
-        let mut keys: Vec<(Vec<u64>, bool)> = w
-            .vdirs
-            .lock()
-            .iter()
-            .filter(|(a, _)| a == &array.rel)
-            // One a shrink left outside the grid is no key directory now (a lookup finds
-            // none): not listed.
-            .filter(|(_, c)| c.iter().zip(counts).all(|(c, n)| c < n))
-            .map(|(_, c)| (c.clone(), false))
-            .collect();
-        keys.extend(
-            w.staging
-                .under(&array.rel, &p)
-                .into_iter()
-                .filter(|(_, exists)| *exists)
-                .map(|(c, _)| (c, true)),
-        );
-        for (c, is_chunk) in keys {
-            if !c.starts_with(&p) {
-                continue;
-            }
-            if prefix.is_none()
-                && let Some(root) = enc.root_component(ndim)
-            {
-                out.push(entry(root.to_string(), Kind::Dir));
-            } else if !enc.nested() || ndim == 0 {
-                if is_chunk {
-                    out.push(entry(enc.encode(&c), Kind::File));
-                }
-            } else if c.len() > k {
-                let last = k + 1 == ndim;
-                if !last || is_chunk {
-                    out.push(entry(
-                        c[k].to_string(),
-                        if last { Kind::File } else { Kind::Dir },
-                    ));
-                }
-            }
-        }
-        out
     }
 }

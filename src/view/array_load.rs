@@ -1,0 +1,216 @@
+//! Loading arrays: what a store directory is (a presentable sharded array, or a plain
+//! directory: [`View::classify`]), reading an array's `zarr.json`
+//! ([`View::load_array`]) and making the array the view shows ([`View::build_array`]),
+//! kept in the array registry. The registry itself, and which node a name is, are
+//! `resolve.rs`; a draft store's arrays are found in `draft.rs`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::format::{self, Node as MetaNode, Presentation};
+use crate::store::EntryMeta;
+
+use super::resolve::read_metadata;
+use super::*;
+
+/// Why a store directory is not shown as a sharded array.
+pub(super) enum NotShown {
+    /// Not an array, or not sharded: a plain directory.
+    Plain,
+    /// An array the view cannot present; the reason is logged once.
+    Unsupported(String),
+    /// Its metadata could not be read now (the store failed: an outage): nothing is
+    /// decided, and the operation fails with the error (issue 34: an array whose
+    /// `zarr.json` read failed once was shown as a plain directory from then on).
+    Io(io::Error),
+}
+
+impl View {
+    /// What a store directory is: a presentable sharded array, or a plain directory.
+    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
+        Ok(self
+            .classify(rel.clone(), dir_meta)?
+            .unwrap_or(Node::Dir { rel }))
+    }
+
+    /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
+    pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
+        if let Some(w) = &self.writer {
+            if w.raw.lock().contains(&rel) {
+                return Ok(Some(Node::Dir { rel }));
+            }
+            if let Some(h) = w.headless.lock().get(&rel) {
+                return Ok(Some(Node::ArrayDir {
+                    array: h.array.clone(),
+                }));
+            }
+        }
+        // The array known here, while its directory and `zarr.json` are as they were
+        // when it was read (the same ETag on object storage; inode, size and times on a
+        // disk): not read again. A revalidation of the array directory read its
+        // `zarr.json` each time, and failed while an endpoint did not answer.
+        if let Some(known) = self.arrays.get(&rel)
+            && !known.draft
+            && known.dir_meta == dir_meta
+            && self.store.stat(&rel.join("zarr.json")).ok().flatten() == Some(known.json_meta)
+        {
+            return Ok(Some(Node::ArrayDir { array: known }));
+        }
+        Ok(match self.load_array(&rel, dir_meta) {
+            Ok(array) => {
+                let array = Arc::new(array);
+                self.arrays.insert(array.clone());
+                Some(Node::ArrayDir { array })
+            }
+            Err(NotShown::Plain) => Some(Node::Dir { rel }),
+            Err(NotShown::Io(e)) => return Err(e.into()),
+            Err(NotShown::Unsupported(why)) => {
+                let v2 = self.format == ViewFormat::V2;
+                if self.arrays.first_warning(&rel) {
+                    if v2 {
+                        log::warn!("{}: left out of the v2 view: {why}", rel.display());
+                    } else {
+                        log::warn!(
+                            "{}/zarr.json passes through unchanged: {why}",
+                            rel.display()
+                        );
+                    }
+                }
+                (!v2).then_some(Node::Dir { rel })
+            }
+        })
+    }
+
+    pub(super) fn load_array(
+        &self,
+        rel: &Path,
+        dir_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, NotShown> {
+        let json_rel = rel.join("zarr.json");
+        let unsupported = |e: String| NotShown::Unsupported(e);
+        // A failing store (an errno, a short read of a file that changed) decides
+        // nothing; metadata that is too large does.
+        let failed = |e: io::Error| {
+            if e.raw_os_error().is_some() || e.kind() == io::ErrorKind::UnexpectedEof {
+                NotShown::Io(e)
+            } else {
+                unsupported(e.to_string())
+            }
+        };
+        let Some(file) = self.store.open(&json_rel).map_err(failed)? else {
+            return Err(NotShown::Plain);
+        };
+        let (bytes, json_meta) = read_metadata(file.as_ref()).map_err(failed)?;
+        let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {
+            MetaNode::Group => return Err(NotShown::Plain),
+            MetaNode::Array(a) => a,
+        };
+        let layout = match &meta.presentation {
+            Presentation::Sharded(l) => l.clone(),
+            Presentation::Plain if self.format == ViewFormat::V2 => {
+                // Shown with its chunk files passed through at v2 keys (`plain.rs`).
+                return match format::v2::plain_zarray(&meta.doc) {
+                    Ok(_) => Err(NotShown::Plain),
+                    Err(why) => Err(unsupported(why)),
+                };
+            }
+            Presentation::Plain => return Err(NotShown::Plain),
+            Presentation::Unsupported(why) => {
+                return Err(unsupported(format!(
+                    "cannot present this sharded array: {why}"
+                )));
+            }
+        };
+        let store_keys = meta.key_encoding;
+        self.build_array(
+            ArraySource {
+                rel: rel.to_path_buf(),
+                data_rel: rel.to_path_buf(),
+                meta_rel: json_rel,
+                store_keys,
+                draft: false,
+            },
+            *meta,
+            layout,
+            dir_meta,
+            json_meta,
+        )
+        .map_err(unsupported)
+    }
+
+    /// The array as this view shows it.
+    pub(super) fn build_array(
+        &self,
+        src: ArraySource,
+        meta: format::ArrayMeta,
+        layout: format::ShardLayout,
+        dir_meta: EntryMeta,
+        json_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, String> {
+        let json = self.as_written(
+            &src.meta_rel,
+            MetaFile::ZarrJson,
+            Arc::new(meta.unsharded_json(&layout)),
+        );
+        let mut v2_fill = None;
+        let (shown_keys, v2) = match self.format {
+            ViewFormat::V3 if src.draft => (
+                format::ChunkKeyEncoding {
+                    kind: format::KeyKind::Default,
+                    separator: src.store_keys.separator,
+                },
+                None,
+            ),
+            ViewFormat::V3 => (src.store_keys, None),
+            ViewFormat::V2 => {
+                let keys = format::v2::shown_keys(src.store_keys);
+                let (zarray, fill) = format::v2::zarray_fill(
+                    &meta.doc,
+                    &layout.shape,
+                    layout.inner_chunk_shape(),
+                    &layout.inner_codecs,
+                    keys,
+                )?;
+                if fill {
+                    v2_fill = Some(Arc::new(format::v2::fill_chunk(
+                        &meta.doc,
+                        layout.inner_chunk_shape(),
+                        &layout.inner_codecs,
+                    )?));
+                }
+                let zattrs = format::v2::zattrs(&meta.doc);
+                (
+                    keys,
+                    Some((
+                        self.as_written(
+                            &src.meta_rel,
+                            MetaFile::Zarray,
+                            Arc::new(format::v2::to_bytes(&zarray)),
+                        ),
+                        self.as_written(
+                            &src.meta_rel,
+                            MetaFile::Zattrs,
+                            Arc::new(format::v2::to_bytes(&zattrs)),
+                        ),
+                    )),
+                )
+            }
+        };
+        Ok(ShardedArray {
+            rel: src.rel,
+            data_rel: src.data_rel,
+            meta_rel: src.meta_rel,
+            store_keys: src.store_keys,
+            shown_keys,
+            draft: src.draft,
+            meta,
+            layout,
+            json,
+            v2,
+            v2_fill,
+            dir_meta,
+            json_meta,
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Lookups and attributes: `lookup`, `forget`, `getattr`, `readlink`, `statfs`, and the
+//! attributes of each kind of node (with the times set through the mount). Attributes
+//! of an open file, also once unlinked, are `handles.rs`.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+impl View {
+    /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        let (path, node) = self.node(parent)?;
+        let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
+        let attr_node = child.clone();
+        let ino = self.inodes.intern(path.join(name), child);
+        match self.attr(ino, &attr_node) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.inodes.forget(ino, n);
+        if self.inodes.get(ino).is_none() {
+            self.cache.forget(ino);
+        }
+    }
+
+    /// A handle of `ino` was released; an inode the kernel forgot before goes with it.
+    pub(super) fn let_go(&self, ino: u64) {
+        if self.inodes.let_go(ino) {
+            self.cache.forget(ino);
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let (_, node) = self.node(ino)?;
+        self.attr(ino, &node)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<PathBuf> {
+        match self.node(ino)?.1 {
+            Node::Symlink { rel } => Ok(self.store.read_link(&rel)?),
+            _ => Err(ViewError::Io(io::Error::from_raw_os_error(libc::EINVAL))),
+        }
+    }
+
+    pub fn statfs(&self) -> Result<SpaceInfo> {
+        Ok(self.store.space()?)
+    }
+
+    pub(super) fn stat_rel(&self, rel: &Path) -> Result<EntryMeta> {
+        self.store.stat(rel)?.ok_or(ViewError::NotFound)
+    }
+
+    /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
+    pub(super) fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
+        let mut a = self.attr_of(ino, node)?;
+        if let Some(w) = &self.writer {
+            let times = w.times.lock();
+            if !times.is_empty()
+                && let Some((path, _)) = self.inodes.get(ino)
+                && let Some(t) = times.get(&path)
+                && t.base == a.mtime
+            {
+                a.atime = t.atime;
+                a.mtime = t.mtime;
+            }
+        }
+        Ok(a)
+    }
+
+    pub(super) fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
+        Ok(match node {
+            Node::Stats => self.stats_attr(ino)?,
+            Node::File { rel } if let Some(doc) = self.pending_doc(rel) => {
+                let m = doc.meta()?;
+                Attr::from_meta(ino, Kind::File, m.len, &m)
+            }
+            Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
+                let m = self.stat_rel(rel)?;
+                // A group document the v3 view shows changed (one `stat` for both).
+                let len = match node {
+                    Node::File { .. } => self
+                        .shown_group_doc(rel, Some(&m))
+                        .map_or(m.len, |d| d.len() as u64),
+                    _ => m.len,
+                };
+                Attr::from_meta(ino, node.kind(), len, &m)
+            }
+            // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
+            Node::PlainFill { array, data, .. } => {
+                let mut m = self.stat_rel(array)?;
+                m.perm &= 0o666;
+                Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
+            }
+            Node::Consolidated { dir } => {
+                let mut m = self.stat_rel(dir)?;
+                m.perm &= 0o666;
+                m.mtime = std::time::SystemTime::now();
+                Attr {
+                    volatile: true,
+                    ..Attr::from_meta(ino, Kind::File, self.consolidated(dir)?.len() as u64, &m)
+                }
+            }
+            Node::PlainFillDir { array, .. } => {
+                let m = self.stat_rel(array)?;
+                Attr::from_meta(ino, Kind::Dir, 0, &m)
+            }
+            Node::Container(c) => self.container_attr(ino, c)?,
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
+            }
+            Node::ArrayMeta { array, file } => {
+                let array = self.current(array);
+                let len = array.meta_bytes(*file).len() as u64;
+                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
+            }
+            Node::GroupMeta { dir, file } => self.group_meta_attr(ino, dir, *file)?,
+            Node::DraftGroup { .. } => {
+                let m = self.draft_tree().and_then(|t| t.dir_meta);
+                Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
+            }
+            Node::Chunk { array, coords } => self.chunk_attr(ino, array, coords)?,
+            // Others read the stored document while a write of it is pending; with kernel
+            // opens, readers share the kernel's pages of the file with its writer, and
+            // see what they hold, as in any local file system.
+            Node::Scratch { .. }
+                if !self.kernel_opens()
+                    && let Some((array, file)) = self.pending_meta(node) =>
+            {
+                let len = array.meta_bytes(file).len() as u64;
+                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
+            }
+            Node::Scratch { path, array, .. } => {
+                let Some(len) = self.writer()?.scratch_len(path) else {
+                    return self.attr(ino, &self.settled(ino)?);
+                };
+                let mut m = array.dir_meta;
+                m.perm = array.json_meta.perm;
+                Attr::from_meta(ino, Kind::File, len, &m)
+            }
+        })
+    }
+
+    /// The stats file's attributes: its size is that of the JSON made now.
+    fn stats_attr(&self, ino: u64) -> Result<Attr> {
+        let mut m = self.stat_rel(Path::new(""))?;
+        m.perm = 0o444;
+        m.mtime = std::time::SystemTime::now();
+        Ok(Attr {
+            volatile: true,
+            ..Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
+        })
+    }
+
+    /// A group metadata file the view makes: its owner, mode and times are those of the
+    /// group's `zarr.json` (in a draft store, of the root `zarr.json`; with none, where
+    /// the directory is an unsharded array of the v2 view, of the directory).
+    fn group_meta_attr(&self, ino: u64, dir: &Path, file: MetaFile) -> Result<Attr> {
+        let len = self.group_meta(dir, file)?.len() as u64;
+        let m = match self.draft_tree() {
+            Some(tree) => tree.file_meta,
+            None => match self.store.stat(&dir.join("zarr.json"))? {
+                None if self.plain_keys(dir).is_some() => self.store.stat(dir)?,
+                m => m,
+            },
+        };
+        Ok(Attr::from_meta(
+            ino,
+            Kind::File,
+            len,
+            &m.ok_or(ViewError::NotFound)?,
+        ))
+    }
+
+    /// A chunk's attributes: its bytes as stored or staged (or the v2 view's fill
+    /// value), with the times of its shard and the mode of the array's metadata.
+    fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
+        let array = self.current(array);
+        let data = self.chunk_or_fill(&array, coords, self.kernel_opens())?;
+        let mut m = match &data {
+            ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
+            ChunkData::Staged(_) => array.dir_meta,
+        };
+        m.perm = array.json_meta.perm;
+        if !self.kernel_opens() {
+            // Only opens compare with it; without opens this is a lock for nothing.
+            self.cache.report_size(ino, data.len());
+        }
+        Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))
+    }
+}

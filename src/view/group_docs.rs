@@ -1,0 +1,95 @@
+//! Group metadata as the view shows it: the v3 view's group `zarr.json` whose stored
+//! `consolidated_metadata` describes sharded arrays, shown with their entries unsharded
+//! ([`View::shown_group_doc`], kept by the stored file's version), a stored group's
+//! document, and the group files the view makes (v2 `.zgroup` and `.zattrs`, a draft
+//! store's `zarr.json`). Which names these files have is `resolve.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::format::{self, Node as MetaNode};
+use crate::store::EntryMeta;
+
+use super::*;
+
+impl View {
+    /// The v3 view: the `zarr.json` at store path `rel`, where it is a group's whose
+    /// stored `consolidated_metadata` (zarr-python 3 and xarray write it, and read it
+    /// instead of the hierarchy) describes sharded arrays, with their entries as the view
+    /// shows those arrays: unsharded. `None`: shown as stored.
+    /// `meta`: the file's, where the caller has it (else it is looked up).
+    pub(super) fn shown_group_doc(
+        &self,
+        rel: &Path,
+        meta: Option<&EntryMeta>,
+    ) -> Option<Arc<Vec<u8>>> {
+        if self.format != ViewFormat::V3 || rel.file_name()? != "zarr.json" {
+            return None;
+        }
+        let version = match meta {
+            Some(m) => m.version(),
+            None => self.store.stat(rel).ok()??.version(),
+        };
+        if let Some((v, doc)) = self.group_docs.lock().get(rel)
+            && *v == version
+        {
+            return doc.clone();
+        }
+        let bytes = self.read_small(rel).ok()??;
+        let doc =
+            format::metadata::map_consolidated(&bytes, |_, e| format::metadata::unsharded_entry(e))
+                .map(Arc::new);
+        let mut cache = self.group_docs.lock();
+        if cache.len() >= 256 {
+            cache.clear();
+        }
+        cache.insert(rel.to_path_buf(), (version, doc.clone()));
+        doc
+    }
+
+    /// The document of the group whose `zarr.json` is in store directory `rel`.
+    pub(super) fn store_group(
+        &self,
+        rel: &Path,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        let Some(bytes) = self.read_small(&rel.join("zarr.json"))? else {
+            return Ok(None);
+        };
+        if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
+            return Ok(None);
+        }
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
+    /// The bytes of a group's metadata file made by the view.
+    pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
+        use format::v2;
+        if let Some(tree) = self.draft_tree() {
+            let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
+            return Ok(match file {
+                MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
+                MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+                MetaFile::Zattrs => v2::to_bytes(&serde_json::Value::Object(format::ome::to_v04(
+                    group.attrs.clone(),
+                ))),
+                MetaFile::Zarray => return Err(ViewError::NotFound),
+            });
+        }
+        if let Some(bytes) = self.plain_meta(dir, file) {
+            return bytes;
+        }
+        let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
+        let rendered = match file {
+            MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
+            MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),
+            MetaFile::ZarrJson | MetaFile::Zarray => return Err(ViewError::NotFound),
+        };
+        // As its writer wrote it, while that is the document shown.
+        let json = dir.join("zarr.json");
+        Ok(Arc::unwrap_or_clone(self.as_written(
+            &json,
+            file,
+            Arc::new(rendered),
+        )))
+    }
+}

@@ -1,0 +1,349 @@
+//! Opening files: `open`, what a handle of each node kind reads from
+//! ([`View::reader`]) or writes to ([`View::open_for_write`]: a scratch file in an
+//! array, a store file elsewhere), loading the next shards ahead of a reader going
+//! forward, and the check that a store file's inode still has its name. The handle
+//! table itself is `handles.rs`; reads through a handle are `read.rs`, closes
+//! `close.rs`, writes `ops.rs`.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::store::shard::Shard;
+use crate::store::{EntryMeta, OpenMode, StoreFileRw};
+
+use super::*;
+
+/// How many shards after one read forward are loaded ahead.
+const SHARDS_AHEAD: usize = 3;
+
+impl View {
+    /// Open a file for reading. `write` asks for write access.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
+        let (path, node) = self.node(ino)?;
+        self.names_its_file(ino, &path, &node)?;
+        if write {
+            let handle = self.open_for_write(ino, &path, &node, truncate)?;
+            return Ok(self.add_handle(ino, handle, false));
+        }
+        let chunk = matches!(node, Node::Chunk { .. });
+        // Metadata of a writable view may have been written (or a write of it refused
+        // and rolled back) since the kernel learnt its size: have it asked again.
+        let meta = self.writer.is_some()
+            && matches!(
+                node,
+                Node::ArrayMeta { .. } | Node::GroupMeta { .. } | Node::Scratch { .. }
+            );
+        if chunk {
+            self.counters.chunk_opens.fetch_add(1, Ordering::Relaxed);
+        }
+        let (handle, keep_cache) = self.reader(ino, node, true)?;
+        let len = match &handle {
+            Handle::Chunk { range, .. } if chunk => Some(range.nbytes),
+            Handle::Bytes(b) if chunk => Some(b.len() as u64),
+            _ => None,
+        };
+        let stale_size = len.is_some_and(|len| self.cache.report_size(ino, len));
+        Ok(Opened {
+            stale_size: stale_size || meta,
+            ..self.add_handle(ino, handle, keep_cache)
+        })
+    }
+
+    /// What reads of `node` are served from, and whether the kernel may keep the pages it
+    /// cached at an earlier open. `at_open`: a chunk's shard is checked for changes now,
+    /// and what the inode serves is remembered for the next open's keep-cache decision.
+    pub(super) fn reader(&self, ino: u64, node: Node, at_open: bool) -> Result<(Handle, bool)> {
+        Ok(match node {
+            Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
+            Node::PlainFill { data, .. } => (Handle::Bytes(data), false),
+            Node::Container(ref c) => (self.container_reader(c)?, false),
+            Node::Consolidated { dir } => {
+                (Handle::Bytes(Arc::new(self.consolidated(&dir)?)), false)
+            }
+            Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
+                (Handle::Bytes(Arc::new(doc.bytes())), false)
+            }
+            Node::File { rel } if let Some(doc) = self.shown_group_doc(&rel, None) => {
+                (Handle::Bytes(doc), false)
+            }
+            Node::File { rel } => (
+                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
+                false,
+            ),
+            Node::ArrayMeta { array, file } => {
+                (Handle::Bytes(self.current(&array).meta_bytes(file)), false)
+            }
+            Node::GroupMeta { ref dir, file } => {
+                (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(&array);
+                match self.chunk_or_fill(&array, &coords, at_open)? {
+                    ChunkData::Shard(shard, range) => {
+                        self.load_next_ahead(&array, &coords, &shard, range.offset);
+                        let now = (range, shard.meta().map(EntryMeta::version));
+                        let keep = at_open && self.cache.keep_pages(ino, now);
+                        (Handle::Chunk { shard, range }, keep)
+                    }
+                    ChunkData::Staged(bytes) => {
+                        self.cache.not_served(ino);
+                        (Handle::Bytes(bytes), false)
+                    }
+                }
+            }
+            Node::Scratch { .. } if let Some((array, file)) = self.pending_meta(&node) => {
+                (Handle::Bytes(array.meta_bytes(file)), false)
+            }
+            Node::Scratch { ref path, .. } => {
+                let Some(file) = self.writer()?.open_scratch(path) else {
+                    return self.reader(ino, self.settled(ino)?, at_open);
+                };
+                (
+                    Handle::Scratch {
+                        ino,
+                        node: node.clone(),
+                        file,
+                    },
+                    false,
+                )
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
+            }
+        })
+    }
+
+    /// A reader going forward through a shard's file (a second chunk of it opened, at
+    /// `offset`, or object storage's read-ahead says so) most likely goes on into the next shards in C
+    /// order, as readers of chunk files in key order and zarr-python do: the
+    /// [`SHARDS_AHEAD`] shards after this one are loaded in the background, side by
+    /// side, each its index and (up to 8 MiB of) its bytes in one request, while this
+    /// one is read (a reader of chunk files in key order goes through a row of every
+    /// shard of a row of shards before it comes back to this one).
+    fn load_next_ahead(
+        &self,
+        array: &Arc<ShardedArray>,
+        coords: &[u64],
+        shard: &Shard,
+        offset: u64,
+    ) {
+        // The claim's flag first: after the first time this is one atomic load per open.
+        if shard.next_claimed()
+            || !((self.store.reads_are_requests() && shard.opened_another(offset))
+                || shard.streaming())
+            || !shard.claim_next()
+        {
+            return;
+        }
+        let Some(loc) = array.layout.locate(coords) else {
+            return;
+        };
+        let counts = array.layout.shard_counts();
+        let mut next = loc.shard;
+        'ahead: for _ in 0..SHARDS_AHEAD {
+            let mut d = next.len();
+            loop {
+                let Some(prev) = d.checked_sub(1) else {
+                    break 'ahead; // past the last shard
+                };
+                d = prev;
+                next[d] += 1;
+                if next[d] < counts[d] {
+                    break;
+                }
+                next[d] = 0;
+            }
+            self.shards.prefetch(
+                self.store.clone(),
+                array.shard_rel(&next),
+                array.layout.clone(),
+            );
+        }
+    }
+
+    /// A store file's inode reaches the store by its path: only while that path still
+    /// names it. One unlinked or replaced (opened again through `/proc/self/fd`, or
+    /// truncated through a descriptor the kernel opened) would reach the file that has
+    /// its name now: `ENOENT` (what it was lives on only in handles of it).
+    pub(super) fn names_its_file(
+        &self,
+        ino: u64,
+        path: &std::path::Path,
+        node: &Node,
+    ) -> Result<()> {
+        if self.writer.is_some()
+            && matches!(node, Node::File { .. } | Node::Symlink { .. })
+            && self.inodes.peek(path) != Some(ino)
+        {
+            return Err(ViewError::NotFound);
+        }
+        Ok(())
+    }
+
+    pub(super) fn open_for_write(
+        &self,
+        ino: u64,
+        path: &Path,
+        node: &Node,
+        truncate: bool,
+    ) -> Result<Handle> {
+        let w = self.writer()?;
+        let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
+            path: path.to_path_buf(),
+            array: self.current(array),
+            parent: self.parent_key(path),
+        };
+        let (file, node) = match node {
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
+            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
+            Node::Consolidated { dir } => return Ok(Handle::Discard(dir.clone())),
+            Node::PlainFill { rel, data, .. } => {
+                return self.open_plain_fill_for_write(ino, rel, data, truncate);
+            }
+            Node::File { rel } => {
+                let f = self.open_store_file(rel, truncate)?;
+                return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.current(array);
+                self.writable(&array)?;
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.chunk_bytes(&array, coords)?
+                };
+                (
+                    w.new_scratch(path, data, truncate, 1)?,
+                    scratch_node(&array),
+                )
+            }
+            Node::ArrayMeta { array, file } => {
+                let data = if truncate {
+                    Vec::new()
+                } else {
+                    self.current(array).meta_bytes(*file).to_vec()
+                };
+                (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
+            }
+            Node::GroupMeta { dir, file } => {
+                return self.open_group_meta_for_write(ino, dir, *file, truncate);
+            }
+            Node::Scratch { path: p, .. } => {
+                let Some(file) = w.open_scratch(p) else {
+                    return self.open_for_write(ino, path, &self.settled(ino)?, truncate);
+                };
+                if truncate {
+                    let mut f = file.lock();
+                    w.unreserve(f.data.len() as u64);
+                    f.data.clear();
+                    f.dirty = true;
+                }
+                (file, node.clone())
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => {
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::ELOOP,
+                )));
+            }
+        };
+        self.inodes.update(ino, node.clone());
+        Ok(Handle::Scratch { ino, node, file })
+    }
+
+    /// A chunk the v2 view serves of the fill value, opened for writing: made in the
+    /// store as the chunk it reads as (a partial write keeps the rest of it), then
+    /// written as the store file it now is.
+    fn open_plain_fill_for_write(
+        &self,
+        ino: u64,
+        rel: &Path,
+        data: &[u8],
+        truncate: bool,
+    ) -> Result<Handle> {
+        if let Some(dir) = rel.parent() {
+            self.make_plain_dirs(dir)?;
+        }
+        self.store
+            .write_atomically(rel, if truncate { &[] } else { data })?;
+        self.inodes.update(
+            ino,
+            Node::File {
+                rel: rel.to_path_buf(),
+            },
+        );
+        let f = self.open_store_file(rel, false)?;
+        Ok(Handle::StoreRw(Arc::from(f), rel.to_path_buf()))
+    }
+
+    /// A group metadata file the view makes, opened for writing: written as a store
+    /// file (what the view showed, unless truncated), taken in when it is closed.
+    fn open_group_meta_for_write(
+        &self,
+        ino: u64,
+        dir: &Path,
+        file: MetaFile,
+        truncate: bool,
+    ) -> Result<Handle> {
+        let data = if truncate {
+            Vec::new()
+        } else {
+            self.group_meta(dir, file)?
+        };
+        let rel = dir.join(file.name());
+        let f = self.store.open_rw(&rel, OpenMode::Create, true)?;
+        f.write_all_at(&data, 0)?;
+        self.inodes.update(ino, Node::File { rel: rel.clone() });
+        Ok(Handle::StoreRw(Arc::from(f), rel))
+    }
+
+    /// A store file opened for writing. A v2 metadata file is taken in (and removed
+    /// from the store) when it is closed, while the kernel may still hold its entry for
+    /// the next writer (whose `O_TRUNC` may come as a truncate first): it is made again.
+    pub(super) fn open_store_file(
+        &self,
+        rel: &Path,
+        truncate: bool,
+    ) -> Result<Box<dyn StoreFileRw>> {
+        let w = self.writer()?;
+        if super::pending_doc::is_doc(rel) {
+            self.note_unsharded(rel);
+            return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
+        }
+        let v2_meta = self.format == super::ViewFormat::V2
+            && rel.file_name().and_then(MetaFile::from_name).is_some();
+        let mode = if v2_meta {
+            OpenMode::Create
+        } else {
+            OpenMode::Existing
+        };
+        Ok(self.store.open_rw(rel, mode, truncate)?)
+    }
+
+    pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
+        match self.chunk_or_fill(array, coords, true)? {
+            ChunkData::Staged(b) => Ok(b.to_vec()),
+            ChunkData::Shard(shard, range) => {
+                let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
+                shard.read(range, 0, len).map_err(|err| ViewError::Shard {
+                    shard: shard.rel().to_path_buf(),
+                    err,
+                })
+            }
+        }
+    }
+}
