@@ -430,6 +430,45 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     );
 }
 
+/// Files written and unlinked through a mount stay unlinked in the bucket: written and
+/// removed at once (the daemon commits writes through descriptors the kernel opened a
+/// moment after the last one, or at unmount), and unlinked while open and then closed.
+/// Both came back before (found by an adversarial tester): the file's close PUT it
+/// again at its name.
+#[test]
+fn files_unlinked_through_the_mount_stay_unlinked_in_the_bucket() {
+    use std::io::Write;
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    for opts in [&[][..], &["-o", "open_checks"][..]] {
+        let (w, mw) = s3.mount_dir("s3://bucket/data", "w", opts);
+        std::fs::write(w.join("x.txt"), b"hello").unwrap();
+        std::fs::remove_file(w.join("x.txt")).unwrap();
+        let mut f = std::fs::File::create(w.join("y.txt")).unwrap();
+        f.write_all(b"lock").unwrap();
+        std::fs::remove_file(w.join("y.txt")).unwrap();
+        assert!(!w.join("y.txt").exists(), "{opts:?}: unlinked while open");
+        drop(f);
+        // Renamed while open: stored at its new name only, whole.
+        let mut g = std::fs::File::create(w.join("a.tmp")).unwrap();
+        g.write_all(b"12").unwrap();
+        std::fs::rename(w.join("a.tmp"), w.join("a.txt")).unwrap();
+        g.write_all(b"34").unwrap();
+        drop(g);
+        mw.unmount();
+        let keys = s3.tool(&["keys", "--from", "bucket/data"]);
+        for gone in ["x.txt", "y.txt", "a.tmp"] {
+            assert!(!keys.contains(gone), "{opts:?}: {gone} came back: {keys}");
+        }
+        let (r, mr) = s3.mount_dir("s3://bucket/data", "r", &["-o", "ro"]);
+        assert_eq!(std::fs::read(r.join("a.txt")).unwrap(), b"1234", "{opts:?}");
+        mr.unmount();
+        let (w, mw) = s3.mount_dir("s3://bucket/data", "w", &[]);
+        std::fs::remove_file(w.join("a.txt")).unwrap();
+        mw.unmount();
+    }
+}
+
 /// A missing bucket, an unreachable endpoint, a malformed endpoint and missing
 /// credentials fail the mount, saying which.
 #[test]
