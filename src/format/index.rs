@@ -22,7 +22,7 @@
 //!   enclosing chunk's byte range).
 //!
 //! This module does not own where the index lives in a file beyond the start/end rule, nor
-//! how shards are read; see `store` and `view`.
+//! how shards are read; see [`super::shard_read`] (and `store` for where they come from).
 
 use thiserror::Error;
 

@@ -2,7 +2,8 @@
 //! rewritten unsharded metadata, the grid arithmetic that ties them together; the seed's
 //! blosc containers (bcolz rootdirs, bloscpack files) and the Zarr arrays they are shown as.
 //!
-//! Pure functions only: nothing here opens a file. The byte layout is mirrored in
+//! Pure functions only: nothing here opens a file (`shard_read` reads a shard through
+//! the caller's [`shard_read::ByteSource`]). The byte layout is mirrored in
 //! `docs/FORMAT.md`.
 
 pub mod bcolz;
@@ -18,6 +19,7 @@ pub mod key;
 pub mod layout;
 pub mod metadata;
 pub mod ome;
+pub mod shard_read;
 pub mod times;
 pub mod v2;
 

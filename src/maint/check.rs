@@ -1,13 +1,13 @@
-//! Checking one shard's bytes, read through a [`StoreFile`], at every nesting level: its
+//! Checking one shard's bytes, read through a [`ByteSource`], at every nesting level: its
 //! index decodes, live chunks overlap neither each other nor the index, fixed-size chunks
-//! have their size; unusual but readable entries are warnings. No locks and no repair
-//! ([`super::verify`]).
+//! have their size; unusual but readable entries are warnings. The bytes are parsed by
+//! [`crate::format::shard_read`]; this module owns what is reported of them. No locks and
+//! no repair ([`super::verify`]).
 
 use std::io;
 
-use crate::format::{ShardIndex, ShardLayout};
-use crate::store::StoreFile;
-use crate::store::local::append::ReadError;
+use crate::format::shard_read::{self, ByteSource, ReadError};
+use crate::format::{ChunkRange, ShardIndex, ShardLayout};
 
 /// The findings of checking one shard as it is (or as if it ended at `len`).
 pub(super) struct Checked {
@@ -20,14 +20,18 @@ pub(super) struct Checked {
 }
 
 /// Check the shard in `file` as if it were `len` bytes long, at every nesting level.
-pub(super) fn check(file: &dyn StoreFile, len: u64, layout: &ShardLayout) -> Checked {
+pub(super) fn check<S: ByteSource + ?Sized>(file: &S, len: u64, layout: &ShardLayout) -> Checked {
     let mut c = Checked {
         outer_unreadable: false,
         problems: Vec::new(),
         warnings: Vec::new(),
         stored: 0,
     };
-    match check_block(file, layout, 0, 0, len, "", &mut c) {
+    let whole = ChunkRange {
+        offset: 0,
+        nbytes: len,
+    };
+    match check_block(file, layout, 0, whole, "", &mut c) {
         Ok(Some(index)) => c.stored = index.stored(),
         Ok(None) => c.outer_unreadable = true,
         Err(e) => c.problems.push(format!("I/O error: {e}")),
@@ -35,18 +39,17 @@ pub(super) fn check(file: &dyn StoreFile, len: u64, layout: &ShardLayout) -> Che
     c
 }
 
-/// Check the block `base..base+len` as a shard of level `l` (and below); `None` when its
-/// index does not read.
-fn check_block(
-    file: &dyn StoreFile,
+/// Check the block at `block` (relative to the outermost shard) as a shard of level `l`
+/// (and below); `None` when its index does not read.
+fn check_block<S: ByteSource + ?Sized>(
+    file: &S,
     layout: &ShardLayout,
     l: usize,
-    base: u64,
-    len: u64,
+    block: ChunkRange,
     at: &str,
     c: &mut Checked,
 ) -> io::Result<Option<ShardIndex>> {
-    let index = match crate::store::shard::read_index(file, &layout.levels[l], base, len) {
+    let index = match shard_read::read_nested_index(file, &layout.levels[l], block) {
         Ok(index) => index,
         Err(ReadError::Index(e)) => {
             c.problems.push(format!("{at}index: {e}"));
@@ -54,7 +57,7 @@ fn check_block(
         }
         Err(ReadError::Io(e)) => return Err(e),
     };
-    if let Some((a, b)) = overlap(&index) {
+    if let Some((a, b)) = shard_read::overlapping_chunks(&index) {
         c.problems
             .push(format!("{at}inner chunks {a} and {b} overlap"));
     }
@@ -80,7 +83,8 @@ fn check_block(
         for (slot, r) in index.entries().iter().enumerate() {
             if let Some(r) = r {
                 let at = format!("{at}nested shard {slot} (level {}): ", l + 1);
-                check_block(file, layout, l + 1, base + r.offset, r.nbytes, &at, c)?;
+                let nested = shard_read::nested_range(block, *r);
+                check_block(file, layout, l + 1, nested, &at, c)?;
             }
         }
     }
@@ -106,31 +110,6 @@ fn unusual(index: &ShardIndex) -> Vec<String> {
         }
     }
     out
-}
-
-/// Two stored chunks whose bytes overlap. Identical ranges (one chunk's bytes shared by
-/// two slots) read correctly and are allowed; zero-length chunks overlap nothing.
-pub(super) fn overlap(index: &ShardIndex) -> Option<(usize, usize)> {
-    let mut live: Vec<(u64, u64, usize)> = (index.entries().iter().enumerate())
-        .filter_map(|(slot, r)| {
-            r.filter(|r| r.nbytes > 0)
-                .map(|r| (r.offset, r.end(), slot))
-        })
-        .collect();
-    live.sort_unstable();
-    let mut reach: Option<(u64, u64, usize)> = None;
-    for cur in live {
-        if let Some(prev) = reach {
-            if cur.0 < prev.1 && (cur.0, cur.1) != (prev.0, prev.1) {
-                return Some((prev.2.min(cur.2), prev.2.max(cur.2)));
-            }
-            if cur.1 <= prev.1 {
-                continue;
-            }
-        }
-        reach = Some(cur);
-    }
-    None
 }
 
 /// No findings (a shard that is not there to check).

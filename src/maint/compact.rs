@@ -1,6 +1,7 @@
 //! `shardfs compact`: shards whose dead space exceeds a fraction of the file rewritten
 //! dense, under their directory's exclusive lock on a local store, or as one conditional
-//! replacement on object storage. Not `verify`.
+//! replacement on object storage. Not `verify`, and not the parsing of a shard's bytes
+//! (index, close times, dead space: [`crate::format::shard_read`]).
 
 use std::io;
 use std::path::Path;
@@ -8,6 +9,7 @@ use std::path::Path;
 use super::report::{ArrayCompaction, CompactReport, Problem};
 use super::walk::{progress_bar, sharded_arrays};
 use crate::format::ShardLevel;
+use crate::format::shard_read::{self, ReadError};
 use crate::store::local::append::{self, CommitError, Current, Source};
 use crate::store::local::recover::{self, Lock, ShardDir, io_at};
 use crate::store::{LocalStore, Store};
@@ -140,13 +142,7 @@ fn compact_shard(
     };
     let Some(file) = &cur.file else { return Ok(()) };
     // The close-time block is live too: a compacted shard keeps it.
-    let times_len = if cur.times.any() {
-        crate::format::CloseTimes::encoded_len(level.n_chunks())
-    } else {
-        0
-    };
-    let used = cur.index.live_bytes() + level.index_len() + times_len;
-    let dead = cur.len.saturating_sub(used);
+    let dead = shard_read::dead_space(level, cur.len, &cur.index, Some(&cur.times));
     stats.shards += 1;
     stats.bytes += cur.len;
     stats.dead_bytes += dead;
@@ -184,19 +180,19 @@ fn compact_stored_shard(
         return Ok(());
     };
     let len = file.meta().map_err(io_err(rel))?.len;
-    let index = match crate::store::shard::read_index(file.as_ref(), level, 0, len) {
+    let index = match shard_read::read_index(file.as_ref(), level, 0, len) {
         Ok(index) => index,
-        Err(crate::store::shard::ReadIndexError::Index(e)) => {
+        Err(ReadError::Index(e)) => {
             report.skipped.push(Problem {
                 shard: rel.to_path_buf(),
                 what: format!("corrupt index, not compacted: {e}"),
             });
             return Ok(());
         }
-        Err(crate::store::shard::ReadIndexError::Io(e)) => return Err(io_err(rel)(e)),
+        Err(ReadError::Io(e)) => return Err(io_err(rel)(e)),
     };
     let dead =
-        crate::store::shard::dead_bytes(file.as_ref(), level, len, &index).map_err(io_err(rel))?;
+        shard_read::read_dead_space(file.as_ref(), level, len, &index).map_err(io_err(rel))?;
     stats.shards += 1;
     stats.bytes += len;
     stats.dead_bytes += dead;

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::check::overlap;
 use super::*;
 use crate::format::index::{EMPTY, assemble_shard, index_region};
 use crate::format::{
@@ -512,22 +511,6 @@ fn compact_respects_the_threshold_and_the_index_location() {
     let report = compact(root, 0.0, false).unwrap();
     assert_eq!(report.skipped.len(), 1, "{report}");
     assert_eq!(std::fs::read(root.join("a/c/1")).unwrap(), &dirty[..50]);
-}
-
-#[test]
-fn overlap_finds_partial_overlaps_only() {
-    let idx = |e: &[(u64, u64)]| {
-        ShardIndex::from_entries(
-            e.iter()
-                .map(|&(offset, nbytes)| Some(ChunkRange { offset, nbytes }))
-                .collect(),
-        )
-    };
-    assert_eq!(overlap(&idx(&[(0, 4), (4, 4), (8, 0), (2, 0)])), None);
-    assert_eq!(overlap(&idx(&[(0, 4), (0, 4)])), None);
-    assert_eq!(overlap(&idx(&[(10, 4), (0, 20)])), Some((0, 1)));
-    assert_eq!(overlap(&idx(&[(0, 4), (4, 4), (6, 4)])), Some((1, 2)));
-    assert_eq!(overlap(&idx(&[(0, 10), (12, 3), (5, 2)])), Some((0, 2)));
 }
 
 #[test]

@@ -173,6 +173,14 @@ pub trait StoreFile: Send + Sync {
     }
 }
 
+/// A store file is a source the shard reader ([`crate::format::shard_read`]) reads
+/// through: with the file's own [`StoreFile::read_exact_at`].
+impl<F: StoreFile + ?Sized> crate::format::shard_read::ByteSource for F {
+    fn read_into(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.read_exact_at(buf, offset)
+    }
+}
+
 /// Fill `buf` from `offset` with `read` (a `read_at`), or fail with `UnexpectedEof`.
 pub(crate) fn read_exact_with(
     mut buf: &mut [u8],

@@ -3,17 +3,18 @@
 //! kept). Object storage commits this way (one PUT of the whole shard), and so does the
 //! in-memory test store; `compact` of an object store makes a shard dense with it.
 //!
-//! The shard's bytes are read where they lie ([`BytesFile`]): parsed once, never copied
-//! to be parsed.
+//! The shard's bytes are parsed where they lie, by the read half of the shard codec
+//! ([`crate::format::shard_read`]): once, never copied to be parsed. [`BytesFile`] shows
+//! bytes in memory as a store file (the in-memory store's files).
 
 use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
 use super::commit::{CommitError, CommitOutcome, Merge, ShardSnapshot};
-use super::shard::{ReadIndexError, read_index, read_times};
 use super::{EntryKind, EntryMeta, StoreFile};
 use crate::format::index::IndexLocation;
+use crate::format::shard_read::{self, ReadError};
 use crate::format::{ChunkRange, CloseTimes, ShardIndex, ShardLevel};
 
 /// Bytes in memory read as a store file (a shard fetched whole).
@@ -100,42 +101,35 @@ pub(crate) struct Rewrite {
     pub times: CloseTimes,
 }
 
-/// The index and close times of shard `data` (`n` chunks).
+/// The index and close times of shard `data`.
 fn parse(
     rel: &Path,
     level: &ShardLevel,
     data: &[u8],
-    n: usize,
 ) -> Result<(ShardIndex, CloseTimes), CommitError> {
-    let f = BytesFile(data);
-    let len = data.len() as u64;
-    let io_err = |source: io::Error| CommitError::Io {
-        path: rel.to_path_buf(),
-        source,
-    };
-    let index = read_index(&f, level, 0, len).map_err(|e| match e {
-        ReadIndexError::Io(source) => io_err(source),
-        ReadIndexError::Index(err) => CommitError::Corrupt {
+    shard_read::read_index_and_times(data, level, data.len() as u64).map_err(|e| match e {
+        ReadError::Io(source) => CommitError::Io {
+            path: rel.to_path_buf(),
+            source,
+        },
+        ReadError::Index(err) => CommitError::Corrupt {
             path: rel.to_path_buf(),
             err,
         },
-    })?;
-    let times = read_times(&f, level, len, &index)
-        .map_err(io_err)?
-        .unwrap_or_else(|| CloseTimes::unknown(n));
-    Ok((index, times))
+    })
 }
 
 /// The shard `data` without dead space: every stored chunk's bytes in slot order, the
 /// same index codecs and location, its close times kept.
 pub(crate) fn densify(rel: &Path, level: &ShardLevel, data: &[u8]) -> Result<Vec<u8>, CommitError> {
-    let n = usize::try_from(level.n_chunks())
+    // A level whose slots do not fit in memory is refused before anything is read.
+    usize::try_from(level.n_chunks())
         .map_err(|_| CommitError::BadUpdate("index too large".into()))?;
-    let (index, times) = parse(rel, level, data, n)?;
+    let (index, times) = parse(rel, level, data)?;
     let chunks: Vec<Option<&[u8]>> = index
         .entries()
         .iter()
-        .map(|e| e.map(|r| &data[r.offset as usize..r.end() as usize]))
+        .map(|e| e.map(|r| shard_read::chunk_bytes(data, r)))
         .collect();
     Ok(dense_shard(level, &chunks, &times).0)
 }
@@ -152,7 +146,7 @@ pub(crate) fn rewrite_shard(
     let (index, times, old_len) = match current {
         None => (ShardIndex::empty(n), CloseTimes::unknown(n), 0),
         Some(data) => {
-            let (index, times) = parse(rel, level, data, n)?;
+            let (index, times) = parse(rel, level, data)?;
             (index, times, data.len() as u64)
         }
     };
@@ -171,7 +165,7 @@ pub(crate) fn rewrite_shard(
     let mut chunks: Vec<Option<&[u8]>> = index
         .entries()
         .iter()
-        .map(|e| e.map(|r| &old[r.offset as usize..r.end() as usize]))
+        .map(|e| e.map(|r| shard_read::chunk_bytes(old, r)))
         .collect();
     let mut new_times = times.clone();
     let mut changed = false;
@@ -250,7 +244,7 @@ mod tests {
             chunks[0] = Some(&a);
             chunks[2] = Some(&c);
             let (bytes, index) = dense_shard(&level, &chunks, &CloseTimes::unknown(n));
-            let (read, _) = parse(Path::new("s"), &level, &bytes, n).unwrap();
+            let (read, _) = parse(Path::new("s"), &level, &bytes).unwrap();
             assert_eq!(read.entries(), index.entries(), "{location:?}");
             let r = index.entries()[2].unwrap();
             assert_eq!(&bytes[r.offset as usize..r.end() as usize], &c[..]);

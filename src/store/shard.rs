@@ -6,6 +6,10 @@
 //!
 //! A corrupt shard is loaded as a [`Shard`] whose index is an error: the error is logged
 //! once (naming the shard and the reason) and every chunk of that shard then fails alone.
+//!
+//! The shard's bytes are parsed by [`crate::format::shard_read`] (index location, index,
+//! nested ranges, close times, dead space); this module owns the loading, retrying and
+//! caching around it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +18,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{EntryKind, EntryMeta, Prefetch, Store, StoreFile};
-use crate::format::index::index_region;
+use crate::format::shard_read::{self, ReadError};
 use crate::format::{
     ChunkRange, IndexError, IndexLocation, Location, ShardIndex, ShardLayout, ShardLevel,
 };
@@ -179,7 +183,7 @@ impl Shard {
             Ok(Some(f)) => match f.meta() {
                 Ok(meta) if warm && prefix.is_none() => {
                     f.warm();
-                    let index = read_index(f.as_ref(), level, 0, meta.len);
+                    let index = shard_read::read_index(f.as_ref(), level, 0, meta.len);
                     (Some(f), Some(meta), index.map_err(ShardError::from))
                 }
                 Ok(meta) => {
@@ -187,7 +191,8 @@ impl Shard {
                         Some(p) if p.file_len == meta.len => p.len.min(meta.len),
                         _ => meta.len,
                     };
-                    let index = read_index(f.as_ref(), level, 0, len).map_err(ShardError::from);
+                    let index =
+                        shard_read::read_index(f.as_ref(), level, 0, len).map_err(ShardError::from);
                     (Some(f), Some(meta), index)
                 }
                 Err(e) => (Some(f), None, Err(e.into())),
@@ -266,12 +271,15 @@ impl Shard {
         self.meta.as_ref()
     }
 
-    /// Its bytes that nothing uses ([`dead_bytes`]), read through the file it was loaded
-    /// from; 0 for a shard with no file, `None` for one whose index could not be read.
+    /// Its bytes that nothing uses ([`shard_read::dead_space`]), read through the file it
+    /// was loaded from; 0 for a shard with no file, `None` for one whose index could not
+    /// be read.
     pub fn dead_bytes(&self, level: &ShardLevel) -> Option<std::io::Result<u64>> {
         let index = self.index.as_ref().ok()?;
         Some(match (&self.file, &self.meta) {
-            (Some(file), Some(meta)) => dead_bytes(file.as_ref(), level, meta.len, index),
+            (Some(file), Some(meta)) => {
+                shard_read::read_dead_space(file.as_ref(), level, meta.len, index)
+            }
             _ => Ok(0),
         })
     }
@@ -296,10 +304,7 @@ impl Shard {
             let Some(r) = nested.get(loc.slots[l]) else {
                 return Ok(None);
             };
-            range = ChunkRange {
-                offset: range.offset + r.offset,
-                nbytes: r.nbytes,
-            };
+            range = shard_read::nested_range(range, r);
         }
         Ok(Some(range))
     }
@@ -318,10 +323,10 @@ impl Shard {
             .file
             .as_deref()
             .ok_or(ShardError::Io("shard vanished".into()))?;
-        let loaded = match read_index(file, level, block.offset, block.nbytes) {
+        let loaded = match shard_read::read_nested_index(file, level, block) {
             Ok(i) => Ok(Arc::new(i)),
-            Err(ReadIndexError::Io(e)) => Err(ShardError::Io(e.to_string())),
-            Err(ReadIndexError::Index(err)) => {
+            Err(ReadError::Io(e)) => Err(ShardError::Io(e.to_string())),
+            Err(ReadError::Index(err)) => {
                 let e = ShardError::Nested {
                     level: l,
                     start: block.offset,
@@ -371,100 +376,13 @@ impl Shard {
     }
 }
 
-/// Why an index could not be read: the file, or the index bytes.
-pub(crate) enum ReadIndexError {
-    Io(std::io::Error),
-    Index(IndexError),
-}
-
-impl From<ReadIndexError> for ShardError {
-    fn from(e: ReadIndexError) -> Self {
+impl From<ReadError> for ShardError {
+    fn from(e: ReadError) -> Self {
         match e {
-            ReadIndexError::Io(e) => e.into(),
-            ReadIndexError::Index(e) => ShardError::Index(e),
+            ReadError::Io(e) => e.into(),
+            ReadError::Index(e) => ShardError::Index(e),
         }
     }
-}
-
-/// The close times recorded in the first `len` bytes of a shard whose (valid) index is
-/// `index`, if it holds a block that checks out (`format::times`).
-pub fn read_times(
-    file: &dyn StoreFile,
-    level: &ShardLevel,
-    len: u64,
-    index: &ShardIndex,
-) -> std::io::Result<Option<crate::format::CloseTimes>> {
-    use crate::format::index::IndexLocation;
-    use crate::format::times;
-    let n = level.n_chunks();
-    let Some(end) = times::trailer_end(level.index_location, len, level.index_len()) else {
-        return Ok(None);
-    };
-    let mut trailer = [0u8; times::TRAILER_LEN as usize];
-    let at = end - times::TRAILER_LEN;
-    file.read_exact_at(&mut trailer, at)?;
-    let Some((start, stop, crc)) = times::decode_trailer(&trailer, n, at) else {
-        return Ok(None);
-    };
-    let floor = match level.index_location {
-        IndexLocation::Start => level.index_len(),
-        IndexLocation::End => 0,
-    };
-    if start < floor {
-        return Ok(None);
-    }
-    let mut bytes = vec![0u8; (stop - start) as usize];
-    file.read_exact_at(&mut bytes, start)?;
-    Ok(times::decode_times(&bytes, crc, index, start, stop))
-}
-
-/// The bytes of a shard of `len` bytes with (valid) index `index` that nothing uses:
-/// neither a live chunk, nor the index, nor a close-time block (which orders writes
-/// across mounts, and which a compacted shard keeps). What `shardfs compact` reclaims
-/// and `shardfs info` calls dead.
-pub fn dead_bytes(
-    file: &dyn StoreFile,
-    level: &ShardLevel,
-    len: u64,
-    index: &ShardIndex,
-) -> std::io::Result<u64> {
-    let times_len = match read_times(file, level, len, index)? {
-        Some(t) if t.any() => crate::format::CloseTimes::encoded_len(level.n_chunks()),
-        _ => 0,
-    };
-    Ok(len.saturating_sub(index.live_bytes() + level.index_len() + times_len))
-}
-
-/// Read, decode and validate the index of the block `base..base+len` of `file`.
-pub(crate) fn read_index(
-    file: &dyn StoreFile,
-    level: &ShardLevel,
-    base: u64,
-    len: u64,
-) -> Result<ShardIndex, ReadIndexError> {
-    let n = level.n_chunks();
-    let index_len = level
-        .index_codecs
-        .encoded_len(n)
-        .ok_or(ReadIndexError::Index(IndexError::TooLarge { n_chunks: n }))?;
-    let (start, end) =
-        index_region(level.index_location, len, index_len).map_err(ReadIndexError::Index)?;
-    let mut buf = vec![0; index_len as usize];
-    file.read_exact_at(&mut buf, base + start).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ReadIndexError::Index(IndexError::Truncated {
-                len,
-                need: index_len,
-            })
-        } else {
-            ReadIndexError::Io(e)
-        }
-    })?;
-    let index = ShardIndex::decode(&buf, level.index_codecs, n).map_err(ReadIndexError::Index)?;
-    index
-        .validate(len, start, end)
-        .map_err(ReadIndexError::Index)?;
-    Ok(index)
 }
 
 pub use super::shard_cache::{LoadHook, ShardCache, Truncated};

@@ -28,11 +28,11 @@ use super::recover::{
 };
 use crate::format::CloseTimes;
 use crate::format::index::IndexLocation;
+use crate::format::shard_read::{self, ReadError};
 use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
 pub use crate::store::commit::{CommitError, CommitOutcome};
 use crate::store::commit::{Merge, ShardSnapshot, SlotChange};
-pub(crate) use crate::store::shard::ReadIndexError as ReadError;
 
 /// One inner-chunk slot change of a shard: its new bytes, or deletion (`None`).
 pub type ChunkUpdate<'a> = (usize, Option<&'a [u8]>);
@@ -202,32 +202,17 @@ impl Current {
             return Err(CommitError::NotAFile(path));
         }
         let len = meta.len();
-        match read_index(&file, level, 0, len) {
-            Ok(index) => {
-                let times = crate::store::shard::read_times(&FileRef(&file), level, len, &index)
-                    .map_err(io_at(&path))?
-                    .unwrap_or_else(|| CloseTimes::unknown(n));
-                Ok(Current {
-                    file: Some(file),
-                    len,
-                    index,
-                    times,
-                })
-            }
+        match shard_read::read_index_and_times(&FileRef(&file), level, len) {
+            Ok((index, times)) => Ok(Current {
+                file: Some(file),
+                len,
+                index,
+                times,
+            }),
             Err(ReadError::Io(e)) => Err(io_at(path)(e)),
             Err(ReadError::Index(err)) => Err(CommitError::Corrupt { path, err }),
         }
     }
-}
-
-/// Read, decode and validate the `level` index of the block `base..base+len` of `file`.
-pub(crate) fn read_index(
-    file: &File,
-    level: &ShardLevel,
-    base: u64,
-    len: u64,
-) -> Result<ShardIndex, ReadError> {
-    crate::store::shard::read_index(&FileRef(file), level, base, len)
 }
 
 /// Append the new chunk bytes (in slot order) and index to `file`: record, write,

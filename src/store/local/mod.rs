@@ -139,7 +139,7 @@ impl StoreFile for LocalFile {
 }
 
 /// A file the caller opened itself, read as a store file (the write side and `verify`
-/// read shard indices through it with the read side's [`crate::store::shard::read_index`]).
+/// read shard indices through it with [`crate::format::shard_read::read_index`]).
 pub(crate) struct FileRef<'a>(pub &'a File);
 
 impl StoreFile for FileRef<'_> {
