@@ -1275,6 +1275,76 @@ fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
 /// over a mix of old and new bytes (found by an adversarial tester). Now the half waits
 /// for its writer (named by `shardfs stats` as `pending_chunks`); one never finished is
 /// refused at unmount, and the store keeps the chunk it had.
+/// Files written and unlinked through descriptors the kernel opened are kept for their
+/// descriptors (10 min), but at most [`shardfs::view::KERNEL_UNLINKED_KEPT`] of them:
+/// beyond, the oldest go at the idle commit. Before, a tool making and removing files
+/// by the thousand held every one, growing the daemon for 10 minutes.
+#[test]
+fn files_unlinked_after_writes_are_kept_for_their_descriptors_within_a_bound() {
+    use std::io::{Read, Seek, Write};
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        1 << 20,
+        64,
+        8,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("u")).unwrap();
+    std::fs::write(
+        store.path().join("u/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    let kept = shardfs::view::KERNEL_UNLINKED_KEPT;
+    std::fs::create_dir(mnt.path().join("u/c")).unwrap();
+    let stats = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(mnt.path().join(".shardfs-stats")).unwrap()).unwrap()
+    };
+    // An open of an existing file: the kernel's first, answered "open it yourself";
+    // from then on it sends no open and no close of what it opens.
+    std::fs::read(mnt.path().join("u/zarr.json")).unwrap();
+    // Chunks of an array, and files of their own beside them.
+    for i in 0..kept + 200 {
+        for p in [format!("u/c/{i}"), format!("u/notes{i}")] {
+            let p = mnt.path().join(p);
+            std::fs::write(&p, [1u8; 8]).unwrap();
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    // The newest, unlinked while open: kept, its descriptor reads it.
+    let p = mnt.path().join("newest");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(b"still here").unwrap();
+    std::fs::remove_file(&p).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let held = stats()["kernel_write_handles"].as_u64().unwrap() as usize;
+        if held <= kept {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{held} handles held, more than {kept}, 2 min on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    f.rewind().unwrap();
+    let mut back = String::new();
+    f.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "still here");
+}
+
 #[test]
 fn a_slow_writer_of_an_uncompressed_chunk_loses_nothing() {
     use std::io::Write;

@@ -110,7 +110,9 @@ use crate::format::{self, ChunkRange};
 use crate::store::shard::{Shard, ShardCache, ShardError};
 use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
 pub use inode::ROOT_INO;
-pub use kernel_writes::{KERNEL_UNLINKED_IDLE, KERNEL_WRITE_IDLE, KernelCommit};
+pub use kernel_writes::{
+    KERNEL_UNLINKED_IDLE, KERNEL_UNLINKED_KEPT, KERNEL_WRITE_IDLE, KernelCommit,
+};
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
 pub use writer::{WriteConfig, Writer};
 /// The write side's types, for the mount.

@@ -68,6 +68,7 @@ impl View {
         v["shard_updates"] = get(&f.shards).into();
         v["chunks_superseded"] = get(&f.superseded).into();
         v["staged"] = self.staged_by_array(w);
+        v["kernel_write_handles"] = self.kernel_write_handles().into();
         v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
         // Per way of laying out a flush: batches, payload, time, rate.
         let way = |batches: &AtomicU64, bytes: &AtomicU64, ns: &AtomicU64| {
