@@ -1,6 +1,8 @@
 //! Requests to the object store, each under the deadline of `--s3-timeout`, and their
 //! failures in words and as errnos.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path};
 use std::sync::Arc;
@@ -11,8 +13,9 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 use parking_lot::Mutex;
 
 use super::BucketStore;
+use super::meta::{LISTED_HEADS, name_of};
 use crate::store::operation;
-use crate::store::{EntryKind, EntryMeta};
+use crate::store::{EntryKind, EntryMeta, ListEntry};
 
 impl BucketStore {
     pub(super) fn key(&self, rel: &Path) -> io::Result<ObjPath> {
@@ -502,4 +505,72 @@ pub(super) fn s3(
         builder = builder.with_credentials(credentials);
     }
     builder.build().map_err(|e| e.to_string())
+}
+
+impl BucketStore {
+    /// A LIST (one request per page of 1,000 names), its answer kept in the metadata
+    /// cache ([`super::meta`]) for the HEADs and listings it answers.
+    /// The objects and common prefixes right below `rel`, as names.
+    /// And the cache generation it was asked at (for keeping the listing).
+    pub(super) fn list_objects(&self, rel: &Path) -> io::Result<(Vec<ListEntry>, u64)> {
+        let generation = self.meta.generation();
+        self.counters
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = self.key(rel)?;
+        log::debug!("LIST {key}/");
+        // A request per page of 1,000 names, all within the operation's allowance (at
+        // 30 ms a page, 1,000 pages in the default 30 s).
+        let l = self
+            .block_on(self.inner.list_with_delimiter(Some(&key)))
+            .map_err(|e| to_io(rel, e))?;
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for p in &l.common_prefixes {
+            if let Some((name, _)) = name_of(p)
+                && seen.insert(name.clone())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::Dir,
+                });
+            }
+        }
+        for o in &l.objects {
+            if let Some((name, _)) = name_of(&o.location)
+                && o.location != key
+                && seen.insert(name.clone())
+            {
+                out.push(ListEntry {
+                    name: OsString::from(name),
+                    kind: EntryKind::File,
+                });
+            }
+        }
+        // Sorted by name: `listed_absent` looks names up in it by bisection (a key
+        // directory of a flat array can hold 10^5 names).
+        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        self.keep_listed_heads(rel, &key, &l.objects, generation);
+        // What a HEAD and a listing of each directory listed would say: no object has
+        // its name, and something lies below it (`stat` of a directory just listed, as
+        // `ls -l` and `cp -r` do, asks nothing more). A name that is both is an object.
+        let objects: BTreeSet<String> = l
+            .objects
+            .iter()
+            .filter_map(|o| name_of(&o.location).map(|(n, _)| n))
+            .collect();
+        for p in l.common_prefixes.iter().take(LISTED_HEADS) {
+            if let Some((name, true)) = name_of(p)
+                && !objects.contains(&name)
+            {
+                let below = rel.join(name);
+                self.meta.keep(&self.meta.heads, &below, None, generation);
+                self.meta
+                    .keep(&self.meta.children, &below, true, generation);
+            }
+        }
+        self.meta
+            .keep(&self.meta.children, rel, !out.is_empty(), generation);
+        Ok((out, generation))
+    }
 }

@@ -1,8 +1,8 @@
-//! What the store knows of names: HEAD answers and listings, kept for the TTL
-//! (`--s3-ttl`), and listed keys as names.
+//! What the store knows of names: HEAD answers and listings, kept for the TTL (the
+//! mount's `--ttl`; at most 1 s on a writable mount), and listed keys as names. The
+//! LIST itself is a request ([`super::client`]).
 
-use std::collections::{BTreeSet, HashMap};
-use std::ffi::OsString;
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,8 +12,7 @@ use object_store::path::Path as ObjPath;
 use parking_lot::Mutex;
 
 use super::BucketStore;
-use super::client::to_io;
-use crate::store::{EntryKind, ListEntry};
+use crate::store::ListEntry;
 
 /// What HEADs and listings found, used again for a while: one lookup and read of a chunk
 /// asks about its shard several times (its attributes, its key directory, the open), and
@@ -123,70 +122,6 @@ impl MetaCache {
 }
 
 impl BucketStore {
-    /// The objects and common prefixes right below `rel`, as names.
-    /// And the cache generation it was asked at (for keeping the listing).
-    pub(super) fn list_objects(&self, rel: &Path) -> io::Result<(Vec<ListEntry>, u64)> {
-        let generation = self.meta.generation();
-        self.counters
-            .lists
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = self.key(rel)?;
-        log::debug!("LIST {key}/");
-        // A request per page of 1,000 names, all within the operation's allowance (at
-        // 30 ms a page, 1,000 pages in the default 30 s).
-        let l = self
-            .block_on(self.inner.list_with_delimiter(Some(&key)))
-            .map_err(|e| to_io(rel, e))?;
-        let mut out = Vec::new();
-        let mut seen = BTreeSet::new();
-        for p in &l.common_prefixes {
-            if let Some((name, _)) = name_of(p)
-                && seen.insert(name.clone())
-            {
-                out.push(ListEntry {
-                    name: OsString::from(name),
-                    kind: EntryKind::Dir,
-                });
-            }
-        }
-        for o in &l.objects {
-            if let Some((name, _)) = name_of(&o.location)
-                && o.location != key
-                && seen.insert(name.clone())
-            {
-                out.push(ListEntry {
-                    name: OsString::from(name),
-                    kind: EntryKind::File,
-                });
-            }
-        }
-        // Sorted by name: `listed_absent` looks names up in it by bisection (a key
-        // directory of a flat array can hold 10^5 names).
-        out.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        self.keep_listed_heads(rel, &key, &l.objects, generation);
-        // What a HEAD and a listing of each directory listed would say: no object has
-        // its name, and something lies below it (`stat` of a directory just listed, as
-        // `ls -l` and `cp -r` do, asks nothing more). A name that is both is an object.
-        let objects: BTreeSet<String> = l
-            .objects
-            .iter()
-            .filter_map(|o| name_of(&o.location).map(|(n, _)| n))
-            .collect();
-        for p in l.common_prefixes.iter().take(LISTED_HEADS) {
-            if let Some((name, true)) = name_of(p)
-                && !objects.contains(&name)
-            {
-                let below = rel.join(name);
-                self.meta.keep(&self.meta.heads, &below, None, generation);
-                self.meta
-                    .keep(&self.meta.children, &below, true, generation);
-            }
-        }
-        self.meta
-            .keep(&self.meta.children, rel, !out.is_empty(), generation);
-        Ok((out, generation))
-    }
-
     /// The objects and common prefixes right below `rel`: a listing kept for the TTL,
     /// or a LIST.
     pub(super) fn listing(&self, rel: &Path) -> io::Result<Arc<Vec<ListEntry>>> {
