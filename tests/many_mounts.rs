@@ -28,18 +28,15 @@ use shardfs::{Mount, MountOptions};
 
 /// 1-d uint8 array `a`: 64 elements, shards of 16, inner chunks of 4 (4 per shard).
 fn array_doc() -> Vec<u8> {
-    serde_json::to_vec(&json!({
-        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [16]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0,
-        "codecs": [{"name": "sharding_indexed", "configuration": {
-            "chunk_shape": [4], "codecs": [{"name": "bytes"}],
-            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}},
-                             {"name": "crc32c"}],
-            "index_location": "end"}}],
-    }))
-    .unwrap()
+    let doc = common::sharded_u8_array(
+        64,
+        16,
+        4,
+        json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    serde_json::to_vec(&doc).unwrap()
 }
 
 fn layout() -> ShardLayout {

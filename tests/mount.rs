@@ -442,6 +442,22 @@ fn daemons_of(mnt: &Path) -> Vec<u32> {
     pids
 }
 
+/// `shardfs mount -o ro` of fixture `fixture` at `mnt`, which must succeed.
+fn mount_ro_fixture(fixture: &str, mnt: &Path) {
+    let out = shardfs()
+        .arg("mount")
+        .arg(common::fixtures().join(fixture))
+        .arg(mnt)
+        .args(["-o", "ro"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
     if !common::can_mount() {
@@ -450,17 +466,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let store = common::fixtures().join("zarr_keys");
-    let mount = || {
-        let st = shardfs()
-            .arg("mount")
-            .arg(&store)
-            .arg(&mnt)
-            .args(["-o", "ro"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
+    let mount = || mount_ro_fixture("zarr_keys", &mnt);
     mount();
     let _guard = CliMount::guard(&mnt);
     let old = daemons_of(&mnt);
@@ -511,21 +517,7 @@ fn a_lazily_detached_mount_ending_leaves_the_next_mount_at_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let store = common::fixtures().join("zarr_keys");
-    let mount = || {
-        let out = shardfs()
-            .arg("mount")
-            .arg(&store)
-            .arg(&mnt)
-            .args(["-o", "ro"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let mount = || mount_ro_fixture("zarr_keys", &mnt);
     mount();
     let _guard = CliMount::guard(&mnt);
     let old = daemons_of(&mnt);
