@@ -486,9 +486,11 @@ impl Mount {
             )
         });
         if !session.guard.is_finished() && !self.still_here() {
-            // Detached lazily while busy (and maybe the path mounted anew): the session
-            // ends when this process does (its /dev/fuse descriptor closes), not by an
-            // unmount of the path, which would take down whatever is mounted there now.
+            // Detached lazily while busy (and maybe the path mounted anew): not unmounted
+            // by its path, which would take down whatever is mounted there now. The
+            // session is left running: a daemon exits next, which closes its /dev/fuse
+            // descriptor and ends it; a program using `Mount` as a library keeps it (a
+            // thread and a descriptor) until it exits.
             log::warn!(
                 "{}: detached from its path while in use; it ends with this process",
                 self.mountpoint.display()
@@ -521,6 +523,14 @@ impl Mount {
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
         flushed?;
+        if self.discard {
+            // Not "stored": a signal gave up what could not be stored.
+            log::warn!(
+                "{}: unmounted; what could not be stored was given up",
+                self.mountpoint.display()
+            );
+            return ended;
+        }
         // After a plain umount(8) the daemon still stores what is staged: this line says
         // when the store is whole (reading it directly is safe from here on).
         log::info!(

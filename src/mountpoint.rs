@@ -22,14 +22,20 @@ pub fn is_mount_point(path: &Path) -> bool {
 /// another device later is no longer its mount (detached lazily, then mounted anew), and
 /// is not unmounted by it.
 pub fn device_at(path: &Path) -> io::Result<Option<String>> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // Mounts are listed in the order they were made: the last one at a path is on top.
-    Ok(info.lines().rev().find_map(|l| {
+    // As bytes: a mount point anywhere whose name is no UTF-8 must not make this fail.
+    let info = std::fs::read("/proc/self/mountinfo")?;
+    Ok(device_in(&String::from_utf8_lossy(&info), path))
+}
+
+/// [`device_at`] in the text of a mountinfo file. Mounts are listed in the order they
+/// were made: the last one at a path is on top.
+fn device_in(info: &str, path: &Path) -> Option<String> {
+    info.lines().rev().find_map(|l| {
         let mut f = l.split(' ');
         let dev = f.nth(2)?;
         let at = f.nth(1)?;
         (Path::new(&unescape_mount_path(at)) == path).then(|| dev.to_string())
-    }))
+    })
 }
 
 /// /proc/self/mountinfo writes space, tab, newline and backslash as `\ooo` octal.
@@ -177,6 +183,23 @@ pub fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
 #[cfg(test)]
 mod mountpoint_tests {
     use super::*;
+
+    #[test]
+    fn the_device_at_a_path_is_its_topmost_mounts() {
+        let info = "22 1 0:21 / /proc rw - proc proc rw\n\
+                    36 25 0:40 / /tmp/a\\040b rw - fuse.shardfs /s rw\n\
+                    37 25 0:41 / /tmp/c rw - fuse.shardfs /s rw\n\
+                    38 36 0:42 / /tmp/a\\040b rw - fuse.shardfs /t rw\n";
+        assert_eq!(
+            device_in(info, Path::new("/tmp/a b")).as_deref(),
+            Some("0:42")
+        );
+        assert_eq!(
+            device_in(info, Path::new("/tmp/c")).as_deref(),
+            Some("0:41")
+        );
+        assert_eq!(device_in(info, Path::new("/tmp/d")), None);
+    }
 
     #[test]
     fn mountinfo_paths_are_unescaped() {

@@ -1260,13 +1260,6 @@ fn an_array_metadata_changed_outside_the_mount_is_seen_after_the_ttl() {
     }
 }
 
-/// A slow writer of an uncompressed chunk (one length only): what it wrote before a
-/// pause longer than the idle commit's is not committed half written. The idle commit
-/// once took the half, refused it (a length no chunk can have) and let its bytes go; the
-/// writer's next write then landed on the stored chunk, and its `fsync` returned success
-/// over a mix of old and new bytes (found by an adversarial tester). Now the half waits
-/// for its writer (named by `shardfs stats` as `pending_chunks`); one never finished is
-/// refused at unmount, and the store keeps the chunk it had.
 /// Files written and unlinked through descriptors the kernel opened are kept for their
 /// descriptors (10 min), but at most [`shardfs::view::KERNEL_UNLINKED_KEPT`] of them:
 /// beyond, the oldest go at the idle commit. Before, a tool making and removing files
@@ -1337,6 +1330,13 @@ fn files_unlinked_after_writes_are_kept_for_their_descriptors_within_a_bound() {
     assert_eq!(back, "still here");
 }
 
+/// A slow writer of an uncompressed chunk (one length only): what it wrote before a
+/// pause longer than the idle commit's is not committed half written. The idle commit
+/// once took the half, refused it (a length no chunk can have) and let its bytes go; the
+/// writer's next write then landed on the stored chunk, and its `fsync` returned success
+/// over a mix of old and new bytes (found by an adversarial tester). Now the half waits
+/// for its writer (named by `shardfs stats` as `pending_chunks`); one never finished is
+/// refused at unmount, and the store keeps the chunk it had.
 #[test]
 fn a_slow_writer_of_an_uncompressed_chunk_loses_nothing() {
     use std::io::Write;

@@ -88,11 +88,15 @@ pub struct Shard {
     /// Where the first chunk opened lies, plus one (0: none yet), for
     /// [`Shard::opened_another`].
     first_opened: std::sync::atomic::AtomicU64,
+    /// When it was loaded (a failed read is used again only for a moment:
+    /// [`Shard::failed_read`]).
+    pub(super) loaded: std::time::Instant,
 }
 
 impl Shard {
     /// Open and decode the shard at `rel`; never fails: errors are kept in the shard and
-    /// logged once. A shard that reads as corrupt is read again under the shared lock of
+    /// logged (by a cache, once per load: a corrupt index once, a failed read at most
+    /// once a second while it fails; see `ShardCache`). A shard that reads as corrupt is read again under the shared lock of
     /// its directory: it may have been caught in the middle of an append.
     pub fn load(store: &dyn Store, rel: &Path, layout: &ShardLayout) -> Shard {
         Self::load_prefix(store, rel, layout, None)
@@ -149,6 +153,7 @@ impl Shard {
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
             first_opened: Default::default(),
+            loaded: std::time::Instant::now(),
         }
     }
 
@@ -222,7 +227,15 @@ impl Shard {
             nested: Mutex::new(HashMap::new()),
             next_claimed: Default::default(),
             first_opened: Default::default(),
+            loaded: std::time::Instant::now(),
         }
+    }
+
+    /// Whether its read failed (an I/O error, or its file changed while read): that says
+    /// nothing of the shard, and a read a moment later may work. Not so a corrupt index,
+    /// nor a path that is no regular file, which stay so until the file changes.
+    pub(super) fn failed_read(&self) -> bool {
+        matches!(self.index, Err(ShardError::Io(_) | ShardError::Changed(_)))
     }
 
     pub fn rel(&self) -> &Path {
@@ -385,4 +398,4 @@ impl From<ReadError> for ShardError {
     }
 }
 
-pub use super::shard_cache::{LoadHook, ShardCache, Truncated};
+pub use super::shard_cache::{FAILED_READ_KEPT, LoadHook, ShardCache, Truncated};

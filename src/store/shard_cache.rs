@@ -62,6 +62,16 @@ pub struct ShardCache {
 /// At most this many shards are loaded ahead at once.
 const PREFETCHES: usize = 4;
 
+/// How long a shard whose read failed ([`Shard::failed_read`]) is used again: long
+/// enough for the readers that waited for that load to get its failure (they wake at
+/// once) rather than each loading again in turn (during an outage, one timeout after
+/// another); a reader after that tries again. Before, such a shard was kept like a
+/// corrupt one, until its file changed, and on a read-only mount (which does not
+/// revalidate) for good: one failed read failed the shard's chunks from then on (found
+/// by `tests/store_faults.rs`). A corrupt index and a path that is no regular file are
+/// kept until the file changes, which revalidation sees.
+pub const FAILED_READ_KEPT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long a reader waits for a shard another thread is loading before loading it
 /// itself (as it did before loads were shared; a load of a stalled object store can
 /// take longer, `--s3-timeout` per request).
@@ -136,9 +146,15 @@ impl ShardCache {
             if let Some(shard) = cached
                 && !stale.as_ref().is_some_and(|s| Arc::ptr_eq(s, &shard))
             {
-                let fresh = !revalidate || {
-                    let now = store.stat(rel).ok().flatten().map(|m| m.version());
-                    now == shard.seen
+                let fresh = if shard.failed_read() {
+                    // Readers that waited for the load that failed get its failure; a
+                    // reader after that tries again.
+                    shard.loaded.elapsed() < FAILED_READ_KEPT
+                } else {
+                    !revalidate || {
+                        let now = store.stat(rel).ok().flatten().map(|m| m.version());
+                        now == shard.seen
+                    }
                 };
                 if fresh {
                     self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -201,19 +217,8 @@ impl ShardCache {
         };
         let shard = Arc::new(Shard::load_with(store, rel, layout, prefix, warm));
         let weight = shard.weight();
-        // A read that failed (an I/O error, a file that changed while read) says nothing
-        // of the shard: not kept, so the next read tries again. Kept, it failed the
-        // shard's chunks until its file changed, or for good where nothing revalidates
-        // (a read-only mount; found by `tests/store_faults.rs`). A corrupt index, and a
-        // path that is no regular file, are kept: so they stay until the file changes,
-        // which revalidation sees.
-        let failed_read = matches!(
-            shard.index,
-            Err(super::shard::ShardError::Io(_) | super::shard::ShardError::Changed(_))
-        );
         let mut seg = self.segment(rel).lock();
         if seg.generation != generation
-            || failed_read
             || (ahead && (shard.index.is_err() || seg.lru.contains(rel)))
         {
             return shard;

@@ -58,10 +58,22 @@ pub(super) struct Implicit {
 /// Writes through descriptors the kernel opened without asking (a writable mount with
 /// kernel opens): the handle each written inode's bytes gather in, by inode
 /// (`View::implicit`).
+///
+/// With the table's length as last left, read by `shardfs stats` without the table's
+/// lock, which is held across store I/O: a stats read must answer during an outage.
 #[derive(Default)]
-pub(super) struct Implicits(Mutex<HashMap<u64, Implicit>>);
+pub(super) struct Implicits(
+    Mutex<HashMap<u64, Implicit>>,
+    std::sync::atomic::AtomicUsize,
+);
 
 impl Implicits {
+    /// The table's length is `map`'s now.
+    fn counted(&self, map: &HashMap<u64, Implicit>) {
+        self.1
+            .store(map.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The handle writes without one to `ino` gather in, if any.
     pub(super) fn fh(&self, ino: u64) -> Option<u64> {
         self.0.lock().get(&ino).map(|i| i.fh)
@@ -193,6 +205,7 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
+        self.implicit.counted(&map);
     }
 
     /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
@@ -232,6 +245,7 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
+        self.implicit.counted(&map);
         Ok(fh)
     }
 
@@ -253,9 +267,15 @@ impl View {
                     _ => map.keys().copied().collect(),
                 });
                 let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
-                let over = match which {
+                // Beyond the limit, each file is asked once whether it is unlinked (on
+                // object storage a HEAD, under this lock).
+                let (unlinked_now, over) = match which {
                     KernelCommit::Idle => self.unlinked_over_the_limit(&map),
-                    _ => HashSet::new(),
+                    _ => (None, HashSet::new()),
+                };
+                let unlinked = |ino: &u64, fh: u64| match &unlinked_now {
+                    Some(set) => set.contains(ino),
+                    None => self.unlinked(fh),
                 };
                 let mut taken = Vec::new();
                 let mut busy = false;
@@ -290,7 +310,7 @@ impl View {
                                 && (!self.unfinished(h.fh)
                                     || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(h.fh)))
                                 && !self.untouched(h.fh)
-                                && (e >= KERNEL_UNLINKED_IDLE || !self.unlinked(h.fh))
+                                && (e >= KERNEL_UNLINKED_IDLE || !unlinked(ino, h.fh))
                                 || over.contains(ino)
                         }
                     };
@@ -300,6 +320,7 @@ impl View {
                     }
                     false
                 });
+                self.implicit.counted(&map);
                 (taken, busy)
             };
             for (ino, fh) in taken {
@@ -516,30 +537,39 @@ impl View {
         }
     }
 
-    /// An unlinked file: nothing to commit; it lives on only in its handle.
-    /// The inodes of the oldest idle unlinked files held beyond [`KERNEL_UNLINKED_KEPT`].
-    fn unlinked_over_the_limit(&self, map: &HashMap<u64, Implicit>) -> HashSet<u64> {
+    /// With more than [`KERNEL_UNLINKED_KEPT`] files held: which of those not in use are
+    /// unlinked (each asked once), and the inodes of the oldest idle ones beyond the
+    /// limit. `(None, empty)` within it.
+    fn unlinked_over_the_limit(
+        &self,
+        map: &HashMap<u64, Implicit>,
+    ) -> (Option<HashSet<u64>>, HashSet<u64>) {
         if map.len() <= KERNEL_UNLINKED_KEPT {
-            return HashSet::new();
+            return (None, HashSet::new());
         }
-        let mut held: Vec<(std::time::Instant, u64)> = map
+        let unlinked: HashSet<u64> = map
             .iter()
-            .filter(|(_, h)| {
-                h.users == 0 && h.last.elapsed() >= KERNEL_WRITE_IDLE && self.unlinked(h.fh)
-            })
-            .map(|(ino, h)| (h.last, *ino))
+            .filter(|(_, h)| h.users == 0 && self.unlinked(h.fh))
+            .map(|(ino, _)| *ino)
             .collect();
-        let over = held.len().saturating_sub(KERNEL_UNLINKED_KEPT);
-        held.sort_unstable();
-        held.into_iter().take(over).map(|(_, ino)| ino).collect()
+        let mut idle: Vec<(std::time::Instant, u64)> = unlinked
+            .iter()
+            .filter_map(|ino| map.get(ino).map(|h| (h.last, *ino)))
+            .filter(|(last, _)| last.elapsed() >= KERNEL_WRITE_IDLE)
+            .collect();
+        let over = idle.len().saturating_sub(KERNEL_UNLINKED_KEPT);
+        idle.sort_unstable();
+        let over = idle.into_iter().take(over).map(|(_, ino)| ino).collect();
+        (Some(unlinked), over)
     }
 
     /// Handles the daemon holds for writes through descriptors the kernel opened
     /// (`shardfs stats`: `kernel_write_handles`).
     pub(super) fn kernel_write_handles(&self) -> usize {
-        self.implicit.0.lock().len()
+        self.implicit.1.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// An unlinked file: nothing to commit; it lives on only in its handle.
     fn unlinked(&self, fh: u64) -> bool {
         match self.handles.get(fh) {
             Ok(Handle::Scratch { file, .. }) => file.lock().orphan,

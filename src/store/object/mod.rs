@@ -28,10 +28,10 @@ mod read;
 mod tests;
 mod write;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::path::Path as ObjPath;
@@ -48,7 +48,7 @@ use disk_cache::DiskCache;
 use meta::MetaCache;
 pub use read::Counters;
 use read::{Budget, ObjectFile, ReadAhead};
-use write::{ObjectFileRw, ObjectStoreStoreRef, RwState};
+use write::{ObjectFileRw, ObjectStoreStoreRef, OpenForWriting, RwState};
 
 /// How long one request may keep failing (an unreachable endpoint, 5xx answers), its
 /// retries included, before the operation fails with EIO, unless told otherwise
@@ -94,7 +94,7 @@ pub struct BucketStore {
     /// Directories made by `mkdir` that hold no object yet.
     dirs: Mutex<BTreeSet<PathBuf>>,
     /// Files open for writing: `stat` shows their length as written so far.
-    open_rw: Mutex<HashMap<PathBuf, Weak<RwState>>>,
+    open_rw: OpenForWriting,
     /// Memory for bytes read ahead, shared by every open object.
     budget: Arc<Budget>,
     counters: Arc<Counters>,
@@ -169,7 +169,7 @@ impl BucketStore {
             })),
             rt,
             dirs: Mutex::new(BTreeSet::new()),
-            open_rw: Mutex::new(HashMap::new()),
+            open_rw: OpenForWriting::default(),
             budget: Arc::new(Budget::new(DEFAULT_READ_AHEAD)),
             counters: Arc::default(),
             meta: Arc::new(MetaCache::new(Duration::ZERO)),
@@ -236,7 +236,7 @@ impl Store for BucketStore {
         if rel.as_os_str().is_empty() {
             return Ok(Some(dir_meta()));
         }
-        if let Some(state) = self.open_rw.lock().get(rel).and_then(Weak::upgrade) {
+        if let Some(state) = self.open_rw.newest(rel) {
             let mut m = dir_meta();
             m.kind = EntryKind::File;
             m.perm = 0o644;
@@ -332,7 +332,7 @@ impl Store for BucketStore {
     }
 
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
-        if let Some(state) = self.open_rw.lock().get(rel).and_then(Weak::upgrade) {
+        if let Some(state) = self.open_rw.newest(rel) {
             return Ok(Some(state.data.lock().0.clone()));
         }
         Ok(self.get_versioned(rel)?.map(|(b, _)| b))
@@ -383,9 +383,7 @@ impl Store for BucketStore {
             data: Mutex::new((data, truncate)),
             at: Mutex::new(Some((rel.to_path_buf(), self.key(rel)?))),
         });
-        self.open_rw
-            .lock()
-            .insert(rel.to_path_buf(), Arc::downgrade(&state));
+        self.open_rw.add(rel, &state);
         Ok(Box::new(ObjectFileRw {
             store: Arc::new(ObjectStoreStoreRef {
                 inner: self.inner.clone(),
@@ -414,12 +412,12 @@ impl Store for BucketStore {
     }
 
     fn remove_file(&self, rel: &Path) -> io::Result<()> {
-        let open = self.open_rw.lock().remove(rel).and_then(|w| w.upgrade());
-        if open.is_none() && self.head(rel)?.is_none() {
+        let open = self.open_rw.take(rel);
+        if open.is_empty() && self.head(rel)?.is_none() {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
         // A file open for writing is stored nowhere from now on (its close PUT it again).
-        if let Some(state) = open {
+        for state in open {
             state.unlinked();
         }
         let deleted = self.block_on(self.inner.delete(&self.key(rel)?));
@@ -445,15 +443,23 @@ impl Store for BucketStore {
         if from == to {
             return Ok(());
         }
-        let open = self.open_rw.lock().get(from).and_then(Weak::upgrade);
-        match &open {
+        let moving = self.open_rw.all(from);
+        let replaced = self.open_rw.all(to);
+        // What was open at the new name is replaced: none of it is stored there from
+        // now on. Their names are held across the PUT, so that a close under way ends
+        // before it and none starts after it.
+        let mut replaced: Vec<_> = replaced.iter().map(|s| s.at.lock()).collect();
+        match moving.last() {
             // A file open for writing goes on at its new name: its bytes are stored
             // there now and its close stores it there. Under its bytes' lock, as a PUT
             // of it takes them: no write or PUT of it falls between.
-            Some(state) => {
-                let data = state.data.lock();
+            Some(newest) => {
+                let data = newest.data.lock();
                 self.put(to, data.0.clone(), PutMode::Overwrite)?;
-                state.renamed(to, self.key(to)?);
+                let key = self.key(to)?;
+                for state in &moving {
+                    state.renamed(to, key.clone());
+                }
             }
             None => {
                 let data = self
@@ -462,19 +468,11 @@ impl Store for BucketStore {
                 self.put(to, data, PutMode::Overwrite)?;
             }
         }
-        // What was open at the new name is replaced: its close stores it nowhere.
-        let replaced = {
-            let mut map = self.open_rw.lock();
-            map.remove(from);
-            let old = map.remove(to).and_then(|w| w.upgrade());
-            if let Some(state) = &open {
-                map.insert(to.to_path_buf(), Arc::downgrade(state));
-            }
-            old
-        };
-        if let Some(state) = replaced {
-            state.unlinked();
+        for at in &mut replaced {
+            **at = None;
         }
+        drop(replaced);
+        self.open_rw.moved(from, to);
         let deleted = self.block_on(self.inner.delete(&self.key(from)?));
         self.meta.forget(from);
         match deleted {

@@ -230,6 +230,33 @@ fn files_unlinked_or_renamed_while_open_for_writing_stay_so() {
     // Renamed onto itself: nothing changes.
     s.rename(Path::new("b"), Path::new("b")).unwrap();
     assert_eq!(s.read_all(Path::new("b")).unwrap().unwrap(), b"1234");
+    // Two files open at one name (the daemon opened it twice): an unlink and a rename
+    // reach both, not only the newest.
+    let one = s.open_rw(Path::new("c"), OpenMode::Create, true).unwrap();
+    let two = s
+        .open_rw(Path::new("c"), OpenMode::Existing, false)
+        .unwrap();
+    one.write_all_at(b"one", 0).unwrap();
+    two.write_all_at(b"two", 0).unwrap();
+    s.remove_file(Path::new("c")).unwrap();
+    drop(one);
+    drop(two);
+    assert!(s.stat(Path::new("c")).unwrap().is_none(), "came back");
+    let one = s.open_rw(Path::new("d"), OpenMode::Create, true).unwrap();
+    let two = s
+        .open_rw(Path::new("d"), OpenMode::Existing, false)
+        .unwrap();
+    two.write_all_at(b"two", 0).unwrap();
+    s.rename(Path::new("d"), Path::new("e")).unwrap();
+    one.write_all_at(b"one", 0).unwrap();
+    drop(two);
+    drop(one);
+    assert_eq!(list(&s), ["b", "e"]);
+    assert_eq!(
+        s.read_all(Path::new("e")).unwrap().unwrap(),
+        b"one",
+        "closed last"
+    );
 }
 
 /// An object replaced within the same second by one of the same length shows another

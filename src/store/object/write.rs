@@ -1,9 +1,10 @@
 //! Writes: files open for writing (held in memory, PUT whole at sync and close) and
 //! shard commits (read, merge, PUT conditional on the version read; again on a lost race).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use object_store::path::Path as ObjPath;
@@ -43,6 +44,54 @@ impl RwState {
         let mut at = self.at.lock();
         if at.is_some() {
             *at = Some((rel.to_path_buf(), key));
+        }
+    }
+}
+
+/// The files open for writing, by name: each file open at a name (several, where the
+/// daemon opened one twice), so that an unlink or rename reaches every one of them.
+#[derive(Default)]
+pub(super) struct OpenForWriting(Mutex<HashMap<PathBuf, Vec<Weak<RwState>>>>);
+
+impl OpenForWriting {
+    pub(super) fn add(&self, rel: &Path, state: &Arc<RwState>) {
+        let mut map = self.0.lock();
+        let open = map.entry(rel.to_path_buf()).or_default();
+        open.retain(|w| w.strong_count() > 0);
+        open.push(Arc::downgrade(state));
+    }
+
+    /// The newest file open at `rel`: what `stat` and reads of the name see.
+    pub(super) fn newest(&self, rel: &Path) -> Option<Arc<RwState>> {
+        self.0.lock().get(rel)?.iter().rev().find_map(Weak::upgrade)
+    }
+
+    /// Every file open at `rel`, oldest first.
+    pub(super) fn all(&self, rel: &Path) -> Vec<Arc<RwState>> {
+        self.0
+            .lock()
+            .get(rel)
+            .map_or_else(Vec::new, |v| v.iter().filter_map(Weak::upgrade).collect())
+    }
+
+    /// Every file open at `rel`, taken out of the table.
+    pub(super) fn take(&self, rel: &Path) -> Vec<Arc<RwState>> {
+        self.0
+            .lock()
+            .remove(rel)
+            .map_or_else(Vec::new, |v| v.iter().filter_map(Weak::upgrade).collect())
+    }
+
+    /// The files open at `from` are at `to` now; those that were at `to` are gone.
+    pub(super) fn moved(&self, from: &Path, to: &Path) {
+        let mut map = self.0.lock();
+        match map.remove(from) {
+            Some(open) => {
+                map.insert(to.to_path_buf(), open);
+            }
+            None => {
+                map.remove(to);
+            }
         }
     }
 }
