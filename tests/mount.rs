@@ -1330,6 +1330,55 @@ fn files_unlinked_after_writes_are_kept_for_their_descriptors_within_a_bound() {
     assert_eq!(back, "still here");
 }
 
+/// An append to a whole uncompressed chunk whose writer closed it (unheard, with the
+/// kernel opening files) is refused at its `fsync` (a length no chunk can have), and the
+/// chunk keeps what its writer wrote: the earlier bytes are committed first, as that
+/// close would have. Before, the refusal took the whole chunk along (`ENOENT` after),
+/// though its close had returned 0 (found by the reference test on S3 and local stores).
+#[test]
+fn a_refused_append_to_a_chunk_keeps_what_its_writer_closed() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        64,
+        32,
+        8,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("u")).unwrap();
+    std::fs::write(
+        store.path().join("u/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        // The kernel's first open: from now on it opens files itself.
+        std::fs::read(mnt.path().join("u/zarr.json")).unwrap();
+        std::fs::create_dir(mnt.path().join("u/c")).unwrap();
+        let p = mnt.path().join("u/c/1");
+        std::fs::write(&p, [4u8; 8]).unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"xyz").unwrap();
+        let refused = f.sync_all().unwrap_err();
+        assert_eq!(refused.raw_os_error(), Some(libc::EINVAL), "{refused}");
+        drop(f);
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            [4u8; 8],
+            "what its writer closed"
+        );
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    assert_eq!(std::fs::read(mnt.path().join("u/c/1")).unwrap(), [4u8; 8]);
+}
+
 /// A slow writer of an uncompressed chunk (one length only): what it wrote before a
 /// pause longer than the idle commit's is not committed half written. The idle commit
 /// once took the half, refused it (a length no chunk can have) and let its bytes go; the

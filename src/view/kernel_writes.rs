@@ -100,6 +100,12 @@ impl View {
     /// `Ok((n, true))` then, and the kernel's pages of the file, which hold the
     /// writer's bytes and not the document the view now shows, are the caller's to drop.
     pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
+        let end = offset.saturating_add(data.len() as u64);
+        if let Some(fh) = self.implicit.fh(ino)
+            && self.whole_chunk_outgrown(fh, end)
+        {
+            self.commit_earlier_writer(ino);
+        }
         let mut res = self.write_held(ino, offset, data);
         if matches!(res, Err(ViewError::NoSpace)) {
             // The write buffer holds what other files' writers left (no close tells
@@ -130,6 +136,39 @@ impl View {
         res.map(|n| (n, fh))
     }
 
+    /// What an earlier writer of `ino` left gathered (its close unheard) committed, as
+    /// that close would have committed it, before a write or truncate that would change
+    /// it into something a commit refuses: a refusal of the new bytes must not take the
+    /// earlier ones along. A refusal here is that earlier writer's, which no request
+    /// waits for: kept for `shardfs stats` and the unmount.
+    fn commit_earlier_writer(&self, ino: u64) {
+        if let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino)) {
+            let path = self.handle_path(ino, None);
+            let mut refused = self.counters.refused.lock();
+            if refused.len() == REFUSALS_KEPT {
+                refused.pop_front();
+            }
+            refused.push_back((path, e.to_string()));
+        }
+    }
+
+    /// Whether `fh` holds a whole chunk of fixed length written since it was opened
+    /// (uncompressed: one length only) that a write ending at `end` would make longer
+    /// than any chunk of its array: an append (`>>`, `O_APPEND`) after its writer closed
+    /// it, unheard. Committed first ([`View::commit_earlier_writer`]); before, the
+    /// append's refusal let the whole chunk go, though its close had returned 0 (found
+    /// by the reference test).
+    fn whole_chunk_outgrown(&self, fh: u64, end: u64) -> bool {
+        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
+            return false;
+        };
+        let Some(want) = self.fixed_chunk_len(&node) else {
+            return false;
+        };
+        let f = file.lock();
+        !f.orphan && f.dirty && f.data.len() as u64 == want && end > want
+    }
+
     /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
     /// kernel opened comes as one): a chunk or metadata file is truncated in the handle
     /// its writes will gather in, so the writer's bytes are committed with it, never an
@@ -155,21 +194,13 @@ impl View {
             .implicit
             .fh(ino)
             .is_some_and(|fh| size == 0 || self.gathered_whole(fh, size))
-            && let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino))
         {
             // What was written before this truncate to nothing (`O_TRUNC` of a new
             // open: the writer before it closed its file, unheard), or before a
             // truncate that changes a whole chunk or document (`truncate -s`, which may
             // be another process's), is committed as that close would have committed
-            // it, not merged with what comes next (a refusal of the truncated bytes
-            // would take it along). Its refusal is that earlier writer's, which no
-            // request waits for: kept for stats and the unmount.
-            let path = self.handle_path(ino, None);
-            let mut refused = self.counters.refused.lock();
-            if refused.len() == REFUSALS_KEPT {
-                refused.pop_front();
-            }
-            refused.push_back((path, e.to_string()));
+            // it, not merged with what comes next.
+            self.commit_earlier_writer(ino);
         }
         let fh = self.implicit_begin(ino, size == 0)?;
         let res = self.set_size_open(ino, size, Some(fh));
@@ -376,9 +407,19 @@ impl View {
         let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
             return false;
         };
-        let array = match &node {
+        let Some(want) = self.fixed_chunk_len(&node) else {
+            return false;
+        };
+        let f = file.lock();
+        !f.orphan && f.dirty && f.data.len() as u64 != want
+    }
+
+    /// The one length every chunk of its array has, where `node` is a chunk (a chunk
+    /// key, or one written as a file of its own first, or made by `create`) of an array
+    /// whose codecs fix it (no compression).
+    fn fixed_chunk_len(&self, node: &Node) -> Option<u64> {
+        let array = match node {
             Node::Chunk { array, .. } => array,
-            // A chunk key written as a file of its own first, or made by `create`.
             Node::Scratch {
                 path,
                 array,
@@ -388,17 +429,13 @@ impl View {
                 let Ok(super::writer::Target::Chunk(_)) =
                     self.target(array, parent.as_deref(), name)
                 else {
-                    return false;
+                    return None;
                 };
                 array
             }
-            _ => return false,
+            _ => return None,
         };
-        let Some(want) = self.current(array).layout.fixed_chunk_len else {
-            return false;
-        };
-        let f = file.lock();
-        !f.orphan && f.dirty && f.data.len() as u64 != want
+        self.current(array).layout.fixed_chunk_len
     }
 
     /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
