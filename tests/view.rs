@@ -702,6 +702,47 @@ fn a_refused_rename_of_array_metadata_changes_nothing() {
     assert!(lookup(&view_of(store.path()), "b/zarr.json").is_ok());
 }
 
+/// A new array's `zarr.json` replaced the way atomic writers do it (a temporary file
+/// written beside it, then renamed onto it), with a shape that changes the grid: the
+/// temporary's name is gone, from the mount and from the store. Before, the metadata's
+/// change stored the temporary (a file of its own in the array's directory) on the way,
+/// and the rename left that copy behind (found by the reference test).
+#[test]
+fn a_temporary_renamed_onto_a_new_arrays_metadata_leaves_nothing_behind() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let a = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
+    let mut meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [7, 7], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [3, 3]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    write_file(&view, a, "zarr.json", &serde_json::to_vec(&meta).unwrap());
+    meta["shape"] = serde_json::json!([2, 2]);
+    let tmp = "zarr.json.1234.partial";
+    write_file(&view, a, tmp, &serde_json::to_vec(&meta).unwrap());
+    view.rename(a, OsStr::new(tmp), a, OsStr::new("zarr.json"), false)
+        .unwrap();
+    let listed: Vec<String> = view
+        .readdir(a)
+        .unwrap()
+        .iter()
+        .map(|e| e.name.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(listed, ["zarr.json"]);
+    view.flush_all().unwrap();
+    drop(view);
+    assert_eq!(
+        walkdir_files(store.path()),
+        ["a/zarr.json"],
+        "nothing else stored"
+    );
+    let shown: serde_json::Value =
+        serde_json::from_slice(&read(&view_of(store.path()), "a/zarr.json").unwrap()).unwrap();
+    assert_eq!(shown["shape"], serde_json::json!([2, 2]));
+}
+
 /// Every file below `root`, as paths relative to it.
 fn walkdir_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();

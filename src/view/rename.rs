@@ -244,6 +244,22 @@ impl View {
                 parent,
             } => {
                 self.unname_scratch(path, array, parent.as_deref())?;
+                // A file of its own that the metadata just put at the target stored on
+                // the way (a new array's changed shape keeps its directory's files in
+                // the store): its stored copy goes too. Before, it stayed, listed and in
+                // the store, after a temporary renamed onto `zarr.json` (found by the
+                // reference test).
+                let name = path.file_name().unwrap_or_default();
+                if matches!(
+                    self.target(array, parent.as_deref(), name),
+                    Ok(Target::Scratch)
+                ) && self
+                    .store
+                    .stat(path)?
+                    .is_some_and(|m| m.kind == crate::store::EntryKind::File)
+                {
+                    self.remove_store_file(path)?;
+                }
             }
             Node::Chunk { array, coords } => {
                 let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
