@@ -259,6 +259,58 @@ fn files_unlinked_or_renamed_while_open_for_writing_stay_so() {
     );
 }
 
+/// A file open for writing reads, through another open of its name, as written so far
+/// (before, the stored object: empty until the first PUT), and its mtime moves with
+/// each change.
+#[test]
+fn a_file_open_for_writing_reads_as_written_through_another_open() {
+    let s = store();
+    let f = s.open_rw(Path::new("f"), OpenMode::Create, true).unwrap();
+    let before = s.stat(Path::new("f")).unwrap().unwrap().mtime;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    f.write_all_at(b"abc", 0).unwrap();
+    let after = s.stat(Path::new("f")).unwrap().unwrap();
+    assert_eq!(after.len, 3);
+    assert!(after.mtime > before, "the mtime moves with a change");
+    for synced in [false, true] {
+        let r = s.open(Path::new("f")).unwrap().unwrap();
+        let mut buf = [0u8; 8];
+        let n = r.read_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..n], b"abc", "synced {synced}");
+        f.sync().unwrap();
+    }
+    drop(f);
+    assert_eq!(s.read_all(Path::new("f")).unwrap().unwrap(), b"abc");
+}
+
+/// Directories stay when the last object below them goes, until an `rmdir` (`rm -r`
+/// and `mv` of a directory then work); an `rmdir` of a directory with one made by
+/// `mkdir` below it is `ENOTEMPTY`.
+#[test]
+fn directories_stay_when_their_last_object_goes_until_removed() {
+    let s = store();
+    s.write_atomically(Path::new("a/b/f"), b"x").unwrap();
+    s.remove_file(Path::new("a/b/f")).unwrap();
+    for d in ["a", "a/b"] {
+        let m = s.stat(Path::new(d)).unwrap().unwrap();
+        assert_eq!(m.kind, EntryKind::Dir, "{d}");
+    }
+    assert_eq!(
+        s.remove_dir(Path::new("a")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    s.remove_dir(Path::new("a/b")).unwrap();
+    s.remove_dir(Path::new("a")).unwrap();
+    assert!(s.stat(Path::new("a")).unwrap().is_none());
+    s.create_dir(Path::new("d")).unwrap();
+    s.create_dir(Path::new("d/e")).unwrap();
+    assert_eq!(
+        s.remove_dir(Path::new("d")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    assert!(s.stat(Path::new("d/e")).unwrap().is_some());
+}
+
 /// An object replaced within the same second by one of the same length shows another
 /// mtime (what the kernel compares before dropping its cached pages), and a listing and
 /// a HEAD of one version agree on it whatever their time's precision.

@@ -31,9 +31,52 @@ pub(super) struct RwState {
     /// a disk. Before, a file unlinked while open (or before the idle commit of its
     /// writes) was PUT again at its close, and came back (found by an adversarial tester).
     pub(super) at: Mutex<Option<(PathBuf, ObjPath)>>,
+    /// When its bytes last changed (its mtime while open).
+    pub(super) changed: Mutex<SystemTime>,
+}
+
+/// A file open for writing, read through another open of its name: its bytes as
+/// written so far, as `stat` shows their length. Before, such a read fetched the stored
+/// object (empty from its creation until the first PUT, older after), so a file written
+/// and `fsync`ed read back empty while still open with `open_checks` (found by an
+/// adversarial tester; a `mv` of its directory then copied it empty).
+pub(super) struct OpenForWritingReader(pub(super) Arc<RwState>);
+
+impl StoreFile for OpenForWritingReader {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        read_state(&self.0, buf, offset)
+    }
+
+    fn meta(&self) -> io::Result<EntryMeta> {
+        Ok(self.0.meta())
+    }
+}
+
+fn read_state(state: &RwState, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let d = state.data.lock();
+    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(d.0.len());
+    let n = buf.len().min(d.0.len() - start);
+    buf[..n].copy_from_slice(&d.0[start..start + n]);
+    Ok(n)
 }
 
 impl RwState {
+    /// What `stat` says of it: its length so far, and as mtime the time of its last
+    /// change, so that the kernel drops pages it holds of the file once it changed.
+    pub(super) fn meta(&self) -> EntryMeta {
+        let mut m = dir_meta();
+        m.kind = EntryKind::File;
+        m.perm = 0o644;
+        m.len = self.data.lock().0.len() as u64;
+        m.mtime = *self.changed.lock();
+        m.ctime = m.mtime;
+        m
+    }
+
+    fn touch(&self) {
+        *self.changed.lock() = SystemTime::now();
+    }
+
     /// The file was unlinked: what it holds is stored nowhere.
     pub(super) fn unlinked(&self) {
         *self.at.lock() = None;
@@ -145,19 +188,11 @@ impl ObjectFileRw {
 
 impl StoreFile for ObjectFileRw {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let d = self.state.data.lock();
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(d.0.len());
-        let n = buf.len().min(d.0.len() - start);
-        buf[..n].copy_from_slice(&d.0[start..start + n]);
-        Ok(n)
+        read_state(&self.state, buf, offset)
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
-        let mut m = dir_meta();
-        m.kind = EntryKind::File;
-        m.perm = 0o644;
-        m.len = self.state.data.lock().0.len() as u64;
-        Ok(m)
+        Ok(self.state.meta())
     }
 }
 
@@ -173,6 +208,7 @@ impl StoreFileRw for ObjectFileRw {
         }
         d.0[at..end].copy_from_slice(buf);
         d.1 = true;
+        self.state.touch();
         Ok(())
     }
 
@@ -181,6 +217,7 @@ impl StoreFileRw for ObjectFileRw {
         let mut d = self.state.data.lock();
         d.0.resize(len, 0);
         d.1 = true;
+        self.state.touch();
         Ok(())
     }
 
