@@ -178,6 +178,11 @@ KNOWN_OPEN = {
         "an index-only object, shown as a plain file once zarr.json is gone; expected: nothing of "
         "the array left (SEMANTICS \"The tree\"); repro_s3_rmrf_leaves_emptied_shard.sh",
     ),
+    "s3-rmrf-estale": (
+        "NEW (s3): rm -rf of a directory holding files and a directory made by mkdir: ESTALE at the "
+        "lstat of that subdirectory once the files are unlinked; expected: rm -rf succeeds; "
+        "repro_s3_rmrf_estale.sh",
+    ),
     "s3-rmdir-removes-empty-subdirs": (
         "NEW (s3): rmdir of a directory holding only directories made by mkdir succeeds (and "
         "takes them along); expected: ENOTEMPTY; repro_s3_rmdir_nonempty_succeeds.sh",
@@ -1445,7 +1450,7 @@ class Run:
             a, b = step.rename
             os.rename(self.plain / b, self.plain / a)
             return "s3-dir-rename-exdev" if self.s3 else "f7-dir-rename-exdev"
-        if op.kind == "rm-rf" and mr in ("ENOTEMPTY", "ENOENT") and self.s3:
+        if op.kind == "rm-rf" and mr in ("ENOTEMPTY", "ENOENT", "ESTALE") and self.s3:
             why = self.explain_s3_rmrf(step.desc.split()[-1], mr)
             if why:
                 return why
@@ -1528,6 +1533,8 @@ class Run:
             return self.taint_of(step.link[1])  # the key's earlier chunk was lost: link finds no key
         if mr in ("ENOENT", "ESTALE") and step is not None and self.taint_of(step.path):
             return self.taint_of(step.path)
+        if mr == "ok" and i < len(rp) and rp[i] == "ENOENT" and step is not None and self.taint_of(step.path):
+            return self.taint_of(step.path)  # a name the twin lost to a finding, still in the mount
         if op.kind == "notes-read" and op.steps[0].desc.split()[-1] in self.linked:
             return "hardlink-two-inodes"
         if mr == "ENOENT" and i > 0 and op.steps[i - 1].call[0] == "st_mkdirs" and rm[i - 1] == "ok" \
@@ -1560,6 +1567,9 @@ class Run:
         if mr == "ENOENT":  # stopped at the rmdir of a directory it had just emptied
             self.taint(target, "s3-emptied-dir-vanishes")
             return "s3-emptied-dir-vanishes"
+        if mr == "ESTALE":  # a directory made by mkdir below one it had emptied
+            self.taint(target, "s3-rmrf-estale")
+            return "s3-rmrf-estale"
         arrays = Tree(self.plain, "", self.fmt).arrays  # (the twin's: gone now) -> the mount's
         left = [os.path.relpath(os.path.join(d, f), self.mnt) for d, _, fs in os.walk(self.mnt / target)
                 for f in fs]
