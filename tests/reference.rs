@@ -7,14 +7,15 @@
 //! zarr-python 3 from the store and from the plain directory. Differences the design
 //! intends (docs/SEMANTICS.md) and open findings (the script's KNOWN_OPEN table) are
 //! reported, not failed on; any other difference fails. The soak variant, any seed and
-//! any length: `scripts/reftest-soak`.
+//! any length: `scripts/reftest-soak`. A second test runs it once with the store a bucket
+//! prefix on a local S3 endpoint (`--store s3`).
 //!
 //! Nothing here depends on the machine's speed: the driver has no sleeps and no timeouts
 //! (only a guard against a hang, after minutes without progress).
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SEEDS: [u64; 4] = [1, 2, 3, 4];
@@ -28,7 +29,6 @@ fn the_mounted_tree_matches_a_plain_directory_after_the_same_operations() {
     let Some(python) = common::venv_python(".venv") else {
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/reftest.py");
     let mut runs: Vec<Vec<String>> = Vec::new();
     for seed in SEEDS {
         for format in ["v3", "v2"] {
@@ -48,9 +48,32 @@ fn the_mounted_tree_matches_a_plain_directory_after_the_same_operations() {
         "--threads".into(),
         "3".into(),
     ]);
+    check_runs(&python, &runs);
+}
+
+/// The same, with the store a bucket prefix (`--store s3`: the script starts its own local
+/// S3 endpoint, moto through `scripts/s3_local.py`, and reads the store through the bucket
+/// with zarr-python + obstore). One run (a few seconds): the soak variant takes
+/// `--store s3` too.
+#[test]
+fn the_mounted_tree_of_an_s3_prefix_matches_a_plain_directory() {
+    if !common::can_mount() {
+        return;
+    }
+    let Some(python) = common::venv_python(".venv") else {
+        return;
+    };
+    let args = ["--seed", "1", "--format", "v3", "--store", "s3"];
+    check_runs(&python, &[args.iter().map(|a| a.to_string()).collect()]);
+}
+
+/// `tests/py/reftest.py` at `OPS` operations with each of `runs`' arguments; fails naming
+/// every run that found an unexplained difference.
+fn check_runs(python: &Path, runs: &[Vec<String>]) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py/reftest.py");
     let mut failed = Vec::new();
-    for args in &runs {
-        let out = Command::new(&python)
+    for args in runs {
+        let out = Command::new(python)
             .arg(&script)
             .arg("--shardfs")
             .arg(env!("CARGO_BIN_EXE_shardfs"))
