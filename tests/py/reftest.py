@@ -143,17 +143,10 @@ KNOWN_OPEN = {
     # and docs/SEMANTICS.md "What is stored"); a new one goes here with its repro.
     # Tags the driver gave all along but that were in neither table, so the reporter dropped
     # them unseen (it now fails on such a tag); found 2026-11-27 against main cee68eb, on a
-    # local store and on s3 alike (repros in /tmp/reft-findings/):
-    "f5-refusal-loses-earlier-write": (
-        "a chunk written (closed, not fsynced) in a new array whose zarr.json came in two pieces, "
-        "then an O_APPEND write + fsync refused with EINVAL: the chunk is gone (ENOENT); expected: "
-        "it keeps what it had (SEMANTICS \"What is stored\"); repro_refused_append_loses_chunk.py [--s3]",
-    ),
-    "new-rename-source-left-behind": (
-        "a new array's zarr.json replaced by a rename of a temporary with its shape shrunk to one "
-        "chunk: rename returns 0 but the temporary stays, live and in the store; "
-        "repro_local_meta_tmp_rename_leaves_source.py",
-    ),
+    # local store and on s3 alike. Fixed since, and so removed from here: a refused append
+    # losing its chunk (bea1a4c), a temporary left behind by a rename onto a new array's
+    # zarr.json (36a74b5); on s3, emptied directories vanishing, rm -rf leaving an emptied
+    # shard or meeting ESTALE, rmdir of a directory holding mkdir-made ones (880440e).
     "f1-scratch-file-dropped": (
         "a writer's temporary file of its own in a key directory (its chunk then unlinked) is not "
         "shown by a later mount (v2 view); expected: stored and shown (SEMANTICS \"What is "
@@ -165,27 +158,6 @@ KNOWN_OPEN = {
         "a time set by utime on a file of its own in an array's directories is reset by a write of "
         "the array's metadata (the file unchanged); expected (SEMANTICS \"The tree\"): what stat "
         "returns while the file is unchanged; replay: --seed 2 --ops 150 --format v2",
-    ),
-    # --store s3 (found 2026-11-27 against main cee68eb; repros in /tmp/reft-findings/):
-    "s3-emptied-dir-vanishes": (
-        "NEW (s3): a directory vanishes when its last file is unlinked, so the rmdir after it "
-        "(rm -rf, shutil.rmtree) is ENOENT and stops, leaving the rest; expected: the directory "
-        "stays until rmdir (SEMANTICS \"The tree\": an unlink below a key directory leaves it in "
-        "place); repro_s3_emptied_dir_vanishes.sh, repro_s3_rmrf_unsharded_enoent.sh",
-    ),
-    "s3-rmrf-leaves-emptied-shard": (
-        "NEW (s3): rm -rf of an array with a stored shard is ENOTEMPTY: its emptied shard stays as "
-        "an index-only object, shown as a plain file once zarr.json is gone; expected: nothing of "
-        "the array left (SEMANTICS \"The tree\"); repro_s3_rmrf_leaves_emptied_shard.sh",
-    ),
-    "s3-rmrf-estale": (
-        "NEW (s3): rm -rf of a directory holding files and a directory made by mkdir: ESTALE at the "
-        "lstat of that subdirectory once the files are unlinked; expected: rm -rf succeeds; "
-        "repro_s3_rmrf_estale.sh",
-    ),
-    "s3-rmdir-removes-empty-subdirs": (
-        "NEW (s3): rmdir of a directory holding only directories made by mkdir succeeds (and "
-        "takes them along); expected: ENOTEMPTY; repro_s3_rmdir_nonempty_succeeds.sh",
     ),
 }
 
