@@ -469,6 +469,31 @@ fn files_unlinked_through_the_mount_stay_unlinked_in_the_bucket() {
     }
 }
 
+/// `rm -rf` of a sharded array through an S3 mount leaves nothing of it in the bucket,
+/// and a directory emptied by unlinks stays until its `rmdir` (so `rm -r` of plain
+/// directories works too). Before, the array's emptied shards stayed as index-only
+/// objects, shown as plain files once `zarr.json` was gone, and the last `rmdir` was
+/// `ENOTEMPTY`; and a plain directory vanished with its last object, failing the `rmdir`
+/// after it with `ENOENT` (found by the reference test's S3 mode).
+#[test]
+fn rm_rf_through_an_s3_mount_leaves_nothing_behind() {
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (w, mw) = s3.mount_dir("s3://bucket/data", "w", &[]);
+    std::fs::create_dir_all(w.join("notes/sub")).unwrap();
+    std::fs::write(w.join("notes/sub/a.txt"), b"a").unwrap();
+    std::fs::write(w.join("notes/b.txt"), b"b").unwrap();
+    std::fs::remove_dir_all(w.join("notes")).unwrap();
+    std::fs::remove_dir_all(w.join("index_start")).unwrap();
+    assert!(!w.join("index_start").exists());
+    mw.unmount();
+    let keys = s3.tool(&["keys", "--from", "bucket/data"]);
+    assert!(
+        !keys.contains("index_start/") && !keys.contains("notes/"),
+        "{keys}"
+    );
+}
+
 /// A missing bucket, an unreachable endpoint, a malformed endpoint and missing
 /// credentials fail the mount, saying which.
 #[test]

@@ -142,6 +142,38 @@ impl View {
         Ok(())
     }
 
+    /// Shards in store directory `dir` (and below) that hold no chunk, removed with the
+    /// key directory being removed. Object storage keeps an emptied shard (its deletion
+    /// times order other mounts' later commits of its chunks); a removed directory wants
+    /// nothing left. Before, `rm -rf` of a sharded array on S3 left them, shown as plain
+    /// files once `zarr.json` was gone, and its last `rmdir` was `ENOTEMPTY` (found by
+    /// the reference test). A local store has none: it removes an emptied shard's file.
+    fn remove_emptied_shards(&self, array: &ShardedArray, dir: &std::path::Path) -> Result<()> {
+        let Ok(entries) = self.store.list(dir) else {
+            return Ok(());
+        };
+        for e in entries {
+            if crate::store::is_internal(&e.name) {
+                continue;
+            }
+            let rel = dir.join(&e.name);
+            match e.kind {
+                crate::store::EntryKind::Dir => self.remove_emptied_shards(array, &rel)?,
+                crate::store::EntryKind::File => {
+                    let shard = self
+                        .shards
+                        .get(self.store.as_ref(), &rel, &array.layout, true);
+                    if shard.exists() && shard.index().is_ok_and(|i| i.stored() == 0) {
+                        self.store.remove_file(&rel)?;
+                        self.shards.invalidate(&rel);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
         if self.only_fill(parent, name)? {
             return Ok(());
@@ -198,6 +230,7 @@ impl View {
                     }
                 }
                 let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
+                self.remove_emptied_shards(&array, &store_dir)?;
                 // The store directory goes only when no shard is left in it; so does the
                 // one at the key directory's own path, where files of their own lay
                 // (`super::kept`), once they were removed.

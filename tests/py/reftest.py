@@ -146,8 +146,8 @@ KNOWN_OPEN = {
     # local store and on s3 alike. Fixed since, and so removed from here: a refused append
     # losing its chunk (bea1a4c), a temporary left behind by a rename onto a new array's
     # zarr.json (36a74b5); on s3, emptied directories vanishing, rm -rf leaving an emptied
-    # shard (its plain-directory part) or meeting ESTALE, rmdir of a directory holding mkdir-made
-    # ones (880440e).
+    # shard or meeting ESTALE, rmdir of a directory holding mkdir-made ones (880440e, and the
+    # emptied shards of a removed key directory: the commit after it).
     "f1-scratch-file-dropped": (
         "a writer's temporary file of its own in a key directory (its chunk then unlinked) is not "
         "shown by a later mount (v2 view); expected: stored and shown (SEMANTICS \"What is "
@@ -156,19 +156,13 @@ KNOWN_OPEN = {
         "s3replay.py EMITTED --local --ops 14,48,84,128 --only arr1)",
     ),
     # --store s3 (found 2026-11-27 against main cee68eb; repros in /tmp/reft-findings/, not
-    # in the repository). Their plain-directory cases are fixed (880440e: a directory stays
+    # in the repository). Its plain-directory cases are fixed (880440e: a directory stays
     # when its last object goes; rmdir of one holding mkdir-made ones is ENOTEMPTY); what
-    # is left of each:
+    # is left:
     "s3-emptied-dir-vanishes": (
         "NEW (s3): a key directory of a sharded array emptied by a resize (its chunks unlinked "
         "or outside the new grid) is gone from the mount while the twin keeps it; a plain "
         "directory emptied by unlinks stays (fixed 880440e); seen: --store s3 --seed 1 --ops 150",
-    ),
-    "s3-rmrf-leaves-emptied-shard": (
-        "NEW (s3): rm -rf of a sharded array with a stored shard leaves the emptied shard as an "
-        "index-only object (its deletion times, kept for other mounts' later commits), shown as a "
-        "plain file once zarr.json is gone, and the rmdir of the array's directory is ENOTEMPTY; "
-        "expected: nothing of the array left (SEMANTICS \"The tree\"); seen: --store s3 --seed 3",
     ),
     "new-utime-scratch-reset-by-metadata-write": (
         "a time set by utime on a file of its own in an array's directories is reset by a write of "
