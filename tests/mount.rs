@@ -1330,6 +1330,59 @@ fn files_unlinked_after_writes_are_kept_for_their_descriptors_within_a_bound() {
     assert_eq!(back, "still here");
 }
 
+/// Times set through the mount after a file was written (`cp -p`), and on a temporary
+/// file then renamed into place (`rsync -a`), are what `stat` shows afterwards: the
+/// commit of the writes (here the `fsync`; else a moment later) and the rename change
+/// no file. Before, the commit came after the times and reset them, and a rename left
+/// them at the old name (found by an adversarial tester: every `rsync -a` copied every
+/// file again).
+#[test]
+fn times_set_after_writes_survive_their_commit_and_a_rename() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    // The kernel's first open: from now on it opens files itself.
+    std::fs::read(mnt.path().join(".shardfs-stats")).unwrap();
+    let set = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_115_269_505);
+    let times = std::fs::FileTimes::new()
+        .set_modified(set)
+        .set_accessed(set);
+    // cp -p: write, set the times, (the commit).
+    let p = mnt.path().join("f");
+    std::fs::write(&p, b"hi").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
+    std::fs::File::open(&p).unwrap().sync_all().unwrap();
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().modified().unwrap(),
+        set,
+        "cp -p"
+    );
+    // rsync -a: a temporary written, its times set, renamed into place.
+    let tmp = mnt.path().join(".g.XXXXXX");
+    std::fs::write(&tmp, b"there").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&tmp)
+        .unwrap()
+        .set_times(times)
+        .unwrap();
+    std::fs::rename(&tmp, mnt.path().join("g")).unwrap();
+    let g = mnt.path().join("g");
+    std::fs::File::open(&g).unwrap().sync_all().unwrap();
+    assert_eq!(
+        std::fs::metadata(&g).unwrap().modified().unwrap(),
+        set,
+        "rsync -a"
+    );
+}
+
 /// An append to a whole uncompressed chunk whose writer closed it (unheard, with the
 /// kernel opening files) is refused at its `fsync` (a length no chunk can have), and the
 /// chunk keeps what its writer wrote: the earlier bytes are committed first, as that

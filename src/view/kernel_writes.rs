@@ -141,7 +141,7 @@ impl View {
     /// it into something a commit refuses: a refusal of the new bytes must not take the
     /// earlier ones along. A refusal here is that earlier writer's, which no request
     /// waits for: kept for `shardfs stats` and the unmount.
-    fn commit_earlier_writer(&self, ino: u64) {
+    pub(super) fn commit_earlier_writer(&self, ino: u64) {
         if let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino)) {
             let path = self.handle_path(ino, None);
             let mut refused = self.counters.refused.lock();

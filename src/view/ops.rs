@@ -186,6 +186,14 @@ impl View {
         let w = self.writer()?;
         let (path, node) = self.node(ino)?;
         container::refuse_writes(&[Some(&node)])?;
+        // What was written before (with the kernel opening files, gathered and committed
+        // a moment later) is committed first, as its close would have: the commit then
+        // changes nothing the times were set on. Before, it gave the file a new mtime,
+        // and the times `cp -p` and `rsync -a` set went with it (found by an adversarial
+        // tester).
+        if self.kernel_opens() && self.implicit.fh(ino).is_some() {
+            self.commit_earlier_writer(ino);
+        }
         let now = self.getattr(ino)?;
         let base = {
             let times = w.times.lock();

@@ -24,6 +24,76 @@ impl View {
         newname: &OsStr,
         noreplace: bool,
     ) -> Result<Renamed> {
+        let set = self.set_times_shown(parent, name);
+        let renamed = self.rename_entry(parent, name, newparent, newname, noreplace)?;
+        self.carry_set_times(set, parent, name, newparent, newname);
+        Ok(renamed)
+    }
+
+    /// The times set through the mount on `name` in `parent` that `stat` shows now (the
+    /// file unchanged since they were set).
+    fn set_times_shown(&self, parent: u64, name: &OsStr) -> Option<super::writer::SetTimes> {
+        let w = self.writer.as_ref()?;
+        let path = self.inodes.get(parent)?.0.join(name);
+        let set = *w.times.lock().get(&path)?;
+        let ino = self.inodes.peek(&path)?;
+        let (_, node) = self.node(ino).ok()?;
+        let now = self.attr_of(ino, &node).ok()?;
+        (set.base == now.mtime).then_some(set)
+    }
+
+    /// Times set on a file through the mount go with it to its new name (a rename
+    /// changes no file), shown while it is unchanged there. Before, they stayed with the
+    /// old name, so `rsync -a` (times set on its temporary file, then renamed into
+    /// place) lost every file's times, and copied every file again at its next run
+    /// (found by an adversarial tester).
+    fn carry_set_times(
+        &self,
+        set: Option<super::writer::SetTimes>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+    ) {
+        let Some(w) = &self.writer else { return };
+        let (Some((from, _)), Some((to, _))) =
+            (self.inodes.get(parent), self.inodes.get(newparent))
+        else {
+            return;
+        };
+        let (from, to) = (from.join(name), to.join(newname));
+        let mut times = w.times.lock();
+        times.remove(&from);
+        times.remove(&to);
+        drop(times);
+        let Some(set) = set else { return };
+        // Shown while the file at the new name keeps the mtime it has now.
+        let Some(ino) = self.inodes.peek(&to) else {
+            return;
+        };
+        let Ok((_, node)) = self.node(ino) else {
+            return;
+        };
+        let Ok(now) = self.attr_of(ino, &node) else {
+            return;
+        };
+        w.times.lock().insert(
+            to,
+            super::writer::SetTimes {
+                base: now.mtime,
+                ..set
+            },
+        );
+    }
+
+    fn rename_entry(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        noreplace: bool,
+    ) -> Result<Renamed> {
         refuse_internal(newname)?;
         let (ppath, pnode) = self.node(parent)?;
         let (npath, nnode) = self.node(newparent)?;
