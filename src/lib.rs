@@ -2,7 +2,8 @@
 //!
 //! Layers, each testable on its own (see `docs/`):
 //! `format` (bytes, no I/O) → `store` (the backing directory) → `view` (the virtual tree,
-//! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard).
+//! no FUSE types) → `fuse` (a thin adapter) → `mount` (sessions, the unmount guard; what it
+//! opens and checks first is `mount_target`, its mount point and daemon `mountpoint`).
 
 pub mod cli;
 pub mod compact;
@@ -13,6 +14,7 @@ pub mod fuse;
 pub mod info;
 pub mod maint;
 pub mod mount;
+mod mount_target;
 mod mountpoint;
 pub mod sample;
 pub mod store;
