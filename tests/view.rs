@@ -743,6 +743,46 @@ fn a_temporary_renamed_onto_a_new_arrays_metadata_leaves_nothing_behind() {
     assert_eq!(shown["shape"], serde_json::json!([2, 2]));
 }
 
+/// A file of its own two levels down in a sharded array's key directories (a writer's
+/// temporary, `c/0/0/x.partial` of a 3-d array), with no chunk anywhere, is listed by a
+/// later mount all the way down. Before, a key directory was looked into one level only
+/// for such files, so the later mount listed no `c` at all, though the store kept the
+/// file (found by the reference test).
+#[test]
+fn files_of_their_own_deep_in_key_directories_are_listed_by_a_later_mount() {
+    let store = tempfile::tempdir().unwrap();
+    let view = writable_view_of(store.path());
+    let a = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
+    let meta = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": [7, 7, 5], "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [3, 2, 2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}], "attributes": {}
+    });
+    write_file(&view, a, "zarr.json", &serde_json::to_vec(&meta).unwrap());
+    let c = view.mkdir(a, OsStr::new("c")).unwrap().ino;
+    let c0 = view.mkdir(c, OsStr::new("0")).unwrap().ino;
+    let c00 = view.mkdir(c0, OsStr::new("0")).unwrap().ino;
+    write_file(&view, c00, "0.x.partial", b"temporary");
+    view.sync_all().unwrap();
+    drop(view);
+    let later = view_of(store.path());
+    let names = |path: &str| -> Vec<String> {
+        let ino = lookup(&later, path).unwrap().ino;
+        later
+            .readdir(ino)
+            .unwrap()
+            .iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect()
+    };
+    assert!(names("a").contains(&"c".to_string()), "{:?}", names("a"));
+    assert_eq!(names("a/c"), ["0"]);
+    assert_eq!(names("a/c/0"), ["0"]);
+    assert_eq!(names("a/c/0/0"), ["0.x.partial"]);
+    assert_eq!(read(&later, "a/c/0/0/0.x.partial").unwrap(), b"temporary");
+}
+
 /// Every file below `root`, as paths relative to it.
 fn walkdir_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -145,16 +145,11 @@ KNOWN_OPEN = {
     # them unseen (it now fails on such a tag); found 2026-11-27 against main cee68eb, on a
     # local store and on s3 alike. Fixed since, and so removed from here: a refused append
     # losing its chunk (bea1a4c), a temporary left behind by a rename onto a new array's
-    # zarr.json (36a74b5); on s3, emptied directories vanishing, rm -rf leaving an emptied
+    # zarr.json (36a74b5), a file of its own two levels down in key directories not listed
+    # by a later mount (f1-scratch-file-dropped: the commit after 1edce96); on s3, emptied
+    # directories vanishing, rm -rf leaving an emptied
     # shard or meeting ESTALE, rmdir of a directory holding mkdir-made ones (880440e, and the
     # emptied shards of a removed key directory: the commit after it).
-    "f1-scratch-file-dropped": (
-        "a writer's temporary file of its own in a key directory (its chunk then unlinked) is not "
-        "shown by a later mount (v2 view); expected: stored and shown (SEMANTICS \"What is "
-        "stored\"); seen with --store s3 --seed 1 --ops 150 --format v2 (not minimized; ops 14, 48, "
-        "84, 128 of that run replayed on a local store lose it too: "
-        "s3replay.py EMITTED --local --ops 14,48,84,128 --only arr1)",
-    ),
     # --store s3 (found 2026-11-27 against main cee68eb; repros in /tmp/reft-findings/, not
     # in the repository). Its plain-directory cases are fixed (880440e: a directory stays
     # when its last object goes; rmdir of one holding mkdir-made ones is ENOTEMPTY); what
