@@ -1270,21 +1270,7 @@ fn files_unlinked_after_writes_are_kept_for_their_descriptors_within_a_bound() {
     if !common::can_mount() {
         return;
     }
-    let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
-        1 << 20,
-        64,
-        8,
-        serde_json::json!([{"name": "bytes"}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("u")).unwrap();
-    std::fs::write(
-        store.path().join("u/zarr.json"),
-        serde_json::to_vec(&meta).unwrap(),
-    )
-    .unwrap();
+    let store = uncompressed_array_u(1 << 20, 64);
     let (mnt, _m) = common::mount::mount_rw(store.path());
     let kept = shardfs::view::KERNEL_UNLINKED_KEPT;
     std::fs::create_dir(mnt.path().join("u/c")).unwrap();
@@ -1394,21 +1380,7 @@ fn a_refused_append_to_a_chunk_keeps_what_its_writer_closed() {
     if !common::can_mount() {
         return;
     }
-    let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
-        64,
-        32,
-        8,
-        serde_json::json!([{"name": "bytes"}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("u")).unwrap();
-    std::fs::write(
-        store.path().join("u/zarr.json"),
-        serde_json::to_vec(&meta).unwrap(),
-    )
-    .unwrap();
+    let store = uncompressed_array_u(64, 32);
     {
         let (mnt, m) = common::mount::mount_rw(store.path());
         // The kernel's first open: from now on it opens files itself.
@@ -1432,6 +1404,27 @@ fn a_refused_append_to_a_chunk_keeps_what_its_writer_closed() {
     assert_eq!(std::fs::read(mnt.path().join("u/c/1")).unwrap(), [4u8; 8]);
 }
 
+/// A store with one 1-d uint8 array `u` of `len` elements, shards of `shard`, inner
+/// chunks of 8 bytes, no compression (every chunk exactly 8 bytes).
+fn uncompressed_array_u(len: usize, shard: usize) -> tempfile::TempDir {
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        len,
+        shard,
+        8,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("u")).unwrap();
+    std::fs::write(
+        store.path().join("u/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    store
+}
+
 /// A slow writer of an uncompressed chunk (one length only): what it wrote before a
 /// pause longer than the idle commit's is not committed half written. The idle commit
 /// once took the half, refused it (a length no chunk can have) and let its bytes go; the
@@ -1445,21 +1438,7 @@ fn a_slow_writer_of_an_uncompressed_chunk_loses_nothing() {
     if !common::can_mount() {
         return;
     }
-    let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
-        64,
-        32,
-        8,
-        serde_json::json!([{"name": "bytes"}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("u")).unwrap();
-    std::fs::write(
-        store.path().join("u/zarr.json"),
-        serde_json::to_vec(&meta).unwrap(),
-    )
-    .unwrap();
+    let store = uncompressed_array_u(64, 32);
     let idle = shardfs::view::KERNEL_WRITE_IDLE;
     {
         let (mnt, m) = common::mount::mount_rw(store.path());
