@@ -162,11 +162,16 @@ impl View {
         let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
             return false;
         };
-        let Some(want) = self.fixed_chunk_len(&node) else {
-            return false;
+        // The cheap part first, on every write: only a write past the end of bytes
+        // written since the open asks what length the array fixes.
+        let len = {
+            let f = file.lock();
+            if f.orphan || !f.dirty || end <= f.data.len() as u64 {
+                return false;
+            }
+            f.data.len() as u64
         };
-        let f = file.lock();
-        !f.orphan && f.dirty && f.data.len() as u64 == want && end > want
+        self.fixed_chunk_len(&node) == Some(len)
     }
 
     /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
