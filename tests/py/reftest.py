@@ -111,6 +111,12 @@ DOCUMENTED = {
         "`touch` of a generated metadata file (`.zattrs`, `.zarray`, `.zgroup`) fails at "
         "close with `ENOENT`; nothing changes.",
     ),
+    "f7-fix-renamed-as-stored-array-unsharded": (
+        'SEMANTICS "The tree" (arrays shown as stored)',
+        "Later mounts show it unsharded, like any sharded array, and so does this mount once "
+        "the array's directory is renamed (away and back, too): a write of the sharded "
+        "`zarr.json` after that is refused (`EINVAL`; the store keeps the document it has)",
+    ),
     "wrong-size-chunk-refused": (
         "issue 33 finding 5 (the fixed behaviour)",
         "a chunk whose size cannot decode for its array (codecs with no compression) is "
