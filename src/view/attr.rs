@@ -138,11 +138,14 @@ impl View {
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }
             Node::Scratch { path, array, .. } => {
-                let Some(len) = self.writer()?.scratch_len(path) else {
+                let Some((len, modified)) = self.writer()?.scratch_stat(path) else {
                     return self.attr(ino, &self.settled(ino)?);
                 };
+                // Owner and mode of the array's metadata; times of its own bytes.
                 let mut m = array.dir_meta;
                 m.perm = array.json_meta.perm;
+                m.mtime = modified;
+                m.ctime = modified;
                 Attr::from_meta(ino, Kind::File, len, &m)
             }
         })

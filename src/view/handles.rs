@@ -231,6 +231,7 @@ impl View {
                     w.unreserve((f.data.len() - size) as u64);
                 }
                 f.data.resize(size, 0);
+                f.modified = std::time::SystemTime::now();
                 if self.kernel_opens() {
                     f.written = w.staging.close_time();
                 }

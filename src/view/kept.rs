@@ -137,6 +137,9 @@ impl View {
             }
             (f.data.clone(), sum)
         };
+        // Times set on it stay shown: storing it changes none of its bytes (before, the
+        // stored file's new mtime hid them; found by the reference test).
+        let set = self.set_times_shown(path);
         // The view path is the store path (the view shows the store's directories).
         if let Some(dir) = path.parent() {
             self.make_store_dirs(dir)?;
@@ -146,26 +149,31 @@ impl View {
         // Stored and closed: the store file is the file from now on, as for a later
         // mount; its memory goes back to the write buffer. (Open, it stays in memory
         // for its writer and is stored again when changed.)
-        let mut map = w.scratch.lock();
-        let mut f = file.lock();
-        if crc32c::crc32c(&f.data) != sum {
-            return Ok(());
-        }
-        f.kept = Some(sum);
-        if f.opens == 0 && map.get(path).is_some_and(|m| Arc::ptr_eq(m, file)) {
-            w.unreserve(f.data.len() as u64);
-            f.data = Vec::new();
-            drop(f);
-            map.remove(path);
-            kept.remove(path);
-            if let Some(ino) = self.inodes.peek(path) {
-                self.inodes.update(
-                    ino,
-                    Node::File {
-                        rel: path.to_path_buf(),
-                    },
-                );
+        {
+            let mut map = w.scratch.lock();
+            let mut f = file.lock();
+            if crc32c::crc32c(&f.data) != sum {
+                return Ok(());
             }
+            f.kept = Some(sum);
+            if f.opens == 0 && map.get(path).is_some_and(|m| Arc::ptr_eq(m, file)) {
+                w.unreserve(f.data.len() as u64);
+                f.data = Vec::new();
+                drop(f);
+                map.remove(path);
+                kept.remove(path);
+                if let Some(ino) = self.inodes.peek(path) {
+                    self.inodes.update(
+                        ino,
+                        Node::File {
+                            rel: path.to_path_buf(),
+                        },
+                    );
+                }
+            }
+        }
+        if let Some(set) = set {
+            self.show_set_times(path, set);
         }
         Ok(())
     }

@@ -113,6 +113,7 @@ impl View {
                 f.data[start..start + overlap].copy_from_slice(&data[..overlap]);
                 f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
+                f.modified = std::time::SystemTime::now();
                 let kernel = self.kernel_opens();
                 if kernel {
                     f.written = w.staging.close_time();
@@ -213,6 +214,38 @@ impl View {
         self.getattr(ino)
     }
 
+    /// The times set through the mount on `path` that `stat` shows now (the file
+    /// unchanged since they were set).
+    pub(super) fn set_times_shown(&self, path: &Path) -> Option<super::writer::SetTimes> {
+        let w = self.writer.as_ref()?;
+        let set = *w.times.lock().get(path)?;
+        (Some(set.base) == self.mtime_at(path)).then_some(set)
+    }
+
+    /// Shows `set` on `path` while the file there keeps the mtime it has now: after a
+    /// change of where the file lives that changes no byte of it (a rename, a file of
+    /// its own stored).
+    pub(super) fn show_set_times(&self, path: &Path, set: super::writer::SetTimes) {
+        let Some(w) = &self.writer else { return };
+        let Some(base) = self.mtime_at(path) else {
+            return;
+        };
+        w.times
+            .lock()
+            .insert(path.to_path_buf(), super::writer::SetTimes { base, ..set });
+    }
+
+    /// The modification time of the file at `path`, as its own (times set through the
+    /// mount aside). By path: the kernel may have forgotten its inode meanwhile (then
+    /// the inode table no longer knows the name; found by the reference test).
+    fn mtime_at(&self, path: &Path) -> Option<std::time::SystemTime> {
+        let (ino, node) = match self.inodes.peek(path) {
+            Some(ino) => (ino, self.node(ino).ok()?.1),
+            None => (0, self.resolve(path).ok()??),
+        };
+        Some(self.attr_of(ino, &node).ok()?.mtime)
+    }
+
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
         let (path, node) = self.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
@@ -249,6 +282,7 @@ impl View {
                 }
                 f.data.resize(size, 0);
                 f.dirty = true;
+                f.modified = std::time::SystemTime::now();
                 if self.kernel_opens() {
                     f.written = w.staging.close_time();
                 }

@@ -24,22 +24,13 @@ impl View {
         newname: &OsStr,
         noreplace: bool,
     ) -> Result<Renamed> {
-        let set = self.set_times_shown(parent, name);
+        let set = self
+            .inodes
+            .get(parent)
+            .and_then(|(dir, _)| self.set_times_shown(&dir.join(name)));
         let renamed = self.rename_entry(parent, name, newparent, newname, noreplace)?;
         self.carry_set_times(set, parent, name, newparent, newname);
         Ok(renamed)
-    }
-
-    /// The times set through the mount on `name` in `parent` that `stat` shows now (the
-    /// file unchanged since they were set).
-    fn set_times_shown(&self, parent: u64, name: &OsStr) -> Option<super::writer::SetTimes> {
-        let w = self.writer.as_ref()?;
-        let path = self.inodes.get(parent)?.0.join(name);
-        let set = *w.times.lock().get(&path)?;
-        let ino = self.inodes.peek(&path)?;
-        let (_, node) = self.node(ino).ok()?;
-        let now = self.attr_of(ino, &node).ok()?;
-        (set.base == now.mtime).then_some(set)
     }
 
     /// Times set on a file through the mount go with it to its new name (a rename
@@ -66,24 +57,9 @@ impl View {
         times.remove(&from);
         times.remove(&to);
         drop(times);
-        let Some(set) = set else { return };
-        // Shown while the file at the new name keeps the mtime it has now.
-        let Some(ino) = self.inodes.peek(&to) else {
-            return;
-        };
-        let Ok((_, node)) = self.node(ino) else {
-            return;
-        };
-        let Ok(now) = self.attr_of(ino, &node) else {
-            return;
-        };
-        w.times.lock().insert(
-            to,
-            super::writer::SetTimes {
-                base: now.mtime,
-                ..set
-            },
-        );
+        if let Some(set) = set {
+            self.show_set_times(&to, set);
+        }
     }
 
     fn rename_entry(

@@ -128,6 +128,7 @@ impl View {
                 w.unreserve(old - new);
             }
             f.data = stored;
+            f.modified = std::time::SystemTime::now();
         }
         put.map(|_| ())
     }

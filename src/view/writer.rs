@@ -25,7 +25,7 @@ pub struct WriteConfig {
 }
 
 /// An in-memory file.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Scratch {
     pub(super) data: Vec<u8>,
     pub(super) opens: u32,
@@ -38,6 +38,10 @@ pub struct Scratch {
     /// since it was made). A mount that hears of a close only later (kernel opens)
     /// commits it as closed then, the last moment it knows the writer was still there.
     pub(super) written: u64,
+    /// When its bytes last changed (made, written, resized): its mtime and ctime. Before,
+    /// it showed its array directory's times, so a write moved no mtime, and a write of
+    /// the array's metadata (the directory changed) reset times set on it.
+    pub(super) modified: std::time::SystemTime,
     /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
     pub(super) kept: Option<u32>,
     /// The idle timer's last look at it: its checksum then, and since when it has had
@@ -321,6 +325,14 @@ impl Writer {
         self.scratch(path).map(|s| s.lock().data.len() as u64)
     }
 
+    /// The length of the scratch file at `path` and when its bytes last changed.
+    pub(super) fn scratch_stat(&self, path: &Path) -> Option<(u64, std::time::SystemTime)> {
+        self.scratch(path).map(|s| {
+            let f = s.lock();
+            (f.data.len() as u64, f.modified)
+        })
+    }
+
     /// A new scratch file at `path` (replacing any), already counted as open `opens`
     /// times. Open counts change only under the map's lock ([`Writer::open_scratch`],
     /// `View::settle_scratch`), so a file being opened is never taken away.
@@ -338,6 +350,7 @@ impl Writer {
             dirty,
             orphan: false,
             written: 0,
+            modified: std::time::SystemTime::now(),
             kept: None,
             seen: None,
         }));
