@@ -513,6 +513,59 @@ fn compact_respects_the_threshold_and_the_index_location() {
     assert_eq!(std::fs::read(root.join("a/c/1")).unwrap(), &dirty[..50]);
 }
 
+/// A shard path that is a directory, a FIFO or a symbolic link is skipped and reported,
+/// and the run goes on to the other shards. Before, the whole run stopped at it.
+#[test]
+fn compact_skips_shard_paths_that_are_not_files_and_goes_on() {
+    let (dir, layout) = store(IndexLocation::End, true, Endian::Little);
+    let root = dir.path();
+    for s in 0..4 {
+        // Dead space: a first chunk written, then replaced (an append leaves the old one).
+        put(root, &format!("a/c/{s}"), &layout, &[(0, b"0000")]);
+        put(root, &format!("a/c/{s}"), &layout, &[(0, b"1111")]);
+    }
+    let len0 = std::fs::metadata(root.join("a/c/0")).unwrap().len();
+    std::fs::remove_file(root.join("a/c/1")).unwrap();
+    std::fs::create_dir(root.join("a/c/1")).unwrap();
+    std::fs::remove_file(root.join("a/c/2")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("a/c/2").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::rename(root.join("a/c/3"), outside.path().join("shard")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("shard"), root.join("a/c/3")).unwrap();
+    let outside_before = std::fs::read(outside.path().join("shard")).unwrap();
+    let report = compact(root, 0.0, false).unwrap();
+    let skipped: Vec<_> = report
+        .skipped
+        .iter()
+        .map(|p| (p.shard.to_str().unwrap().to_string(), p.what.clone()))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{report}");
+    assert!(
+        skipped[0].0 == "a/c/1" && skipped[0].1.contains("a directory"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[1].0 == "a/c/2" && skipped[1].1.contains("special file"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[2].0 == "a/c/3" && skipped[2].1.contains("symbolic link"),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        report.shards_rewritten, 1,
+        "the regular shard, after them: {report}"
+    );
+    assert!(std::fs::metadata(root.join("a/c/0")).unwrap().len() < len0);
+    assert_eq!(
+        std::fs::read(outside.path().join("shard")).unwrap(),
+        outside_before
+    );
+}
+
 #[test]
 fn verify_reports_shard_paths_that_are_not_files_and_carries_on_past_a_broken_zarr_json() {
     let (dir, layout) = store(IndexLocation::End, true, Endian::Little);

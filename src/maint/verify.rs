@@ -139,22 +139,12 @@ pub fn verify_store(store: &dyn Store, name: &Path, progress: bool) -> io::Resul
 fn verify_shard(root: &Path, rel: &Path, layout: &ShardLayout) -> Result<Checked, CommitError> {
     // Never opened unless a regular file: a FIFO would block, a symbolic link may lead
     // out of the store, and a mount reads the chunks of either as EIO.
-    match std::fs::symlink_metadata(root.join(rel)) {
-        Ok(m) if !m.file_type().is_file() => {
-            let what = if m.is_dir() {
-                "a directory"
-            } else if m.file_type().is_symlink() {
-                "a symbolic link (never followed)"
-            } else {
-                "a special file (FIFO, socket or device)"
-            };
-            let mut c = check_nothing();
-            c.problems.push(format!(
-                "the shard path is {what}, not a regular file: its chunks read as EIO"
-            ));
-            return Ok(c);
-        }
-        _ => {}
+    if let Some(what) = super::walk::not_a_file(root, rel) {
+        let mut c = check_nothing();
+        c.problems.push(format!(
+            "the shard path is {what}, not a regular file: its chunks read as EIO"
+        ));
+        return Ok(c);
     }
     let (dir_rel, name) = recover::split_rel(rel)?;
     let file = match ShardDir::open(root, dir_rel, false, Lock::Shared)? {

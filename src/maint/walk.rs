@@ -2,7 +2,7 @@
 //! root, with its shard files), and their progress bar. Not what is done to each shard.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -74,4 +74,20 @@ pub(super) fn progress_bar(show: bool, len: usize, what: &'static str) -> Progre
     );
     bar.set_message(what);
     bar
+}
+
+/// What the shard path `rel` of the local store at `root` is, when it is not a regular
+/// file (`verify` reports it, `compact` skips it): never opened, as a FIFO would block
+/// and a symbolic link may lead out of the store. `None`: a regular file, or nothing.
+pub(super) fn not_a_file(root: &Path, rel: &Path) -> Option<&'static str> {
+    let m = std::fs::symlink_metadata(root.join(rel)).ok()?;
+    Some(if m.file_type().is_file() {
+        return None;
+    } else if m.is_dir() {
+        "a directory"
+    } else if m.file_type().is_symlink() {
+        "a symbolic link (never followed)"
+    } else {
+        "a special file (FIFO, socket or device)"
+    })
 }
