@@ -62,11 +62,15 @@ impl View {
     pub(super) fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
         let mut a = self.attr_of(ino, node)?;
         if let Some(w) = &self.writer {
+            let own = match node {
+                Node::Scratch { path, .. } => w.scratch_stat(path).map_or(a.mtime, |(_, m)| m),
+                _ => a.mtime,
+            };
             let times = w.times.lock();
             if !times.is_empty()
                 && let Some((path, _)) = self.inodes.get(ino)
                 && let Some(t) = times.get(&path)
-                && t.base == a.mtime
+                && t.base == own
             {
                 a.atime = t.atime;
                 a.mtime = t.mtime;
@@ -138,14 +142,15 @@ impl View {
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }
             Node::Scratch { path, array, .. } => {
-                let Some((len, modified)) = self.writer()?.scratch_stat(path) else {
+                let Some(len) = self.writer()?.scratch_len(path) else {
                     return self.attr(ino, &self.settled(ino)?);
                 };
-                // Owner and mode of the array's metadata; times of its own bytes.
+                // Owner, mode and times of the array's (times set on it aside: see
+                // `View::own_mtime`). Renamed onto a chunk key, it shows the same times
+                // as the staged chunk it becomes, so the kernel keeps the pages its
+                // writer filled (docs/SEMANTICS.md, "Reads on a writable mount").
                 let mut m = array.dir_meta;
                 m.perm = array.json_meta.perm;
-                m.mtime = modified;
-                m.ctime = modified;
                 Attr::from_meta(ino, Kind::File, len, &m)
             }
         })

@@ -196,13 +196,7 @@ impl View {
             self.commit_earlier_writer(ino);
         }
         let now = self.getattr(ino)?;
-        let base = {
-            let times = w.times.lock();
-            times
-                .get(&path)
-                .filter(|t| t.base == now.mtime || t.mtime == now.mtime)
-                .map_or(now.mtime, |t| t.base)
-        };
+        let base = self.own_mtime(ino, &node).unwrap_or(now.mtime);
         w.times.lock().insert(
             path,
             super::writer::SetTimes {
@@ -235,15 +229,29 @@ impl View {
             .insert(path.to_path_buf(), super::writer::SetTimes { base, ..set });
     }
 
-    /// The modification time of the file at `path`, as its own (times set through the
-    /// mount aside). By path: the kernel may have forgotten its inode meanwhile (then
-    /// the inode table no longer knows the name; found by the reference test).
+    /// [`View::own_mtime`] of the file at `path`. By path: the kernel may have forgotten
+    /// its inode meanwhile (then the inode table no longer knows the name; found by the
+    /// reference test).
     fn mtime_at(&self, path: &Path) -> Option<std::time::SystemTime> {
         let (ino, node) = match self.inodes.peek(path) {
             Some(ino) => (ino, self.node(ino).ok()?.1),
             None => (0, self.resolve(path).ok()??),
         };
-        Some(self.attr_of(ino, &node).ok()?.mtime)
+        self.own_mtime(ino, &node)
+    }
+
+    /// The modification time that times set through the mount are shown against (while
+    /// it stays, the file is unchanged): its mtime, but for a file of its own held in
+    /// memory, which shows its array directory's times: when its bytes last changed.
+    /// Before, a write of the array's metadata (the directory changed) reset times set
+    /// on such a file (found by the reference test).
+    pub(super) fn own_mtime(&self, ino: u64, node: &Node) -> Option<std::time::SystemTime> {
+        if let Node::Scratch { path, .. } = node
+            && let Some((_, m)) = self.writer.as_ref()?.scratch_stat(path)
+        {
+            return Some(m);
+        }
+        Some(self.attr_of(ino, node).ok()?.mtime)
     }
 
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {

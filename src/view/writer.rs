@@ -38,9 +38,8 @@ pub struct Scratch {
     /// since it was made). A mount that hears of a close only later (kernel opens)
     /// commits it as closed then, the last moment it knows the writer was still there.
     pub(super) written: u64,
-    /// When its bytes last changed (made, written, resized): its mtime and ctime. Before,
-    /// it showed its array directory's times, so a write moved no mtime, and a write of
-    /// the array's metadata (the directory changed) reset times set on it.
+    /// When its bytes last changed (made, written, resized): what times set on it are
+    /// shown against ([`super::View::own_mtime`]); it shows its array directory's.
     pub(super) modified: std::time::SystemTime,
     /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
     pub(super) kept: Option<u32>,
