@@ -290,101 +290,58 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
-        if matches!(meta.presentation, format::Presentation::Sharded(_))
-            && self.arrays.get(dir).is_some()
-        {
-            // Taken in already (the same document landing twice: at its close, and
-            // again at its release once the kernel opens files itself): it is the
-            // sharded array this mount made, not a client's shard files.
-            return Ok(());
-        }
-        if !matches!(meta.presentation, format::Presentation::Plain) {
-            // A client writing a sharded array writes its shard files itself, at the
-            // shard keys, and reads them back (partial shard writes): it is shown the
-            // store as it is for the rest of this mount. Later mounts show it unsharded.
-            if matches!(meta.presentation, format::Presentation::Sharded(_)) {
-                w.raw.lock().insert(dir.to_path_buf());
-                self.arrays.remove(dir);
-                self.refresh_subtree(dir);
-            }
-            return Ok(());
-        }
-        if w.raw.lock().remove(dir) {
-            self.refresh_subtree(dir);
-        }
-        if w.keep_unsharded.lock().remove(dir) {
-            // An unsharded array of the store whose metadata was rewritten (an attribute,
-            // a resize) stays as it is: sharding it would rewrite all its chunks, and
-            // move what else lies among them.
-            return Ok(());
-        }
-        let Some(sharded) = shard_document(&meta, w.chunks_per_shard.as_deref(), w.shard_target)
-        else {
-            log::warn!(
-                "{}: cannot shard this array (irregular grid or odd codecs); kept as written",
-                dir.display()
-            );
+        let Some(sharded) = self.sharded_document(dir, &meta)? else {
             return Ok(());
         };
-        if let Ok(format::Node::Array(m)) = format::metadata::parse(&sharded)
-            && let format::Presentation::Sharded(layout) = &m.presentation
-            && let Err(e) = crate::write::flush::storable(layout)
-        {
-            // Refused, and not left behind: a reader must not find it.
-            let why = format!("its chunks could never be stored: {e}");
-            log::warn!("{}: refused: {why}", json_path.display());
-            self.store.remove_file(&json_path)?;
-            // The document being written there goes too: nothing shows it any more.
-            w.docs.unlinked(&json_path);
-            self.refresh_subtree(dir);
-            return Err(ViewError::Invalid(why));
-        }
         let store = self.store.as_ref();
         // No name is made in the directory while it becomes an array (see `Writer::tree`).
         let _adopting = w.tree.write();
         let key_dirs = collect_key_dirs(store, dir, &meta);
         // A directory with something in it at a chunk key stands where a shard may go,
-        // and is not ours to remove: refused, and not left behind, as above.
+        // and is not ours to remove: refused, and not left behind.
         if let Some((_, path)) = key_dirs.iter().find(|(coords, path)| {
             coords.is_none() && store.list(path).is_ok_and(|l| !l.is_empty())
         }) {
-            let why = format!(
-                "{} is a directory with files in it, at a chunk key of the new array \
-                 (where its shards go): move it away first",
-                path.display()
-            );
-            log::warn!("{}: refused: {why}", json_path.display());
-            self.store.remove_file(&json_path)?;
-            // The document being written there goes too: nothing shows it any more.
-            w.docs.unlinked(&json_path);
-            self.refresh_subtree(dir);
-            return Err(ViewError::Invalid(why));
+            return Err(self.refuse_new_array(
+                dir,
+                format!(
+                    "{} is a directory with files in it, at a chunk key of the new array \
+                     (where its shards go): move it away first",
+                    path.display()
+                ),
+            ));
         }
         // Chunk files copied in before the metadata (`cp -r` order) would collide with
-        // the shard files; move them aside, stage them, flush, then drop them.
-        let ingest = collect_chunk_files(store, dir, &meta);
+        // the shard files; moved aside, staged, flushed, then dropped.
         let aside = dir.join(".shardfs-ingest");
-        let mut moved = Vec::new();
-        if !ingest.is_empty() {
-            if store.stat(&aside)?.is_none() {
-                store.create_dir(&aside)?;
-            }
-            for (i, (coords, file)) in ingest.into_iter().enumerate() {
-                let to = aside.join(i.to_string());
-                store.rename(&file, &to)?;
-                moved.push((coords, to));
-            }
-        }
-        // Key directories made before the metadata (`mkdir -p a/c/0` first, as `rsync`
-        // and `cp -r` may) stay key directories of the new array, as a `mkdir` after it
-        // would make. Only once the array is in place (its inodes looked at again) do the
-        // emptied store directories go: as store directories they would stand where
-        // shards go and keep `rmdir` of the array from emptying it; until then a writer
-        // that holds one (`rsync` setting its times) still finds it. One that holds a
-        // file that is no chunk (`rsync`'s temporary file) stays in the store, and the
-        // file is shown in it.
-        // A directory made at a chunk's key (in 1-D, where a shard goes) is no key
-        // directory: it goes first.
+        let moved = move_chunk_files_aside(store, dir, &meta, &aside)?;
+        let key_dirs = self.keep_key_dirs(dir, key_dirs);
+        // Shown as its writer wrote it while it describes the array stored.
+        let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
+        store
+            .write_atomically(&json_path, &sharded)
+            .inspect_err(|_| self.forget_as_written(written))?;
+        let array = self.reload_array(dir)?;
+        self.drop_key_dirs(&array, key_dirs);
+        log::info!(
+            "{}: new array stored sharded, shards {:?}",
+            dir.display(),
+            array.layout.shard_shape
+        );
+        self.take_in_moved(&array, &moved, &aside)
+    }
+
+    /// The key directories found in `dir` before its metadata (`mkdir -p a/c/0` first,
+    /// as `rsync` and `cp -r` may) stay key directories of the new array, as a `mkdir`
+    /// after it would make; the returned store directories go once the array is in place
+    /// ([`View::drop_key_dirs`]). A directory made at a chunk's key (in 1-D, where a
+    /// shard goes) is no key directory: it goes now.
+    fn keep_key_dirs(
+        &self,
+        dir: &Path,
+        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
+    ) -> Vec<(Option<Vec<u64>>, PathBuf)> {
+        let store = self.store.as_ref();
         let (key_dirs, at_chunks): (Vec<_>, Vec<_>) = key_dirs
             .into_iter()
             .partition(|(coords, _)| coords.is_some());
@@ -397,46 +354,155 @@ impl View {
             }
             self.shards.invalidate(&path);
         }
-        w.vdirs.lock().extend(
-            key_dirs
-                .iter()
-                .filter_map(|(coords, _)| coords.clone())
-                .map(|c| (dir.to_path_buf(), c)),
-        );
-        // Shown as its writer wrote it while it describes the array stored.
-        let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
-        store
-            .write_atomically(&json_path, &sharded)
-            .inspect_err(|_| self.forget_as_written(written))?;
-        let array = self.reload_array(dir)?;
+        if let Some(w) = &self.writer {
+            w.vdirs.lock().extend(
+                key_dirs
+                    .iter()
+                    .filter_map(|(coords, _)| coords.clone())
+                    .map(|c| (dir.to_path_buf(), c)),
+            );
+        }
+        key_dirs
+    }
+
+    /// Once the new array is in place (its inodes looked at again), the emptied store
+    /// directories of its key directories go: as store directories they would stand
+    /// where shards go and keep `rmdir` of the array from emptying it; until then a
+    /// writer that holds one (`rsync` setting its times) still finds it. One that holds
+    /// a file that is no chunk (`rsync`'s temporary file) stays in the store, and the
+    /// file is shown in it. Key directories outside the grid are no longer kept.
+    fn drop_key_dirs(
+        &self,
+        array: &super::ShardedArray,
+        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
+    ) {
+        let store = self.store.as_ref();
         for (_, path) in key_dirs.into_iter().rev() {
             let _ = store.remove_dir(&path);
             self.shards.invalidate(&path);
         }
-        {
+        if let Some(w) = &self.writer {
             let counts = array.layout.chunk_counts();
             w.vdirs
                 .lock()
                 .retain(|(a, c)| a != &array.rel || c.iter().zip(counts).all(|(c, n)| c < n));
         }
-        log::info!(
-            "{}: new array stored sharded, shards {:?}",
-            dir.display(),
-            array.layout.shard_shape
-        );
+    }
+
+    /// The chunk files moved aside before the new array's metadata was stored, staged
+    /// into its shards and flushed; then the directory they were moved to goes.
+    fn take_in_moved(
+        &self,
+        array: &super::ShardedArray,
+        moved: &[(Vec<u64>, PathBuf)],
+        aside: &Path,
+    ) -> Result<()> {
+        let (w, store) = (self.writer()?, self.store.as_ref());
         if !moved.is_empty() {
-            for (coords, file) in &moved {
+            for (coords, file) in moved {
                 w.staging.put(
                     &array.rel,
                     coords.clone(),
                     Some(Arc::new(store.read_all(file)?.ok_or(ViewError::NotFound)?)),
                 );
             }
-            self.flush_array(&array)?;
-            store.remove_tree(&aside)?;
+            self.flush_array(array)?;
+            store.remove_tree(aside)?;
         }
         Ok(())
     }
+
+    /// The sharded `zarr.json` that makes the array `meta` just written at `dir` a
+    /// sharded array, or `None` where it stays as written (a sharded array's own shard
+    /// files, one taken in already, an unsharded array of the store, one that cannot be
+    /// sharded). Refused (and its document removed) where its chunks could never be
+    /// stored.
+    fn sharded_document(&self, dir: &Path, meta: &format::ArrayMeta) -> Result<Option<Vec<u8>>> {
+        let w = self.writer()?;
+        if matches!(meta.presentation, format::Presentation::Sharded(_))
+            && self.arrays.get(dir).is_some()
+        {
+            // Taken in already (the same document landing twice: at its close, and
+            // again at its release once the kernel opens files itself): it is the
+            // sharded array this mount made, not a client's shard files.
+            return Ok(None);
+        }
+        if !matches!(meta.presentation, format::Presentation::Plain) {
+            // A client writing a sharded array writes its shard files itself, at the
+            // shard keys, and reads them back (partial shard writes): it is shown the
+            // store as it is for the rest of this mount. Later mounts show it unsharded.
+            if matches!(meta.presentation, format::Presentation::Sharded(_)) {
+                w.raw.lock().insert(dir.to_path_buf());
+                self.arrays.remove(dir);
+                self.refresh_subtree(dir);
+            }
+            return Ok(None);
+        }
+        if w.raw.lock().remove(dir) {
+            self.refresh_subtree(dir);
+        }
+        if w.keep_unsharded.lock().remove(dir) {
+            // An unsharded array of the store whose metadata was rewritten (an attribute,
+            // a resize) stays as it is: sharding it would rewrite all its chunks, and
+            // move what else lies among them.
+            return Ok(None);
+        }
+        let Some(sharded) = shard_document(meta, w.chunks_per_shard.as_deref(), w.shard_target)
+        else {
+            log::warn!(
+                "{}: cannot shard this array (irregular grid or odd codecs); kept as written",
+                dir.display()
+            );
+            return Ok(None);
+        };
+        if let Ok(format::Node::Array(m)) = format::metadata::parse(&sharded)
+            && let format::Presentation::Sharded(layout) = &m.presentation
+            && let Err(e) = crate::write::flush::storable(layout)
+        {
+            return Err(
+                self.refuse_new_array(dir, format!("its chunks could never be stored: {e}"))
+            );
+        }
+        Ok(Some(sharded))
+    }
+
+    /// A new array at `dir` refused for `why`, and not left behind: a reader must not
+    /// find its `zarr.json`, nor the document being written there.
+    fn refuse_new_array(&self, dir: &Path, why: String) -> ViewError {
+        let json_path = dir.join("zarr.json");
+        log::warn!("{}: refused: {why}", json_path.display());
+        if let Err(e) = self.store.remove_file(&json_path) {
+            return e.into();
+        }
+        if let Some(w) = &self.writer {
+            w.docs.unlinked(&json_path);
+        }
+        self.refresh_subtree(dir);
+        ViewError::Invalid(why)
+    }
+}
+
+/// Chunk files of the new array `meta` at `dir` already in the store (copied in before
+/// the metadata), moved to `aside` under numbered names, with their coordinates.
+fn move_chunk_files_aside(
+    store: &dyn Store,
+    dir: &Path,
+    meta: &format::ArrayMeta,
+    aside: &Path,
+) -> Result<Vec<(Vec<u64>, PathBuf)>> {
+    let ingest = collect_chunk_files(store, dir, meta);
+    let mut moved = Vec::new();
+    if !ingest.is_empty() {
+        if store.stat(aside)?.is_none() {
+            store.create_dir(aside)?;
+        }
+        for (i, (coords, file)) in ingest.into_iter().enumerate() {
+            let to = aside.join(i.to_string());
+            store.rename(&file, &to)?;
+            moved.push((coords, to));
+        }
+    }
+    Ok(moved)
 }
 
 /// The sharded `zarr.json` for an unsharded array a writer created.

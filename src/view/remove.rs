@@ -12,21 +12,13 @@ impl View {
             return Ok(());
         }
         let (ppath, path, node) = match self.existing_child(parent, name) {
-            Err(ViewError::NotFound | ViewError::StaleInode(_))
-                if let Some((ppath, pnode)) = self.inodes.get_any(parent)
-                    && self.is_chunk_key(&pnode, name)
-                    && self.inodes.known(&ppath.join(name))
-                    // Not one the v2 view serves as the fill value: that one is not
-                    // stored, and was not deleted.
-                    && matches!(self.child(&ppath, &pnode, name), Ok(None)) =>
-            {
-                // The kernel still knows the name (an unlink comes without a lookup when
-                // the dentry is cached) but the chunk is gone: deleted by the mount
-                // itself just now (a shape shrink, which retires the inodes of chunks and
-                // key directories outside the new grid), its invalidation still on the
-                // way. Deleting what is not there is done; the stale entry goes.
+            Err(e @ (ViewError::NotFound | ViewError::StaleInode(_))) => {
+                let Some(stale) = self.chunk_deleted_here(parent, name) else {
+                    return Err(e);
+                };
+                // Deleting what is not there is done; the stale entry goes.
                 self.writer()?;
-                self.inodes.detach(&ppath.join(name));
+                self.inodes.detach(&stale);
                 return Ok(());
             }
             other => other?,
@@ -63,60 +55,11 @@ impl View {
                     w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
                 }
             }
-            Node::ArrayMeta {
-                array,
-                file: MetaFile::Zattrs,
-            } => {
-                if let Some(h) = w.headless.lock().get_mut(&array.rel) {
-                    h.zattrs = false;
-                } else {
-                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
-                }
-                self.inodes.detach(&path);
-                return Ok(());
-            }
-            Node::ArrayMeta {
-                array,
-                file: MetaFile::Zarray,
-            } => {
-                // zarr 2 removes an array recursively from a listing taken first, where
-                // `.zarray` comes before `.zattrs` and the chunks: the metadata leaves
-                // the store now, the other names stay until each is removed, and the
-                // directory goes with `rmdir`.
-                let array = self.current(array);
-                self.flush_array(&array)?;
-                self.store.remove_file(&array.meta_rel)?;
-                w.headless.lock().insert(
-                    array.rel.clone(),
-                    super::writer::Headless {
-                        array: array.clone(),
-                        zattrs: true,
-                    },
-                );
-                self.inodes.detach(&path);
-                return Ok(());
+            Node::ArrayMeta { array, file } => {
+                return self.unlink_array_meta(array, *file, &ppath, &path);
             }
             Node::GroupMeta { dir, file } => {
                 self.unlink_group_meta(dir, *file)?;
-                return Ok(());
-            }
-            Node::ArrayMeta { array, .. } => {
-                // The array stops being one: make its chunks durable, then remove the
-                // metadata; the directory then shows the store as it is.
-                let array = self.current(array);
-                self.flush_array(&array)?;
-                self.store.remove_file(&array.meta_rel)?;
-                self.arrays.remove(&array.rel);
-                w.staging.discard(&array.rel);
-                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
-                self.inodes.update_path(
-                    &ppath,
-                    Node::Dir {
-                        rel: array.rel.clone(),
-                    },
-                );
-                self.inodes.detach(&path);
-                self.refresh_subtree(&array.rel);
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => {
@@ -140,6 +83,80 @@ impl View {
             self.unconsolidate_above(&ppath);
         }
         Ok(())
+    }
+
+    /// `unlink` of an array's metadata file `file` (at `path`, in `ppath`).
+    fn unlink_array_meta(
+        &self,
+        array: &Arc<ShardedArray>,
+        file: MetaFile,
+        ppath: &Path,
+        path: &Path,
+    ) -> Result<()> {
+        let w = self.writer()?;
+        match file {
+            MetaFile::Zattrs => {
+                if let Some(h) = w.headless.lock().get_mut(&array.rel) {
+                    h.zattrs = false;
+                } else {
+                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                }
+                self.inodes.detach(path);
+                Ok(())
+            }
+            MetaFile::Zarray => {
+                // zarr 2 removes an array recursively from a listing taken first, where
+                // `.zarray` comes before `.zattrs` and the chunks: the metadata leaves
+                // the store now, the other names stay until each is removed, and the
+                // directory goes with `rmdir`.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                self.store.remove_file(&array.meta_rel)?;
+                w.headless.lock().insert(
+                    array.rel.clone(),
+                    super::writer::Headless {
+                        array: array.clone(),
+                        zattrs: true,
+                    },
+                );
+                self.inodes.detach(path);
+                Ok(())
+            }
+            _ => {
+                // The array stops being one: make its chunks durable, then remove the
+                // metadata; the directory then shows the store as it is.
+                let array = self.current(array);
+                self.flush_array(&array)?;
+                self.store.remove_file(&array.meta_rel)?;
+                self.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+                self.inodes.update_path(
+                    ppath,
+                    Node::Dir {
+                        rel: array.rel.clone(),
+                    },
+                );
+                self.inodes.detach(path);
+                self.refresh_subtree(&array.rel);
+                Ok(())
+            }
+        }
+    }
+
+    /// The kernel still knows the name `name` in `parent` (an unlink comes without a
+    /// lookup when the dentry is cached) but the chunk is gone: deleted by the mount
+    /// itself just now (a shape shrink, which retires the inodes of chunks and key
+    /// directories outside the new grid), its invalidation still on the way. Its path,
+    /// then. Not one the v2 view serves as the fill value: that one is not stored, and
+    /// was not deleted.
+    fn chunk_deleted_here(&self, parent: u64, name: &OsStr) -> Option<PathBuf> {
+        let (ppath, pnode) = self.inodes.get_any(parent)?;
+        let path = ppath.join(name);
+        (self.is_chunk_key(&pnode, name)
+            && self.inodes.known(&path)
+            && matches!(self.child(&ppath, &pnode, name), Ok(None)))
+        .then_some(path)
     }
 
     /// Shards in store directory `dir` (and below) that hold no chunk, removed with the
