@@ -479,6 +479,52 @@ mod tests {
         }
     }
 
+    /// The files the local store writes are the write half's layouts byte for byte: a
+    /// new shard (or any shard with its index at the start) as [`dense_shard`] makes it,
+    /// an append as the old file, the new chunks and the [`Packer::append`] tail.
+    #[test]
+    fn local_shards_are_the_codec_layouts_byte_for_byte() {
+        use crate::format::shard_write::{Packer, dense_shard};
+        for location in [IndexLocation::Start, IndexLocation::End] {
+            let root = tempfile::tempdir().unwrap();
+            let l = level(location, true);
+            let rel = Path::new("c/0");
+            let first: [(usize, &[u8]); 2] = [(0, b"ab"), (3, b"cdef")];
+            let updates: Vec<ChunkUpdate> = first.iter().map(|&(s, b)| (s, Some(b))).collect();
+            apply(root.path(), rel, &l, &updates).unwrap();
+            let file = std::fs::read(root.path().join(rel)).unwrap();
+            assert_eq!(file, dense_shard(&l, first, &CloseTimes::unknown(4)).0);
+            apply(
+                root.path(),
+                rel,
+                &l,
+                &[(2, Some(b"xyz".as_slice())), (0, None)],
+            )
+            .unwrap();
+            let after = std::fs::read(root.path().join(rel)).unwrap();
+            let expected = match location {
+                IndexLocation::Start => {
+                    let chunks: [(usize, &[u8]); 2] = [(2, b"xyz"), (3, b"cdef")];
+                    dense_shard(&l, chunks, &CloseTimes::unknown(4)).0
+                }
+                IndexLocation::End => {
+                    let mut p = Packer::append(&l, file.len() as u64).unwrap();
+                    p.keep(
+                        3,
+                        ChunkRange {
+                            offset: 2,
+                            nbytes: 4,
+                        },
+                    );
+                    p.place(2, 3);
+                    let tail = p.finish(&l, &CloseTimes::unknown(4)).tail;
+                    [file.clone(), b"xyz".to_vec(), tail].concat()
+                }
+            };
+            assert_eq!(after, expected, "{location:?}");
+        }
+    }
+
     #[test]
     fn bad_updates_change_nothing() {
         let root = tempfile::tempdir().unwrap();
