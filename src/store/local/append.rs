@@ -29,6 +29,7 @@ use super::recover::{
 use crate::format::CloseTimes;
 use crate::format::index::IndexLocation;
 use crate::format::shard_read::{self, ReadError};
+use crate::format::shard_write::Packer;
 use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
 pub use crate::store::commit::{CommitError, CommitOutcome};
@@ -226,34 +227,21 @@ fn append(
     sources: &[Option<Source>],
     times: &CloseTimes,
 ) -> Result<(ShardIndex, u64), CommitError> {
+    let mut packer = Packer::append(level, old_len).expect("appends only to an index at the end");
     let mut tail: Vec<&[u8]> = Vec::new();
-    let mut at = old_len;
-    let entries = sources
-        .iter()
-        .map(|s| match s {
-            None => None,
-            Some(Source::Old(r)) => Some(*r),
+    for (slot, s) in sources.iter().enumerate() {
+        match s {
+            None => {}
+            Some(Source::Old(r)) => packer.keep(slot, *r),
             Some(Source::New(b)) => {
+                packer.place(slot, b.len() as u64);
                 tail.push(b);
-                let r = ChunkRange {
-                    offset: at,
-                    nbytes: b.len() as u64,
-                };
-                at += r.nbytes;
-                Some(r)
             }
-        })
-        .collect();
-    let index = ShardIndex::from_entries(entries);
-    let encoded = index.encode(level.index_codecs);
-    let times_block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    tail.push(&times_block);
-    tail.push(&encoded);
-    let new_len = at + times_block.len() as u64 + encoded.len() as u64;
+        }
+    }
+    let framed = packer.finish(level, times);
+    tail.push(&framed.tail);
+    let new_len = framed.len;
     let record = AppendRecord {
         old_len,
         new_len,
@@ -307,32 +295,7 @@ fn append(
     if let Err(e) = dir.remove(&rec_name).and_then(|_| dir.sync()) {
         log::warn!("{}: append done, record not removed: {e}", path.display());
     }
-    Ok((index, new_len))
-}
-
-/// The index of a shard holding the chunks of `sizes` (per slot) packed in slot order,
-/// the index at `level.index_location`. The same layout as
-/// [`crate::format::index::assemble_shard`] (a test pins that), without holding the
-/// chunk bytes in memory.
-pub(crate) fn packed_index(
-    level: &ShardLevel,
-    sizes: impl Iterator<Item = Option<u64>>,
-) -> ShardIndex {
-    let mut at = match level.index_location {
-        IndexLocation::Start => level.index_len(),
-        IndexLocation::End => 0,
-    };
-    ShardIndex::from_entries(
-        sizes
-            .map(|s| {
-                s.map(|nbytes| {
-                    let r = ChunkRange { offset: at, nbytes };
-                    at += nbytes;
-                    r
-                })
-            })
-            .collect(),
-    )
+    Ok((framed.index, new_len))
 }
 
 /// Write the shard of `sources` (chunks in slot order, no dead space) to
@@ -350,16 +313,13 @@ pub(crate) fn rewrite(
         Source::Old(r) => r.nbytes,
         Source::New(b) => b.len() as u64,
     };
-    let index = packed_index(level, sources.iter().map(|s| s.as_ref().map(size)));
-    let encoded = index.encode(level.index_codecs);
-    let times_block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    let new_len = encoded.len() as u64
-        + times_block.len() as u64
-        + sources.iter().flatten().map(size).sum::<u64>();
+    let mut packer = Packer::dense(level);
+    for (slot, s) in sources.iter().enumerate() {
+        if let Some(s) = s {
+            packer.place(slot, size(s));
+        }
+    }
+    let framed = packer.finish(level, times);
     let tmp_name = sibling(name, TEMP_SUFFIX);
     let tmp_path = dir.path_of(&tmp_name);
     let tmp = dir
@@ -376,9 +336,7 @@ pub(crate) fn rewrite(
             tmp.set_permissions(std::fs::Permissions::from_mode(mode))?;
         }
         let mut out = BufWriter::with_capacity(1 << 20, &tmp);
-        if level.index_location == IndexLocation::Start {
-            out.write_all(&encoded)?;
-        }
+        out.write_all(&framed.head)?;
         let mut buf = Vec::new();
         for s in sources.iter().flatten() {
             match s {
@@ -395,10 +353,7 @@ pub(crate) fn rewrite(
                 }
             }
         }
-        out.write_all(&times_block)?;
-        if level.index_location == IndexLocation::End {
-            out.write_all(&encoded)?;
-        }
+        out.write_all(&framed.tail)?;
         out.flush()?;
         drop(out);
         tmp.sync_all()
@@ -410,7 +365,7 @@ pub(crate) fn rewrite(
         let _ = dir.remove(&tmp_name);
         return Err(e);
     }
-    Ok((index, new_len))
+    Ok((framed.index, framed.len))
 }
 
 /// All of `bufs`, in order, at `offset` of `file`: `pwritev`, resumed after a short
@@ -449,7 +404,6 @@ fn write_all_vectored_at(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::{assemble_shard, index_region};
     use crate::format::{Endian, IndexCodecs};
 
     fn level(location: IndexLocation, crc32c: bool) -> ShardLevel {
@@ -464,27 +418,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn packed_index_matches_assemble_shard() {
-        for location in [IndexLocation::Start, IndexLocation::End] {
-            let l = level(location, true);
-            let chunks: [(usize, &[u8]); 3] = [(0, b"ab"), (2, b""), (3, b"cdef")];
-            let whole = assemble_shard(4, &chunks, l.index_codecs, location);
-            let idx = packed_index(&l, [Some(2), None, Some(0), Some(4)].into_iter());
-            let (s, e) = index_region(location, whole.len() as u64, l.index_len()).unwrap();
-            assert_eq!(
-                whole[s as usize..e as usize],
-                idx.encode(l.index_codecs)[..]
-            );
-        }
-    }
-
     /// The files the local store writes are the write half's layouts byte for byte: a
     /// new shard (or any shard with its index at the start) as [`dense_shard`] makes it,
     /// an append as the old file, the new chunks and the [`Packer::append`] tail.
     #[test]
     fn local_shards_are_the_codec_layouts_byte_for_byte() {
-        use crate::format::shard_write::{Packer, dense_shard};
+        use crate::format::shard_write::dense_shard;
         for location in [IndexLocation::Start, IndexLocation::End] {
             let root = tempfile::tempdir().unwrap();
             let l = level(location, true);
