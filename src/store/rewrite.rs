@@ -135,6 +135,7 @@ pub(crate) fn rewrite_shard(
     }
     let mut outcome = CommitOutcome {
         index: index.clone(),
+        stored: None,
         old_len,
         new_len: old_len,
         bytes_written: 0,

@@ -33,7 +33,7 @@ use crate::format::shard_write::Packer;
 use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
 pub use crate::store::commit::{CommitError, CommitOutcome};
-use crate::store::commit::{Merge, ShardSnapshot, SlotChange};
+use crate::store::commit::{Merge, ShardSnapshot, SlotChange, StoredShard};
 
 /// One inner-chunk slot change of a shard: its new bytes, or deletion (`None`).
 pub type ChunkUpdate<'a> = (usize, Option<&'a [u8]>);
@@ -108,6 +108,7 @@ pub fn commit(
         }
         let outcome = CommitOutcome {
             index: cur.index.clone(),
+            stored: None,
             old_len: cur.len,
             new_len: cur.len,
             bytes_written: 0,
@@ -148,6 +149,7 @@ pub fn commit(
         outcome.index = ShardIndex::empty(n);
         outcome.new_len = 0;
         outcome.removed = true;
+        outcome.stored = Some(StoredShard::removed());
         return Ok(outcome);
     }
     outcome.removed = false;
@@ -166,7 +168,16 @@ pub fn commit(
             outcome.rewritten = true;
         }
     }
+    outcome.stored = reopen(&dir, name);
     Ok(outcome)
+}
+
+/// The shard as this commit left it, opened again (read-only, as a load opens it) while
+/// its directory's lock is still held: this commit's version, no later writer's. `None`
+/// if that fails (the committing mount then reads the index again, as before).
+fn reopen(dir: &ShardDir, name: &OsStr) -> Option<StoredShard> {
+    let file = dir.open_file(name, OFlags::RDONLY, 0).ok()??;
+    super::stored_shard(file).ok()
 }
 
 /// A shard as it is on disk, read under its directory's lock.

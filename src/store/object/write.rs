@@ -301,6 +301,12 @@ impl BucketStore {
                 None => PutMode::Create,
                 Some((_, version)) => PutMode::Update(version),
             };
+            // `outcome.stored` stays `None`: the PUT's answer names the new version's
+            // ETag but not its Last-Modified, which its identity as a HEAD reports it
+            // (`client::meta_of`: the version a cached index is checked against, and the
+            // mtime its chunks show) is made of; learning it would take a HEAD, and a
+            // HEAD after the PUT may find a later writer's version. The committing mount
+            // reads the index again (one GET of it, with the new version's metadata).
             match self.put(rel, bytes, mode) {
                 Ok(()) => return Ok(outcome),
                 Err(e)
