@@ -11,9 +11,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::format::index::assemble_shard;
+use crate::format::shard_write::dense_shard;
 use crate::format::{
-    ChunkKeyEncoding, Endian, IndexCodecs, IndexLocation, ShardLayout, ShardLevel,
+    ChunkKeyEncoding, CloseTimes, Endian, IndexCodecs, IndexLocation, ShardLayout, ShardLevel,
 };
 
 /// What the sample store holds, for checking a mount of it.
@@ -196,8 +196,8 @@ fn write_array(dir: &Path, spec: &Spec, sample: &mut Sample) -> io::Result<()> {
         }
         // Written in reverse slot order: shards need not be in index order.
         chunks.reverse();
-        let refs: Vec<(usize, &[u8])> = chunks.iter().map(|(s, b)| (*s, b.as_slice())).collect();
-        let bytes = assemble_shard(n_chunks, &refs, spec.index, spec.location);
+        let refs = chunks.iter().map(|(s, b)| (*s, b.as_slice()));
+        let (bytes, _) = dense_shard(&layout.levels[0], refs, &CloseTimes::unknown(n_chunks));
         let path = dir.join(spec.path).join(enc.encode(shard));
         std::fs::create_dir_all(path.parent().expect("under the array"))?;
         std::fs::write(path, bytes)?;

@@ -805,3 +805,75 @@ fn walkdir_files(root: &Path) -> Vec<String> {
     }
     out
 }
+
+/// The index-cache loads a view has made so far (`shardfs stats`: `index_cache_misses`).
+fn index_loads(view: &View) -> u64 {
+    let stats: serde_json::Value = serde_json::from_slice(&view.stats_json()).unwrap();
+    stats["index_cache_misses"].as_u64().unwrap()
+}
+
+/// A shard this mount committed is cached as the commit left it (issue 35): the chunk
+/// read back after its `fsync` reads no index, on a local directory and in memory. The
+/// cached shard carries the identity its freshness is checked by, so another mount's
+/// later commit of the shard (the same length, in memory) is still seen.
+#[test]
+fn a_committed_index_is_cached_and_another_mounts_commit_is_still_seen() {
+    use shardfs::store::MemoryStore;
+    let doc = common::sharded_u8_array(
+        64,
+        16,
+        4,
+        serde_json::json!([{"name": "bytes"}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    let doc = serde_json::to_vec(&doc).unwrap();
+    let memory = MemoryStore::new();
+    memory.put("a/zarr.json", doc.clone());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("a")).unwrap();
+    std::fs::write(dir.path().join("a/zarr.json"), &doc).unwrap();
+    let local: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path()).unwrap());
+    for store in [Arc::new(memory) as Arc<dyn Store>, local] {
+        let what = store.describe();
+        let (view, other) = (writable_view(store.clone()), writable_view(store.clone()));
+        let keys = view
+            .mkdir(lookup(&view, "a").unwrap().ino, OsStr::new("c"))
+            .unwrap()
+            .ino;
+        let c1 = write_file(&view, keys, "1", b"aaaa");
+        view.fsync(c1).unwrap();
+        let loads = index_loads(&view);
+        assert_eq!(read(&view, "a/c/1").unwrap(), b"aaaa", "{what}");
+        assert_eq!(
+            index_loads(&view),
+            loads,
+            "{what}: the index was read again"
+        );
+        // Another mount replaces the chunk: read back as it now is.
+        let theirs = lookup(&other, "a/c").unwrap().ino;
+        let o1 = write_file(&other, theirs, "1", b"bbbb");
+        other.fsync(o1).unwrap();
+        assert_eq!(read(&view, "a/c/1").unwrap(), b"bbbb", "{what}");
+        assert_eq!(index_loads(&view), loads + 1, "{what}");
+        // And this mount's next commit, on top of theirs, is cached again.
+        let c2 = write_file(&view, keys, "2", b"cccc");
+        view.fsync(c2).unwrap();
+        assert_eq!(read(&view, "a/c/2").unwrap(), b"cccc", "{what}");
+        assert_eq!(read(&view, "a/c/1").unwrap(), b"bbbb", "{what}");
+        assert_eq!(index_loads(&view), loads + 1, "{what}");
+    }
+}
+
+/// A writable view of `store`, with no mount.
+fn writable_view(store: Arc<dyn Store>) -> View {
+    use shardfs::compact::CpuCompactor;
+    use shardfs::view::write_api::{WriteConfig, Writer};
+    let writer = Writer::new(WriteConfig {
+        write_buffer: 1 << 20,
+        chunks_per_shard: None,
+        shard_target_bytes: 64 << 20,
+        compactor: Arc::new(CpuCompactor::new()),
+    });
+    View::with_writer(store, ViewConfig::default(), Some(writer)).unwrap()
+}

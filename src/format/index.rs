@@ -22,7 +22,8 @@
 //!   enclosing chunk's byte range).
 //!
 //! This module does not own where the index lives in a file beyond the start/end rule, nor
-//! how shards are read; see [`super::shard_read`] (and `store` for where they come from).
+//! how shards are read or laid out; see [`super::shard_read`] and [`super::shard_write`]
+//! (and `store` for where they come from and go).
 
 use thiserror::Error;
 
@@ -258,39 +259,6 @@ impl ShardIndex {
     }
 }
 
-/// A whole shard: the chunks `(slot, bytes)` packed in the order given, and the index
-/// at `location`. Slots not given are empty.
-pub fn assemble_shard(
-    n_chunks: usize,
-    chunks: &[(usize, &[u8])],
-    codecs: IndexCodecs,
-    location: IndexLocation,
-) -> Vec<u8> {
-    let index_len = codecs.encoded_len(n_chunks as u64).unwrap_or(0);
-    let base = match location {
-        IndexLocation::Start => index_len,
-        IndexLocation::End => 0,
-    };
-    let mut index = ShardIndex::empty(n_chunks);
-    let mut data = Vec::new();
-    for (slot, bytes) in chunks {
-        let offset = base + data.len() as u64;
-        index.set(
-            *slot,
-            Some(ChunkRange {
-                offset,
-                nbytes: bytes.len() as u64,
-            }),
-        );
-        data.extend_from_slice(bytes);
-    }
-    let encoded = index.encode(codecs);
-    match location {
-        IndexLocation::Start => [encoded, data].concat(),
-        IndexLocation::End => [data, encoded].concat(),
-    }
-}
-
 /// Where the index of a shard of `shard_len` bytes lies, for an index of `index_len` bytes.
 pub fn index_region(
     location: IndexLocation,
@@ -442,25 +410,6 @@ mod tests {
             ShardIndex::decode(&[], ALL_CODECS[0], u64::MAX / 8),
             Err(IndexError::TooLarge { .. })
         ));
-    }
-
-    #[test]
-    fn assembled_shards_decode_at_either_end() {
-        for codecs in ALL_CODECS {
-            for location in [IndexLocation::Start, IndexLocation::End] {
-                let shard = assemble_shard(3, &[(2, b"abc"), (0, b"")], codecs, location);
-                let len = shard.len() as u64;
-                let index_len = codecs.encoded_len(3).unwrap();
-                let (start, end) = index_region(location, len, index_len).unwrap();
-                let idx =
-                    ShardIndex::decode(&shard[start as usize..end as usize], codecs, 3).unwrap();
-                idx.validate(len, start, end).unwrap();
-                let r = idx.get(2).unwrap();
-                assert_eq!(&shard[r.offset as usize..r.end() as usize], b"abc");
-                assert_eq!(idx.get(0).unwrap().nbytes, 0);
-                assert_eq!(idx.get(1), None);
-            }
-        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod layout;
 pub mod metadata;
 pub mod ome;
 pub mod shard_read;
+pub mod shard_write;
 pub mod times;
 pub mod v2;
 

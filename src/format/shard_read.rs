@@ -5,8 +5,8 @@
 //! chunks, and the dead space `compact` reclaims and `info` reports.
 //!
 //! Opens nothing: every byte comes from the caller's source. Not owned here: the byte
-//! layouts themselves ([`super::index`], [`super::times`]), writing shards
-//! (`store::rewrite`, `store::local::append`), caching indices and retrying reads
+//! layouts themselves ([`super::index`], [`super::times`]), laying shards out
+//! ([`super::shard_write`]), caching indices and retrying reads
 //! (`store::shard`), and what `verify` reports of what it reads (`maint::check`).
 
 use std::io;
@@ -206,7 +206,8 @@ pub fn overlapping_chunks(index: &ShardIndex) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::{Endian, IndexCodecs, assemble_shard};
+    use crate::format::index::{Endian, IndexCodecs};
+    use crate::format::shard_write::dense_shard;
 
     fn level(index_location: IndexLocation) -> ShardLevel {
         ShardLevel {
@@ -236,7 +237,8 @@ mod tests {
     fn an_index_reads_at_either_end_and_a_short_shard_is_truncated() {
         for location in [IndexLocation::Start, IndexLocation::End] {
             let l = level(location);
-            let shard = assemble_shard(3, &[(2, b"abc"), (0, b"xy")], l.index_codecs, location);
+            let chunks: [(usize, &[u8]); 2] = [(2, b"abc"), (0, b"xy")];
+            let (shard, _) = dense_shard(&l, chunks, &CloseTimes::unknown(3));
             let len = shard.len() as u64;
             let (index, times) = read_index_and_times(&shard[..], &l, len).unwrap();
             assert_eq!(chunk_bytes(&shard, index.get(2).unwrap()), b"abc");

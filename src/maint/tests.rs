@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use super::*;
-use crate::format::index::{EMPTY, assemble_shard, index_region};
+use crate::format::index::{EMPTY, index_region};
+use crate::format::shard_write::dense_shard;
 use crate::format::{
-    self, ChunkRange, Endian, IndexLocation, Location, Node, Presentation, ShardIndex, ShardLayout,
+    self, ChunkRange, CloseTimes, Endian, IndexLocation, Location, Node, Presentation, ShardIndex,
+    ShardLayout,
 };
 use crate::store::local::append::{ChunkUpdate, apply};
 use crate::store::local::recover::{AppendRecord, RECORD_LEN};
@@ -469,7 +471,7 @@ fn compact_respects_the_threshold_and_the_index_location() {
     let level = &layout.levels[0];
     // Index at the start, 30 bytes of garbage, then chunks: dead = 30 of 30 + 8 + 68.
     let chunks: [(usize, &[u8]); 2] = [(1, b"1111"), (2, b"2222")];
-    let clean = assemble_shard(4, &chunks, level.index_codecs, IndexLocation::Start);
+    let clean = dense_shard(level, chunks, &CloseTimes::unknown(4)).0;
     let mut idx = ShardIndex::empty(4);
     idx.set(
         1,

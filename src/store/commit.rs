@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::{EntryMeta, StoreFile};
 use crate::format::{CloseTimes, IndexError, ShardIndex};
 
 /// A shard as a commit found it.
@@ -38,10 +39,15 @@ pub struct SlotChange<'a> {
 pub type Merge<'m, 'a> = dyn FnMut(&ShardSnapshot<'_>) -> Vec<SlotChange<'a>> + 'm;
 
 /// What a shard commit did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct CommitOutcome {
     /// The index now stored (all empty when the shard was removed).
     pub index: ShardIndex,
+    /// The shard as the commit left it, where the store learned that surely with the
+    /// commit: the committing mount caches it with `index` rather than reading the index
+    /// again. `None` where it did not (the caller then drops what it cached): a commit
+    /// that changed nothing, and object storage (see `store::object::write`).
+    pub stored: Option<StoredShard>,
     pub old_len: u64,
     pub new_len: u64,
     /// Bytes written to the shard (appended, or the whole rewritten shard).
@@ -54,6 +60,36 @@ pub struct CommitOutcome {
     pub applied: usize,
     /// What recovery of an earlier, interrupted commit of this shard did first.
     pub recovered: Vec<Recovery>,
+}
+
+/// A shard as a commit left it: its file open for reading at the version the commit
+/// wrote, and that version's metadata, whose [`EntryMeta::version`] a shard cache
+/// compares with the store's to tell what it holds fresh. Learned under the commit's
+/// lock (a local directory's) or from the bytes written (the in-memory store), never by
+/// a look afterwards, which could find another writer's version.
+pub struct StoredShard {
+    /// `None`: the commit removed the shard.
+    pub file: Option<Box<dyn StoreFile>>,
+    pub meta: Option<EntryMeta>,
+}
+
+impl StoredShard {
+    /// No shard: the commit removed it.
+    pub fn removed() -> Self {
+        StoredShard {
+            file: None,
+            meta: None,
+        }
+    }
+}
+
+impl fmt::Debug for StoredShard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredShard")
+            .field("file", &self.file.is_some())
+            .field("meta", &self.meta)
+            .finish()
+    }
 }
 
 /// Why a shard commit (or a maintenance command) failed. A failed commit leaves the

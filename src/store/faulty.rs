@@ -389,7 +389,12 @@ impl Store for FaultyStore {
         merge: &mut Merge<'_, '_>,
     ) -> Result<CommitOutcome, CommitError> {
         self.check_commit(rel)?;
-        self.inner.commit_shard(rel, level, merge)
+        let mut outcome = self.inner.commit_shard(rel, level, merge)?;
+        // Read through this store, as a load's file is: its rules apply to it.
+        if let Some(stored) = &mut outcome.stored {
+            stored.file = self.wrap(rel, stored.file.take());
+        }
+        Ok(outcome)
     }
 
     fn open_rw(

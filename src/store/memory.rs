@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::commit::{CommitError, CommitOutcome, Merge};
+use super::commit::{CommitError, CommitOutcome, Merge, StoredShard};
 use super::rewrite::{BytesFile, bytes_meta, rewrite_shard};
 use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
 use crate::format::ShardLevel;
@@ -34,7 +34,9 @@ struct Cut {
 
 #[derive(Default)]
 struct Inner {
-    files: BTreeMap<PathBuf, Arc<Vec<u8>>>,
+    files: BTreeMap<PathBuf, MemFile>,
+    /// Files written so far: the version of the next one ([`MemFile::version`]).
+    writes: u64,
     dirs: std::collections::BTreeSet<PathBuf>,
     cuts: Vec<Cut>,
     commits: usize,
@@ -50,8 +52,31 @@ pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
 }
 
+/// A stored file: its bytes, and a number no other file this store wrote has (shown as
+/// its `ino`): a file replaced by one of the same length is another version, as a file
+/// renamed over another is another inode on a disk. Before, every file here had inode
+/// 0, so a cached index of a shard replaced by another of its length looked fresh.
+#[derive(Clone)]
 struct MemFile {
     data: Arc<Vec<u8>>,
+    version: u64,
+}
+
+impl MemFile {
+    fn new(inner: &mut Inner, data: Arc<Vec<u8>>) -> MemFile {
+        inner.writes += 1;
+        MemFile {
+            data,
+            version: inner.writes,
+        }
+    }
+
+    fn meta(&self) -> EntryMeta {
+        EntryMeta {
+            ino: self.version,
+            ..bytes_meta(self.data.len() as u64)
+        }
+    }
 }
 
 impl StoreFile for MemFile {
@@ -60,7 +85,7 @@ impl StoreFile for MemFile {
     }
 
     fn meta(&self) -> io::Result<EntryMeta> {
-        Ok(bytes_meta(self.data.len() as u64))
+        Ok(MemFile::meta(self))
     }
 }
 
@@ -75,6 +100,7 @@ impl MemoryStore {
         MemoryStore {
             inner: Arc::new(Mutex::new(Inner {
                 files: inner.files.clone(),
+                writes: inner.writes,
                 dirs: inner.dirs.clone(),
                 ..Inner::default()
             })),
@@ -88,7 +114,8 @@ impl MemoryStore {
         for dir in rel.ancestors().skip(1) {
             inner.dirs.insert(dir.to_path_buf());
         }
-        inner.files.insert(rel.to_path_buf(), Arc::new(bytes));
+        let file = MemFile::new(&mut inner, Arc::new(bytes));
+        inner.files.insert(rel.to_path_buf(), file);
     }
 
     pub fn get(&self, rel: impl AsRef<Path>) -> Option<Vec<u8>> {
@@ -96,7 +123,7 @@ impl MemoryStore {
             .lock()
             .files
             .get(rel.as_ref())
-            .map(|b| b.as_ref().clone())
+            .map(|f| f.data.as_ref().clone())
     }
 
     /// Cut off the `nth` shard commit from now (0: the next one) after `keep` bytes of
@@ -136,7 +163,7 @@ impl Store for MemoryStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         let inner = self.inner.lock();
         if let Some(f) = inner.files.get(rel) {
-            return Ok(Some(bytes_meta(f.len() as u64)));
+            return Ok(Some(f.meta()));
         }
         if rel.as_os_str().is_empty() || inner.dirs.contains(rel) {
             let mut m = bytes_meta(0);
@@ -172,7 +199,7 @@ impl Store for MemoryStore {
             .lock()
             .files
             .get(rel)
-            .map(|data| Box::new(MemFile { data: data.clone() }) as Box<dyn StoreFile>))
+            .map(|file| Box::new(file.clone()) as Box<dyn StoreFile>))
     }
 
     fn read_link(&self, _rel: &Path) -> io::Result<PathBuf> {
@@ -196,7 +223,7 @@ impl Store for MemoryStore {
         let mut inner = self.inner.lock();
         inner.commits += 1;
         let cut = Self::cut_now(&mut inner);
-        let current = inner.files.get(rel).cloned();
+        let current = inner.files.get(rel).map(|f| f.data.clone());
         let io_err = |e: io::Error| CommitError::Io {
             path: rel.to_path_buf(),
             source: e,
@@ -210,15 +237,23 @@ impl Store for MemoryStore {
             inner.torn.push((rel.to_path_buf(), torn));
             return Err(io_err(io::Error::from_raw_os_error(libc::EIO)));
         }
-        if rewrite.outcome.removed {
+        let mut outcome = rewrite.outcome;
+        if outcome.removed {
             inner.files.remove(rel);
-            return Ok(rewrite.outcome);
+            outcome.stored = Some(StoredShard::removed());
+            return Ok(outcome);
         }
-        inner.bytes_written += rewrite.outcome.new_len;
+        inner.bytes_written += outcome.new_len;
         for dir in rel.ancestors().skip(1) {
             inner.dirs.insert(dir.to_path_buf());
         }
-        inner.files.insert(rel.to_path_buf(), Arc::new(bytes));
-        Ok(rewrite.outcome)
+        // What a load would find, from the bytes written (under the store's lock).
+        let file = MemFile::new(&mut inner, Arc::new(bytes));
+        inner.files.insert(rel.to_path_buf(), file.clone());
+        outcome.stored = Some(StoredShard {
+            meta: Some(file.meta()),
+            file: Some(Box::new(file)),
+        });
+        Ok(outcome)
     }
 }

@@ -30,7 +30,7 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
-pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange};
+pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange, StoredShard};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use object::BucketStore;

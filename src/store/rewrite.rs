@@ -1,6 +1,6 @@
 //! Shards written whole: a commit worked out on a shard's bytes as they are, and the new
 //! shard made densely (every stored chunk in slot order, no dead space, its close times
-//! kept). Object storage commits this way (one PUT of the whole shard), and so does the
+//! kept) by the write half of the shard codec ([`crate::format::shard_write`]). Object storage commits this way (one PUT of the whole shard), and so does the
 //! in-memory test store; `compact` of an object store makes a shard dense with it.
 //!
 //! The shard's bytes are parsed where they lie, by the read half of the shard codec
@@ -13,9 +13,9 @@ use std::time::SystemTime;
 
 use super::commit::{CommitError, CommitOutcome, Merge, ShardSnapshot};
 use super::{EntryKind, EntryMeta, StoreFile};
-use crate::format::index::IndexLocation;
 use crate::format::shard_read::{self, ReadError};
-use crate::format::{ChunkRange, CloseTimes, ShardIndex, ShardLevel};
+use crate::format::shard_write::dense_shard_by_slot;
+use crate::format::{CloseTimes, ShardIndex, ShardLevel};
 
 /// Bytes in memory read as a store file (a shard fetched whole).
 pub(crate) struct BytesFile<'a>(pub &'a [u8]);
@@ -47,47 +47,6 @@ pub(crate) fn bytes_meta(len: u64) -> EntryMeta {
         gid: 0,
         ino: 0,
     }
-}
-
-/// A dense shard of `chunks` (per slot) with `times`, index at `level.index_location`,
-/// and its index.
-pub(crate) fn dense_shard(
-    level: &ShardLevel,
-    chunks: &[Option<&[u8]>],
-    times: &CloseTimes,
-) -> (Vec<u8>, ShardIndex) {
-    let index_len = level.index_len();
-    let mut at = match level.index_location {
-        IndexLocation::Start => index_len,
-        IndexLocation::End => 0,
-    };
-    let mut body = Vec::new();
-    let entries = chunks
-        .iter()
-        .map(|c| {
-            c.map(|b| {
-                body.extend_from_slice(b);
-                let r = ChunkRange {
-                    offset: at,
-                    nbytes: b.len() as u64,
-                };
-                at += r.nbytes;
-                r
-            })
-        })
-        .collect();
-    let index = ShardIndex::from_entries(entries);
-    let encoded = index.encode(level.index_codecs);
-    let block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    let bytes = match level.index_location {
-        IndexLocation::Start => [encoded, body, block].concat(),
-        IndexLocation::End => [body, block, encoded].concat(),
-    };
-    (bytes, index)
 }
 
 /// A shard commit worked out on the shard's bytes as they are (`None`: no shard): the
@@ -131,7 +90,7 @@ pub(crate) fn densify(rel: &Path, level: &ShardLevel, data: &[u8]) -> Result<Vec
         .iter()
         .map(|e| e.map(|r| shard_read::chunk_bytes(data, r)))
         .collect();
-    Ok(dense_shard(level, &chunks, &times).0)
+    Ok(dense_shard_by_slot(level, &chunks, &times).0)
 }
 
 /// Read the shard `current`, let `merge` decide, and make the new shard's bytes.
@@ -176,6 +135,7 @@ pub(crate) fn rewrite_shard(
     }
     let mut outcome = CommitOutcome {
         index: index.clone(),
+        stored: None,
         old_len,
         new_len: old_len,
         bytes_written: 0,
@@ -201,7 +161,7 @@ pub(crate) fn rewrite_shard(
             times: new_times,
         });
     }
-    let (bytes, new_index) = dense_shard(level, &chunks, &new_times);
+    let (bytes, new_index) = dense_shard_by_slot(level, &chunks, &new_times);
     outcome.index = new_index;
     outcome.new_len = bytes.len() as u64;
     outcome.bytes_written = outcome.new_len;
@@ -217,7 +177,7 @@ pub(crate) fn rewrite_shard(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::{Endian, IndexCodecs};
+    use crate::format::index::{Endian, IndexCodecs, IndexLocation};
 
     fn level(index_location: IndexLocation) -> ShardLevel {
         ShardLevel {
@@ -243,7 +203,7 @@ mod tests {
             let mut chunks: Vec<Option<&[u8]>> = vec![None; n];
             chunks[0] = Some(&a);
             chunks[2] = Some(&c);
-            let (bytes, index) = dense_shard(&level, &chunks, &CloseTimes::unknown(n));
+            let (bytes, index) = dense_shard_by_slot(&level, &chunks, &CloseTimes::unknown(n));
             let (read, _) = parse(Path::new("s"), &level, &bytes).unwrap();
             assert_eq!(read.entries(), index.entries(), "{location:?}");
             let r = index.entries()[2].unwrap();

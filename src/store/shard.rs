@@ -142,6 +142,22 @@ impl Shard {
         shard
     }
 
+    /// The shard at `rel` as this mount's commit left it (`stored`, whose index is
+    /// `index`): what a load right after the commit would have read, without reading it.
+    pub fn committed(rel: &Path, stored: super::StoredShard, index: ShardIndex) -> Shard {
+        Shard {
+            rel: rel.to_path_buf(),
+            file: stored.file,
+            seen: stored.meta.as_ref().map(EntryMeta::version),
+            meta: stored.meta,
+            index: Ok(index),
+            nested: Mutex::new(HashMap::new()),
+            next_claimed: Default::default(),
+            first_opened: Default::default(),
+            loaded: std::time::Instant::now(),
+        }
+    }
+
     /// A shard that was not read because of `err`; every chunk of it fails with `err`.
     pub(super) fn failed(rel: &Path, err: ShardError) -> Shard {
         Shard {
@@ -398,4 +414,4 @@ impl From<ReadError> for ShardError {
     }
 }
 
-pub use super::shard_cache::{FAILED_READ_KEPT, LoadHook, ShardCache, Truncated};
+pub use super::shard_cache::{CommitTicket, FAILED_READ_KEPT, LoadHook, ShardCache, Truncated};

@@ -1,7 +1,8 @@
 //! The cache of loaded shards ([`ShardCache`]): bounded by shards and bytes, split into
 //! segments, with one load per shard however many readers miss it together, loads ahead
-//! of readers ([`ShardCache::prefetch`]), and the hook that recovers an interrupted
-//! update before a load ([`LoadHook`]).
+//! of readers ([`ShardCache::prefetch`]), the hook that recovers an interrupted
+//! update before a load ([`LoadHook`]), and this mount's commits cached as they left the
+//! shard ([`ShardCache::committed`]), so that the index a commit wrote is not read again.
 
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroUsize;
@@ -347,6 +348,42 @@ impl ShardCache {
         }
     }
 
+    /// What to show [`ShardCache::committed`] after a commit of `rel`: taken before the
+    /// commit starts.
+    pub fn before_commit(&self, rel: &Path) -> CommitTicket {
+        CommitTicket(self.segment(rel).lock().generation)
+    }
+
+    /// After this mount's commit of `rel` (`ticket` taken before it): cache `shard`, the
+    /// shard as the commit left it, in place of what was cached, so that the next reader
+    /// does not read the index again. Nothing is kept, and what was cached is dropped (as
+    /// [`ShardCache::invalidate`] does), when `shard` is `None` (the store could not say
+    /// what it left) or when a shard of its segment was invalidated, or another commit
+    /// cached, since the ticket: that change may be later than this commit's. A load
+    /// under way across this is not kept either (it may have read the shard from before).
+    pub fn committed(&self, rel: &Path, ticket: CommitTicket, shard: Option<Shard>) {
+        let shard = shard.map(Arc::new);
+        let mut seg = self.segment(rel).lock();
+        let unchanged = seg.generation == ticket.0;
+        seg.generation += 1;
+        if let Some((_, w)) = seg.lru.pop(rel) {
+            seg.bytes -= w;
+        }
+        let Some(shard) = shard.filter(|_| unchanged) else {
+            return;
+        };
+        let weight = shard.weight();
+        if let Some((_, (_, w))) = seg.lru.push(rel.to_path_buf(), (shard, weight)) {
+            seg.bytes -= w;
+        }
+        seg.bytes += weight;
+        while seg.bytes > self.max_bytes_per_segment && seg.lru.len() > 1 {
+            if let Some((_, (_, w))) = seg.lru.pop_lru() {
+                seg.bytes -= w;
+            }
+        }
+    }
+
     /// Drop a cached shard (the write path calls this after changing it).
     pub fn invalidate(&self, rel: &Path) {
         let mut seg = self.segment(rel).lock();
@@ -356,6 +393,10 @@ impl ShardCache {
         }
     }
 }
+
+/// A shard's segment generation before a commit of it ([`ShardCache::before_commit`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CommitTicket(u64);
 
 /// The end of a load, however it ends (a panic in the store included): its mark goes
 /// and the readers waiting for it wake.
@@ -519,6 +560,39 @@ mod tests {
         cache.get(store.as_ref(), Path::new("a/c/0"), &layout(), false);
         assert_eq!(gate.loads.load(SeqCst), 2);
         assert!(cache.peek(Path::new("a/c/0")).is_some());
+    }
+
+    /// A commit's shard is cached in place of what was loaded before, and hits; one whose
+    /// ticket an invalidation overtook (a change this mount made or saw during the
+    /// commit, which may be later than it) is not, nor one the store could not say, and
+    /// what was cached goes.
+    #[test]
+    fn a_committed_shard_is_cached_unless_overtaken() {
+        use crate::format::ShardIndex;
+        use crate::store::StoredShard;
+        let store = MemoryStore::new();
+        let cache = ShardCache::new(16, 1 << 20);
+        let rel = Path::new("a/c/0");
+        let committed = || Shard::committed(rel, StoredShard::removed(), ShardIndex::empty(2));
+        let loaded = cache.get(&store, rel, &layout(), true);
+        let ticket = cache.before_commit(rel);
+        cache.committed(rel, ticket, Some(committed()));
+        let cached = cache.peek(rel).expect("cached");
+        assert!(!Arc::ptr_eq(&cached, &loaded));
+        assert!(Arc::ptr_eq(
+            &cache.get(&store, rel, &layout(), true),
+            &cached
+        ));
+        assert_eq!((cache.misses.load(SeqCst), cache.hits.load(SeqCst)), (1, 1));
+        let ticket = cache.before_commit(rel);
+        cache.invalidate(rel);
+        cache.get(&store, rel, &layout(), true);
+        cache.committed(rel, ticket, Some(committed()));
+        assert!(cache.peek(rel).is_none(), "overtaken by an invalidation");
+        cache.get(&store, rel, &layout(), true);
+        let ticket = cache.before_commit(rel);
+        cache.committed(rel, ticket, None);
+        assert!(cache.peek(rel).is_none(), "the store could not say");
     }
 
     /// A shard path that is not a regular file (a directory) is loaded, and logged, once:

@@ -21,12 +21,14 @@ impl View {
             layout: &array.layout,
             shard_rel: &shard_rel,
         };
-        let flushed = w
-            .flusher
-            .flush_array(self.store.as_ref(), &w.staging, &target);
-        for rel in &flushed.shards {
-            self.shards.invalidate(rel);
-        }
+        // Each shard committed is cached as the commit left it (or dropped from the
+        // cache): a read of it next does not read its index again.
+        let flushed = w.flusher.flush_array_cached(
+            self.store.as_ref(),
+            &w.staging,
+            &target,
+            Some(&self.shards),
+        );
         let mut failed = flushed.failed.into_iter();
         let failure = match shard {
             None => failed.next(),

@@ -19,6 +19,7 @@ use super::merge;
 use super::staging::{StagedChunk, Staging};
 use crate::compact::{self, Compactor, Packed, ShardGrid};
 use crate::format::ShardLayout;
+use crate::store::shard::{Shard, ShardCache};
 use crate::store::{CommitError, SlotChange, Store};
 
 /// Why a flush failed. The chunks that could not be stored stay staged and are retried
@@ -78,7 +79,8 @@ pub struct FlushCounters {
 /// What one flush of an array did.
 #[derive(Debug, Default)]
 pub struct Flushed {
-    /// Store paths of the shards committed, for cache invalidation.
+    /// Store paths of the shards committed (for cache invalidation, where the flush
+    /// did not keep a cache up to date: [`Flusher::flush_array_cached`]).
     pub shards: Vec<PathBuf>,
     /// Why shards failed (their chunks stay staged): one error per shard, or one
     /// for the whole array when it could not be compacted.
@@ -129,6 +131,21 @@ impl Flusher {
         staging: &Staging,
         array: &ArrayTarget,
     ) -> Flushed {
+        self.flush_array_cached(store, staging, array, None)
+    }
+
+    /// [`Flusher::flush_array`], keeping `shards` (the mount's cache of shard indices) up
+    /// to date with each commit as it is made, under this array's flush lock: the shard
+    /// as the commit left it is cached with its new index where the store could say what
+    /// it left ([`crate::store::StoredShard`]), else what was cached is dropped. Either
+    /// way the caller has nothing left to invalidate.
+    pub fn flush_array_cached(
+        &self,
+        store: &dyn Store,
+        staging: &Staging,
+        array: &ArrayTarget,
+        shards: Option<&ShardCache>,
+    ) -> Flushed {
         let lock = self
             .locks
             .lock()
@@ -141,7 +158,7 @@ impl Flusher {
             return Flushed::default();
         }
         let started = Instant::now();
-        let (shards, failed, kept) = match self.write(store, array, &taken) {
+        let (written, failed, kept) = match self.write(store, array, &taken, shards) {
             Ok(done) => done,
             Err(e) => (Vec::new(), vec![e], taken.clone()),
         };
@@ -162,20 +179,24 @@ impl Flusher {
         let c = &self.counters;
         c.flushes.fetch_add(1, Ordering::Relaxed);
         c.chunks.fetch_add(committed as u64, Ordering::Relaxed);
-        c.shards.fetch_add(shards.len() as u64, Ordering::Relaxed);
+        c.shards.fetch_add(written.len() as u64, Ordering::Relaxed);
         c.flush_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        Flushed { shards, failed }
+        Flushed {
+            shards: written,
+            failed,
+        }
     }
 
-    /// Commit `taken`. Returns the shards committed, the first failure, and the chunks
-    /// that were not stored (to stage again).
+    /// Commit `taken` (keeping `shards` up to date, if given). Returns the shards
+    /// committed, the first failure, and the chunks that were not stored (to stage again).
     #[allow(clippy::type_complexity)]
     fn write(
         &self,
         store: &dyn Store,
         array: &ArrayTarget,
         taken: &[StagedChunk],
+        shards: Option<&ShardCache>,
     ) -> Result<(Vec<PathBuf>, Vec<FlushError>, Vec<StagedChunk>), FlushError> {
         let layout = array.layout;
         // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
@@ -278,11 +299,16 @@ impl Flusher {
         let mut kept = Vec::new();
         for (shard, work) in per_shard {
             let rel = (array.shard_rel)(&shard);
+            let ticket = shards.map(|c| c.before_commit(&rel));
             let outcome = store.commit_shard(&rel, level, &mut |found| {
                 merge::last_close_wins(found, &work.changes)
             });
             match outcome {
                 Ok(o) => {
+                    if let (Some(cache), Some(ticket)) = (shards, ticket) {
+                        let now = o.stored.map(|s| Shard::committed(&rel, s, o.index));
+                        cache.committed(&rel, ticket, now);
+                    }
                     let superseded = work.changes.len().saturating_sub(o.applied);
                     if superseded > 0 {
                         log::info!(

@@ -29,10 +29,11 @@ use super::recover::{
 use crate::format::CloseTimes;
 use crate::format::index::IndexLocation;
 use crate::format::shard_read::{self, ReadError};
+use crate::format::shard_write::Packer;
 use crate::format::{ChunkRange, ShardIndex, ShardLevel};
 use crate::store::FileRef;
 pub use crate::store::commit::{CommitError, CommitOutcome};
-use crate::store::commit::{Merge, ShardSnapshot, SlotChange};
+use crate::store::commit::{Merge, ShardSnapshot, SlotChange, StoredShard};
 
 /// One inner-chunk slot change of a shard: its new bytes, or deletion (`None`).
 pub type ChunkUpdate<'a> = (usize, Option<&'a [u8]>);
@@ -107,6 +108,7 @@ pub fn commit(
         }
         let outcome = CommitOutcome {
             index: cur.index.clone(),
+            stored: None,
             old_len: cur.len,
             new_len: cur.len,
             bytes_written: 0,
@@ -147,6 +149,7 @@ pub fn commit(
         outcome.index = ShardIndex::empty(n);
         outcome.new_len = 0;
         outcome.removed = true;
+        outcome.stored = Some(StoredShard::removed());
         return Ok(outcome);
     }
     outcome.removed = false;
@@ -165,7 +168,16 @@ pub fn commit(
             outcome.rewritten = true;
         }
     }
+    outcome.stored = reopen(&dir, name);
     Ok(outcome)
+}
+
+/// The shard as this commit left it, opened again (read-only, as a load opens it) while
+/// its directory's lock is still held: this commit's version, no later writer's. `None`
+/// if that fails (the committing mount then reads the index again, as before).
+fn reopen(dir: &ShardDir, name: &OsStr) -> Option<StoredShard> {
+    let file = dir.open_file(name, OFlags::RDONLY, 0).ok()??;
+    super::stored_shard(file).ok()
 }
 
 /// A shard as it is on disk, read under its directory's lock.
@@ -226,34 +238,21 @@ fn append(
     sources: &[Option<Source>],
     times: &CloseTimes,
 ) -> Result<(ShardIndex, u64), CommitError> {
+    let mut packer = Packer::append(level, old_len).expect("appends only to an index at the end");
     let mut tail: Vec<&[u8]> = Vec::new();
-    let mut at = old_len;
-    let entries = sources
-        .iter()
-        .map(|s| match s {
-            None => None,
-            Some(Source::Old(r)) => Some(*r),
+    for (slot, s) in sources.iter().enumerate() {
+        match s {
+            None => {}
+            Some(Source::Old(r)) => packer.keep(slot, *r),
             Some(Source::New(b)) => {
+                packer.place(slot, b.len() as u64);
                 tail.push(b);
-                let r = ChunkRange {
-                    offset: at,
-                    nbytes: b.len() as u64,
-                };
-                at += r.nbytes;
-                Some(r)
             }
-        })
-        .collect();
-    let index = ShardIndex::from_entries(entries);
-    let encoded = index.encode(level.index_codecs);
-    let times_block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    tail.push(&times_block);
-    tail.push(&encoded);
-    let new_len = at + times_block.len() as u64 + encoded.len() as u64;
+        }
+    }
+    let framed = packer.finish(level, times);
+    tail.push(&framed.tail);
+    let new_len = framed.len;
     let record = AppendRecord {
         old_len,
         new_len,
@@ -307,32 +306,7 @@ fn append(
     if let Err(e) = dir.remove(&rec_name).and_then(|_| dir.sync()) {
         log::warn!("{}: append done, record not removed: {e}", path.display());
     }
-    Ok((index, new_len))
-}
-
-/// The index of a shard holding the chunks of `sizes` (per slot) packed in slot order,
-/// the index at `level.index_location`. The same layout as
-/// [`crate::format::index::assemble_shard`] (a test pins that), without holding the
-/// chunk bytes in memory.
-pub(crate) fn packed_index(
-    level: &ShardLevel,
-    sizes: impl Iterator<Item = Option<u64>>,
-) -> ShardIndex {
-    let mut at = match level.index_location {
-        IndexLocation::Start => level.index_len(),
-        IndexLocation::End => 0,
-    };
-    ShardIndex::from_entries(
-        sizes
-            .map(|s| {
-                s.map(|nbytes| {
-                    let r = ChunkRange { offset: at, nbytes };
-                    at += nbytes;
-                    r
-                })
-            })
-            .collect(),
-    )
+    Ok((framed.index, new_len))
 }
 
 /// Write the shard of `sources` (chunks in slot order, no dead space) to
@@ -350,16 +324,13 @@ pub(crate) fn rewrite(
         Source::Old(r) => r.nbytes,
         Source::New(b) => b.len() as u64,
     };
-    let index = packed_index(level, sources.iter().map(|s| s.as_ref().map(size)));
-    let encoded = index.encode(level.index_codecs);
-    let times_block = if times.any() {
-        times.encode()
-    } else {
-        Vec::new()
-    };
-    let new_len = encoded.len() as u64
-        + times_block.len() as u64
-        + sources.iter().flatten().map(size).sum::<u64>();
+    let mut packer = Packer::dense(level);
+    for (slot, s) in sources.iter().enumerate() {
+        if let Some(s) = s {
+            packer.place(slot, size(s));
+        }
+    }
+    let framed = packer.finish(level, times);
     let tmp_name = sibling(name, TEMP_SUFFIX);
     let tmp_path = dir.path_of(&tmp_name);
     let tmp = dir
@@ -376,9 +347,7 @@ pub(crate) fn rewrite(
             tmp.set_permissions(std::fs::Permissions::from_mode(mode))?;
         }
         let mut out = BufWriter::with_capacity(1 << 20, &tmp);
-        if level.index_location == IndexLocation::Start {
-            out.write_all(&encoded)?;
-        }
+        out.write_all(&framed.head)?;
         let mut buf = Vec::new();
         for s in sources.iter().flatten() {
             match s {
@@ -395,10 +364,7 @@ pub(crate) fn rewrite(
                 }
             }
         }
-        out.write_all(&times_block)?;
-        if level.index_location == IndexLocation::End {
-            out.write_all(&encoded)?;
-        }
+        out.write_all(&framed.tail)?;
         out.flush()?;
         drop(out);
         tmp.sync_all()
@@ -410,7 +376,7 @@ pub(crate) fn rewrite(
         let _ = dir.remove(&tmp_name);
         return Err(e);
     }
-    Ok((index, new_len))
+    Ok((framed.index, framed.len))
 }
 
 /// All of `bufs`, in order, at `offset` of `file`: `pwritev`, resumed after a short
@@ -449,7 +415,6 @@ fn write_all_vectored_at(file: &File, bufs: &[&[u8]], mut offset: u64) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::index::{assemble_shard, index_region};
     use crate::format::{Endian, IndexCodecs};
 
     fn level(location: IndexLocation, crc32c: bool) -> ShardLevel {
@@ -464,18 +429,49 @@ mod tests {
         }
     }
 
+    /// The files the local store writes are the write half's layouts byte for byte: a
+    /// new shard (or any shard with its index at the start) as [`dense_shard`] makes it,
+    /// an append as the old file, the new chunks and the [`Packer::append`] tail.
     #[test]
-    fn packed_index_matches_assemble_shard() {
+    fn local_shards_are_the_codec_layouts_byte_for_byte() {
+        use crate::format::shard_write::dense_shard;
         for location in [IndexLocation::Start, IndexLocation::End] {
+            let root = tempfile::tempdir().unwrap();
             let l = level(location, true);
-            let chunks: [(usize, &[u8]); 3] = [(0, b"ab"), (2, b""), (3, b"cdef")];
-            let whole = assemble_shard(4, &chunks, l.index_codecs, location);
-            let idx = packed_index(&l, [Some(2), None, Some(0), Some(4)].into_iter());
-            let (s, e) = index_region(location, whole.len() as u64, l.index_len()).unwrap();
-            assert_eq!(
-                whole[s as usize..e as usize],
-                idx.encode(l.index_codecs)[..]
-            );
+            let rel = Path::new("c/0");
+            let first: [(usize, &[u8]); 2] = [(0, b"ab"), (3, b"cdef")];
+            let updates: Vec<ChunkUpdate> = first.iter().map(|&(s, b)| (s, Some(b))).collect();
+            apply(root.path(), rel, &l, &updates).unwrap();
+            let file = std::fs::read(root.path().join(rel)).unwrap();
+            assert_eq!(file, dense_shard(&l, first, &CloseTimes::unknown(4)).0);
+            apply(
+                root.path(),
+                rel,
+                &l,
+                &[(2, Some(b"xyz".as_slice())), (0, None)],
+            )
+            .unwrap();
+            let after = std::fs::read(root.path().join(rel)).unwrap();
+            let expected = match location {
+                IndexLocation::Start => {
+                    let chunks: [(usize, &[u8]); 2] = [(2, b"xyz"), (3, b"cdef")];
+                    dense_shard(&l, chunks, &CloseTimes::unknown(4)).0
+                }
+                IndexLocation::End => {
+                    let mut p = Packer::append(&l, file.len() as u64).unwrap();
+                    p.keep(
+                        3,
+                        ChunkRange {
+                            offset: 2,
+                            nbytes: 4,
+                        },
+                    );
+                    p.place(2, 3);
+                    let tail = p.finish(&l, &CloseTimes::unknown(4)).tail;
+                    [file.clone(), b"xyz".to_vec(), tail].concat()
+                }
+            };
+            assert_eq!(after, expected, "{location:?}");
         }
     }
 

@@ -138,6 +138,19 @@ impl StoreFile for LocalFile {
     }
 }
 
+/// A shard file a commit opened again under its directory's lock, as a load would have
+/// opened it: read through [`LocalFile`], its metadata from `fstat`.
+pub(crate) fn stored_shard(file: File) -> io::Result<super::StoredShard> {
+    let meta = meta_of(&rustix::fs::fstat(&file)?);
+    if meta.kind != EntryKind::File {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(super::StoredShard {
+        file: Some(Box::new(LocalFile(file))),
+        meta: Some(meta),
+    })
+}
+
 /// A file the caller opened itself, read as a store file (the write side and `verify`
 /// read shard indices through it with [`crate::format::shard_read::read_index`]).
 pub(crate) struct FileRef<'a>(pub &'a File);

@@ -15,8 +15,9 @@ use super::BucketStore;
 use super::client::{Deadline, dir_meta, to_io};
 use super::meta::MetaCache;
 use crate::format::ShardLevel;
+use crate::format::shard_write::dense_shard_by_slot;
 use crate::store::commit::{CommitError, CommitOutcome, Merge};
-use crate::store::rewrite::{dense_shard, densify, rewrite_shard};
+use crate::store::rewrite::{densify, rewrite_shard};
 use crate::store::{EntryKind, EntryMeta, StoreFile, StoreFileRw};
 
 /// How often a shard commit tries again when another writer changed the shard first.
@@ -290,7 +291,7 @@ impl BucketStore {
                 // No conditional DELETE: an index-only shard that keeps the deletions'
                 // close times, so that an older write from another mount cannot win.
                 let n = rewrite.times.as_slice().len();
-                bytes = dense_shard(level, &vec![None; n], &rewrite.times).0;
+                bytes = dense_shard_by_slot(level, &vec![None; n], &rewrite.times).0;
                 outcome.removed = false;
                 outcome.rewritten = true;
                 outcome.new_len = bytes.len() as u64;
@@ -300,6 +301,12 @@ impl BucketStore {
                 None => PutMode::Create,
                 Some((_, version)) => PutMode::Update(version),
             };
+            // `outcome.stored` stays `None`: the PUT's answer names the new version's
+            // ETag but not its Last-Modified, which its identity as a HEAD reports it
+            // (`client::meta_of`: the version a cached index is checked against, and the
+            // mtime its chunks show) is made of; learning it would take a HEAD, and a
+            // HEAD after the PUT may find a later writer's version. The committing mount
+            // reads the index again (one GET of it, with the new version's metadata).
             match self.put(rel, bytes, mode) {
                 Ok(()) => return Ok(outcome),
                 Err(e)
