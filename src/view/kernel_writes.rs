@@ -309,10 +309,6 @@ impl View {
                     KernelCommit::Idle => self.unlinked_over_the_limit(&map),
                     _ => (None, HashSet::new()),
                 };
-                let unlinked = |ino: &u64, fh: u64| match &unlinked_now {
-                    Some(set) => set.contains(ino),
-                    None => self.unlinked(fh),
-                };
                 let mut taken = Vec::new();
                 let mut busy = false;
                 snapshot.retain(|ino| {
@@ -323,33 +319,7 @@ impl View {
                         busy |= waits;
                         return waits;
                     }
-                    let due = match which {
-                        KernelCommit::Of(_) | KernelCommit::All => true,
-                        // An unlinked file has nothing to commit, and its descriptors
-                        // still use it (pytest's capture files while a test adopts an
-                        // array): only the idle timer and the unmount let it go.
-                        KernelCommit::Settled { except } => {
-                            except != Some(*ino)
-                                && !self.unfinished(h.fh)
-                                && !self.untouched(h.fh)
-                                && !self.unlinked(h.fh)
-                        }
-                        KernelCommit::Full { except } => {
-                            except != Some(*ino) && !self.unfinished(h.fh) && !self.untouched(h.fh)
-                        }
-                        KernelCommit::Idle => {
-                            let e = h.last.elapsed();
-                            // A chunk left unfinished that long: its writer is gone
-                            // (killed mid-chunk); refused, named (`refused`), its room
-                            // in the write buffer given back.
-                            e >= KERNEL_WRITE_IDLE
-                                && (!self.unfinished(h.fh)
-                                    || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(h.fh)))
-                                && !self.untouched(h.fh)
-                                && (e >= KERNEL_UNLINKED_IDLE || !unlinked(ino, h.fh))
-                                || over.contains(ino)
-                        }
-                    };
+                    let due = self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over);
                     if due {
                         taken.push((*ino, h.fh));
                         map.remove(ino);
@@ -360,32 +330,10 @@ impl View {
                 (taken, busy)
             };
             for (ino, fh) in taken {
-                // Kept for a message only: a path is made only if the commit fails.
-                let held = self.handles.get(fh).ok();
-                let released = self.release(fh);
-                if released.is_ok() && !self.counters.refused.lock().is_empty() {
-                    // Committed now: an earlier refusal of the same file is no longer true.
-                    let path = self.handle_path(ino, held.as_ref());
-                    self.counters.refused.lock().retain(|(p, _)| *p != path);
-                }
-                if let Err(e) = released {
-                    let path = self.handle_path(ino, held.as_ref());
-                    log::warn!("{path}: a commit of a file written with kernel opens: {e}");
-                    if !matches!(which, KernelCommit::Of(_)) {
-                        // No request waits for this one (its file's `fsync` would hear
-                        // of it): kept for `shardfs stats` and `shardfs unmount`.
-                        let mut refused = self.counters.refused.lock();
-                        if refused.len() == REFUSALS_KEPT {
-                            refused.pop_front();
-                        }
-                        refused.push_back((path, e.to_string()));
-                    }
-                    // A refusal (`EINVAL`) is that file's, kept for stats and the
-                    // unmount: it fails no `fsync` of a directory (nor the unmount).
-                    let refusal = matches!(e, ViewError::Invalid(_));
-                    if first_err.is_ok() && (matches!(which, KernelCommit::Of(_)) || !refusal) {
-                        first_err = Err(e);
-                    }
+                if let Err(e) = self.commit_kernel_write(which, ino, fh)
+                    && first_err.is_ok()
+                {
+                    first_err = Err(e);
                 }
             }
             if !busy {
@@ -393,6 +341,85 @@ impl View {
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
+    }
+
+    /// Whether the file `ino` held in `h` is committed now by a commit of `which`.
+    /// `unlinked_now`: the files known unlinked (asked once, beyond the limit), else each
+    /// is asked; `over`: files released because the limit is passed.
+    fn commit_due(
+        &self,
+        which: KernelCommit,
+        ino: u64,
+        h: &Implicit,
+        unlinked_now: Option<&HashSet<u64>>,
+        over: &HashSet<u64>,
+    ) -> bool {
+        let unlinked = |fh: u64| match unlinked_now {
+            Some(set) => set.contains(&ino),
+            None => self.unlinked(fh),
+        };
+        match which {
+            KernelCommit::Of(_) | KernelCommit::All => true,
+            // An unlinked file has nothing to commit, and its descriptors still use it
+            // (pytest's capture files while a test adopts an array): only the idle timer
+            // and the unmount let it go.
+            KernelCommit::Settled { except } => {
+                except != Some(ino)
+                    && !self.unfinished(h.fh)
+                    && !self.untouched(h.fh)
+                    && !self.unlinked(h.fh)
+            }
+            KernelCommit::Full { except } => {
+                except != Some(ino) && !self.unfinished(h.fh) && !self.untouched(h.fh)
+            }
+            KernelCommit::Idle => {
+                let e = h.last.elapsed();
+                // A chunk left unfinished that long: its writer is gone (killed
+                // mid-chunk); refused, named (`refused`), its room in the write buffer
+                // given back.
+                e >= KERNEL_WRITE_IDLE
+                    && (!self.unfinished(h.fh)
+                        || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(h.fh)))
+                    && !self.untouched(h.fh)
+                    && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
+                    || over.contains(&ino)
+            }
+        }
+    }
+
+    /// Release the handle `fh` that gathered the writes to `ino`, as its close would. A
+    /// failure is logged, and kept for `shardfs stats` and the unmount where no request
+    /// waits for it; returned unless it is a refusal of that one file (`EINVAL`) that
+    /// no request asked for.
+    fn commit_kernel_write(&self, which: KernelCommit, ino: u64, fh: u64) -> Result<()> {
+        // Kept for a message only: a path is made only if the commit fails.
+        let held = self.handles.get(fh).ok();
+        let released = self.release(fh);
+        if released.is_ok() && !self.counters.refused.lock().is_empty() {
+            // Committed now: an earlier refusal of the same file is no longer true.
+            let path = self.handle_path(ino, held.as_ref());
+            self.counters.refused.lock().retain(|(p, _)| *p != path);
+        }
+        if let Err(e) = released {
+            let path = self.handle_path(ino, held.as_ref());
+            log::warn!("{path}: a commit of a file written with kernel opens: {e}");
+            if !matches!(which, KernelCommit::Of(_)) {
+                // No request waits for this one (its file's `fsync` would hear
+                // of it): kept for `shardfs stats` and `shardfs unmount`.
+                let mut refused = self.counters.refused.lock();
+                if refused.len() == REFUSALS_KEPT {
+                    refused.pop_front();
+                }
+                refused.push_back((path, e.to_string()));
+            }
+            // A refusal (`EINVAL`) is that file's, kept for stats and the
+            // unmount: it fails no `fsync` of a directory (nor the unmount).
+            let refusal = matches!(e, ViewError::Invalid(_));
+            if matches!(which, KernelCommit::Of(_)) || !refusal {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// What a commit would refuse as it stands, while its writer may not have finished:

@@ -100,29 +100,7 @@ impl View {
         let mut renamed = Renamed::Other;
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
-                let dst = self.new_child_rel(dst_dir, newname)?;
-                self.only_whole_docs(&src, &dst)?;
-                if let Some(w) = &self.writer {
-                    w.docs.unlinked(&dst);
-                }
-                if super::pending_doc::is_doc(&dst) {
-                    self.note_unsharded(&dst);
-                }
-                self.store.rename(rel, &dst)?;
-                // The inode moves with its file before metadata lands: the refresh of
-                // the directory that the landing makes finds it at its new name (at the
-                // old one it would resolve to nothing, and be retired).
-                let moved = match &src {
-                    Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
-                    _ => Node::File { rel: dst.clone() },
-                };
-                self.inodes.rename(&from, to.clone(), moved);
-                if let Some(file) = MetaFile::from_name(newname) {
-                    self.metadata_landed(dst_dir, file)?;
-                }
-                let node = self.resolve(&to)?.ok_or(ViewError::NotFound)?;
-                self.inodes.update_path(&to, node);
-                return Ok(Renamed::Other);
+                return self.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
             }
             (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
                 let dst = self.new_child_rel(dst_dir, newname)?;
@@ -147,7 +125,7 @@ impl View {
                 node
             }
             // A file of its own of the store renamed to another such name in an array's
-            // directories: one rename in the store, never a copy held in memory meanwhile.
+            // directories.
             (Node::File { rel }, Node::ArrayDir { array } | Node::KeyDir { array, .. })
                 if matches!(
                     self.target(
@@ -161,14 +139,7 @@ impl View {
                     Target::Scratch
                 ) =>
             {
-                if let Some(dir) = to.parent() {
-                    self.make_store_dirs(dir)?;
-                }
-                // Whatever had the name in memory is replaced.
-                self.writer()?.remove_scratch(&to);
-                self.unkeep_file(&to)?;
-                self.store.rename(rel, &to)?;
-                Node::File { rel: to.clone() }
+                self.move_own_file(rel, &to)?
             }
             _ => {
                 let data = self.content(&src)?;
@@ -179,6 +150,57 @@ impl View {
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
+    }
+
+    /// A store file (or symbolic link) renamed into the store directory `dst_dir`: one
+    /// rename in the store; metadata landing there is taken in.
+    fn rename_store_file(
+        &self,
+        src: &Node,
+        rel: &Path,
+        dst_dir: &Path,
+        newname: &OsStr,
+        from: &Path,
+        to: &Path,
+    ) -> Result<Renamed> {
+        let dst = self.new_child_rel(dst_dir, newname)?;
+        self.only_whole_docs(src, &dst)?;
+        if let Some(w) = &self.writer {
+            w.docs.unlinked(&dst);
+        }
+        if super::pending_doc::is_doc(&dst) {
+            self.note_unsharded(&dst);
+        }
+        self.store.rename(rel, &dst)?;
+        // The inode moves with its file before metadata lands: the refresh of
+        // the directory that the landing makes finds it at its new name (at the
+        // old one it would resolve to nothing, and be retired).
+        let moved = match src {
+            Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
+            _ => Node::File { rel: dst.clone() },
+        };
+        self.inodes.rename(from, to.to_path_buf(), moved);
+        if let Some(file) = MetaFile::from_name(newname) {
+            self.metadata_landed(dst_dir, file)?;
+        }
+        let node = self.resolve(to)?.ok_or(ViewError::NotFound)?;
+        self.inodes.update_path(to, node);
+        Ok(Renamed::Other)
+    }
+
+    /// A file of its own of the store renamed to another such name `to` in an array's
+    /// directories: one rename in the store, never a copy held in memory meanwhile.
+    fn move_own_file(&self, rel: &Path, to: &Path) -> Result<Node> {
+        if let Some(dir) = to.parent() {
+            self.make_store_dirs(dir)?;
+        }
+        // Whatever had the name in memory is replaced.
+        self.writer()?.remove_scratch(to);
+        self.unkeep_file(to)?;
+        self.store.rename(rel, to)?;
+        Ok(Node::File {
+            rel: to.to_path_buf(),
+        })
     }
 
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).
