@@ -76,6 +76,20 @@ pub struct FlushCounters {
     pub device_ns: AtomicU64,
 }
 
+impl FlushCounters {
+    /// One batch laid out (packed on the device, or planned on the host) in `took`.
+    fn packed(&self, on_device: bool, payload: u64, took: std::time::Duration) {
+        let (batches, bytes, ns) = if on_device {
+            (&self.device_batches, &self.device_bytes, &self.device_ns)
+        } else {
+            (&self.host_batches, &self.host_bytes, &self.host_ns)
+        };
+        batches.fetch_add(1, Ordering::Relaxed);
+        bytes.fetch_add(payload, Ordering::Relaxed);
+        ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
 /// What one flush of an array did.
 #[derive(Debug, Default)]
 pub struct Flushed {
@@ -244,15 +258,7 @@ impl Flusher {
             err: e.to_string(),
         })?;
         let took = t.elapsed();
-        let c = &self.counters;
-        let (batches, bytes, ns) = if on_device {
-            (&c.device_batches, &c.device_bytes, &c.device_ns)
-        } else {
-            (&c.host_batches, &c.host_bytes, &c.host_ns)
-        };
-        batches.fetch_add(1, Ordering::Relaxed);
-        bytes.fetch_add(payload, Ordering::Relaxed);
-        ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.counters.packed(on_device, payload, took);
         // The bytes of the chunk at packed position `j`.
         let chunk = |j: usize| -> &[u8] {
             match &packed_bytes {
@@ -261,13 +267,6 @@ impl Flusher {
             }
         };
 
-        // Per shard: its slot changes (packed writes, then deletions) and the staged
-        // chunks they came from.
-        #[derive(Default)]
-        struct ShardWork<'a> {
-            changes: Vec<SlotChange<'a>>,
-            chunks: Vec<StagedChunk>,
-        }
         let mut per_shard: BTreeMap<Vec<u64>, ShardWork> = BTreeMap::new();
         for run in &packed.shards {
             let work = per_shard.entry(run.shard_coords.clone()).or_default();
@@ -281,19 +280,28 @@ impl Flusher {
                 work.chunks.push(t.clone());
             }
         }
-        for t in &placed {
-            if t.data.is_none() {
-                let loc = layout.locate(&t.coords).expect("in grid");
-                let work = per_shard.entry(loc.shard).or_default();
-                work.changes.push(SlotChange {
-                    slot: loc.slots[0] as usize,
-                    data: None,
-                    closed: t.closed,
-                });
-                work.chunks.push((*t).clone());
-            }
-        }
-        let level = &layout.levels[0];
+        add_deletions(layout, &placed, &mut per_shard);
+        let (written, failed, kept) = self.commit_shards(store, array, per_shard, shards);
+        drop(packed_bytes);
+        // Once the shards are written and durable: the first large batch starts `auto`'s
+        // calibration, which must not compete with the shard writes of its own flush
+        // (started after the layout, it made a 1 GiB flush 10 % slower on an H100).
+        self.compactor.observe_flush(on_device, payload, took);
+        Ok((written, failed, kept))
+    }
+
+    /// Commit each shard's slot changes (merged with what the store holds by close
+    /// time), keeping `shards` (the mount's cache) up to date if given. Returns the
+    /// shards committed, one failure per shard that failed, and its chunks (to stage
+    /// again).
+    fn commit_shards(
+        &self,
+        store: &dyn Store,
+        array: &ArrayTarget,
+        per_shard: BTreeMap<Vec<u64>, ShardWork<'_>>,
+        shards: Option<&ShardCache>,
+    ) -> (Vec<PathBuf>, Vec<FlushError>, Vec<StagedChunk>) {
+        let level = &array.layout.levels[0];
         let mut written = Vec::with_capacity(per_shard.len());
         let mut failed = Vec::new();
         let mut kept = Vec::new();
@@ -331,12 +339,35 @@ impl Flusher {
                 }
             }
         }
-        drop(packed_bytes);
-        // Once the shards are written and durable: the first large batch starts `auto`'s
-        // calibration, which must not compete with the shard writes of its own flush
-        // (started after the layout, it made a 1 GiB flush 10 % slower on an H100).
-        self.compactor.observe_flush(on_device, payload, took);
-        Ok((written, failed, kept))
+        (written, failed, kept)
+    }
+}
+
+/// One shard's part of a flush: its slot changes (packed writes, then deletions) and the
+/// staged chunks they came from.
+#[derive(Default)]
+struct ShardWork<'a> {
+    changes: Vec<SlotChange<'a>>,
+    chunks: Vec<StagedChunk>,
+}
+
+/// The staged deletions among `placed`, added to their shards' work.
+fn add_deletions(
+    layout: &ShardLayout,
+    placed: &[&StagedChunk],
+    per_shard: &mut BTreeMap<Vec<u64>, ShardWork<'_>>,
+) {
+    for t in placed {
+        if t.data.is_none() {
+            let loc = layout.locate(&t.coords).expect("in grid");
+            let work = per_shard.entry(loc.shard).or_default();
+            work.changes.push(SlotChange {
+                slot: loc.slots[0] as usize,
+                data: None,
+                closed: t.closed,
+            });
+            work.chunks.push((*t).clone());
+        }
     }
 }
 
