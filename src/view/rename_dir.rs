@@ -8,7 +8,7 @@
 //! held exclusively): a chunk committed meanwhile would be staged under the old path,
 //! for an array no longer there.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::KernelCommit;
 use super::kept::Keep;
@@ -70,46 +70,7 @@ impl View {
         self.keep_files(Keep::Under(from))?;
         self.store.rename_dir(&rel, dst)?;
         // This mount's state follows the directory to its new path.
-        let rebase = |p: PathBuf, from: &Path, to: &Path| match p.strip_prefix(from) {
-            Ok(rest) => to.join(rest),
-            Err(_) => p,
-        };
-        {
-            // Stored above, or nothing to store (closed and committed): let go, with
-            // the room they held in the write buffer.
-            let mut scratch = w.scratch.lock();
-            scratch.retain(|p, f| {
-                let keep = !p.starts_with(from);
-                if !keep {
-                    w.unreserve(f.lock().data.len() as u64);
-                }
-                keep
-            });
-        }
-        w.kept_paths.lock().retain(|p| !p.starts_with(from));
-        {
-            let mut vdirs = w.vdirs.lock();
-            *vdirs = vdirs
-                .drain()
-                .map(|(a, c)| (rebase(a, &rel, dst), c))
-                .collect();
-        }
-        w.as_written.lock().rebase(&rel, dst);
-        for set in [&w.raw, &w.keep_unsharded] {
-            let mut set = set.lock();
-            *set = set.drain().map(|a| rebase(a, &rel, dst)).collect();
-        }
-        // Arrays whose metadata was unlinked below it hold their old paths: let go (their
-        // other names are plain files of the store at the new path).
-        w.headless.lock().retain(|a, _| !a.starts_with(&rel));
-        w.plain_headless.lock().retain(|a, _| !a.starts_with(&rel));
-        {
-            let mut times = w.times.lock();
-            *times = times
-                .drain()
-                .map(|(p, t)| (rebase(p, from, to), t))
-                .collect();
-        }
+        w.dir_moved(from, to, &rel, dst);
         self.arrays.remove_under(&rel);
         self.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.

@@ -316,6 +316,55 @@ impl Writer {
             .wait_for(target, timeout, "kernel cache invalidations");
     }
 
+    /// A directory moved from view path `from` to `to` (store paths `rel`, `dst`): what
+    /// this mount holds of it follows to its new path, or is let go where it was stored
+    /// before the move (files of their own, closed and stored) or holds old paths
+    /// (arrays whose metadata was unlinked).
+    pub(super) fn dir_moved(&self, from: &Path, to: &Path, rel: &Path, dst: &Path) {
+        let rebase = |p: PathBuf, from: &Path, to: &Path| match p.strip_prefix(from) {
+            Ok(rest) => to.join(rest),
+            Err(_) => p,
+        };
+        {
+            // Stored before the move, or nothing to store (closed and committed): let go, with
+            // the room they held in the write buffer.
+            let mut scratch = self.scratch.lock();
+            scratch.retain(|p, f| {
+                let keep = !p.starts_with(from);
+                if !keep {
+                    self.unreserve(f.lock().data.len() as u64);
+                }
+                keep
+            });
+        }
+        self.kept_paths.lock().retain(|p| !p.starts_with(from));
+        {
+            let mut vdirs = self.vdirs.lock();
+            *vdirs = vdirs
+                .drain()
+                .map(|(a, c)| (rebase(a, rel, dst), c))
+                .collect();
+        }
+        self.as_written.lock().rebase(rel, dst);
+        for set in [&self.raw, &self.keep_unsharded] {
+            let mut set = set.lock();
+            *set = set.drain().map(|a| rebase(a, rel, dst)).collect();
+        }
+        // Arrays whose metadata was unlinked below it hold their old paths: let go (their
+        // other names are plain files of the store at the new path).
+        self.headless.lock().retain(|a, _| !a.starts_with(rel));
+        self.plain_headless
+            .lock()
+            .retain(|a, _| !a.starts_with(rel));
+        {
+            let mut times = self.times.lock();
+            *times = times
+                .drain()
+                .map(|(p, t)| (rebase(p, from, to), t))
+                .collect();
+        }
+    }
+
     pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
         self.scratch.lock().get(path).cloned()
     }
