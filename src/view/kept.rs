@@ -94,40 +94,8 @@ impl View {
         if !w.scratch(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
             return Ok(()); // renamed or unlinked meanwhile
         }
-        // A file at a chunk key or at metadata is committed, not kept. One whose key
-        // directory a shrink left outside the grid no longer resolves: still a file.
-        let name = path.file_name().unwrap_or_default();
-        match self.resolve(path)? {
-            Some(Node::Scratch { array, parent, .. }) => {
-                if !matches!(
-                    self.target(&array, parent.as_deref(), name)?,
-                    Target::Scratch
-                ) {
-                    return Ok(());
-                }
-            }
-            // Its directory no longer resolves (a key directory a shrink left outside
-            // the grid: nothing, or the copy stored before, is found at its path): still
-            // a file, unless its name is a chunk key (a chunk opened before the shrink
-            // and never written), which is never stored as a file, where a shard may go.
-            None | Some(Node::File { .. }) => {
-                let node = self.inodes.peek(path).and_then(|i| self.inodes.get_any(i));
-                if let Some((_, Node::Scratch { array, parent, .. })) = node
-                    && name
-                        .to_str()
-                        .and_then(|n| {
-                            array
-                                .encoding()
-                                .child(array.layout.ndim(), parent.as_deref(), n)
-                        })
-                        .is_some()
-                {
-                    return Ok(());
-                }
-            }
-            // It settled meanwhile into what its name is (a chunk, committed at its
-            // close): nothing to keep.
-            Some(_) => return Ok(()),
+        if !self.kept_as_file(path)? {
+            return Ok(());
         }
         let (data, sum) = {
             let f = file.lock();
@@ -176,6 +144,47 @@ impl View {
             self.show_set_times(path, set);
         }
         Ok(())
+    }
+
+    /// Whether the scratch file at `path` is stored as a file of its own (not a chunk, not
+    /// metadata: those are committed).
+    fn kept_as_file(&self, path: &Path) -> Result<bool> {
+        // A file at a chunk key or at metadata is committed, not kept. One whose key
+        // directory a shrink left outside the grid no longer resolves: still a file.
+        let name = path.file_name().unwrap_or_default();
+        match self.resolve(path)? {
+            Some(Node::Scratch { array, parent, .. }) => {
+                if !matches!(
+                    self.target(&array, parent.as_deref(), name)?,
+                    Target::Scratch
+                ) {
+                    return Ok(false);
+                }
+            }
+            // Its directory no longer resolves (a key directory a shrink left outside
+            // the grid: nothing, or the copy stored before, is found at its path): still
+            // a file, unless its name is a chunk key (a chunk opened before the shrink
+            // and never written), which is never stored as a file, where a shard may go.
+            None | Some(Node::File { .. }) => {
+                let node = self.inodes.peek(path).and_then(|i| self.inodes.get_any(i));
+                if let Some((_, Node::Scratch { array, parent, .. })) = node
+                    && name
+                        .to_str()
+                        .and_then(|n| {
+                            array
+                                .encoding()
+                                .child(array.layout.ndim(), parent.as_deref(), n)
+                        })
+                        .is_some()
+                {
+                    return Ok(false);
+                }
+            }
+            // It settled meanwhile into what its name is (a chunk, committed at its
+            // close): nothing to keep.
+            Some(_) => return Ok(false),
+        }
+        Ok(true)
     }
 
     /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
