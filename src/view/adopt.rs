@@ -355,11 +355,9 @@ impl View {
             self.shards.invalidate(&path);
         }
         if let Some(w) = &self.writer {
-            w.vdirs.lock().extend(
-                key_dirs
-                    .iter()
-                    .filter_map(|(coords, _)| coords.clone())
-                    .map(|c| (dir.to_path_buf(), c)),
+            w.vdirs.made_all(
+                dir,
+                key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
             );
         }
         key_dirs
@@ -382,10 +380,8 @@ impl View {
             self.shards.invalidate(&path);
         }
         if let Some(w) = &self.writer {
-            let counts = array.layout.chunk_counts();
             w.vdirs
-                .lock()
-                .retain(|(a, c)| a != &array.rel || c.iter().zip(counts).all(|(c, n)| c < n));
+                .keep_in_grid(&array.rel, array.layout.chunk_counts());
         }
     }
 

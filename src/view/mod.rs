@@ -18,7 +18,8 @@
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
-//! * the overlay, what this mount changed: `writer.rs` (its state), `write.rs`
+//! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
+//!   (key directories shown without chunks), `write.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
 //! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
@@ -81,6 +82,7 @@ mod handles;
 mod inode;
 mod kept;
 mod kernel_writes;
+mod key_dirs;
 mod listing;
 mod meta;
 pub mod node;

@@ -368,10 +368,7 @@ impl View {
                             .zip(array.layout.chunk_counts())
                             .all(|(c, n)| c < n) =>
                     {
-                        self.writer()?
-                            .vdirs
-                            .lock()
-                            .insert((array.rel.clone(), coords.clone()));
+                        self.writer()?.vdirs.made(&array.rel, coords.clone());
                         Node::KeyDir { array, coords }
                     }
                     // A name outside the key namespace of the array's own directory: a

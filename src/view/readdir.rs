@@ -132,13 +132,9 @@ impl View {
         let counts = array.layout.chunk_counts();
         let mut keys: Vec<(Vec<u64>, bool)> = w
             .vdirs
-            .lock()
-            .iter()
-            .filter(|(a, _)| a == &array.rel)
-            // One a shrink left outside the grid is no key directory now (a lookup finds
-            // none): not listed.
-            .filter(|(_, c)| c.iter().zip(counts).all(|(c, n)| c < n))
-            .map(|(_, c)| (c.clone(), false))
+            .of_array(&array.rel, counts)
+            .into_iter()
+            .map(|c| (c, false))
             .collect();
         keys.extend(
             w.staging

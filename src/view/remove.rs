@@ -51,9 +51,7 @@ impl View {
                 self.commit_chunk(&array, coords.clone(), None)?;
                 // The key directory stays, empty, until it is removed itself (as on
                 // any file system: `rm -rf` removes a directory after its last file).
-                if let Some((_, parent)) = coords.split_last() {
-                    w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
-                }
+                w.vdirs.chunk_gone(&array.rel, coords);
             }
             Node::ArrayMeta { array, file } => {
                 return self.unlink_array_meta(array, *file, &ppath, &path);
@@ -67,7 +65,7 @@ impl View {
                 // A key directory that held it stays, as any directory does when a file
                 // in it goes (it may have nothing else below it now).
                 if let Ok((_, Node::KeyDir { array, coords })) = self.node(parent) {
-                    w.vdirs.lock().insert((array.rel.clone(), coords));
+                    w.vdirs.made(&array.rel, coords);
                 }
             }
             Node::Dir { .. }
@@ -130,7 +128,7 @@ impl View {
                 self.store.remove_file(&array.meta_rel)?;
                 self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
-                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+                w.vdirs.forget_array(&array.rel);
                 self.inodes.update_path(
                     ppath,
                     Node::Dir {
@@ -220,7 +218,7 @@ impl View {
                 w.headless.lock().remove(&array.rel);
                 self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
-                w.vdirs.lock().retain(|(a, _)| a != &array.rel);
+                w.vdirs.forget_array(&array.rel);
             }
             Node::ArrayDir { array } => {
                 self.flush_array(array)?;
@@ -238,14 +236,8 @@ impl View {
                 if !empty? {
                     return Err(ViewError::NotEmpty);
                 }
-                {
-                    let mut vdirs = w.vdirs.lock();
-                    vdirs.retain(|(a, c)| !(a == &array.rel && c.starts_with(coords)));
-                    // The parent stays until it is removed itself.
-                    if let Some((_, parent)) = coords.split_last() {
-                        vdirs.insert((array.rel.clone(), parent.to_vec()));
-                    }
-                }
+                // The parent stays until it is removed itself.
+                w.vdirs.removed(&array.rel, coords);
                 let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
                 self.remove_emptied_shards(&array, &store_dir)?;
                 // The store directory goes only when no shard is left in it; so does the

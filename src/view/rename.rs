@@ -296,9 +296,7 @@ impl View {
         if let Target::Chunk(coords) = self.target(array, parent, name)? {
             let array = self.current(array);
             self.commit_chunk(&array, coords.clone(), None)?;
-            if let Some((_, parent)) = coords.split_last() {
-                w.vdirs.lock().insert((array.rel.clone(), parent.to_vec()));
-            }
+            w.vdirs.chunk_gone(&array.rel, &coords);
         }
         Ok(())
     }
@@ -334,12 +332,7 @@ impl View {
                 if !same {
                     self.commit_chunk(&self.current(array), coords.clone(), None)?;
                     // Its key directory stays, as when the chunk is unlinked.
-                    if let Some((_, parent)) = coords.split_last() {
-                        self.writer()?
-                            .vdirs
-                            .lock()
-                            .insert((array.rel.clone(), parent.to_vec()));
-                    }
+                    self.writer()?.vdirs.chunk_gone(&array.rel, coords);
                 }
             }
             Node::File { rel } => self.remove_store_file(rel)?,

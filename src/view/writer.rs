@@ -86,7 +86,7 @@ pub struct Writer {
     pub(super) kept_paths: Mutex<HashSet<PathBuf>>,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
     /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
-    pub(super) vdirs: Mutex<HashSet<(PathBuf, Vec<u64>)>>,
+    pub(super) vdirs: super::key_dirs::KeyDirs,
     /// Arrays whose sharded `zarr.json` was written through this mount (zarr-python 3
     /// or tensorstore creating a sharded array): shown as stored, shard files at their
     /// keys, for the rest of the mount, so that their writer reads back what it wrote.
@@ -207,7 +207,7 @@ impl Writer {
             kept_paths: Mutex::new(HashSet::new()),
             keep_unsharded: Mutex::new(HashSet::new()),
             tree: parking_lot::RwLock::new(()),
-            vdirs: Mutex::new(HashSet::new()),
+            vdirs: Default::default(),
             raw: Mutex::new(HashSet::new()),
             landed_at_write: Mutex::new(HashSet::new()),
             as_written: Mutex::default(),
@@ -338,13 +338,7 @@ impl Writer {
             });
         }
         self.kept_paths.lock().retain(|p| !p.starts_with(from));
-        {
-            let mut vdirs = self.vdirs.lock();
-            *vdirs = vdirs
-                .drain()
-                .map(|(a, c)| (rebase(a, rel, dst), c))
-                .collect();
-        }
+        self.vdirs.rebase(rel, dst);
         self.as_written.lock().rebase(rel, dst);
         for set in [&self.raw, &self.keep_unsharded] {
             let mut set = set.lock();
@@ -464,10 +458,7 @@ impl Writer {
     /// Whether a key directory of `array` with leading coordinates `prefix` exists only
     /// in memory (made by mkdir, or holding staged chunks).
     pub(super) fn has_keys_under(&self, array: &ShardedArray, prefix: &[u64]) -> bool {
-        self.vdirs
-            .lock()
-            .iter()
-            .any(|(a, c)| a == &array.rel && c.starts_with(prefix))
+        self.vdirs.any_under(&array.rel, prefix)
             || self
                 .staging
                 .under(&array.rel, prefix)
