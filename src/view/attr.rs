@@ -66,11 +66,8 @@ impl View {
                 Node::Scratch { path, .. } => w.scratch_stat(path).map_or(a.mtime, |(_, m)| m),
                 _ => a.mtime,
             };
-            let times = w.times.lock();
-            if !times.is_empty()
-                && let Some((path, _)) = self.inodes.get(ino)
-                && let Some(t) = times.get(&path)
-                && t.base == own
+            if let Some((path, _)) = self.inodes.get(ino)
+                && let Some(t) = w.times.shown(&path, own)
             {
                 a.atime = t.atime;
                 a.mtime = t.mtime;

@@ -19,7 +19,7 @@
 //!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
 //! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
-//!   (key directories shown without chunks), `write.rs`
+//!   (key directories shown without chunks), `set_times.rs`, `write.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
 //! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
@@ -96,6 +96,7 @@ mod remove;
 mod rename;
 mod rename_dir;
 mod resolve;
+mod set_times;
 mod stats;
 mod write;
 mod writer;

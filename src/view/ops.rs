@@ -197,9 +197,9 @@ impl View {
         }
         let now = self.getattr(ino)?;
         let base = self.own_mtime(ino, &node).unwrap_or(now.mtime);
-        w.times.lock().insert(
-            path,
-            super::writer::SetTimes {
+        w.times.set(
+            &path,
+            super::set_times::SetTimes {
                 base,
                 atime: atime.unwrap_or(now.atime),
                 mtime: mtime.unwrap_or(now.mtime),
@@ -210,23 +210,22 @@ impl View {
 
     /// The times set through the mount on `path` that `stat` shows now (the file
     /// unchanged since they were set).
-    pub(super) fn set_times_shown(&self, path: &Path) -> Option<super::writer::SetTimes> {
+    pub(super) fn set_times_shown(&self, path: &Path) -> Option<super::set_times::SetTimes> {
         let w = self.writer.as_ref()?;
-        let set = *w.times.lock().get(path)?;
+        let set = w.times.get(path)?;
         (Some(set.base) == self.mtime_at(path)).then_some(set)
     }
 
     /// Shows `set` on `path` while the file there keeps the mtime it has now: after a
     /// change of where the file lives that changes no byte of it (a rename, a file of
     /// its own stored).
-    pub(super) fn show_set_times(&self, path: &Path, set: super::writer::SetTimes) {
+    pub(super) fn show_set_times(&self, path: &Path, set: super::set_times::SetTimes) {
         let Some(w) = &self.writer else { return };
         let Some(base) = self.mtime_at(path) else {
             return;
         };
         w.times
-            .lock()
-            .insert(path.to_path_buf(), super::writer::SetTimes { base, ..set });
+            .set(path, super::set_times::SetTimes { base, ..set });
     }
 
     /// [`View::own_mtime`] of the file at `path`. By path: the kernel may have forgotten

@@ -40,7 +40,7 @@ impl View {
     /// (found by an adversarial tester).
     fn carry_set_times(
         &self,
-        set: Option<super::writer::SetTimes>,
+        set: Option<super::set_times::SetTimes>,
         parent: u64,
         name: &OsStr,
         newparent: u64,
@@ -53,10 +53,8 @@ impl View {
             return;
         };
         let (from, to) = (from.join(name), to.join(newname));
-        let mut times = w.times.lock();
-        times.remove(&from);
-        times.remove(&to);
-        drop(times);
+        w.times.forget(&from);
+        w.times.forget(&to);
         if let Some(set) = set {
             self.show_set_times(&to, set);
         }

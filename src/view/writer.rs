@@ -112,7 +112,7 @@ pub struct Writer {
     pub(super) zmetadata_left: Mutex<std::collections::HashSet<PathBuf>>,
     /// Times set by `utimensat` (`touch -d`, `rsync -a`), by view path: kept for the
     /// mount's lifetime and shown while the file is unchanged since.
-    pub(super) times: Mutex<HashMap<PathBuf, SetTimes>>,
+    pub(super) times: super::set_times::TimesSet,
     pub(super) chunks_per_shard: Option<Vec<u64>>,
     pub(super) shard_target: u64,
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
@@ -136,14 +136,6 @@ pub(super) struct Headless {
     pub(super) array: Arc<ShardedArray>,
     /// `.zattrs` is still listed.
     pub(super) zattrs: bool,
-}
-
-/// Times set on a file: shown while its own modification time is still `base`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct SetTimes {
-    pub(super) base: std::time::SystemTime,
-    pub(super) atime: std::time::SystemTime,
-    pub(super) mtime: std::time::SystemTime,
 }
 
 /// A kernel cache entry to drop.
@@ -214,7 +206,7 @@ impl Writer {
             headless: Mutex::new(HashMap::new()),
             plain_headless: Mutex::new(HashMap::new()),
             zmetadata_left: Mutex::default(),
-            times: Mutex::new(HashMap::new()),
+            times: Default::default(),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
             invalidations: Mutex::new(None),
@@ -350,13 +342,7 @@ impl Writer {
         self.plain_headless
             .lock()
             .retain(|a, _| !a.starts_with(rel));
-        {
-            let mut times = self.times.lock();
-            *times = times
-                .drain()
-                .map(|(p, t)| (rebase(p, from, to), t))
-                .collect();
-        }
+        self.times.rebase(from, to);
     }
 
     pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {

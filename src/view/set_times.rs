@@ -1,0 +1,60 @@
+//! Times set through the mount (`touch -d`, `rsync -a`, `futimens`): shown while the file
+//! is unchanged, for the mount's lifetime, never stored (docs/SEMANTICS.md, "The tree, as
+//! clients use it"). Part of the overlay: what this mount changed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+/// Times set on a file: shown while its own modification time is still `base`
+/// ([`super::View::own_mtime`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SetTimes {
+    pub(super) base: SystemTime,
+    pub(super) atime: SystemTime,
+    pub(super) mtime: SystemTime,
+}
+
+/// The times set on files, by view path. Owns its lock; a leaf (nothing is taken under
+/// it).
+#[derive(Default)]
+pub(super) struct TimesSet(Mutex<HashMap<PathBuf, SetTimes>>);
+
+impl TimesSet {
+    /// What was set on `path`, whether or not it is still shown.
+    pub(super) fn get(&self, path: &Path) -> Option<SetTimes> {
+        self.0.lock().get(path).copied()
+    }
+
+    /// What was set on `path`, if its own modification time is still `own`.
+    pub(super) fn shown(&self, path: &Path, own: SystemTime) -> Option<SetTimes> {
+        let map = self.0.lock();
+        if map.is_empty() {
+            return None;
+        }
+        map.get(path).copied().filter(|t| t.base == own)
+    }
+
+    pub(super) fn set(&self, path: &Path, times: SetTimes) {
+        self.0.lock().insert(path.to_path_buf(), times);
+    }
+
+    /// Nothing set is shown at `path` any more.
+    pub(super) fn forget(&self, path: &Path) {
+        self.0.lock().remove(path);
+    }
+
+    /// The directory at view path `from` moved to `to`: what was set below it follows.
+    pub(super) fn rebase(&self, from: &Path, to: &Path) {
+        let mut map = self.0.lock();
+        *map = map
+            .drain()
+            .map(|(p, t)| match p.strip_prefix(from) {
+                Ok(rest) => (to.join(rest), t),
+                Err(_) => (p, t),
+            })
+            .collect();
+    }
+}
