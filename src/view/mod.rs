@@ -21,7 +21,7 @@
 //! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `write.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
-//!   `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
+//!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
 //! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
 //!   `kernel_writes.rs`.
 //!
@@ -83,6 +83,7 @@ mod inode;
 mod kept;
 mod kernel_writes;
 mod key_dirs;
+mod landed;
 mod listing;
 mod meta;
 pub mod node;

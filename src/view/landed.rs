@@ -1,0 +1,279 @@
+//! Metadata landing in a store directory (closed, renamed or copied there): a
+//! `zarr.json` may make a new array (`adopt.rs`); in the v2 view `.zarray`, `.zgroup` and
+//! `.zattrs` are taken into the directory's `zarr.json`; consolidated metadata above it
+//! goes stale, and OME-Zarr axis names name the arrays' dimensions.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{MetaFile, Result, View, ViewError, ViewFormat};
+use crate::format;
+
+impl View {
+    /// A metadata file just landed (closed, renamed or copied) in the store directory
+    /// `dir`. A `zarr.json` may make a new array; in the v2 view `.zarray`, `.zgroup` and
+    /// `.zattrs` are taken into the directory's `zarr.json` and removed.
+    pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
+        self.unconsolidate_above(dir);
+        match (file, self.format) {
+            (MetaFile::ZarrJson, _) => {
+                self.store_consolidated(dir);
+                self.adopt_new_array(dir)
+            }
+            (_, ViewFormat::V3) => Ok(()),
+            (_, ViewFormat::V2) => {
+                self.writer()?;
+                let path = dir.join(file.name());
+                let data = self.store.read_all(&path)?.ok_or(ViewError::NotFound)?;
+                // Shown as written while it is the document shown (`View::as_written`).
+                let written = self.remember_as_written((dir.join("zarr.json"), file), &data);
+                let taken = self.take_in_v2(dir, file, &data);
+                if taken.is_err() {
+                    self.forget_as_written(written);
+                }
+                self.store.remove_file(&path)?;
+                if let Err(e) = &taken {
+                    log::warn!("{}: refused: {e}", dir.join(file.name()).display());
+                }
+                self.refresh_subtree(dir);
+                taken
+            }
+        }
+    }
+
+    /// The hierarchy changed at store directory `dir` (metadata written or removed, a
+    /// node made, removed or moved): the `consolidated_metadata` that groups above it
+    /// keep in their `zarr.json` (zarr-python 3 and xarray write it) no longer describes
+    /// it, and zarr 3 reads it instead of the hierarchy. It is dropped, so that readers
+    /// read the hierarchy as it is (`zarr.consolidate_metadata` writes it again). Best
+    /// effort: a failure is logged, and fails nothing.
+    pub(super) fn unconsolidate_above(&self, dir: &Path) {
+        if self.writer.is_none() {
+            return;
+        }
+        for group in dir.ancestors().skip(1) {
+            let json = group.join("zarr.json");
+            let Ok(Some(bytes)) = self.read_small(&json) else {
+                continue;
+            };
+            let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(&bytes) else {
+                continue;
+            };
+            if doc.get("node_type").and_then(Value::as_str) != Some("group")
+                || doc.get("consolidated_metadata").is_none_or(Value::is_null)
+            {
+                continue;
+            }
+            doc.remove("consolidated_metadata");
+            let out = serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
+            match self.store.write_atomically(&json, &out) {
+                Ok(()) => log::info!(
+                    "{}: consolidated metadata dropped (the hierarchy below changed)",
+                    json.display()
+                ),
+                Err(e) => log::warn!("{}: consolidated metadata not dropped: {e}", json.display()),
+            }
+        }
+    }
+
+    /// A group's `zarr.json` written through the v3 view (`zarr.consolidate_metadata`):
+    /// its `consolidated_metadata` describes the arrays as the view shows them,
+    /// unsharded; each sharded array's entry is stored as the array is stored, so that
+    /// readers of the store read its shards as shards. Best effort, as in
+    /// [`Self::unconsolidate_above`].
+    fn store_consolidated(&self, dir: &Path) {
+        let json = dir.join("zarr.json");
+        let Ok(Some(bytes)) = self.read_small(&json) else {
+            return;
+        };
+        let stored = crate::format::metadata::map_consolidated(&bytes, |key, _| {
+            let own = self.read_small(&dir.join(key).join("zarr.json")).ok()??;
+            match crate::format::metadata::parse(&own) {
+                Ok(crate::format::Node::Array(a))
+                    if matches!(a.presentation, crate::format::Presentation::Sharded(_)) =>
+                {
+                    serde_json::from_slice(&own).ok()
+                }
+                _ => None,
+            }
+        });
+        if let Some(out) = stored
+            && let Err(e) = self.store.write_atomically(&json, &out)
+        {
+            log::warn!(
+                "{}: consolidated metadata stored as written: {e}",
+                json.display()
+            );
+        }
+    }
+
+    /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
+    fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
+        use crate::format::v2;
+        if let Some(taken) = self.take_in_plain(dir, file, data) {
+            return taken;
+        }
+        let json_path = dir.join("zarr.json");
+        let invalid = |why: String| ViewError::Invalid(why);
+        let current: Option<serde_json::Map<String, Value>> =
+            match self.store.read_all(&json_path)? {
+                Some(b) => Some(
+                    serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?,
+                ),
+                None => None,
+            };
+        let is_group =
+            |d: &serde_json::Map<String, Value>| d.get("node_type") == Some(&"group".into());
+        if current.as_ref().is_some_and(|d| !is_group(d)) {
+            return Err(invalid(format!("{} is already an array", dir.display())));
+        }
+        let mut group = current.unwrap_or_else(|| {
+            let Value::Object(m) = serde_json::json!({"zarr_format": 3, "node_type": "group"})
+            else {
+                unreachable!()
+            };
+            m
+        });
+        let out = match file {
+            MetaFile::Zgroup => {
+                let v: Value =
+                    serde_json::from_slice(data).map_err(|e| invalid(format!("not JSON: {e}")))?;
+                if v.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+                    return Err(invalid(".zgroup: zarr_format is not 2".into()));
+                }
+                group
+            }
+            MetaFile::Zattrs => {
+                v2::apply_zattrs(&mut group, data, None, &node_name(dir)).map_err(invalid)?;
+                group
+            }
+            MetaFile::Zarray => {
+                let mut doc = v2::v3_from_zarray(data).map_err(invalid)?;
+                if let Some(attrs) = group.remove("attributes") {
+                    doc.insert("attributes".into(), attrs);
+                }
+                if let Some(names) = self.ome_axis_names(dir)
+                    && doc.get("shape").and_then(Value::as_array).map(Vec::len) == Some(names.len())
+                {
+                    doc.insert("dimension_names".into(), names.into());
+                }
+                doc
+            }
+            MetaFile::ZarrJson => return Err(invalid("zarr.json is adopted, not taken in".into())),
+        };
+        let mut bytes =
+            serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
+        bytes.push(b'\n');
+        self.store.write_atomically(&json_path, &bytes)?;
+        match file {
+            MetaFile::Zarray => {
+                self.forget_plain(dir);
+                self.adopt_new_array(dir)?
+            }
+            MetaFile::Zattrs => self.name_ome_dimensions(dir),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The axis names that the OME-Zarr multiscale image in the parent group of store
+    /// directory `dir` gives the array there, if it lists it.
+    fn ome_axis_names(&self, dir: &Path) -> Option<Vec<String>> {
+        let parent = self.store_group(dir.parent()?).ok()??;
+        let attrs = parent.get("attributes")?.as_object()?;
+        format::ome::axis_names_of(attrs, &node_name(dir))
+    }
+
+    /// OME-Zarr 0.5 wants every array of a multiscale image to carry the axis names as
+    /// `dimension_names`; zarr 2 writes none. After a group's attributes were written
+    /// through the v2 view, the image's arrays that have none get them (the arrays that are
+    /// written later get them at creation, from [`Self::ome_axis_names`]).
+    fn name_ome_dimensions(&self, dir: &Path) {
+        let Ok(Some(group)) = self.store_group(dir) else {
+            return;
+        };
+        let Some(Value::Object(ome)) = group.get("attributes").and_then(|a| a.get("ome")) else {
+            return;
+        };
+        let Some(Value::Array(multiscales)) = ome.get("multiscales") else {
+            return;
+        };
+        let paths = multiscales
+            .iter()
+            .filter_map(|m| m.get("datasets")?.as_array())
+            .flatten()
+            .filter_map(|d| d.get("path")?.as_str());
+        for path in paths {
+            let Some(names) = format::ome::axis_names_of(ome, path) else {
+                continue;
+            };
+            let rel = dir.join(path);
+            if let Some((mut doc, keys)) = self.plain_array(&rel) {
+                // An unsharded array: its zarr.json gets the names directly.
+                if !doc.contains_key("dimension_names") && keys.ndim == names.len() {
+                    doc.insert("dimension_names".into(), names.into());
+                    let mut bytes =
+                        serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
+                    bytes.push(b'\n');
+                    if let Err(e) = self.store.write_atomically(&rel.join("zarr.json"), &bytes) {
+                        log::warn!("{}: dimension names not set: {e}", rel.display());
+                    }
+                }
+                continue;
+            }
+            let Ok(array) = self.reload_array(&rel) else {
+                continue;
+            };
+            if array.meta.doc.contains_key("dimension_names") || array.layout.ndim() != names.len()
+            {
+                continue;
+            }
+            let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(&array.json) else {
+                continue;
+            };
+            doc.insert("dimension_names".into(), names.into());
+            let bytes = serde_json::to_vec(&Value::Object(doc)).unwrap_or_default();
+            if let Err(e) = self.update_metadata(&array, &bytes) {
+                log::warn!(
+                    "{}: dimension names from OME-Zarr axes not set: {e}",
+                    rel.display()
+                );
+            }
+        }
+    }
+
+    /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
+    pub(super) fn unlink_group_meta(&self, dir: &Path, file: MetaFile) -> Result<()> {
+        self.writer()?;
+        if let Some(done) = self.unlink_plain_meta(dir, file) {
+            self.refresh_subtree(dir);
+            return done;
+        }
+        match file {
+            MetaFile::Zattrs => {
+                self.store.write_atomically(&dir.join(file.name()), b"{}")?;
+                return self.metadata_landed(dir, file);
+            }
+            MetaFile::Zgroup => {
+                self.store.remove_file(&dir.join("zarr.json"))?;
+                if self.format == ViewFormat::V2
+                    && let Some(w) = &self.writer
+                {
+                    w.zmetadata_left.lock().insert(dir.to_path_buf());
+                }
+            }
+            _ => return Err(ViewError::NotFound),
+        }
+        self.refresh_subtree(dir);
+        Ok(())
+    }
+}
+
+/// The last component of a store directory (empty for the root).
+fn node_name(dir: &Path) -> String {
+    dir.file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned()
+}
