@@ -75,6 +75,11 @@ impl Implicits {
     }
 
     /// The handle writes without one to `ino` gather in, if any.
+    /// The files held now: (inode, handle).
+    pub(super) fn held(&self) -> Vec<(u64, u64)> {
+        self.0.lock().iter().map(|(ino, h)| (*ino, h.fh)).collect()
+    }
+
     pub(super) fn fh(&self, ino: u64) -> Option<u64> {
         self.0.lock().get(&ino).map(|i| i.fh)
     }
@@ -422,190 +427,6 @@ impl View {
         Ok(())
     }
 
-    /// What a commit would refuse as it stands, while its writer may not have finished:
-    /// metadata not yet a whole document ([`View::partial_metadata`]), or a chunk of a
-    /// length its array's codecs cannot decode ([`View::partial_chunk`]). Only its own
-    /// `fsync` (`EINVAL` then), and the unmount (refused, and named), commit it: the idle
-    /// commit once took a chunk half written by a slow writer, refused it and let its
-    /// bytes go, and the writer's next write landed on the stored chunk, its `fsync`
-    /// returning success over a mix of old and new bytes.
-    fn unfinished(&self, fh: u64) -> bool {
-        self.partial_metadata(fh) || self.partial_chunk(fh)
-    }
-
-    /// A chunk whose bytes are not a length its array's codecs can decode (uncompressed
-    /// chunks have one length): a commit now would refuse it.
-    fn partial_chunk(&self, fh: u64) -> bool {
-        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
-            return false;
-        };
-        let Some(want) = self.fixed_chunk_len(&node) else {
-            return false;
-        };
-        let f = file.lock();
-        !f.orphan && f.dirty && f.data.len() as u64 != want
-    }
-
-    /// The one length every chunk of its array has, where `node` is a chunk (a chunk
-    /// key, or one written as a file of its own first, or made by `create`) of an array
-    /// whose codecs fix it (no compression).
-    fn fixed_chunk_len(&self, node: &Node) -> Option<u64> {
-        let array = match node {
-            Node::Chunk { array, .. } => array,
-            Node::Scratch {
-                path,
-                array,
-                parent,
-            } => {
-                let name = path.file_name().unwrap_or_default();
-                let Ok(super::writer::Target::Chunk(_)) =
-                    self.target(array, parent.as_deref(), name)
-                else {
-                    return None;
-                };
-                array
-            }
-            _ => return None,
-        };
-        self.current(array).layout.fixed_chunk_len
-    }
-
-    /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
-    /// yet a whole JSON document: a commit would refuse it and roll it back under its
-    /// writer, who has not finished. Only its own `fsync`, and the unmount, commit it.
-    fn partial_metadata(&self, fh: u64) -> bool {
-        match self.handles.get(fh) {
-            Ok(Handle::Scratch { node, file, .. }) => {
-                let f = file.lock();
-                // Unlinked since: nothing of it will be committed.
-                !f.orphan
-                    && self.pending_meta(&node).is_some()
-                    && !super::pending_doc::whole_json(&f.data)
-            }
-            Ok(Handle::StoreRw(_, rel)) => match self.pending_doc(&rel) {
-                Some(doc) => !doc.whole(),
-                None => {
-                    self.lands_on_close(&rel).is_some()
-                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if super::pending_doc::whole_json(&b))
-                }
-            },
-            _ => false,
-        }
-    }
-
-    /// The path of the file of `handle` of `ino`, for a message: its inode's, or the
-    /// one the handle was opened at (an inode retired since).
-    fn handle_path(&self, ino: u64, handle: Option<&Handle>) -> String {
-        if let Some((path, _)) = self.inodes.get(ino) {
-            return path.display().to_string();
-        }
-        match handle {
-            Some(Handle::Scratch {
-                node: Node::Scratch { path, .. },
-                ..
-            }) => path.display().to_string(),
-            Some(Handle::StoreRw(_, rel)) => rel.display().to_string(),
-            _ => format!("inode {ino}"),
-        }
-    }
-
-    /// The paths of files held for commit (writes through descriptors the kernel
-    /// opened) for which `pick` holds, by handle.
-    fn held_paths(&self, pick: impl Fn(u64) -> bool) -> Vec<String> {
-        let held: Vec<(u64, u64)> = self
-            .implicit
-            .0
-            .lock()
-            .iter()
-            .map(|(ino, h)| (*ino, h.fh))
-            .collect();
-        let mut out: Vec<String> = held
-            .into_iter()
-            .filter(|&(_, fh)| pick(fh))
-            .filter_map(|(ino, _)| self.inodes.get(ino))
-            .map(|(p, _)| p.display().to_string())
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// The paths of chunks held for commit whose bytes are not a length their array's
-    /// codecs can decode (what the unmount will commit, and refuse, unless finished).
-    pub(super) fn partial_chunk_paths(&self) -> Vec<String> {
-        self.held_paths(|fh| self.partial_chunk(fh))
-    }
-
-    /// The paths of files held for commit whose metadata is not yet a whole JSON
-    /// document (what the unmount will commit, and refuse, unless it is finished).
-    pub(super) fn partial_metadata_paths(&self) -> Vec<String> {
-        let mut out = self.held_paths(|fh| self.partial_metadata(fh));
-        if let Some(w) = &self.writer {
-            out.extend(
-                w.docs
-                    .unfinished()
-                    .into_iter()
-                    .map(|p| p.display().to_string()),
-            );
-        }
-        out.sort();
-        out.dedup();
-        out
-    }
-
-    /// A file made (or truncated) and not written since: its writer has not begun, and
-    /// only its own `fsync`, a rename of it or the unmount commit it (committed by
-    /// another file's, an empty chunk was refused, and the write that came next found
-    /// the file gone).
-    fn untouched(&self, fh: u64) -> bool {
-        match self.handles.get(fh) {
-            Ok(Handle::Scratch { file, .. }) => {
-                let f = file.lock();
-                f.data.is_empty() && f.written == 0
-            }
-            _ => false,
-        }
-    }
-
-    /// Bytes gathered in `fh` that a commit would take as they stand (a chunk of a
-    /// length its array's codecs can decode, a whole metadata document), which a
-    /// truncate to `size` would change.
-    fn gathered_whole(&self, fh: u64, size: u64) -> bool {
-        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
-            return false;
-        };
-        let f = file.lock();
-        if f.orphan || f.data.len() as u64 == size || (f.data.is_empty() && f.written == 0) {
-            return false;
-        }
-        let decodes = |array: &Arc<ShardedArray>| {
-            self.current(array)
-                .layout
-                .fixed_chunk_len
-                .is_none_or(|want| f.data.len() as u64 == want)
-        };
-        match &node {
-            Node::Chunk { array, .. } => decodes(array),
-            // A chunk key written as a file of its own first (before its array's
-            // metadata, or opened for writing).
-            Node::Scratch {
-                path,
-                array,
-                parent,
-            } => {
-                path.file_name().is_some_and(|name| {
-                    matches!(
-                        self.target(array, parent.as_deref(), name),
-                        Ok(super::writer::Target::Chunk(_))
-                    )
-                }) && decodes(array)
-            }
-            Node::ArrayMeta { .. } | Node::GroupMeta { .. } => {
-                super::pending_doc::whole_json(&f.data)
-            }
-            _ => false,
-        }
-    }
-
     /// With more than [`KERNEL_UNLINKED_KEPT`] files held: which of those not in use are
     /// unlinked (each asked once), and the inodes of the oldest idle ones beyond the
     /// limit. `(None, empty)` within it.
@@ -636,14 +457,5 @@ impl View {
     /// (`shardfs stats`: `kernel_write_handles`).
     pub(super) fn kernel_write_handles(&self) -> usize {
         self.implicit.1.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// An unlinked file: nothing to commit; it lives on only in its handle.
-    fn unlinked(&self, fh: u64) -> bool {
-        match self.handles.get(fh) {
-            Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
-            Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
-            _ => false,
-        }
     }
 }

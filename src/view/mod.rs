@@ -23,7 +23,7 @@
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
 //! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
-//!   `kernel_writes.rs`.
+//!   `kernel_writes.rs`, `kernel_held.rs`.
 //!
 //! # Locks
 //!
@@ -81,6 +81,7 @@ mod group_docs;
 mod handles;
 mod inode;
 mod kept;
+mod kernel_held;
 mod kernel_writes;
 mod key_dirs;
 mod landed;
