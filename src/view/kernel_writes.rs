@@ -74,12 +74,12 @@ impl Implicits {
             .store(map.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The handle writes without one to `ino` gather in, if any.
     /// The files held now: (inode, handle).
     pub(super) fn held(&self) -> Vec<(u64, u64)> {
         self.0.lock().iter().map(|(ino, h)| (*ino, h.fh)).collect()
     }
 
+    /// The handle writes without one to `ino` gather in, if any.
     pub(super) fn fh(&self, ino: u64) -> Option<u64> {
         self.0.lock().get(&ino).map(|i| i.fh)
     }
