@@ -87,7 +87,7 @@ pub fn commit(
     // (nothing to lock); if the merge then writes, the directory is made and locked and
     // the shard read and merged again, since another writer may have got there first.
     let mut dir = ShardDir::open(root, dir_rel, false, Lock::Exclusive)?;
-    let (dir, cur, sources, times, mut outcome) = loop {
+    let (dir, cur, sources, times, outcome) = loop {
         let (recovered, cur) = match &dir {
             Some(d) => (
                 recover::recover_locked(d, name)?,
@@ -143,10 +143,25 @@ pub fn commit(
             }
         }
     };
+    write_changes(&dir, name, level, &cur, &sources, &times, outcome)
+}
+
+/// Make the merged changes of a commit durable in the shard `name` of the locked `dir`
+/// (`cur` as read under that lock): remove the shard where no slot holds a chunk, append
+/// where its index is at the end, else rewrite it whole. `outcome` is completed.
+fn write_changes(
+    dir: &ShardDir,
+    name: &OsStr,
+    level: &ShardLevel,
+    cur: &Current,
+    sources: &[Option<Source>],
+    times: &CloseTimes,
+    mut outcome: CommitOutcome,
+) -> Result<CommitOutcome, CommitError> {
     if sources.iter().all(Option::is_none) {
         dir.remove(name)?;
         dir.sync()?;
-        outcome.index = ShardIndex::empty(n);
+        outcome.index = ShardIndex::empty(sources.len());
         outcome.new_len = 0;
         outcome.removed = true;
         outcome.stored = Some(StoredShard::removed());
@@ -155,20 +170,20 @@ pub fn commit(
     outcome.removed = false;
     match (&cur.file, level.index_location) {
         (Some(file), IndexLocation::End) => {
-            let (index, new_len) = append(&dir, name, file, cur.len, level, &sources, &times)?;
+            let (index, new_len) = append(dir, name, file, cur.len, level, sources, times)?;
             outcome.bytes_written = new_len - cur.len;
             outcome.index = index;
             outcome.new_len = new_len;
         }
         (old, _) => {
-            let (index, new_len) = rewrite(&dir, name, level, old.as_ref(), &sources, &times)?;
+            let (index, new_len) = rewrite(dir, name, level, old.as_ref(), sources, times)?;
             outcome.bytes_written = new_len;
             outcome.index = index;
             outcome.new_len = new_len;
             outcome.rewritten = true;
         }
     }
-    outcome.stored = reopen(&dir, name);
+    outcome.stored = reopen(dir, name);
     Ok(outcome)
 }
 
