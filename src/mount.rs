@@ -274,6 +274,25 @@ impl Mount {
             })
     }
 
+    /// Everything staged made durable before the mount goes away, unless discarding.
+    fn store_before_unmount(&self) -> io::Result<()> {
+        // Everything staged is made durable before the mount goes away (the session's
+        // `destroy` flushes again whatever arrives meanwhile), with the writes that came
+        // through descriptors the kernel opened (kernel opens), whose closes were not
+        // heard of: committed first.
+        // Keep the errno's kind (a full store says so), with what failed.
+        if self.discard {
+            return Ok(());
+        }
+        let committed = self.view.commit_kernel_writes(KernelCommit::All);
+        committed.and(self.view.sync_all()).map_err(|e| {
+            io::Error::new(
+                io::Error::from_raw_os_error(e.errno()).kind(),
+                e.to_string(),
+            )
+        })
+    }
+
     fn finish(&mut self) -> io::Result<()> {
         self.stop_timer();
         // The walk holds nothing of the session or the view. Let it end (at most the rest
@@ -289,23 +308,7 @@ impl Mount {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        // Everything staged is made durable before the mount goes away (the session's
-        // `destroy` flushes again whatever arrives meanwhile), with the writes that came
-        // through descriptors the kernel opened (kernel opens), whose closes were not
-        // heard of: committed first.
-        // Keep the errno's kind (a full store says so), with what failed.
-        let flushed = if self.discard {
-            Ok(())
-        } else {
-            let committed = self.view.commit_kernel_writes(KernelCommit::All);
-            committed.and(self.view.sync_all())
-        }
-        .map_err(|e| {
-            io::Error::new(
-                io::Error::from_raw_os_error(e.errno()).kind(),
-                e.to_string(),
-            )
-        });
+        let flushed = self.store_before_unmount();
         if !session.guard.is_finished() && !self.still_here() {
             // Detached lazily while busy (and maybe the path mounted anew): not unmounted
             // by its path, which would take down whatever is mounted there now. The
@@ -331,18 +334,7 @@ impl Mount {
             let _ = unmount_path(&self.mountpoint, true);
             return Err(e);
         }
-        // Unmounted (here, or from outside: `shardfs unmount`, umount(8)). Joining or
-        // dropping the session would drop its mount handle, and that unmounts the path
-        // once more: by then possibly a new mount made at the same path. So only the
-        // thread is joined; the handle (a path and the dead /dev/fuse descriptor) is
-        // left to process exit.
-        let session = std::mem::ManuallyDrop::new(session);
-        // SAFETY: `guard` is moved out exactly once and `session` is never dropped,
-        // so nothing is dropped twice; the other fields are leaked, not used.
-        let guard = unsafe { std::ptr::read(&session.guard) };
-        let ended = guard
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        let ended = join_unmounted(session);
         flushed?;
         if self.discard {
             // Not "stored": a signal gave up what could not be stored.
@@ -360,6 +352,21 @@ impl Mount {
         );
         ended
     }
+}
+
+/// The FUSE session of a mount already unmounted (here, or from outside: `shardfs
+/// unmount`, umount(8)), its thread joined: what it ended with. Joining or dropping the
+/// session would drop its mount handle, and that unmounts the path once more: by then
+/// possibly a new mount made at the same path. So only the thread is joined; the handle
+/// (a path and the dead /dev/fuse descriptor) is left to process exit.
+fn join_unmounted(session: BackgroundSession) -> io::Result<()> {
+    let session = std::mem::ManuallyDrop::new(session);
+    // SAFETY: `guard` is moved out exactly once and `session` is never dropped, so
+    // nothing is dropped twice; the other fields are leaked, not used.
+    let guard = unsafe { std::ptr::read(&session.guard) };
+    guard
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")))
 }
 
 impl Drop for Mount {
