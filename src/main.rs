@@ -299,58 +299,9 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
     let opts = cli::mount_options(&m).map_err(anyhow::Error::msg)?;
     let name = mount::StoreName::of(&m.store);
     if !m.foreground {
-        // Check what can be checked before detaching, for a clear message here.
-        if let mount::StoreName::Local(_) = name {
-            match std::fs::metadata(&m.store) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    bail!("store {} does not exist", m.store.display())
-                }
-                Err(e) => bail!("store {}: {e}", m.store.display()),
-                Ok(md) if !md.is_dir() => {
-                    bail!("store {} is not a directory", m.store.display())
-                }
-                Ok(_) => {}
-            }
-            if let Some(why) = mount::not_zarr_warning(&m.store) {
-                eprintln!("shardfs: warning: {why}");
-            }
-        }
-        return match daemon::spawn_daemon(args, m.log_file.as_deref())? {
-            Ok(notes) => {
-                for note in notes {
-                    eprintln!("shardfs: note: {note}");
-                }
-                // Once the mount stands (never before a real error): the daemon's
-                // warnings (a refused write no request waits for, a flush that failed
-                // when idle) would reach no one.
-                if m.log_file.is_none() && daemon::syslog_writer().is_none() {
-                    eprintln!(
-                        "shardfs: warning: no system log (/dev/log) to send the daemon's \
-                         warnings and errors to: they are lost; --log-file PATH keeps them"
-                    );
-                }
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(msg) => bail!("{msg}"),
-        };
+        return run_detached(&m, name, args);
     }
-    if m.notify_fd.is_some() && m.log_file.is_none() {
-        init_syslog("warn");
-    } else if let (None, Some(path)) = (m.notify_fd, &m.log_file) {
-        // In the foreground too, `--log-file` is where the log goes (a daemonized
-        // mount's stderr is that file already).
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening the log file {}", path.display()))?;
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-            .format_timestamp_millis()
-            .target(env_logger::Target::Pipe(Box::new(file)))
-            .init();
-    } else {
-        init_logging("info");
-    }
+    init_mount_logging(&m)?;
     if let mount::StoreName::Local(_) = name
         && let Some(why) = mount::not_zarr_warning(&m.store)
     {
@@ -377,6 +328,73 @@ fn run_mount(m: MountArgs, args: &[std::ffi::OsString]) -> Result<ExitCode> {
             Err(e.into())
         }
     }
+}
+
+/// `shardfs mount` without `--foreground`: what can be checked before detaching is
+/// checked here (a clear message on this terminal), then the daemon is spawned and its
+/// mount waited for.
+fn run_detached(
+    m: &MountArgs,
+    name: mount::StoreName,
+    args: &[std::ffi::OsString],
+) -> Result<ExitCode> {
+    // Check what can be checked before detaching, for a clear message here.
+    if let mount::StoreName::Local(_) = name {
+        match std::fs::metadata(&m.store) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("store {} does not exist", m.store.display())
+            }
+            Err(e) => bail!("store {}: {e}", m.store.display()),
+            Ok(md) if !md.is_dir() => {
+                bail!("store {} is not a directory", m.store.display())
+            }
+            Ok(_) => {}
+        }
+        if let Some(why) = mount::not_zarr_warning(&m.store) {
+            eprintln!("shardfs: warning: {why}");
+        }
+    }
+    match daemon::spawn_daemon(args, m.log_file.as_deref())? {
+        Ok(notes) => {
+            for note in notes {
+                eprintln!("shardfs: note: {note}");
+            }
+            // Once the mount stands (never before a real error): the daemon's
+            // warnings (a refused write no request waits for, a flush that failed
+            // when idle) would reach no one.
+            if m.log_file.is_none() && daemon::syslog_writer().is_none() {
+                eprintln!(
+                    "shardfs: warning: no system log (/dev/log) to send the daemon's \
+                     warnings and errors to: they are lost; --log-file PATH keeps them"
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(msg) => bail!("{msg}"),
+    }
+}
+
+/// Where a mount's log goes: the system log (a daemon without `--log-file`), the log
+/// file, or standard error.
+fn init_mount_logging(m: &MountArgs) -> Result<()> {
+    if m.notify_fd.is_some() && m.log_file.is_none() {
+        init_syslog("warn");
+    } else if let (None, Some(path)) = (m.notify_fd, &m.log_file) {
+        // In the foreground too, `--log-file` is where the log goes (a daemonized
+        // mount's stderr is that file already).
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening the log file {}", path.display()))?;
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+            .format_timestamp_millis()
+            .target(env_logger::Target::Pipe(Box::new(file)))
+            .init();
+    } else {
+        init_logging("info");
+    }
+    Ok(())
 }
 
 /// What whoever mounted should hear about a mount that stands: an object storage prefix
