@@ -197,80 +197,102 @@ pub fn fill_chunk(
     ))?;
     let mut data: Option<Vec<u8>> = None;
     for codec in codecs {
-        let config = codec.get("configuration");
-        let get = |k: &str| config.and_then(|c| c.get(k));
         let name = codec_name(codec);
+        let config = codec.get("configuration");
         if name == "transpose" && data.is_none() {
             continue; // every element is the same
         }
-        data = Some(match (name, data) {
-            ("bytes", None) => {
-                let mut e = elem.clone();
-                if get("endian").and_then(Value::as_str) == Some("big") {
-                    let size = if data_type.starts_with("complex") {
-                        e.len() / 2
-                    } else if data_type.starts_with("fixed_length_utf32") {
-                        4
-                    } else {
-                        e.len()
-                    };
-                    for part in e.chunks_mut(size.max(1)) {
-                        part.reverse();
-                    }
-                }
-                e.repeat(n)
-            }
-            ("vlen-utf8" | "vlen-bytes", None) => {
-                // numcodecs' VLenUTF8 layout, which the v3 codec shares: the item count,
-                // then each item's length and bytes (lengths and count u32 little-endian).
-                let len = u32::try_from(elem.len()).map_err(|_| "fill value too long")?;
-                let count = u32::try_from(n).map_err(|_| "the chunk is too large")?;
-                let mut out = Vec::with_capacity(4 + n * (4 + elem.len()));
-                out.extend(count.to_le_bytes());
-                for _ in 0..n {
-                    out.extend(len.to_le_bytes());
-                    out.extend(&elem);
-                }
-                out
-            }
-            ("crc32c", Some(mut d)) => {
-                let sum = crc32c::crc32c(&d);
-                d.extend(sum.to_le_bytes());
-                d
-            }
-            ("gzip" | "numcodecs.zlib", Some(d)) => {
-                use std::io::Read;
-                let level = get("level").and_then(Value::as_u64).unwrap_or(1).min(9) as u32;
-                let level = flate2::Compression::new(level);
-                let mut out = Vec::new();
-                if name == "gzip" {
-                    flate2::read::GzEncoder::new(d.as_slice(), level).read_to_end(&mut out)
-                } else {
-                    flate2::read::ZlibEncoder::new(d.as_slice(), level).read_to_end(&mut out)
-                }
-                .map_err(|e| e.to_string())?;
-                out
-            }
-            ("zstd", Some(d)) => {
-                let level = get("level").and_then(Value::as_i64).unwrap_or(0) as i32;
-                let mut e =
-                    zstd::stream::Encoder::new(Vec::new(), level).map_err(|e| e.to_string())?;
-                e.include_checksum(get("checksum").and_then(Value::as_bool) == Some(true))
-                    .map_err(|e| e.to_string())?;
-                e.include_contentsize(true).map_err(|e| e.to_string())?;
-                e.set_pledged_src_size(Some(d.len() as u64))
-                    .map_err(|e| e.to_string())?;
-                e.write_all(&d).map_err(|e| e.to_string())?;
-                e.finish().map_err(|e| e.to_string())?
-            }
-            ("blosc", Some(d)) => {
-                let typesize = get("typesize").and_then(Value::as_u64).unwrap_or(1);
-                blosc_memcpyed(&d, typesize)?
-            }
-            (other, _) => return Err(format!("codec {other:?} cannot encode a fill chunk here")),
+        data = Some(match data {
+            None => fill_bytes(name, config, data_type, &elem, n)?,
+            Some(d) => encode_bytes(name, config, d)?,
         });
     }
     data.ok_or_else(|| "the codec chain has no array-to-bytes codec".into())
+}
+
+/// The array-to-bytes codec `name` (with `config`) applied to `n` elements whose bytes
+/// are each `elem` (native order), of `data_type`.
+fn fill_bytes(
+    name: &str,
+    config: Option<&Value>,
+    data_type: &str,
+    elem: &[u8],
+    n: usize,
+) -> Result<Vec<u8>, String> {
+    let get = |k: &str| config.and_then(|c| c.get(k));
+    Ok(match name {
+        "bytes" => {
+            let mut e = elem.to_vec();
+            if get("endian").and_then(Value::as_str) == Some("big") {
+                let size = if data_type.starts_with("complex") {
+                    e.len() / 2
+                } else if data_type.starts_with("fixed_length_utf32") {
+                    4
+                } else {
+                    e.len()
+                };
+                for part in e.chunks_mut(size.max(1)) {
+                    part.reverse();
+                }
+            }
+            e.repeat(n)
+        }
+        "vlen-utf8" | "vlen-bytes" => {
+            // numcodecs' VLenUTF8 layout, which the v3 codec shares: the item count, then
+            // each item's length and bytes (lengths and count u32 little-endian).
+            let len = u32::try_from(elem.len()).map_err(|_| "fill value too long")?;
+            let count = u32::try_from(n).map_err(|_| "the chunk is too large")?;
+            let mut out = Vec::with_capacity(4 + n * (4 + elem.len()));
+            out.extend(count.to_le_bytes());
+            for _ in 0..n {
+                out.extend(len.to_le_bytes());
+                out.extend(elem);
+            }
+            out
+        }
+        other => return Err(format!("codec {other:?} cannot encode a fill chunk here")),
+    })
+}
+
+/// The bytes-to-bytes codec `name` (with `config`) applied to `d`.
+fn encode_bytes(name: &str, config: Option<&Value>, mut d: Vec<u8>) -> Result<Vec<u8>, String> {
+    let get = |k: &str| config.and_then(|c| c.get(k));
+    Ok(match name {
+        "crc32c" => {
+            let sum = crc32c::crc32c(&d);
+            d.extend(sum.to_le_bytes());
+            d
+        }
+        "gzip" | "numcodecs.zlib" => {
+            use std::io::Read;
+            let level = get("level").and_then(Value::as_u64).unwrap_or(1).min(9) as u32;
+            let level = flate2::Compression::new(level);
+            let mut out = Vec::new();
+            if name == "gzip" {
+                flate2::read::GzEncoder::new(d.as_slice(), level).read_to_end(&mut out)
+            } else {
+                flate2::read::ZlibEncoder::new(d.as_slice(), level).read_to_end(&mut out)
+            }
+            .map_err(|e| e.to_string())?;
+            out
+        }
+        "zstd" => {
+            let level = get("level").and_then(Value::as_i64).unwrap_or(0) as i32;
+            let mut e = zstd::stream::Encoder::new(Vec::new(), level).map_err(|e| e.to_string())?;
+            e.include_checksum(get("checksum").and_then(Value::as_bool) == Some(true))
+                .map_err(|e| e.to_string())?;
+            e.include_contentsize(true).map_err(|e| e.to_string())?;
+            e.set_pledged_src_size(Some(d.len() as u64))
+                .map_err(|e| e.to_string())?;
+            e.write_all(&d).map_err(|e| e.to_string())?;
+            e.finish().map_err(|e| e.to_string())?
+        }
+        "blosc" => {
+            let typesize = get("typesize").and_then(Value::as_u64).unwrap_or(1);
+            blosc_memcpyed(&d, typesize)?
+        }
+        other => return Err(format!("codec {other:?} cannot encode a fill chunk here")),
+    })
 }
 
 /// A blosc1 frame holding `data` uncompressed (the "memcpyed" flag of its header): what
