@@ -320,37 +320,49 @@ fn array_info(
             info.inner_chunk_shape = layout.inner_chunk_shape().to_vec();
             info.codecs = names(&serde_json::Value::Array(layout.inner_codecs.clone()));
             info.nesting_levels = layout.levels.len();
-            for shard in shard_coords(store, data_dir, keys, layout) {
-                let key = keys.encode(&shard);
-                let s = Shard::load(store, &data_dir.join(&key), layout);
-                info.shards += 1;
-                info.bytes += s.meta().map_or(0, |m| m.len);
-                match s.index() {
-                    Ok(index) => {
-                        info.stored_chunks += layout
-                            .chunks_of_shard(&shard)
-                            .iter()
-                            .filter(|c| {
-                                matches!(
-                                    s.chunk(layout, &layout.locate(c).expect("in grid")),
-                                    Ok(Some(_))
-                                )
-                            })
-                            .count() as u64;
-                        info.live_bytes += index.live_bytes();
-                        // Dead as `shardfs compact` counts it (the close times are live).
-                        match s.dead_bytes(&layout.levels[0]) {
-                            Some(Ok(dead)) => info.dead_bytes += dead,
-                            Some(Err(e)) => info.corrupt_shards.push((key, e.to_string())),
-                            None => {}
-                        }
-                    }
-                    Err(e) => info.corrupt_shards.push((key, e.to_string())),
-                }
-            }
+            add_shards(&mut info, store, data_dir, keys, layout);
         }
     }
     info
+}
+
+/// The shards of the sharded array `layout` (its data directory `data_dir`) counted into
+/// `info`: stored chunks, bytes, live and dead bytes, corrupt shards.
+fn add_shards(
+    info: &mut ArrayInfo,
+    store: &dyn Store,
+    data_dir: &Path,
+    keys: format::ChunkKeyEncoding,
+    layout: &ShardLayout,
+) {
+    for shard in shard_coords(store, data_dir, keys, layout) {
+        let key = keys.encode(&shard);
+        let s = Shard::load(store, &data_dir.join(&key), layout);
+        info.shards += 1;
+        info.bytes += s.meta().map_or(0, |m| m.len);
+        match s.index() {
+            Ok(index) => {
+                info.stored_chunks += layout
+                    .chunks_of_shard(&shard)
+                    .iter()
+                    .filter(|c| {
+                        matches!(
+                            s.chunk(layout, &layout.locate(c).expect("in grid")),
+                            Ok(Some(_))
+                        )
+                    })
+                    .count() as u64;
+                info.live_bytes += index.live_bytes();
+                // Dead as `shardfs compact` counts it (the close times are live).
+                match s.dead_bytes(&layout.levels[0]) {
+                    Some(Ok(dead)) => info.dead_bytes += dead,
+                    Some(Err(e)) => info.corrupt_shards.push((key, e.to_string())),
+                    None => {}
+                }
+            }
+            Err(e) => info.corrupt_shards.push((key, e.to_string())),
+        }
+    }
 }
 
 /// Coordinates of every shard file of an array, found by listing (never guessing).
