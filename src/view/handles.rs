@@ -221,21 +221,10 @@ impl View {
             return self.getattr_open(ino, fh);
         }
         match (self.set_size(ino, size), handle) {
+            // Its name gone (unlinked while open): the file its handles still hold.
             (Err(ViewError::NotFound), Some(Handle::Scratch { file, .. })) => {
-                let w = self.writer()?;
                 let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
-                let mut f = file.lock();
-                if size > f.data.len() {
-                    w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
-                } else {
-                    w.unreserve((f.data.len() - size) as u64);
-                }
-                f.data.resize(size, 0);
-                f.modified = std::time::SystemTime::now();
-                if self.kernel_opens() {
-                    f.written = w.staging.close_time();
-                }
-                drop(f);
+                self.resize_scratch(&file, size)?;
                 self.getattr_open(ino, fh)
             }
             (res, _) => res,

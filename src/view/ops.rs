@@ -253,6 +253,29 @@ impl View {
         Some(self.attr_of(ino, node).ok()?.mtime)
     }
 
+    /// Resize the scratch file `file` to `size` bytes, its room in the write buffer
+    /// taken or given back.
+    pub(super) fn resize_scratch(
+        &self,
+        file: &parking_lot::Mutex<super::writer::Scratch>,
+        size: usize,
+    ) -> Result<()> {
+        let w = self.writer()?;
+        let mut f = file.lock();
+        if size > f.data.len() {
+            w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
+        } else {
+            w.unreserve((f.data.len() - size) as u64);
+        }
+        f.data.resize(size, 0);
+        f.dirty = true;
+        f.modified = std::time::SystemTime::now();
+        if self.kernel_opens() {
+            f.written = w.staging.close_time();
+        }
+        Ok(())
+    }
+
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
         let (path, node) = self.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
@@ -280,19 +303,8 @@ impl View {
             Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
             Node::Scratch { path, .. } => {
                 let file = w.scratch(path).ok_or(ViewError::NotFound)?;
-                let mut f = file.lock();
                 let size = usize::try_from(size).map_err(|_| ViewError::TooBig(u64::MAX))?;
-                if size > f.data.len() {
-                    w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
-                } else {
-                    w.unreserve((f.data.len() - size) as u64);
-                }
-                f.data.resize(size, 0);
-                f.dirty = true;
-                f.modified = std::time::SystemTime::now();
-                if self.kernel_opens() {
-                    f.written = w.staging.close_time();
-                }
+                self.resize_scratch(&file, size)?;
             }
             Node::Chunk { array, coords } => {
                 let array = self.current(array);
