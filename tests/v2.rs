@@ -211,7 +211,7 @@ fn zarr2_writes_through_the_v2_view_and_tensorstore_reads_the_shards() {
             &["compare", "--want", s(&want), "--got", s(&back), "--subset"],
         );
         assert!(
-            out.contains(" 0 failed") && out.contains(" 10 passed"),
+            out.contains(" 0 failed") && out.contains(" 11 passed"),
             "{out}"
         );
         mount.unmount().unwrap();

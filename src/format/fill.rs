@@ -97,6 +97,19 @@ pub fn element(data_type: &str, v: &Value) -> Option<Vec<u8>> {
             out
         }
         "string" => v.as_str()?.as_bytes().to_vec(),
+        t if t.starts_with("null_terminated_bytes:") => {
+            // numpy's `S`: the bytes (base64 in v2 and v3 metadata alike), padded with
+            // zeros to the length.
+            let len: usize = t.strip_prefix("null_terminated_bytes:")?.parse().ok()?;
+            let mut out = base64::engine::general_purpose::STANDARD
+                .decode(v.as_str()?)
+                .ok()?;
+            if out.len() > len {
+                return None;
+            }
+            out.resize(len, 0);
+            out
+        }
         t => {
             // numpy's `U`: UTF-32 code units, padded with zeros to the length.
             let len: usize = t.strip_prefix("fixed_length_utf32:")?.parse().ok()?;

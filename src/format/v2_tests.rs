@@ -419,6 +419,45 @@ fn vlen_bytes_and_fixed_width_unicode_map_both_ways() {
     assert_eq!(back["codecs"], json!(codecs));
 }
 
+/// numpy's fixed-length bytes (`|S`n, which xarray writes for a variable of short byte
+/// strings) is zarr-python 3's `null_terminated_bytes` of `n` bytes, both ways: the same
+/// chunk bytes, the fill value base64 in both (zarr-python 2 and 3 write it so), a chunk
+/// of it for keys the store has no chunk for. Before, the v2 view refused it.
+#[test]
+fn fixed_length_bytes_map_both_ways() {
+    let t = json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": 5}});
+    let zstd = json!({"name": "zstd", "configuration": {"level": 0, "checksum": false}});
+    // zarr-python 3 writes the bytes codec without an endianness for it.
+    let codecs = [json!({"name": "bytes"}), zstd];
+    let d = doc(json!({"data_type": t, "fill_value": "YWI=", "node_type": "array"}));
+    let (z, fills) = zarray_fill(&d, &[4], &[2], &codecs, shown_keys(SLASH)).unwrap();
+    assert_eq!(z["dtype"], "|S5");
+    assert_eq!(z["fill_value"], "YWI=");
+    assert!(
+        !fills,
+        "the fill value shown is the v3 one: no chunk of it is needed"
+    );
+    let chunk = zstd::decode_all(fill_chunk(&d, &[2], &codecs).unwrap().as_slice()).unwrap();
+    assert_eq!(chunk, b"ab\0\0\0ab\0\0\0");
+    let back = v3_from_zarray(&to_bytes(&z)).unwrap();
+    assert_eq!(back["data_type"], t);
+    assert_eq!(back["fill_value"], "YWI=");
+    assert_eq!(back["codecs"], json!(codecs));
+    // zarr 2's own `.zarray` of `|S5` (blosc, fill value b"ab"), and one with no fill.
+    let z2 = json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|S5",
+        "fill_value": "YWI=", "order": "C", "filters": null,
+        "compressor": {"id": "zlib", "level": 1}});
+    let v3 = v3_from_zarray(&to_bytes(&z2)).unwrap();
+    assert_eq!(v3["data_type"], t);
+    assert_eq!(v3["fill_value"], "YWI=");
+    let mut z2 = z2;
+    z2["fill_value"] = Value::Null;
+    assert_eq!(v3_from_zarray(&to_bytes(&z2)).unwrap()["fill_value"], "");
+    // Longer than its length: no value of the type.
+    let d = doc(json!({"data_type": t, "fill_value": "YWJjZGVmZw==", "node_type": "array"}));
+    assert!(fill_chunk(&d, &[2], &codecs).is_err());
+}
+
 /// A `_FillValue` that means no value of the array's type (a converter's, not xarray's:
 /// `-1` of a `uint8`, `300` of an `int8`, `"abc"` of an `int32`, bad base64) is not
 /// taken: `.zarray` shows what it would without it and `.zattrs` keeps the attribute.

@@ -212,6 +212,15 @@ def dataset_v2_fixed_strings():
     return xr.Dataset({"tag": (("n",), np.array([f"t{i:03d}"[:5] for i in range(12)], dtype="<U5"))})
 
 
+def dataset_v2_fixed_bytes():
+    """Short byte strings: numpy `S` (zarr 2 `.zarray` dtype `|S3`; zarr 3
+    `null_terminated_bytes`). Written by a to_zarr of its own (mode "a"), as above."""
+    import xarray as xr
+
+    codes = np.array([b"a", b"bc", b"def"] * 4, dtype="S3")
+    return xr.Dataset({"code": (("n",), codes)})
+
+
 # --- comparing ------------------------------------------------------------------------
 
 
@@ -403,15 +412,16 @@ def write_v2(mount: str, out: str) -> None:
     import tempfile
 
     ds, encoding = dataset_v2()
-    # Three to_zarr calls, the later two appending (mode "a"): the dataset, its object
-    # strings, then `<U` strings, so that a view refusing one kind of string loses only
-    # that variable's checks, not the rest of the dataset.
+    # Four to_zarr calls, the later three appending (mode "a"): the dataset, its object
+    # strings, `<U` strings, then `|S` bytes, so that a view refusing one kind of string
+    # loses only that variable's checks, not the rest of the dataset.
     steps = [
         ("the dataset", ds.drop_vars("label"), "w",
          {k: v for k, v in encoding.items() if k != "label"}),
         ("object strings (label)", ds[["label"]].drop_vars("time"), "a",
          {"label": encoding["label"]}),
         ("<U5 strings (tag)", dataset_v2_fixed_strings(), "a", {}),
+        ("|S3 bytes (code)", dataset_v2_fixed_bytes(), "a", {}),
     ]
     with tempfile.TemporaryDirectory() as plain:
         for _, part, mode, enc in steps:

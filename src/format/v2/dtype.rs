@@ -5,20 +5,32 @@
 use serde_json::{Map, Value};
 
 /// The `data_type` of v3 metadata `doc` as one string: its name, or for
-/// `fixed_length_utf32` (numpy's `U`) `fixed_length_utf32:<length_bytes>`.
+/// `fixed_length_utf32` (numpy's `U`) `fixed_length_utf32:<length_bytes>`, for
+/// `null_terminated_bytes` (numpy's `S`, zarr-python 3's name)
+/// `null_terminated_bytes:<length_bytes>`.
 pub(crate) fn data_type_name(doc: &Map<String, Value>) -> Result<String, String> {
+    let length = |o: &Map<String, Value>| {
+        o.get("configuration")
+            .and_then(|c| c.get("length_bytes"))
+            .and_then(Value::as_u64)
+    };
     match doc.get("data_type") {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Object(o))
             if o.get("name").and_then(Value::as_str) == Some("fixed_length_utf32") =>
         {
-            let n = o
-                .get("configuration")
-                .and_then(|c| c.get("length_bytes"))
-                .and_then(Value::as_u64)
+            let n = length(o)
                 .filter(|n| n % 4 == 0 && *n > 0)
                 .ok_or("fixed_length_utf32 without a length_bytes that is a multiple of 4")?;
             Ok(format!("fixed_length_utf32:{n}"))
+        }
+        Some(Value::Object(o))
+            if o.get("name").and_then(Value::as_str) == Some("null_terminated_bytes") =>
+        {
+            let n = length(o)
+                .filter(|n| *n > 0 && *n <= u64::from(u32::MAX))
+                .ok_or("null_terminated_bytes without a length_bytes")?;
+            Ok(format!("null_terminated_bytes:{n}"))
         }
         Some(other) => Err(format!("data type {other} has no Zarr v2 equivalent")),
         None => Err("no data_type".into()),
@@ -29,6 +41,9 @@ pub(crate) fn data_type_name(doc: &Map<String, Value>) -> Result<String, String>
 pub(super) fn v2_kind(data_type: &str) -> Option<(char, u32)> {
     if let Some(n) = data_type.strip_prefix("fixed_length_utf32:") {
         return Some(('U', n.parse::<u32>().ok()? / 4));
+    }
+    if let Some(n) = data_type.strip_prefix("null_terminated_bytes:") {
+        return Some(('S', n.parse::<u32>().ok()?));
     }
     Some(match data_type {
         "bool" => ('b', 1),

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use super::codecs::{codec_chain, from_numcodecs};
 use super::dtype::{data_type_name, numpy_dtype};
 use crate::format::fill;
+use crate::format::metadata::codec_name;
 
 /// The v3 `zarr.json` (an unsharded array) for a `.zarray` written through the view.
 pub fn v3_from_zarray(zarray: &[u8]) -> Result<Map<String, Value>, String> {
@@ -67,6 +68,22 @@ fn data_type_and_codecs(
     Ok(if bare == "O" {
         let (t, c, k) = object_codecs(z)?;
         (Value::from(t), c, k)
+    } else if let Some(n) = bare.strip_prefix('S') {
+        // numpy's fixed-length bytes: zarr-python 3's `null_terminated_bytes`, laid out
+        // by the bytes codec with no byte order, as zarr-python 3 writes it.
+        let n: u64 = n
+            .parse()
+            .ok()
+            .filter(|&n| n > 0 && n <= u64::from(u32::MAX))
+            .ok_or(format!("dtype {dtype:?} is not a numpy type"))?;
+        let mut codecs = codec_chain(z, "order", ndim, "little", |c| from_numcodecs(c, n as u32))?;
+        for c in &mut codecs {
+            if codec_name(c) == "bytes" {
+                *c = json!({"name": "bytes"});
+            }
+        }
+        let t = json!({"name": "null_terminated_bytes", "configuration": {"length_bytes": n}});
+        (t, codecs, 'S')
     } else if let Some(chars) = bare.strip_prefix('U') {
         // numpy's fixed-width unicode: UTF-32 code units, `chars` of them.
         let chars: u64 = chars
@@ -111,10 +128,10 @@ fn v3_fill(z: &Map<String, Value>, data_type: &Value, kind: char) -> (Value, Map
         (None | Some(Value::Null), 'b') => json!(false),
         (None | Some(Value::Null), 'c') => json!([0.0, 0.0]),
         (None | Some(Value::Null), 'f') => json!(0.0),
-        (None | Some(Value::Null), 'O' | 'U') => json!(""),
+        (None | Some(Value::Null), 'O' | 'U' | 'S') => json!(""),
         // zarr 2's default fill value of object arrays is `0`, which no v3 string or
         // bytes array can have: none.
-        (Some(v), 'O' | 'U') if !v.is_string() => json!(""),
+        (Some(v), 'O' | 'U' | 'S') if !v.is_string() => json!(""),
         (None | Some(Value::Null), _) => json!(0),
         (Some(v), _) => {
             attributes.insert(

@@ -124,6 +124,8 @@ fn v2_dtype(
                 .and_then(|c| c.get("endian"))
                 .and_then(Value::as_str);
             let byte_order = match (size, endian) {
+                // Bytes have no order (zarr-python 3 names none for them).
+                _ if kind == 'S' => '|',
                 (1, _) if kind != 'U' => '|',
                 (_, Some("little")) => '<',
                 (_, Some("big")) => '>',
