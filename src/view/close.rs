@@ -3,7 +3,7 @@
 //! inode go, and at a file's last release a scratch file at a chunk key or metadata
 //! settles back into that node ([`View::settled`]) and v2 metadata written as a store
 //! file is taken in. Whether a close commits anything decides `FOPEN_NOFLUSH`. The
-//! commits themselves are `write.rs`; the handle table is `handles.rs`.
+//! commits themselves are `commit.rs`; the handle table is `handles.rs`.
 
 use super::writer::{Scratch, Target};
 use super::*;

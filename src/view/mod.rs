@@ -19,7 +19,7 @@
 //!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
 //! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
-//!   (key directories shown without chunks), `set_times.rs`, `write.rs`
+//!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
 //! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
@@ -51,7 +51,7 @@
 //! Held across store I/O (the exceptions):
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
 //!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
-//!   write.rs:`commit_chunk_closed` when the write buffer is full.
+//!   commit.rs:`commit_chunk_closed` when the write buffer is full.
 //! * `View::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
 //!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
 //!   store files under it (`partial_metadata`, `unlinked`).
@@ -74,6 +74,7 @@ mod as_written;
 mod attr;
 pub mod cache;
 mod close;
+mod commit;
 pub mod container;
 mod draft;
 mod durable;
@@ -100,7 +101,6 @@ mod rename_dir;
 mod resolve;
 mod set_times;
 mod stats;
-mod write;
 mod writer;
 
 use std::collections::HashSet;

@@ -1,6 +1,6 @@
 //! Metadata documents of the store written through the mount: a group's or an unsharded
 //! array's `zarr.json`, and the `zarr.json` of an array being made. Sharded arrays'
-//! metadata has its own path (`write.rs`); these are store files.
+//! metadata has its own path (`commit.rs`); these are store files.
 //!
 //! Their bytes gather in memory, shared by every handle of the file, and reach the store
 //! only whole: the write (or truncate) that makes them one whole JSON document replaces
