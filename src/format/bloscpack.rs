@@ -467,20 +467,7 @@ pub fn shown_array(p: &Prefix, chunks: &[ChunkEntry]) -> Result<ShownArray, Stri
     let Some(m) = numpy else {
         return Ok(bytes(attributes));
     };
-    let dtype = m
-        .get("dtype")
-        .and_then(Value::as_str)
-        .and_then(Dtype::parse)
-        .ok_or_else(|| format!("dtype {} is no plain number type", m["dtype"]))?;
-    let shape: Vec<u64> = m
-        .get("shape")
-        .and_then(Value::as_array)
-        .and_then(|s| s.iter().map(Value::as_u64).collect())
-        .ok_or("no shape")?;
-    let order = match m.get("order").and_then(Value::as_str) {
-        Some("F") => Order::F,
-        _ => Order::C,
-    };
+    let (dtype, shape, order) = numpy_meta(m)?;
     let elements = shape
         .iter()
         .try_fold(1u64, |a, &n| a.checked_mul(n))
@@ -523,6 +510,25 @@ pub fn shown_array(p: &Prefix, chunks: &[ChunkEntry]) -> Result<ShownArray, Stri
         return Ok(bytes(a.attributes));
     }
     Ok(a)
+}
+
+/// The `dtype`, `shape` and `order` of a bloscpack file's numpy metadata.
+fn numpy_meta(m: &Value) -> Result<(Dtype, Vec<u64>, Order), String> {
+    let dtype = m
+        .get("dtype")
+        .and_then(Value::as_str)
+        .and_then(Dtype::parse)
+        .ok_or_else(|| format!("dtype {} is no plain number type", m["dtype"]))?;
+    let shape: Vec<u64> = m
+        .get("shape")
+        .and_then(Value::as_array)
+        .and_then(|s| s.iter().map(Value::as_u64).collect())
+        .ok_or("no shape")?;
+    let order = match m.get("order").and_then(Value::as_str) {
+        Some("F") => Order::F,
+        _ => Order::C,
+    };
+    Ok((dtype, shape, order))
 }
 
 #[cfg(test)]
