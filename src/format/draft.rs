@@ -75,26 +75,7 @@ pub fn array(bytes: &[u8]) -> Result<(Map<String, Value>, ChunkKeyEncoding), Str
         Some(".") => '.',
         Some(s) => return Err(format!("chunk separator {s:?}")),
     };
-    let cps = match d.get("storage_transformers").and_then(Value::as_array) {
-        Some(t) if t.len() == 1 => {
-            let t = &t[0];
-            let is_sharding = t
-                .get("extension")
-                .and_then(Value::as_str)
-                .is_some_and(|e| e.contains("storage_transformers/sharding/1.0"));
-            if !is_sharding || t.get("type").and_then(Value::as_str) != Some("indexed") {
-                return Err(format!("storage transformer {t} is not indexed sharding"));
-            }
-            list(
-                t.get("configuration")
-                    .and_then(|c| c.get("chunks_per_shard")),
-                "chunks_per_shard",
-            )?
-        }
-        Some(t) if t.is_empty() => return Err("not sharded".into()),
-        None => return Err("not sharded".into()),
-        Some(_) => return Err("more than one storage transformer".into()),
-    };
+    let cps = chunks_per_shard(&d)?;
     if chunks.len() != shape.len()
         || cps.len() != shape.len()
         || chunks.contains(&0)
@@ -138,6 +119,31 @@ pub fn array(bytes: &[u8]) -> Result<(Map<String, Value>, ChunkKeyEncoding), Str
             separator,
         },
     ))
+}
+
+/// The `chunks_per_shard` of a draft array document's one storage transformer, indexed
+/// sharding; `Err` where it has another, none, or more than one.
+fn chunks_per_shard(d: &Map<String, Value>) -> Result<Vec<u64>, String> {
+    match d.get("storage_transformers").and_then(Value::as_array) {
+        Some(t) if t.len() == 1 => {
+            let t = &t[0];
+            let is_sharding = t
+                .get("extension")
+                .and_then(Value::as_str)
+                .is_some_and(|e| e.contains("storage_transformers/sharding/1.0"));
+            if !is_sharding || t.get("type").and_then(Value::as_str) != Some("indexed") {
+                return Err(format!("storage transformer {t} is not indexed sharding"));
+            }
+            t.get("configuration")
+                .and_then(|c| c.get("chunks_per_shard"))
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().map(Value::as_u64).collect())
+                .ok_or("chunks_per_shard is missing or not a list of integers".into())
+        }
+        Some(t) if t.is_empty() => Err("not sharded".into()),
+        None => Err("not sharded".into()),
+        Some(_) => Err("more than one storage transformer".into()),
+    }
 }
 
 /// A draft codec (`{"codec": <URL>, "configuration": ..}`) as a final v3 codec.
