@@ -125,8 +125,9 @@ impl View {
             }
             f.kept = Some(sum);
             if f.opens == 0 && map.get(path).is_some_and(|m| Arc::ptr_eq(m, file)) {
+                // Its bytes are let go with the last reference to it: a read that took
+                // it from the table a moment ago still reads them whole.
                 w.unreserve(f.data.len() as u64);
-                f.data = Vec::new();
                 drop(f);
                 map.remove(path);
                 kept.remove(path);

@@ -62,31 +62,88 @@ pub(super) struct Implicit {
 /// With the table's length as last left, read by `shardfs stats` without the table's
 /// lock, which is held across store I/O: a stats read must answer during an outage.
 #[derive(Default)]
-pub(super) struct Implicits(
-    Mutex<HashMap<u64, Implicit>>,
-    std::sync::atomic::AtomicUsize,
-);
+pub(super) struct Implicits(Mutex<Table>, std::sync::atomic::AtomicUsize);
+
+/// The handles held, and the files a commit took the handle of and is committing now.
+#[derive(Default)]
+struct Table {
+    held: HashMap<u64, Implicit>,
+    /// By inode, how many of its handles are being committed. Until they are, nothing
+    /// of that inode is taken by another commit, and a commit that must find its bytes
+    /// staged (a rename onto it, an `fsync`, the unmount) and a new write to it wait:
+    /// before, a rename onto a chunk whose earlier bytes the idle timer or a directory's
+    /// `fsync` was committing could be followed by those bytes, and the chunk read (and
+    /// stored) its previous version (found by an adversarial tester).
+    committing: HashMap<u64, u32>,
+}
+
+thread_local! {
+    /// This thread is committing a held handle (a commit under way may take in
+    /// metadata, which commits held writes again): it waits for no commit under way,
+    /// which could be its own.
+    static IN_COMMIT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A held handle of `ino` taken by a commit: counted in [`Table::committing`] until
+/// dropped (also on a panic of the commit, so that nothing waits for it for good).
+struct Committing<'a> {
+    table: &'a Implicits,
+    ino: u64,
+}
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock();
+        if let Some(n) = t.committing.get_mut(&self.ino) {
+            *n -= 1;
+            if *n == 0 {
+                t.committing.remove(&self.ino);
+            }
+        }
+    }
+}
+
+/// While alive, this thread is committing ([`IN_COMMIT`]).
+struct InCommit;
+
+impl InCommit {
+    fn enter() -> InCommit {
+        IN_COMMIT.with(|c| c.set(c.get() + 1));
+        InCommit
+    }
+
+    fn here() -> bool {
+        IN_COMMIT.with(|c| c.get() > 0)
+    }
+}
+
+impl Drop for InCommit {
+    fn drop(&mut self) {
+        IN_COMMIT.with(|c| c.set(c.get() - 1));
+    }
+}
 
 impl Implicits {
-    /// The table's length is `map`'s now.
-    fn counted(&self, map: &HashMap<u64, Implicit>) {
+    /// The table's length is `held`'s now.
+    fn counted(&self, held: &HashMap<u64, Implicit>) {
         self.1
-            .store(map.len(), std::sync::atomic::Ordering::Relaxed);
+            .store(held.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The files held now: (inode, handle).
     pub(super) fn held(&self) -> Vec<(u64, u64)> {
-        self.0.lock().iter().map(|(ino, h)| (*ino, h.fh)).collect()
+        let t = self.0.lock();
+        t.held.iter().map(|(ino, h)| (*ino, h.fh)).collect()
     }
 
     /// The handle writes without one to `ino` gather in, if any.
     pub(super) fn fh(&self, ino: u64) -> Option<u64> {
-        self.0.lock().get(&ino).map(|i| i.fh)
+        self.0.lock().held.get(&ino).map(|i| i.fh)
     }
 
     /// A request using the handle of [`View::write_ino`] for `ino` ended.
     fn end(&self, ino: u64) {
-        if let Some(i) = self.0.lock().get_mut(&ino) {
+        if let Some(i) = self.0.lock().held.get_mut(&ino) {
             i.users -= 1;
             i.last = std::time::Instant::now();
         }
@@ -223,12 +280,12 @@ impl View {
     /// any descriptor, and it is committed as those are (the kernel may send no release
     /// for it: none comes for files created once it opens files itself).
     pub fn adopt_created(&self, ino: u64, fh: u64) {
-        let mut map = self.implicit.0.lock();
-        if map.contains_key(&ino) {
+        let mut t = self.implicit.0.lock();
+        if t.held.contains_key(&ino) {
             // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
             // writes gather in the handle they gather in; this one shares its bytes.
             // Let go without what a close does (commit, take in): the writes go on.
-            drop(map);
+            drop(t);
             if let Some((ino, handle)) = self.handles.remove(fh) {
                 self.let_go(ino);
                 if let Handle::Scratch { file, .. } = handle {
@@ -238,7 +295,7 @@ impl View {
             }
             return;
         }
-        map.insert(
+        t.held.insert(
             ino,
             Implicit {
                 fh,
@@ -246,7 +303,7 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
-        self.implicit.counted(&map);
+        self.implicit.counted(&t.held);
     }
 
     /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
@@ -266,11 +323,20 @@ impl View {
     fn implicit_begin(&self, ino: u64, truncate: bool) -> Result<u64> {
         // Opened under the table's lock: two first writes must not open two handles
         // (the second open of a chunk would replace the first one's scratch file).
-        let mut map = self.implicit.0.lock();
-        if let Some(i) = map.get_mut(&ino) {
-            i.users += 1;
-            return Ok(i.fh);
-        }
+        let mut t = loop {
+            let mut t = self.implicit.0.lock();
+            if let Some(i) = t.held.get_mut(&ino) {
+                i.users += 1;
+                return Ok(i.fh);
+            }
+            // Its earlier bytes are being committed: opened once they are staged, so
+            // that this write lands on them, not on what was there before them.
+            if !t.committing.contains_key(&ino) || InCommit::here() {
+                break t;
+            }
+            drop(t);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        };
         // A descriptor of a file unlinked or replaced since, whose handle is gone: not
         // whatever now has that name.
         let (path, _) = self.node(ino)?;
@@ -278,7 +344,7 @@ impl View {
             return Err(ViewError::NotFound);
         }
         let fh = self.open(ino, true, truncate)?.fh;
-        map.insert(
+        t.held.insert(
             ino,
             Implicit {
                 fh,
@@ -286,7 +352,7 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
-        self.implicit.counted(&map);
+        self.implicit.counted(&t.held);
         Ok(fh)
     }
 
@@ -294,48 +360,75 @@ impl View {
     /// would: release those handles. Returns the first error (also logged).
     pub fn commit_kernel_writes(&self, which: KernelCommit) -> Result<()> {
         let mut first_err = Ok(());
+        let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
+        // Commits under way in other threads are waited for, but by the idle timer (see
+        // `Table::committing`).
+        let waits_in_flight = !matches!(which, KernelCommit::Idle) && !InCommit::here();
         // The files to commit are those held now: a steady writer cannot keep a commit
         // that waits going.
         let mut targets: Option<Vec<u64>> = None;
         loop {
             let (taken, busy) = {
-                let mut map = self.implicit.0.lock();
-                if map.is_empty() {
+                let mut t = self.implicit.0.lock();
+                if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
                     return first_err;
                 }
                 let snapshot = targets.get_or_insert_with(|| match which {
                     KernelCommit::Of(ino) => vec![ino],
-                    _ => map.keys().copied().collect(),
+                    _ => {
+                        let all: std::collections::BTreeSet<u64> =
+                            t.held.keys().chain(t.committing.keys()).copied().collect();
+                        all.into_iter().collect()
+                    }
                 });
-                let waits = matches!(which, KernelCommit::Of(_) | KernelCommit::All);
                 // Beyond the limit, each file is asked once whether it is unlinked (on
                 // object storage a HEAD, under this lock).
                 let (unlinked_now, over) = match which {
-                    KernelCommit::Idle => self.unlinked_over_the_limit(&map),
+                    KernelCommit::Idle => self.unlinked_over_the_limit(&t.held),
                     _ => (None, HashSet::new()),
                 };
                 let mut taken = Vec::new();
                 let mut busy = false;
+                let Table { held, committing } = &mut *t;
                 snapshot.retain(|ino| {
-                    let Some(h) = map.get(ino) else {
+                    if committing.contains_key(ino) {
+                        // Never taken while its earlier bytes are being committed.
+                        busy |= waits_in_flight;
+                        return waits_in_flight;
+                    }
+                    let Some(h) = held.get(ino) else {
                         return false;
                     };
                     if h.users > 0 {
                         busy |= waits;
                         return waits;
                     }
-                    let due = self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over);
-                    if due {
+                    if self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over) {
                         taken.push((*ino, h.fh));
-                        map.remove(ino);
                     }
                     false
                 });
-                self.implicit.counted(&map);
+                let taken: Vec<_> = taken
+                    .into_iter()
+                    .map(|(ino, fh)| {
+                        held.remove(&ino);
+                        *committing.entry(ino).or_default() += 1;
+                        let mark = Committing {
+                            table: &self.implicit,
+                            ino,
+                        };
+                        (ino, fh, mark)
+                    })
+                    .collect();
+                self.implicit.counted(held);
                 (taken, busy)
             };
-            for (ino, fh) in taken {
-                if let Err(e) = self.commit_kernel_write(which, ino, fh)
+            for (ino, fh, mark) in taken {
+                let in_commit = InCommit::enter();
+                let res = self.commit_kernel_write(which, ino, fh);
+                drop(in_commit);
+                drop(mark);
+                if let Err(e) = res
                     && first_err.is_ok()
                 {
                     first_err = Err(e);

@@ -302,8 +302,18 @@ impl View {
             }
             Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
             Node::Scratch { path, .. } => {
-                let file = w.scratch(path).ok_or(ViewError::NotFound)?;
                 let size = usize::try_from(size).map_err(|_| ViewError::TooBig(u64::MAX))?;
+                // Under the table's lock: a file of its own stored meanwhile (`kept.rs`)
+                // is truncated as the stored file it is now (before, the truncate went
+                // to the copy let go, and was lost).
+                let map = w.scratch.lock();
+                let Some(file) = map.get(path).cloned() else {
+                    drop(map);
+                    return match self.node(ino)? {
+                        (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
+                        _ => self.set_size(ino, size as u64),
+                    };
+                };
                 self.resize_scratch(&file, size)?;
             }
             Node::Chunk { array, coords } => {

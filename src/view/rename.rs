@@ -140,7 +140,19 @@ impl View {
                 self.move_own_file(rel, &to)?
             }
             _ => {
-                let data = self.content(&src)?;
+                let (src, data) = match self.content(&src) {
+                    // A scratch file stored as a file of its own meanwhile (`kept.rs`: an
+                    // `fsync` of a directory, the idle timer): it is that file now. Before,
+                    // the rename failed with `ENOENT` (found by an adversarial tester).
+                    Err(ViewError::NotFound) if matches!(src, Node::Scratch { .. }) => {
+                        let now = self
+                            .stored_child(&ppath, &pnode, name)?
+                            .ok_or(ViewError::NotFound)?;
+                        let data = self.content(&now)?;
+                        (now, data)
+                    }
+                    data => (src, data?),
+                };
                 let node = self.put_at(&nnode, newname, &to, data)?;
                 self.remove_source(&src, &node)?;
                 node
@@ -231,13 +243,10 @@ impl View {
     pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
             Node::File { rel } => Ok(self.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
-            Node::Scratch { path, .. } => Ok(self
+            Node::Scratch { path, .. } => self
                 .writer()?
-                .scratch(path)
-                .ok_or(ViewError::NotFound)?
-                .lock()
-                .data
-                .clone()),
+                .scratch_bytes(path)
+                .ok_or(ViewError::NotFound),
             Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
             Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
             Node::GroupMeta { dir, file } => self.group_meta(dir, *file),

@@ -349,16 +349,30 @@ impl Writer {
         self.scratch.lock().get(path).cloned()
     }
 
+    // The looks at a scratch file by its name below hold the table's lock while they
+    // look: a file of its own stored meanwhile (`kept.rs`) leaves the table under that
+    // lock, so they see it whole in the table or not at all. Before, a rename that
+    // looked at it while it was being stored found it empty (`EINVAL`: a chunk of 0
+    // bytes) or gone (`ENOENT`; found by an adversarial tester).
+
     pub(super) fn scratch_len(&self, path: &Path) -> Option<u64> {
-        self.scratch(path).map(|s| s.lock().data.len() as u64)
+        let map = self.scratch.lock();
+        map.get(path).map(|s| s.lock().data.len() as u64)
     }
 
     /// The length of the scratch file at `path` and when its bytes last changed.
     pub(super) fn scratch_stat(&self, path: &Path) -> Option<(u64, std::time::SystemTime)> {
-        self.scratch(path).map(|s| {
+        let map = self.scratch.lock();
+        map.get(path).map(|s| {
             let f = s.lock();
             (f.data.len() as u64, f.modified)
         })
+    }
+
+    /// The bytes of the scratch file at `path`.
+    pub(super) fn scratch_bytes(&self, path: &Path) -> Option<Vec<u8>> {
+        let map = self.scratch.lock();
+        map.get(path).map(|s| s.lock().data.clone())
     }
 
     /// A new scratch file at `path` (replacing any), already counted as open `opens`
