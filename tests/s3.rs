@@ -430,6 +430,45 @@ fn two_mounts_of_one_prefix_merge_with_conditional_puts() {
     );
 }
 
+/// A chunk opened for writing in place (`r+b`: the open reads it first) whose shard
+/// another mount changed since this one loaded it is read again from the shard as it is
+/// now, and written: no `ESTALE` (SEMANTICS: no spurious errors while other mounts write
+/// the same shards), and both mounts' chunks are stored. Before, the write failed with
+/// `ESTALE` for a while after the other mount's `fsync` (found by an adversarial
+/// tester: 8 of 8 right after it).
+#[test]
+fn a_chunk_opened_for_writing_after_another_mount_changed_its_shard_is_written() {
+    use std::io::Write;
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (a, ma) = s3.mount_dir("s3://bucket/data", "a", &[]);
+    let (b, mb) = s3.mount_dir("s3://bucket/data", "b", &[]);
+    let arr = "index_start/c";
+    // A loads the shard; B changes another chunk of it.
+    let len = std::fs::read(a.join(arr).join("0/0")).unwrap().len();
+    write_fsync(&b.join(arr).join("0/1"), &vec![2; len]);
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.join(arr).join("0/0"))
+        .unwrap();
+    f.write_all(&vec![1; len]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    mb.unmount();
+    ma.unmount();
+    let (ro, m) = s3.mount_dir("s3://bucket/data", "ro", &["-o", "ro"]);
+    assert_eq!(
+        std::fs::read(ro.join(arr).join("0/0")).unwrap(),
+        vec![1; len]
+    );
+    assert_eq!(
+        std::fs::read(ro.join(arr).join("0/1")).unwrap(),
+        vec![2; len]
+    );
+    m.unmount();
+}
+
 /// Files written and unlinked through a mount stay unlinked in the bucket: written and
 /// removed at once (the daemon commits writes through descriptors the kernel opened a
 /// moment after the last one, or at unmount), and unlinked while open and then closed.

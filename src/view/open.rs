@@ -335,15 +335,35 @@ impl View {
     }
 
     pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
-        match self.chunk_or_fill(array, coords, true)? {
-            ChunkData::Staged(b) => Ok(b.to_vec()),
-            ChunkData::Shard(shard, range) => {
-                let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
-                shard.read(range, 0, len).map_err(|err| ViewError::Shard {
-                    shard: shard.rel().to_path_buf(),
-                    err,
-                })
+        for attempt in 1.. {
+            let (shard, range) = match self.chunk_or_fill(array, coords, true)? {
+                ChunkData::Staged(b) => return Ok(b.to_vec()),
+                ChunkData::Shard(shard, range) => (shard, range),
+            };
+            let len = u32::try_from(range.nbytes).map_err(|_| ViewError::NoSpace)?;
+            match shard.read(range, 0, len) {
+                // Another mount replaced the shard since it was loaded (object storage:
+                // the GET's `If-Match` failed): the whole chunk is read again from the
+                // shard as it is now, as a read from its start is. Before, an open for
+                // writing of a chunk (`r+b`) failed with `ESTALE` for a while after
+                // another mount changed its shard (found by an adversarial tester).
+                Err(crate::store::shard::ShardError::Changed(_))
+                    if attempt < super::read::CHUNK_READ_ATTEMPTS =>
+                {
+                    log::debug!(
+                        "{}: changed by another writer; read again",
+                        shard.rel().display()
+                    );
+                    self.shards.invalidate(shard.rel());
+                }
+                res => {
+                    return res.map_err(|err| ViewError::Shard {
+                        shard: shard.rel().to_path_buf(),
+                        err,
+                    });
+                }
             }
         }
+        unreachable!("the attempts end with a return")
     }
 }

@@ -11,7 +11,7 @@ use super::*;
 
 /// How often a chunk read from its start is made again when its shard keeps changing
 /// under it (each time, another writer committed in between).
-const CHUNK_READ_ATTEMPTS: u32 = 8;
+pub(super) const CHUNK_READ_ATTEMPTS: u32 = 8;
 
 impl View {
     /// Read through the handle `open` returned.
