@@ -167,6 +167,17 @@ pub trait StoreFile: Send + Sync {
     /// effort: an error here is met again, and reported, by the read that needs the bytes.
     fn warm(&self) {}
 
+    /// Claim all of the file but `skip` (the chunk its reader opened, which that reader
+    /// fetches itself) for [`StoreFile::warm`] to fetch, in a background thread: reads
+    /// of it from now on wait for that fetch rather than making their own. A reader that
+    /// opened the first chunk of an array (in key order) is most likely going through
+    /// it. `false`: nothing claimed (nothing to fetch, no room, or read already); the
+    /// caller must then not count on `warm` for it.
+    fn claim_rest(&self, skip: std::ops::Range<u64>) -> bool {
+        let _ = skip;
+        false
+    }
+
     /// Read exactly `buf.len()` bytes at `offset`, or fail with `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         read_exact_with(buf, offset, |b, at| self.read_at(b, at))

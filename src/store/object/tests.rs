@@ -1235,3 +1235,69 @@ fn names_are_their_keys_as_other_clients_write_them() {
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
 }
+
+/// The rest of an object claimed beside its first chunk (`claim_rest`, the array's first
+/// chunk opened): the chunk's reader fetches its chunk alone, in pieces, without waiting
+/// for the rest; the rest comes in the background (two GETs: before and after the chunk)
+/// and every other chunk is read from it; each byte moves once, the budget is given
+/// back, and a second claim of the same file takes nothing.
+#[test]
+fn the_rest_claimed_beside_the_first_chunk_comes_in_the_background() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let chunk = 96u64 << 10;
+    let n = 16u64;
+    let index = 16 * n + 4;
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % 239) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap();
+    let first = chunk..2 * chunk; // the first chunk need not lie first
+    assert!(f.claim_rest(first.clone()));
+    assert!(!f.claim_rest(first.clone()), "once per open file");
+    // The first chunk, in pieces, before the rest is fetched: not waiting for it.
+    let mut buf = vec![0u8; 32 << 10];
+    for at in (first.start..first.end).step_by(buf.len()) {
+        let got = f.read_chunk_at(&mut buf, at, first.clone()).unwrap();
+        assert_eq!(got, buf.len());
+        assert!(buf[..] == data[at as usize..at as usize + buf.len()]);
+    }
+    assert_eq!(
+        s.counters().gets.load(Relaxed),
+        2,
+        "the index, the chunk in one GET"
+    );
+    // Another reader waits for the rest, which the background fetches.
+    let reader = {
+        let (f, data) = (f.clone(), data.clone());
+        std::thread::spawn(move || {
+            let mut b = vec![0u8; chunk as usize];
+            for c in (0..n).rev().filter(|&c| c != 1) {
+                let r = c * chunk..(c + 1) * chunk;
+                f.read_chunk_at(&mut b, r.start, r.clone()).unwrap();
+                assert!(b[..] == data[r.start as usize..r.end as usize], "chunk {c}");
+            }
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    f.warm();
+    reader.join().unwrap();
+    assert_eq!(s.counters().gets.load(Relaxed), 4, "then the rest in two");
+    assert_eq!(
+        s.counters().get_bytes.load(Relaxed),
+        data.len() as u64 + index,
+        "each byte once (the index twice)"
+    );
+    assert_eq!(s.read_ahead().0, 0, "read through: let go");
+    // Too large for a whole fetch, or nothing read yet but a claim the budget cannot
+    // hold: nothing claimed.
+    let mut s = store();
+    s.budget = Arc::new(Budget::new(1 << 20));
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    assert!(!f.claim_rest(0..chunk));
+    assert_eq!(s.read_ahead().0, 0);
+}
