@@ -253,6 +253,16 @@ pub trait Store: Send + Sync {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>>;
     /// The entries of a directory, without `.` and `..`.
     fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>>;
+    /// Ask for everything below directory `rel` at once, where that is one request for
+    /// at most `max` names: its [`Store::list`] and those of the directories below it
+    /// then answer from what it found, for as long as a listing's answer is used again
+    /// (object storage: one LIST without delimiter rather than one per directory, in
+    /// series level by level). `false`: nothing kept (the default: a store whose
+    /// listings cost no request).
+    fn list_tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
+        let _ = (rel, max);
+        Ok(false)
+    }
     /// Open a regular file for reading; `Ok(None)` when nothing is there.
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>>;
     /// [`Store::open`], fetching `with` of the file's bytes in the same request where

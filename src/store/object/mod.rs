@@ -272,6 +272,10 @@ impl Store for BucketStore {
         Ok(out)
     }
 
+    fn list_tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
+        self.tree(rel, max)
+    }
+
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
         if let Some(state) = self.open_rw.newest(rel) {
             return Ok(Some(Box::new(write::OpenForWritingReader(state))));

@@ -1301,3 +1301,55 @@ fn the_rest_claimed_beside_the_first_chunk_comes_in_the_background() {
     assert!(!f.claim_rest(0..chunk));
     assert_eq!(s.read_ahead().0, 0);
 }
+
+/// One LIST of everything below a directory (`list_tree`) answers, for the TTL, for the
+/// listings of it and of every directory below it and for the HEADs of what they hold,
+/// as their own LISTs would; more names than asked for, or no TTL, keep nothing.
+#[test]
+fn a_tree_listing_answers_for_every_directory_below_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = BucketStore::new(mem, "p", "memory://test").unwrap();
+    s.write_atomically(Path::new("a/c/0/0"), b"shard").unwrap();
+    assert!(
+        !s.list_tree(Path::new("a/c"), 10).unwrap(),
+        "no TTL: nothing kept"
+    );
+    assert_eq!(s.counters().lists.load(Relaxed), 0, "nor asked");
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    s.write_atomically(Path::new("a/c/0/1"), b"shard!").unwrap();
+    s.write_atomically(Path::new("a/c/1/0"), b"shard").unwrap();
+    s.write_atomically(Path::new("a/c/1/x/0"), b"deeper")
+        .unwrap();
+    s.write_atomically(Path::new("a/zarr.json"), b"{}").unwrap();
+    assert!(
+        !s.list_tree(Path::new("a/c"), 3).unwrap(),
+        "4 keys: too many"
+    );
+    assert!(s.list_tree(Path::new("a/c"), 4).unwrap());
+    let asked = |s: &BucketStore| {
+        s.counters().heads.load(Relaxed)
+            + s.counters().lists.load(Relaxed)
+            + s.counters().gets.load(Relaxed)
+    };
+    let before = asked(&s);
+    let names = |rel: &str| -> Vec<(String, EntryKind)> {
+        s.list(Path::new(rel))
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name.into_string().unwrap(), e.kind))
+            .collect()
+    };
+    use EntryKind::{Dir, File};
+    assert_eq!(names("a/c"), [("0".into(), Dir), ("1".into(), Dir)]);
+    assert_eq!(names("a/c/0"), [("0".into(), File), ("1".into(), File)]);
+    assert_eq!(names("a/c/1"), [("0".into(), File), ("x".into(), Dir)]);
+    assert_eq!(names("a/c/1/x"), [("0".into(), File)]);
+    assert_eq!(s.stat(Path::new("a/c/0/1")).unwrap().unwrap().len, 6);
+    assert_eq!(s.stat(Path::new("a/c/1/x")).unwrap().unwrap().kind, Dir);
+    assert!(s.stat(Path::new("a/c/2")).unwrap().is_none());
+    assert_eq!(asked(&s), before, "answered from the one LIST");
+    // This store's own write below is seen at once.
+    s.write_atomically(Path::new("a/c/0/2"), b"new").unwrap();
+    assert_eq!(names("a/c/0").len(), 3);
+}
