@@ -167,12 +167,12 @@ pub trait StoreFile: Send + Sync {
     /// effort: an error here is met again, and reported, by the read that needs the bytes.
     fn warm(&self) {}
 
-    /// Claim all of the file but `skip` (the chunk its reader opened, which that reader
-    /// fetches itself) for [`StoreFile::warm`] to fetch, in a background thread: reads
-    /// of it from now on wait for that fetch rather than making their own. A reader that
-    /// opened the first chunk of an array (in key order) is most likely going through
-    /// it. `false`: nothing claimed (nothing to fetch, no room, or read already); the
-    /// caller must then not count on `warm` for it.
+    /// Start fetching all of the file but `skip` (the chunk its reader opened, which that
+    /// reader fetches itself) in the background, without waiting for it: reads of it
+    /// from now on wait for their bytes of that fetch rather than making their own. A
+    /// reader that opened the first chunk of an array (in key order) is most likely
+    /// going through it. `false`: nothing started (nothing to fetch, no room, read
+    /// already, or a store that does not fetch so).
     fn claim_rest(&self, skip: std::ops::Range<u64>) -> bool {
         let _ = skip;
         false

@@ -309,27 +309,13 @@ impl ShardCache {
     }
 
     /// Fetch all of `shard`'s file but `skip` (the chunk its reader opened and fetches
-    /// itself) in the background ([`StoreFile::claim_rest`]), if its file takes the claim.
+    /// itself) in the background ([`StoreFile::claim_rest`]), if its file takes it.
     pub fn fetch_rest(&self, shard: &Arc<Shard>, skip: std::ops::Range<u64>) {
-        let Some(file) = shard.file.as_ref() else {
-            return;
-        };
-        if !file.claim_rest(skip) {
-            return;
-        }
-        self.prefetches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let held = shard.clone();
-        let spawned = std::thread::Builder::new()
-            .name("shardfs-ahead".into())
-            .spawn(move || {
-                if let Some(f) = held.file.as_ref() {
-                    f.warm();
-                }
-            });
-        // The claim must be fetched (its readers wait for it): here, if not there.
-        if spawned.is_err() {
-            file.warm();
+        if let Some(file) = shard.file.as_ref()
+            && file.claim_rest(skip)
+        {
+            self.prefetches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

@@ -7,6 +7,7 @@
 
 mod budget;
 mod fetch;
+mod flow;
 
 use std::io;
 use std::path::PathBuf;
@@ -30,9 +31,9 @@ pub(super) struct ObjectFile {
     pub(super) handle: tokio::runtime::Handle,
     pub(super) key: ObjPath,
     pub(super) meta: object_store::ObjectMeta,
-    pub(super) ahead: Mutex<ReadAhead>,
+    pub(super) ahead: Arc<Mutex<ReadAhead>>,
     /// Signalled when a window fetch ends (readers waiting for the window in flight).
-    pub(super) ahead_done: parking_lot::Condvar,
+    pub(super) ahead_done: Arc<parking_lot::Condvar>,
     pub(super) budget: Arc<Budget>,
     pub(super) counters: Arc<Counters>,
     /// To forget this name when it turns out changed.
@@ -101,9 +102,11 @@ pub(super) struct ReadAhead {
     /// The chunk a whole fetch in flight leaves out ([`StoreFile::claim_rest`]: its
     /// reader fetches it alone, side by side): a read inside it waits for nothing.
     pub(super) pending_skip: Option<std::ops::Range<u64>>,
-    /// The rest of the object claimed for a fetch in the background (its pieces and the
-    /// budget they reserved), made by the next [`StoreFile::warm`].
-    pub(super) claimed: Option<(Vec<std::ops::Range<u64>>, u64)>,
+    /// Whether the rest of the object was claimed ([`StoreFile::claim_rest`]).
+    pub(super) claimed_rest: bool,
+    /// Fetches whose answers are held as they come ([`ObjectFile::flow`]) under way:
+    /// the window held is not let go meanwhile (its reader may be ahead of what came).
+    pub(super) flowing: u32,
     /// Bytes the local cache holds that the kernel is to read from its disk once the
     /// read under way is served (and no lock is held): of a shard loaded ahead, whose
     /// index (the read under way) waited behind the whole shard's disk reads when they
@@ -292,7 +295,8 @@ impl ObjectFile {
         }
         let mut whole = false;
         if step && in_chunk {
-            whole = ra.count_chunk(&unit, size, self.disk_whole);
+            // Not while a fetch held as it comes is under way: it would fetch it again.
+            whole = ra.count_chunk(&unit, size, self.disk_whole) && ra.flowing == 0;
         }
         if step {
             ra.count_forward(after);
@@ -315,14 +319,13 @@ impl ObjectFile {
         let want = (end - offset) as usize;
         loop {
             if let Some(h) = &ra.held
-                && let Some(bytes) = h.slice(offset, end)
+                && h.copy_to(offset, &mut buf[..want])
             {
-                buf[..want].copy_from_slice(bytes);
                 let held = h.len();
                 ra.next = Some(unit.end);
                 ra.unit = Some(unit.clone());
                 ra.served += want as u64;
-                if ra.served >= held {
+                if ra.served >= held && ra.flowing == 0 {
                     ra.held = None;
                 }
                 return Some(want);
@@ -385,7 +388,16 @@ impl ObjectFile {
             // whole).
             // The rest of the object claimed and in flight ([`StoreFile::claim_rest`])
             // but for this chunk: the rest of this chunk joins it, and its mark stays.
-            let claimed = ra.pending_skip.is_some();
+            // So too while a fetch held as it comes is under way ([`ObjectFile::flow`]):
+            // what came of it stays, and so does its mark.
+            // And the chunk a claim left out, whenever it is read: its rest joins what
+            // came of the claim (else, once that came, each piece of it was a GET).
+            let claimed = ra.pending_skip.is_some()
+                || ra.flowing > 0
+                || (ra.whole
+                    && ra.pending_skip.is_none()
+                    && ra.first_chunk.as_ref() == Some(unit)
+                    && ra.claimed_rest);
             let window = if step && !claimed { ra.window } else { 0 };
             let rest = if ra.held.is_none() || claimed {
                 unit.end.min(offset + MAX_WINDOW)
@@ -516,20 +528,6 @@ impl StoreFile for ObjectFile {
     /// free (a shard loaded ahead and never read through keeps its window until the shard
     /// leaves the cache: the readers' own windows always have the other half).
     fn warm(&self) {
-        let claimed = self.ahead.lock().claimed.take();
-        if let Some((pieces, need)) = claimed {
-            let window = InFlight {
-                file: self,
-                range: 0..self.meta.size,
-                reserved: need,
-                merge: true,
-            };
-            if let Ok(pieces) = self.fetch_pieces(&pieces) {
-                let served = self.ahead.lock().outside;
-                window.hold(pieces, served);
-            }
-            return;
-        }
         let len = self.meta.size.min(MAX_WINDOW);
         if len > 0 && self.disk_whole {
             self.ahead.lock().will_need = Some(0..len);
@@ -561,10 +559,13 @@ impl StoreFile for ObjectFile {
 impl ObjectFile {
     /// [`StoreFile::claim_rest`]: the object but `skip` (up to [`WHOLE_MAX`], within the
     /// budget's half kept for loads ahead), marked in flight now, so that a read of it
-    /// from now on waits for it rather than fetching it again; `warm` fetches it.
+    /// from now on waits for its bytes rather than fetching them again, and fetched on
+    /// the runtime, held as it comes ([`ObjectFile::flow`]): the open that claims it
+    /// does not wait, nor does a thread have to start before the GETs go. Not with a
+    /// local cache (its reads are served from there; a second chunk fetches the rest).
     fn claim(&self, skip: std::ops::Range<u64>) -> bool {
         let size = self.meta.size;
-        if size == 0 || size > WHOLE_MAX || self.disk_whole {
+        if size == 0 || size > WHOLE_MAX || self.disk.is_some() {
             return false;
         }
         let skip = skip.start.min(size)..skip.end.min(size);
@@ -590,7 +591,11 @@ impl ObjectFile {
         ra.first_chunk = Some(skip.clone());
         ra.pending = Some(0..size);
         ra.pending_skip = Some(skip);
-        ra.claimed = Some((pieces, need));
+        ra.claimed_rest = true;
+        ra.flowing += 1;
+        let served_before = ra.outside;
+        drop(ra);
+        self.flow(pieces, 0..size, need, served_before);
         true
     }
 
