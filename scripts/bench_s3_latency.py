@@ -241,8 +241,8 @@ CASES = ("tensorstore", "key", "cp", "threads", "zarr3", "cat", "zarr2", "cache"
 def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, base: Path,
               stored: dict, only: set[str] | None = None, before: Path | None = None) -> dict:
     """`only`: the cases to run (all when None); `before`: another shardfs binary whose
-    mount cases run too, each right after the same case with this one, labelled
-    `before: ...` (before/after in the same run, on the same endpoint)."""
+    mount cases run too, each beside the same case with this one (in turn first),
+    labelled `before: ...` (before/after in the same run, on the same endpoint)."""
     def wanted(c: str) -> bool:
         return only is None or c in only
 
@@ -257,7 +257,7 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
             def case(label: str, fn) -> None:
                 res.setdefault(label, []).append(fn())
 
-            for _ in range(reps):
+            for rep in range(reps):
                 case("zarr-python 3 + obstore, direct", lambda: timed(lambda: check(
                     zarr.open_array(obstore_store(proxy, name))[:], want[name], "obstore")))
                 if wanted("tensorstore"):
@@ -273,8 +273,11 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
                 def through_mount(label: str, fn, opts: str = "ro", first=None,
                                   binary: Path | None = None) -> None:
                     if before is not None and binary is None:
-                        through_mount(label, fn, opts, first, BIN)
-                        through_mount("before: " + label, fn, opts, first, before)
+                        # In turn first: the first of two runs in a row may be the
+                        # slower, whichever binary it is.
+                        pair = [(label, BIN), ("before: " + label, before)]
+                        for lab, b in pair if rep % 2 == 0 else pair[::-1]:
+                            through_mount(lab, fn, opts, first, b)
                         return
                     m = Mount(proxy, name, base, opts, binary)
                     try:
@@ -491,7 +494,7 @@ def main() -> int:
                     + ", ".join(CASES) + " (default: all; the obstore baseline always runs)")
     ap.add_argument("--before", type=Path, metavar="BIN",
                     help="another shardfs binary (the one before a change): each mount case "
-                    "also runs with it, right after this one's, as `before: ...`")
+                    "also runs with it, beside this one's (in turn first), as `before: ...`")
     args = ap.parse_args()
     only = None
     if args.only:
