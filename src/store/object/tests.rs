@@ -1365,3 +1365,35 @@ fn a_tree_listing_answers_for_every_directory_below_it() {
     s.write_atomically(Path::new("a/c/0/2"), b"new").unwrap();
     assert_eq!(names("a/c/0").len(), 3);
 }
+
+/// The rest of an object claimed after another writer replaced it: its conditional GETs
+/// fail (412), nothing of the new version is held as the old one's, and a read of the
+/// old version's chunks then fails with ESTALE (the view loads the shard again), at
+/// once: no reader waits for what never comes.
+#[test]
+fn the_rest_claimed_of_a_replaced_object_is_estale_not_new_bytes() {
+    let chunk = 64u64 << 10;
+    let n = 8u64;
+    let data: Vec<u8> = (0..(chunk * n) as u32).map(|i| (i % 233) as u8).collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let newer: Vec<u8> = data.iter().map(|b| b ^ 0xff).collect();
+    s.block_on(
+        s.inner
+            .put(&s.key(Path::new("shard")).unwrap(), PutPayload::from(newer)),
+    )
+    .unwrap();
+    assert!(f.claim_rest(0..chunk));
+    let start = std::time::Instant::now();
+    let mut b = vec![0u8; chunk as usize];
+    let r = 3 * chunk..4 * chunk;
+    let err = f.read_chunk_at(&mut b, r.start, r.clone()).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        settled_read_ahead(&s),
+        0,
+        "nothing held, the budget given back"
+    );
+}
