@@ -174,9 +174,11 @@ def stored_bytes(root: Path, name: str) -> int:
 
 
 class Mount:
-    def __init__(self, endpoint: str, name: str, base: Path, opts: str = "ro"):
+    def __init__(self, endpoint: str, name: str, base: Path, opts: str = "ro",
+                 binary: Path | None = None):
+        self.bin = binary or BIN
         self.mnt = Path(tempfile.mkdtemp(dir=base, prefix="mnt-"))
-        r = subprocess.run([str(BIN), "mount", f"s3://{BUCKET}/{name}", str(self.mnt),
+        r = subprocess.run([str(self.bin), "mount", f"s3://{BUCKET}/{name}", str(self.mnt),
                             "-o", opts], env=env_for(endpoint), capture_output=True)
         if r.returncode != 0:
             raise RuntimeError(f"mount failed: {r.stderr.decode()}")
@@ -186,7 +188,7 @@ class Mount:
         return json.loads((self.mnt / ".shardfs-stats").read_bytes())["store_requests"]
 
     def close(self) -> None:
-        r = subprocess.run([str(BIN), "unmount", str(self.mnt)], capture_output=True)
+        r = subprocess.run([str(self.bin), "unmount", str(self.mnt)], capture_output=True)
         if r.returncode != 0:
             raise RuntimeError(f"unmount failed: {r.stderr.decode()}")
         MOUNTS.remove(self.mnt)
@@ -231,8 +233,19 @@ def s3fs_read(endpoint: str, name: str) -> np.ndarray:
     return zarr.open_array(FsspecStore(fs, path=f"{BUCKET}/{name}", read_only=True))[:]
 
 
+# The cases `--only` picks from (the baseline, zarr-python 3 + obstore direct, always runs).
+CASES = ("tensorstore", "key", "cp", "threads", "zarr3", "cat", "zarr2", "cache", "zarr2-local",
+         "cold")
+
+
 def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, base: Path,
-              stored: dict) -> dict:
+              stored: dict, only: set[str] | None = None, before: Path | None = None) -> dict:
+    """`only`: the cases to run (all when None); `before`: another shardfs binary whose
+    mount cases run too, each beside the same case with this one (in turn first),
+    labelled `before: ...` (before/after in the same run, on the same endpoint)."""
+    def wanted(c: str) -> bool:
+        return only is None or c in only
+
     proxy, proc = start_proxy(endpoint, delay)
     os.environ.update(env_for(proxy))  # tensorstore's credentials and endpoint
     results: dict = {}
@@ -244,11 +257,12 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
             def case(label: str, fn) -> None:
                 res.setdefault(label, []).append(fn())
 
-            for _ in range(reps):
+            for rep in range(reps):
                 case("zarr-python 3 + obstore, direct", lambda: timed(lambda: check(
                     zarr.open_array(obstore_store(proxy, name))[:], want[name], "obstore")))
-                case("tensorstore, direct", lambda: timed(lambda: check(
-                    tensorstore_read(proxy, name), want[name], "tensorstore")))
+                if wanted("tensorstore"):
+                    case("tensorstore, direct", lambda: timed(lambda: check(
+                        tensorstore_read(proxy, name), want[name], "tensorstore")))
                 try:
                     import s3fs  # noqa: F401
                     case("zarr-python 3 + s3fs, direct", lambda: timed(lambda: check(
@@ -256,91 +270,121 @@ def run_delay(root: Path, endpoint: str, delay: float, reps: int, want: dict, ba
                 except ImportError:
                     pass
 
-                def through_mount(label: str, fn, opts: str = "ro", first=None) -> None:
-                    m = Mount(proxy, name, base, opts)
+                def through_mount(label: str, fn, opts: str = "ro", first=None,
+                                  binary: Path | None = None) -> None:
+                    if before is not None and binary is None:
+                        # In turn first: the first of two runs in a row may be the
+                        # slower, whichever binary it is.
+                        pair = [(label, BIN), ("before: " + label, before)]
+                        for lab, b in pair if rep % 2 == 0 else pair[::-1]:
+                            through_mount(lab, fn, opts, first, b)
+                        return
+                    m = Mount(proxy, name, base, opts, binary)
                     try:
                         if first:
                             first()
-                        before = m.stats()
+                        s0 = m.stats()
                         # A case that times itself (another process) returns its time.
                         t = time.perf_counter()
                         own = fn(m.mnt)
                         case(label, lambda: own if own is not None else time.perf_counter() - t)
-                        after = m.stats()
-                        res.setdefault(label + " GETs", []).append(after["get"] - before["get"])
+                        s1 = m.stats()
+                        res.setdefault(label + " GETs", []).append(s1["get"] - s0["get"])
                         res.setdefault(label + " bytes", []).append(
-                            after["get_bytes"] - before["get_bytes"])
+                            s1["get_bytes"] - s0["get_bytes"])
                     finally:
                         m.close()
 
-                through_mount("mount: chunk files in key order",
-                              lambda mnt: key_order(mnt, files))
-                through_mount("mount: cp -r", lambda mnt: cp_r(mnt, base))
-                through_mount("mount: 16 threads over the chunk files",
-                              lambda mnt: threads16(mnt, files))
-                through_mount("mount: zarr-python 3 [:]", lambda mnt: check(
-                    zarr.open_array(LocalStore(mnt, read_only=True))[:], want[name], "mount"))
-                through_mount("mount: plain `cat` of the chunk files, key order",
-                              lambda mnt: cat_all(mnt, files))
-                if ZARR2_PY.exists():
+                if wanted("key"):
+                    through_mount("mount: chunk files in key order",
+                                  lambda mnt: key_order(mnt, files))
+                if wanted("cp"):
+                    through_mount("mount: cp -r", lambda mnt: cp_r(mnt, base))
+                if wanted("threads"):
+                    through_mount("mount: 16 threads over the chunk files",
+                                  lambda mnt: threads16(mnt, files))
+                if wanted("zarr3"):
+                    through_mount("mount: zarr-python 3 [:]", lambda mnt: check(
+                        zarr.open_array(LocalStore(mnt, read_only=True))[:], want[name],
+                        "mount"))
+                if wanted("cat"):
+                    through_mount("mount: plain `cat` of the chunk files, key order",
+                                  lambda mnt: cat_all(mnt, files))
+                if ZARR2_PY.exists() and wanted("zarr2"):
                     through_mount("v2 mount: zarr-python 2.18 [:]",
                                   lambda mnt: zarr2_read(mnt, want[name]), "ro,format=v2")
-                # --cache: a first mount fills it (a copy of the array read through it
-                # is the plain local files beside), a fresh second mount reads through it.
-                # Cold as every case is: the page cache of the cache's files (and of the
-                # plain files) dropped first; the plain files are also read warm.
-                cache_dir = Path(tempfile.mkdtemp(dir=base, prefix="cache-"))
-                local = Path(tempfile.mkdtemp(dir=base, prefix="local-"))
-                try:
-                    warm = Mount(proxy, name, base, f"ro,cache={cache_dir}")
-                    try:
-                        shutil.copytree(warm.mnt, local / "a")
-                    finally:
-                        warm.close()
-                    through_mount("mount, warm --cache: chunk files in key order",
-                                  lambda mnt: key_order(mnt, files),
-                                  f"ro,cache={cache_dir}", first=lambda: drop_pages(cache_dir))
-                    drop_pages(local)
-                    case("plain local files, page cache dropped: key order",
-                         lambda: timed(lambda: key_order(local / "a", files)))
-                    case("plain local files, page cache warm: key order",
-                         lambda: timed(lambda: key_order(local / "a", files)))
-                finally:
-                    shutil.rmtree(cache_dir)
-                    shutil.rmtree(local)
-                # zarr-python 2 on a plain copy of the v2 view: the floor of the v2 case
-                # (zarr 2 decodes chunk by chunk in one thread, whatever the files are).
-                if ZARR2_PY.exists():
-                    local = Path(tempfile.mkdtemp(dir=base, prefix="local2-"))
-                    try:
-                        v2 = Mount(proxy, name, base, "ro,format=v2")
-                        try:
-                            shutil.copytree(v2.mnt, local / "a")
-                        finally:
-                            v2.close()
-                        drop_pages(local)
-                        case("zarr-python 2.18 [:] on plain local files (v2 copy)",
-                             lambda: zarr2_read(local / "a", want[name]))
-                    finally:
-                        shutil.rmtree(local)
-                # A cold chunk: zarr.json, then one chunk file.
-                m = Mount(proxy, name, base)
-                try:
-                    before = m.stats()
-                    t = time.perf_counter()
-                    os.stat(m.mnt / "zarr.json")
-                    read_file(m.mnt / files[len(files) // 2 + 3])
-                    res.setdefault("cold chunk ms", []).append((time.perf_counter() - t) * 1e3)
-                    after = m.stats()
-                    res.setdefault("cold chunk requests", []).append(
-                        sum(after[k] - before[k] for k in ("get", "head", "list")))
-                finally:
-                    m.close()
+                if wanted("cache"):
+                    cache_case(proxy, name, base, files, through_mount, case)
+                if ZARR2_PY.exists() and wanted("zarr2-local"):
+                    floor_case(proxy, name, base, want, case)
+                if wanted("cold"):
+                    cold_case(proxy, name, base, files, res)
             results[name] = {k: statistics.median(v) for k, v in res.items()}
             results[name]["stored bytes"] = stored[name]
     finally:
         stop(proc)
     return results
+
+
+def cache_case(proxy: str, name: str, base: Path, files: list[str], through_mount,
+               case) -> None:
+    # --cache: a first mount fills it (a copy of the array read through it
+    # is the plain local files beside), a fresh second mount reads through it.
+    # Cold as every case is: the page cache of the cache's files (and of the
+    # plain files) dropped first; the plain files are also read warm.
+    cache_dir = Path(tempfile.mkdtemp(dir=base, prefix="cache-"))
+    local = Path(tempfile.mkdtemp(dir=base, prefix="local-"))
+    try:
+        warm = Mount(proxy, name, base, f"ro,cache={cache_dir}")
+        try:
+            shutil.copytree(warm.mnt, local / "a")
+        finally:
+            warm.close()
+        through_mount("mount, warm --cache: chunk files in key order",
+                      lambda mnt: key_order(mnt, files),
+                      f"ro,cache={cache_dir}", first=lambda: drop_pages(cache_dir))
+        drop_pages(local)
+        case("plain local files, page cache dropped: key order",
+             lambda: timed(lambda: key_order(local / "a", files)))
+        case("plain local files, page cache warm: key order",
+             lambda: timed(lambda: key_order(local / "a", files)))
+    finally:
+        shutil.rmtree(cache_dir)
+        shutil.rmtree(local)
+
+
+def floor_case(proxy: str, name: str, base: Path, want: dict, case) -> None:
+    # zarr-python 2 on a plain copy of the v2 view: the floor of the v2 case
+    # (zarr 2 decodes chunk by chunk in one thread, whatever the files are).
+    if ZARR2_PY.exists():
+        local = Path(tempfile.mkdtemp(dir=base, prefix="local2-"))
+        try:
+            v2 = Mount(proxy, name, base, "ro,format=v2")
+            try:
+                shutil.copytree(v2.mnt, local / "a")
+            finally:
+                v2.close()
+            drop_pages(local)
+            case("zarr-python 2.18 [:] on plain local files (v2 copy)",
+                 lambda: zarr2_read(local / "a", want[name]))
+        finally:
+            shutil.rmtree(local)
+
+
+def cold_case(proxy: str, name: str, base: Path, files: list[str], res: dict) -> None:
+    # A cold chunk: zarr.json, then one chunk file.
+    m = Mount(proxy, name, base)
+    try:
+        before = m.stats()
+        t = time.perf_counter()
+        os.stat(m.mnt / "zarr.json")
+        read_file(m.mnt / files[len(files) // 2 + 3])
+        res.setdefault("cold chunk ms", []).append((time.perf_counter() - t) * 1e3)
+        after = m.stats()
+        res.setdefault("cold chunk requests", []).append(
+            sum(after[k] - before[k] for k in ("get", "head", "list")))
+    finally:
+        m.close()
 
 
 def drop_pages(root: Path) -> None:
@@ -410,13 +454,16 @@ def table(delay: float, results: dict) -> str:
         lines.append("| " + " | ".join(row) + " |")
     for name in ("A", "B"):
         r = results[name]
-        gets = r.get("mount: chunk files in key order GETs")
-        moved = r.get("mount: chunk files in key order bytes", 0) / r["stored bytes"]
         lines.append("")
-        lines.append(
-            f"* {name}: a cold chunk through a fresh mount: {r['cold chunk requests']:g} "
-            f"requests, {r['cold chunk ms']:.1f} ms (zarr-python + obstore: 3 requests); "
-            f"key-order read: {gets:g} GETs, {moved:.3f} bytes moved per stored byte")
+        if "cold chunk requests" in r:
+            lines.append(
+                f"* {name}: a cold chunk through a fresh mount: {r['cold chunk requests']:g} "
+                f"requests, {r['cold chunk ms']:.1f} ms (zarr-python + obstore: 3 requests)")
+        for k in labels:
+            if k + " GETs" in r:
+                lines.append(
+                    f"* {name}, {k}: {r[k + ' GETs']:g} GETs, "
+                    f"{r[k + ' bytes'] / r['stored bytes']:.3f} bytes moved per stored byte")
         cached = r.get("mount, warm --cache: chunk files in key order")
         local = r.get("plain local files, page cache dropped: key order")
         local_warm = r.get("plain local files, page cache warm: key order")
@@ -443,7 +490,19 @@ def main() -> int:
     ap.add_argument("--delays", default="0,10,30", help="ms added per request, comma-separated")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path, help="write the raw medians here")
+    ap.add_argument("--only", help="the cases to run, comma-separated, of: "
+                    + ", ".join(CASES) + " (default: all; the obstore baseline always runs)")
+    ap.add_argument("--before", type=Path, metavar="BIN",
+                    help="another shardfs binary (the one before a change): each mount case "
+                    "also runs with it, beside this one's (in turn first), as `before: ...`")
     args = ap.parse_args()
+    only = None
+    if args.only:
+        only = set(args.only.split(","))
+        if only - set(CASES):
+            raise SystemExit(f"unknown cases: {', '.join(sorted(only - set(CASES)))}")
+    if args.before and not args.before.exists():
+        raise SystemExit(f"{args.before} is missing")
     if os.geteuid() != 0 and not Path("/dev/fuse").exists():
         raise SystemExit("needs /dev/fuse")
     for exe in (BIN, S3S):
@@ -461,7 +520,7 @@ def main() -> int:
           f"zarr-python 3 + obstore direct)", flush=True)
     out = {}
     for d in [float(x) for x in args.delays.split(",")]:
-        out[d] = run_delay(root, endpoint, d, args.reps, want, base, stored)
+        out[d] = run_delay(root, endpoint, d, args.reps, want, base, stored, only, args.before)
         print(table(d, out[d]), flush=True)
         print(flush=True)
     if args.json:

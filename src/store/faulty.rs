@@ -295,6 +295,10 @@ impl<F: StoreFile + ?Sized> StoreFile for FaultyFile<F> {
         self.inner.warm()
     }
 
+    fn claim_rest(&self, skip: std::ops::Range<u64>) -> bool {
+        self.inner.claim_rest(skip)
+    }
+
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check(Op::Read)?;
         self.inner.read_exact_at(buf, offset)

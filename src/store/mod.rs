@@ -167,6 +167,17 @@ pub trait StoreFile: Send + Sync {
     /// effort: an error here is met again, and reported, by the read that needs the bytes.
     fn warm(&self) {}
 
+    /// Start fetching all of the file but `skip` (the chunk its reader opened, which that
+    /// reader fetches itself) in the background, without waiting for it: reads of it
+    /// from now on wait for their bytes of that fetch rather than making their own. A
+    /// reader that opened the first chunk of an array (in key order) is most likely
+    /// going through it. `false`: nothing started (nothing to fetch, no room, read
+    /// already, or a store that does not fetch so).
+    fn claim_rest(&self, skip: std::ops::Range<u64>) -> bool {
+        let _ = skip;
+        false
+    }
+
     /// Read exactly `buf.len()` bytes at `offset`, or fail with `UnexpectedEof`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         read_exact_with(buf, offset, |b, at| self.read_at(b, at))
@@ -242,6 +253,16 @@ pub trait Store: Send + Sync {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>>;
     /// The entries of a directory, without `.` and `..`.
     fn list(&self, rel: &Path) -> io::Result<Vec<ListEntry>>;
+    /// Ask for everything below directory `rel` at once, where that is one request for
+    /// at most `max` names: its [`Store::list`] and those of the directories below it
+    /// then answer from what it found, for as long as a listing's answer is used again
+    /// (object storage: one LIST without delimiter rather than one per directory, in
+    /// series level by level). `false`: nothing kept (the default: a store whose
+    /// listings cost no request).
+    fn list_tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
+        let _ = (rel, max);
+        Ok(false)
+    }
     /// Open a regular file for reading; `Ok(None)` when nothing is there.
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>>;
     /// [`Store::open`], fetching `with` of the file's bytes in the same request where

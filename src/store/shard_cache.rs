@@ -309,6 +309,17 @@ impl ShardCache {
         }
     }
 
+    /// Fetch all of `shard`'s file but `skip` (the chunk its reader opened and fetches
+    /// itself) in the background ([`StoreFile::claim_rest`]), if its file takes it.
+    pub fn fetch_rest(&self, shard: &Arc<Shard>, skip: std::ops::Range<u64>) {
+        if let Some(file) = shard.file.as_ref()
+            && file.claim_rest(skip)
+        {
+            self.prefetches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Wait while the shard at `rel` is being loaded.
     #[cfg(test)]
     fn wait_for_load(&self, rel: &Path) {

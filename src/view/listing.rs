@@ -22,6 +22,11 @@ use crate::store::shard::Shard;
 /// Store listings a listing of key directories makes side by side.
 const LISTS_IN_FLIGHT: usize = 16;
 
+/// The most keys one LIST of everything below an array's key directory may find to
+/// answer for the listings of its shard directories ([`Store::list_tree`]): under one
+/// page of an S3 LIST (1,000 keys), so that it is one request.
+const TREE_LIST_MAX: usize = 999;
+
 impl View {
     pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
         let enc = array.encoding();
@@ -120,6 +125,21 @@ impl View {
         let shard_prefix = array.shard_prefix(prefix);
         let dir = array.shard_dir_rel(&shard_prefix);
         let last = k + 1 == ndim;
+        // The array's key directory (`c`) on a read-only mount of object storage: its
+        // shard directories are listed next, level by level (a LIST each, in series with
+        // the one before: `cp -r` waited 2 round trips before it learnt of a shard).
+        // Where the grid has fewer shards than a LIST's page holds, one LIST of every
+        // key below answers for all of them.
+        if k == 0 && ndim >= 2 && self.writer.is_none() && self.store.reads_are_requests() {
+            let shards = layout
+                .shard_counts()
+                .iter()
+                .try_fold(1u64, |n, &c| n.checked_mul(c));
+            if shards.is_some_and(|n| n < TREE_LIST_MAX as u64) {
+                // Best effort: a failure is met again by the listing below.
+                let _ = self.store.list_tree(&dir, TREE_LIST_MAX);
+            }
+        }
         // A key directory may exist only in memory (made by mkdir, or holding staged
         // chunks): no store directory is then no shard.
         let listed = match self.store.list(&dir) {

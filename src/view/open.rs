@@ -9,6 +9,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::format::ChunkRange;
 use crate::store::shard::Shard;
 use crate::store::{EntryMeta, OpenMode, StoreFileRw};
 
@@ -81,7 +82,7 @@ impl View {
                 let array = self.current(&array);
                 match self.chunk_or_fill(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
-                        self.load_next_ahead(&array, &coords, &shard, range.offset);
+                        self.load_next_ahead(&array, &coords, &shard, range);
                         let now = (range, shard.meta().map(EntryMeta::version));
                         let keep = at_open && self.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
@@ -128,20 +129,38 @@ impl View {
     /// side, each its index and (up to 8 MiB of) its bytes in one request, while this
     /// one is read (a reader of chunk files in key order goes through a row of every
     /// shard of a row of shards before it comes back to this one).
+    ///
+    /// The array's first chunk (all its coordinates 0) opened on object storage counts
+    /// as such a reader's start (`cp -r`, zarr-python 2 and readers of the chunk files
+    /// in key order start there): the rest of its shard is fetched in the background,
+    /// beside the chunk its reader fetches, and the next shards are loaded ahead at once,
+    /// not at the second chunk's open (issue 34: a round trip less in series before the
+    /// data flows). So does the first chunk opened of a shard whose shard before was read
+    /// through ([`View::after_read_through`]). Bounded: at most [`SHARDS_AHEAD`] + 1
+    /// shards, within the half of the read-ahead budget kept for loads ahead, once per
+    /// load of the shard.
     fn load_next_ahead(
         &self,
         array: &Arc<ShardedArray>,
         coords: &[u64],
-        shard: &Shard,
-        offset: u64,
+        shard: &Arc<Shard>,
+        range: ChunkRange,
     ) {
         // The claim's flag first: after the first time this is one atomic load per open.
-        if shard.next_claimed()
-            || !((self.store.reads_are_requests() && shard.opened_another(offset))
-                || shard.streaming())
+        if shard.next_claimed() {
+            return;
+        }
+        let requests = self.store.reads_are_requests();
+        let start =
+            requests && (coords.iter().all(|&c| c == 0) || self.after_read_through(array, coords));
+        if !(start || (requests && shard.opened_another(range.offset)) || shard.streaming())
             || !shard.claim_next()
         {
             return;
+        }
+        if start {
+            self.shards
+                .fetch_rest(shard, range.offset..range.offset + range.nbytes);
         }
         let Some(loc) = array.layout.locate(coords) else {
             return;
@@ -167,6 +186,34 @@ impl View {
                 array.layout.clone(),
             );
         }
+    }
+
+    /// Whether the shard before that of chunk `coords` (in C order) is cached and was
+    /// read through (it claimed the next shards): a reader that went through it (zarr-python
+    /// opening the chunks of several shards side by side) loaded this one itself, by its
+    /// index alone, before the load ahead came for it; its first chunk's open then starts
+    /// the rest of it, as the array's first chunk does, not the second chunk's read.
+    fn after_read_through(&self, array: &ShardedArray, coords: &[u64]) -> bool {
+        let Some(loc) = array.layout.locate(coords) else {
+            return false;
+        };
+        let counts = array.layout.shard_counts();
+        let mut prev = loc.shard;
+        let mut d = prev.len();
+        loop {
+            let Some(p) = d.checked_sub(1) else {
+                return false; // the first shard
+            };
+            d = p;
+            if prev[d] > 0 {
+                prev[d] -= 1;
+                break;
+            }
+            prev[d] = counts[d].saturating_sub(1);
+        }
+        self.shards
+            .peek(&array.shard_rel(&prev))
+            .is_some_and(|s| s.next_claimed())
     }
 
     /// A store file's inode reaches the store by its path: only while that path still

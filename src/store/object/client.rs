@@ -574,3 +574,100 @@ impl BucketStore {
         Ok((out, generation))
     }
 }
+
+impl BucketStore {
+    /// [`crate::store::Store::list_tree`]: one LIST of every key below `rel` (no
+    /// delimiter), of at most `max` (under 1,000: one page); where they all came, the
+    /// listing of `rel` and of every directory below it, and the HEAD answers of the
+    /// objects in them, are kept as their own LISTs' would be (for the TTL, not past a
+    /// forget since it was asked). `false`: nothing kept (more keys, a key that is no
+    /// name, or no TTL to keep anything for).
+    pub(super) fn tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
+        use std::collections::BTreeMap;
+        if self.meta.ttl.is_zero() || self.deadline.outage() {
+            return Ok(false);
+        }
+        let generation = self.meta.generation();
+        self.counters
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = self.key(rel)?;
+        log::debug!("LIST {key}/ (all below, at most {max})");
+        let max = max.min(999);
+        let objects = self
+            .block_on(async {
+                let mut stream = self.inner.list(Some(&key));
+                let mut out = Vec::new();
+                while let Some(o) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+                    out.push(o?);
+                    if out.len() > max {
+                        break;
+                    }
+                }
+                Ok(out)
+            })
+            .map_err(|e| to_io(rel, e))?;
+        if objects.len() > max {
+            return Ok(false);
+        }
+        // Each directory's entries (a name both an object and a directory: listed as
+        // a directory, as a LIST with a delimiter lists it) and objects.
+        type Dir = (BTreeMap<String, EntryKind>, Vec<object_store::ObjectMeta>);
+        let mut dirs: BTreeMap<std::path::PathBuf, Dir> = BTreeMap::new();
+        dirs.entry(rel.to_path_buf()).or_default();
+        let depth = key.parts().count();
+        for o in &objects {
+            let parts: Vec<String> = o.location.parts().map(|p| p.as_ref().to_string()).collect();
+            if parts.len() <= depth || !o.location.prefix_matches(&key) {
+                continue; // the key itself
+            }
+            let parts = &parts[depth..];
+            // A name this store would reach by another key, or none: listed by levels,
+            // as `list_objects` lists it.
+            if parts.iter().any(|p| {
+                !super::meta::is_file_name(p)
+                    || super::meta::key_part(p).is_none_or(|k| k.as_ref() != p)
+            }) {
+                return Ok(false);
+            }
+            let mut dir = rel.to_path_buf();
+            for (i, part) in parts.iter().enumerate() {
+                let last = i + 1 == parts.len();
+                let entry = dirs.entry(dir.clone()).or_default();
+                if last {
+                    entry.0.entry(part.to_string()).or_insert(EntryKind::File);
+                    entry.1.push(o.clone());
+                } else {
+                    entry.0.insert(part.to_string(), EntryKind::Dir);
+                }
+                dir.push(part);
+            }
+        }
+        for (dir, (entries, objects)) in &dirs {
+            let listed: Vec<ListEntry> = entries
+                .iter()
+                .map(|(name, kind)| ListEntry {
+                    name: OsString::from(name),
+                    kind: *kind,
+                })
+                .collect();
+            let dir_key = self.key(dir)?;
+            self.keep_listed_heads(dir, &dir_key, objects, generation);
+            let files: BTreeSet<String> = objects
+                .iter()
+                .filter_map(|o| name_of(&o.location).map(|(n, _)| n))
+                .collect();
+            for (name, kind) in entries {
+                if *kind == EntryKind::Dir && !files.contains(name) {
+                    let below = dir.join(name);
+                    self.meta.keep(&self.meta.heads, &below, None, generation);
+                }
+            }
+            self.meta
+                .keep(&self.meta.children, dir, !listed.is_empty(), generation);
+            self.meta
+                .keep(&self.meta.listings, dir, Arc::new(listed), generation);
+        }
+        Ok(true)
+    }
+}

@@ -272,6 +272,10 @@ impl Store for BucketStore {
         Ok(out)
     }
 
+    fn list_tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
+        self.tree(rel, max)
+    }
+
     fn open(&self, rel: &Path) -> io::Result<Option<Box<dyn StoreFile>>> {
         if let Some(state) = self.open_rw.newest(rel) {
             return Ok(Some(Box::new(write::OpenForWritingReader(state))));
@@ -602,8 +606,8 @@ impl BucketStore {
             handle: self.rt.handle().clone(),
             key,
             meta,
-            ahead: Mutex::new(ReadAhead::default()),
-            ahead_done: parking_lot::Condvar::new(),
+            ahead: Arc::new(Mutex::new(ReadAhead::default())),
+            ahead_done: Arc::new(parking_lot::Condvar::new()),
             budget: self.budget.clone(),
             counters: self.counters.clone(),
             meta_cache: self.meta.clone(),

@@ -7,6 +7,7 @@
 
 mod budget;
 mod fetch;
+mod flow;
 
 use std::io;
 use std::path::PathBuf;
@@ -30,9 +31,9 @@ pub(super) struct ObjectFile {
     pub(super) handle: tokio::runtime::Handle,
     pub(super) key: ObjPath,
     pub(super) meta: object_store::ObjectMeta,
-    pub(super) ahead: Mutex<ReadAhead>,
+    pub(super) ahead: Arc<Mutex<ReadAhead>>,
     /// Signalled when a window fetch ends (readers waiting for the window in flight).
-    pub(super) ahead_done: parking_lot::Condvar,
+    pub(super) ahead_done: Arc<parking_lot::Condvar>,
     pub(super) budget: Arc<Budget>,
     pub(super) counters: Arc<Counters>,
     /// To forget this name when it turns out changed.
@@ -98,6 +99,14 @@ pub(super) struct ReadAhead {
     /// fetching the same bytes again (zarr-python reads the chunks of a shard side by
     /// side).
     pub(super) pending: Option<std::ops::Range<u64>>,
+    /// The chunk a whole fetch in flight leaves out ([`StoreFile::claim_rest`]: its
+    /// reader fetches it alone, side by side): a read inside it waits for nothing.
+    pub(super) pending_skip: Option<std::ops::Range<u64>>,
+    /// Whether the rest of the object was claimed ([`StoreFile::claim_rest`]).
+    pub(super) claimed_rest: bool,
+    /// Fetches whose answers are held as they come ([`ObjectFile::flow`]) under way:
+    /// the window held is not let go meanwhile (its reader may be ahead of what came).
+    pub(super) flowing: u32,
     /// Bytes the local cache holds that the kernel is to read from its disk once the
     /// read under way is served (and no lock is held): of a shard loaded ahead, whose
     /// index (the read under way) waited behind the whole shard's disk reads when they
@@ -111,6 +120,10 @@ pub(super) struct InFlight<'a> {
     pub(super) file: &'a ObjectFile,
     pub(super) range: std::ops::Range<u64>,
     pub(super) reserved: u64,
+    /// Whether what came joins the window held rather than replacing it: the rest of
+    /// an object claimed ahead ([`StoreFile::claim_rest`]) and the first chunk fetched
+    /// beside it, whichever comes first.
+    pub(super) merge: bool,
 }
 
 impl InFlight<'_> {
@@ -122,10 +135,21 @@ impl InFlight<'_> {
             pieces,
             budget: f.budget.clone(),
         };
+        let mut held = held;
         let len = held.len();
         let mut ra = f.ahead.lock();
-        ra.held = Some(held);
-        ra.served = served;
+        match &mut ra.held {
+            Some(h) if self.merge => {
+                // Moved over: `held` goes empty (gives nothing back), `h` holds them.
+                h.pieces.append(&mut held.pieces);
+                h.pieces.sort_by_key(|(start, _)| *start);
+                ra.served = ra.served.saturating_add(served);
+            }
+            _ => {
+                ra.held = Some(held);
+                ra.served = served;
+            }
+        }
         drop(ra);
         self.reserved = self.reserved.saturating_sub(len);
     }
@@ -137,6 +161,7 @@ impl Drop for InFlight<'_> {
         let mut ra = f.ahead.lock();
         if ra.pending.as_ref() == Some(&self.range) {
             ra.pending = None;
+            ra.pending_skip = None;
         }
         f.budget.release(self.reserved);
         f.ahead_done.notify_all();
@@ -146,6 +171,8 @@ impl Drop for InFlight<'_> {
 /// What a read fetches ([`ObjectFile::plan_read`]), once it was not served from bytes
 /// fetched ahead.
 struct Fetch {
+    /// Whether what comes joins the window held ([`InFlight::merge`]).
+    merge: bool,
     /// The ranges to GET.
     ranges: Vec<std::ops::Range<u64>>,
     /// What of the budget they took (0: only what was asked for, nothing held after).
@@ -268,7 +295,8 @@ impl ObjectFile {
         }
         let mut whole = false;
         if step && in_chunk {
-            whole = ra.count_chunk(&unit, size, self.disk_whole);
+            // Not while a fetch held as it comes is under way: it would fetch it again.
+            whole = ra.count_chunk(&unit, size, self.disk_whole) && ra.flowing == 0;
         }
         if step {
             ra.count_forward(after);
@@ -291,20 +319,25 @@ impl ObjectFile {
         let want = (end - offset) as usize;
         loop {
             if let Some(h) = &ra.held
-                && let Some(bytes) = h.slice(offset, end)
+                && h.copy_to(offset, &mut buf[..want])
             {
-                buf[..want].copy_from_slice(bytes);
                 let held = h.len();
                 ra.next = Some(unit.end);
                 ra.unit = Some(unit.clone());
                 ra.served += want as u64;
-                if ra.served >= held {
+                if ra.served >= held && ra.flowing == 0 {
                     ra.held = None;
                 }
                 return Some(want);
             }
+            let skipped = ra
+                .pending_skip
+                .as_ref()
+                .is_some_and(|s| s.start <= offset && end <= s.end);
             match &ra.pending {
-                Some(p) if p.start <= offset && end <= p.end => self.ahead_done.wait(ra),
+                Some(p) if p.start <= offset && end <= p.end && !skipped => {
+                    self.ahead_done.wait(ra)
+                }
                 _ => return None,
             }
         }
@@ -341,6 +374,7 @@ impl ObjectFile {
             ra.held = None;
             ra.pending = Some(0..size);
             Fetch {
+                merge: false,
                 ranges: pieces,
                 reserved: need,
                 in_flight: 0..size,
@@ -352,8 +386,20 @@ impl ObjectFile {
             // asked for next), unless a window is held: a read elsewhere leaves that
             // for the readers still inside it (side by side, or a shard loaded ahead
             // whole).
-            let window = if step { ra.window } else { 0 };
-            let rest = if ra.held.is_none() {
+            // The rest of the object claimed and in flight ([`StoreFile::claim_rest`])
+            // but for this chunk: the rest of this chunk joins it, and its mark stays.
+            // So too while a fetch held as it comes is under way ([`ObjectFile::flow`]):
+            // what came of it stays, and so does its mark.
+            // And the chunk a claim left out, whenever it is read: its rest joins what
+            // came of the claim (else, once that came, each piece of it was a GET).
+            let claimed = ra.pending_skip.is_some()
+                || ra.flowing > 0
+                || (ra.whole
+                    && ra.pending_skip.is_none()
+                    && ra.first_chunk.as_ref() == Some(unit)
+                    && ra.claimed_rest);
+            let window = if step && !claimed { ra.window } else { 0 };
+            let rest = if ra.held.is_none() || claimed {
                 unit.end.min(offset + MAX_WINDOW)
             } else {
                 end
@@ -363,8 +409,11 @@ impl ObjectFile {
                 ra.held = None;
             }
             if ahead_end > end && self.budget.reserve(ahead_end - offset) {
-                ra.pending = Some(offset..ahead_end);
+                if !claimed {
+                    ra.pending = Some(offset..ahead_end);
+                }
                 Fetch {
+                    merge: claimed,
                     ranges: std::iter::once(offset..ahead_end).collect(),
                     reserved: ahead_end - offset,
                     in_flight: offset..ahead_end,
@@ -372,6 +421,7 @@ impl ObjectFile {
                 }
             } else {
                 Fetch {
+                    merge: false,
                     ranges: std::iter::once(offset..end).collect(),
                     reserved: 0,
                     in_flight: offset..end,
@@ -392,6 +442,7 @@ impl ObjectFile {
     ) -> io::Result<usize> {
         let want = (end - offset) as usize;
         let Fetch {
+            merge,
             ranges: fetch,
             reserved,
             in_flight,
@@ -403,6 +454,7 @@ impl ObjectFile {
             file: self,
             range: in_flight,
             reserved,
+            merge,
         });
         let started = std::time::Instant::now();
         let pieces = match self.fetch_pieces(&fetch) {
@@ -462,6 +514,10 @@ impl StoreFile for ObjectFile {
         ra.seq >= 1 || ra.chunks >= 2
     }
 
+    fn claim_rest(&self, skip: std::ops::Range<u64>) -> bool {
+        self.claim(skip)
+    }
+
     fn cold(&self) -> bool {
         let ra = self.ahead.lock();
         ra.held.is_none() && ra.pending.is_none() && !ra.whole && ra.chunks == 0
@@ -492,6 +548,7 @@ impl StoreFile for ObjectFile {
             file: self,
             range: 0..len,
             reserved: len,
+            merge: false,
         };
         if let Ok(bytes) = self.fetch(0..len) {
             window.hold(vec![(0, bytes)], 0);
@@ -500,6 +557,48 @@ impl StoreFile for ObjectFile {
 }
 
 impl ObjectFile {
+    /// [`StoreFile::claim_rest`]: the object but `skip` (up to [`WHOLE_MAX`], within the
+    /// budget's half kept for loads ahead), marked in flight now, so that a read of it
+    /// from now on waits for its bytes rather than fetching them again, and fetched on
+    /// the runtime, held as it comes ([`ObjectFile::flow`]): the open that claims it
+    /// does not wait, nor does a thread have to start before the GETs go. Not with a
+    /// local cache (its reads are served from there; a second chunk fetches the rest).
+    fn claim(&self, skip: std::ops::Range<u64>) -> bool {
+        let size = self.meta.size;
+        if size == 0 || size > WHOLE_MAX || self.disk.is_some() {
+            return false;
+        }
+        let skip = skip.start.min(size)..skip.end.min(size);
+        let pieces: Vec<_> = [0..skip.start, skip.end..size]
+            .into_iter()
+            .filter(|r| !r.is_empty())
+            .collect();
+        let need: u64 = pieces.iter().map(|r| r.end - r.start).sum();
+        let mut ra = self.ahead.lock();
+        if need == 0
+            || ra.whole
+            || ra.held.is_some()
+            || ra.pending.is_some()
+            || ra.chunks > 1
+            || ra.first_chunk.as_ref().is_some_and(|f| *f != skip)
+            || !self.budget.reserve_within(need, self.budget.cap / 2)
+        {
+            return false;
+        }
+        // As a whole fetch at a second chunk: once per open file, the first chunk left
+        // to its reader.
+        ra.whole = true;
+        ra.first_chunk = Some(skip.clone());
+        ra.pending = Some(0..size);
+        ra.pending_skip = Some(skip);
+        ra.claimed_rest = true;
+        ra.flowing += 1;
+        let served_before = ra.outside;
+        drop(ra);
+        self.flow(pieces, 0..size, need, served_before);
+        true
+    }
+
     /// What a load ahead left for the kernel to read from the local cache, asked for
     /// once the first read (the shard's index) is served.
     fn after_read(&self) {

@@ -5,6 +5,16 @@ use super::*;
 use crate::store::rewrite::rewrite_shard;
 use object_store::{GetOptions, PutOptions, PutPayload};
 
+/// The read-ahead memory in use once every fetch under way ended (a fetch held as it
+/// comes lets its window go when it ends, a moment after its last bytes were read).
+fn settled_read_ahead(s: &BucketStore) -> u64 {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while s.read_ahead().0 != 0 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.read_ahead().0
+}
+
 fn store() -> BucketStore {
     let mem = Arc::new(object_store::memory::InMemory::new());
     BucketStore::new(mem, "pre/fix", "memory://test").unwrap()
@@ -741,7 +751,7 @@ fn a_warmed_object_is_read_from_one_get() {
         assert!(buf[..] == data[at..at + buf.len()], "at {at}");
     }
     assert_eq!(s.counters().gets.load(Relaxed), 1);
-    assert_eq!(s.read_ahead().0, 0, "read through: let go");
+    assert_eq!(settled_read_ahead(&s), 0, "read through: let go");
     // A warm that would take more than half the budget fetches nothing.
     let mut s = store();
     s.budget = Arc::new(Budget::new(3 << 19)); // 1.5 MiB: half is less than the object
@@ -1234,4 +1244,156 @@ fn names_are_their_keys_as_other_clients_write_them() {
         .write_atomically(Path::new("a/tab\there"), b"t")
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
+}
+
+/// The rest of an object claimed beside its first chunk (`claim_rest`, the array's first
+/// chunk opened): fetched on the runtime at once (two GETs: before and after the chunk),
+/// held as it comes; the chunk's reader fetches its chunk alone, in pieces, not waiting
+/// for the rest, and joins it to what is held; readers of other chunks, side by side,
+/// are served from the rest; each byte moves once, the budget is given back, and a
+/// second claim of the same file takes nothing.
+#[test]
+fn the_rest_claimed_beside_the_first_chunk_comes_in_the_background() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let chunk = 96u64 << 10;
+    let n = 16u64;
+    let index = 16 * n + 4;
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % 239) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap();
+    let first = chunk..2 * chunk; // the first chunk need not lie first
+    assert!(f.claim_rest(first.clone()));
+    assert!(!f.claim_rest(first.clone()), "once per open file");
+    assert_eq!(
+        s.counters().gets.load(Relaxed),
+        3,
+        "the index, the rest in two"
+    );
+    // Other readers, side by side, served from the rest.
+    let readers: Vec<_> = (0..2u64)
+        .map(|k| {
+            let (f, data) = (f.clone(), data.clone());
+            std::thread::spawn(move || {
+                let mut b = vec![0u8; chunk as usize];
+                for c in (0..n).rev().filter(|&c| c != 1 && c % 2 == k) {
+                    let r = c * chunk..(c + 1) * chunk;
+                    f.read_chunk_at(&mut b, r.start, r.clone()).unwrap();
+                    assert!(b[..] == data[r.start as usize..r.end as usize], "chunk {c}");
+                }
+            })
+        })
+        .collect();
+    // The first chunk, in pieces: one GET of it.
+    let mut buf = vec![0u8; 32 << 10];
+    for at in (first.start..first.end).step_by(buf.len()) {
+        let got = f.read_chunk_at(&mut buf, at, first.clone()).unwrap();
+        assert_eq!(got, buf.len());
+        assert!(buf[..] == data[at as usize..at as usize + buf.len()]);
+    }
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(s.counters().gets.load(Relaxed), 4, "and the chunk in one");
+    assert_eq!(
+        s.counters().get_bytes.load(Relaxed),
+        data.len() as u64 + index,
+        "each byte once (the index twice)"
+    );
+    assert_eq!(settled_read_ahead(&s), 0, "read through: let go");
+    // Beyond the half of the budget kept for loads ahead: nothing claimed, nothing held.
+    let mut s = store();
+    s.budget = Arc::new(Budget::new(1 << 20));
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    assert!(!f.claim_rest(0..chunk));
+    assert_eq!(s.read_ahead().0, 0);
+}
+
+/// One LIST of everything below a directory (`list_tree`) answers, for the TTL, for the
+/// listings of it and of every directory below it and for the HEADs of what they hold,
+/// as their own LISTs would; more names than asked for, or no TTL, keep nothing.
+#[test]
+fn a_tree_listing_answers_for_every_directory_below_it() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let mut s = BucketStore::new(mem, "p", "memory://test").unwrap();
+    s.write_atomically(Path::new("a/c/0/0"), b"shard").unwrap();
+    assert!(
+        !s.list_tree(Path::new("a/c"), 10).unwrap(),
+        "no TTL: nothing kept"
+    );
+    assert_eq!(s.counters().lists.load(Relaxed), 0, "nor asked");
+    s.meta = Arc::new(MetaCache::new(Duration::from_secs(600)));
+    s.write_atomically(Path::new("a/c/0/1"), b"shard!").unwrap();
+    s.write_atomically(Path::new("a/c/1/0"), b"shard").unwrap();
+    s.write_atomically(Path::new("a/c/1/x/0"), b"deeper")
+        .unwrap();
+    s.write_atomically(Path::new("a/zarr.json"), b"{}").unwrap();
+    assert!(
+        !s.list_tree(Path::new("a/c"), 3).unwrap(),
+        "4 keys: too many"
+    );
+    assert!(s.list_tree(Path::new("a/c"), 4).unwrap());
+    let asked = |s: &BucketStore| {
+        s.counters().heads.load(Relaxed)
+            + s.counters().lists.load(Relaxed)
+            + s.counters().gets.load(Relaxed)
+    };
+    let before = asked(&s);
+    let names = |rel: &str| -> Vec<(String, EntryKind)> {
+        s.list(Path::new(rel))
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name.into_string().unwrap(), e.kind))
+            .collect()
+    };
+    use EntryKind::{Dir, File};
+    assert_eq!(names("a/c"), [("0".into(), Dir), ("1".into(), Dir)]);
+    assert_eq!(names("a/c/0"), [("0".into(), File), ("1".into(), File)]);
+    assert_eq!(names("a/c/1"), [("0".into(), File), ("x".into(), Dir)]);
+    assert_eq!(names("a/c/1/x"), [("0".into(), File)]);
+    assert_eq!(s.stat(Path::new("a/c/0/1")).unwrap().unwrap().len, 6);
+    assert_eq!(s.stat(Path::new("a/c/1/x")).unwrap().unwrap().kind, Dir);
+    assert!(s.stat(Path::new("a/c/2")).unwrap().is_none());
+    assert_eq!(asked(&s), before, "answered from the one LIST");
+    // This store's own write below is seen at once.
+    s.write_atomically(Path::new("a/c/0/2"), b"new").unwrap();
+    assert_eq!(names("a/c/0").len(), 3);
+}
+
+/// The rest of an object claimed after another writer replaced it: its conditional GETs
+/// fail (412), nothing of the new version is held as the old one's, and a read of the
+/// old version's chunks then fails with ESTALE (the view loads the shard again), at
+/// once: no reader waits for what never comes.
+#[test]
+fn the_rest_claimed_of_a_replaced_object_is_estale_not_new_bytes() {
+    let chunk = 64u64 << 10;
+    let n = 8u64;
+    let data: Vec<u8> = (0..(chunk * n) as u32).map(|i| (i % 233) as u8).collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let newer: Vec<u8> = data.iter().map(|b| b ^ 0xff).collect();
+    s.block_on(
+        s.inner
+            .put(&s.key(Path::new("shard")).unwrap(), PutPayload::from(newer)),
+    )
+    .unwrap();
+    assert!(f.claim_rest(0..chunk));
+    let start = std::time::Instant::now();
+    let mut b = vec![0u8; chunk as usize];
+    let r = 3 * chunk..4 * chunk;
+    let err = f.read_chunk_at(&mut b, r.start, r.clone()).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        settled_read_ahead(&s),
+        0,
+        "nothing held, the budget given back"
+    );
 }

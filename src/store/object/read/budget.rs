@@ -24,12 +24,34 @@ impl Held {
             .map_or(0, |(start, b)| start + b.len() as u64)
     }
 
-    /// Bytes `offset..end` of the object, if one piece holds them all.
-    pub(super) fn slice(&self, offset: u64, end: u64) -> Option<&[u8]> {
-        self.pieces.iter().find_map(|(start, b)| {
-            (*start <= offset && end <= start + b.len() as u64)
-                .then(|| &b[(offset - start) as usize..(end - start) as usize])
-        })
+    /// Bytes `offset..offset + buf.len()` of the object into `buf`, if the pieces hold
+    /// them all (one piece, or pieces one after another: a window held as it came).
+    pub(super) fn copy_to(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let end = offset + buf.len() as u64;
+        let mut at = offset;
+        for (start, b) in &self.pieces {
+            if at >= end {
+                break;
+            }
+            let piece_end = start + b.len() as u64;
+            if *start > at {
+                break; // in order: nothing later holds `at`
+            }
+            if piece_end > at {
+                let n = (piece_end.min(end) - at) as usize;
+                let from = (at - start) as usize;
+                let into = (at - offset) as usize;
+                buf[into..into + n].copy_from_slice(&b[from..from + n]);
+                at += n as u64;
+            }
+        }
+        at >= end
+    }
+
+    /// Add a piece, keeping them in order of their starts.
+    pub(super) fn insert(&mut self, start: u64, bytes: bytes::Bytes) {
+        let at = self.pieces.partition_point(|(s, _)| *s <= start);
+        self.pieces.insert(at, (start, bytes));
     }
 }
 
