@@ -88,6 +88,22 @@ fn chunk(root: &Path, rel: &str, layout: &ShardLayout, slot: u64) -> Option<Vec<
     Some(shard.read(r, 0, r.nbytes as u32).unwrap())
 }
 
+/// The shards `a/c/1`, `a/c/2` and `a/c/3` of the store at `root` made a directory, a
+/// FIFO and a symbolic link to the shard moved into the returned directory.
+fn shard_paths_that_are_not_files(root: &Path) -> tempfile::TempDir {
+    std::fs::remove_file(root.join("a/c/1")).unwrap();
+    std::fs::create_dir(root.join("a/c/1")).unwrap();
+    std::fs::remove_file(root.join("a/c/2")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("a/c/2").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::rename(root.join("a/c/3"), outside.path().join("shard")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("shard"), root.join("a/c/3")).unwrap();
+    outside
+}
+
 fn problems_of(report: &VerifyReport) -> Vec<(String, String)> {
     (report.problems.iter())
         .map(|p| (p.shard.display().to_string(), p.what.clone()))
@@ -406,16 +422,8 @@ fn verify_reports_shard_paths_that_are_not_files_and_carries_on_past_a_broken_za
     for s in 0..4 {
         put(root, &format!("a/c/{s}"), &layout, &[(0, b"0000")]);
     }
-    std::fs::remove_file(root.join("a/c/1")).unwrap();
-    std::fs::create_dir(root.join("a/c/1")).unwrap();
-    std::fs::remove_file(root.join("a/c/2")).unwrap();
-    let fifo =
-        std::ffi::CString::new(root.join("a/c/2").into_os_string().into_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-    let outside = tempfile::tempdir().unwrap();
-    std::fs::rename(root.join("a/c/3"), outside.path().join("shard")).unwrap();
-    std::os::unix::fs::symlink(outside.path().join("shard"), root.join("a/c/3")).unwrap();
+    // Kept until the end: the symbolic link's target.
+    let _outside = shard_paths_that_are_not_files(root);
     // A zarr.json that is a directory, beside the array: left out, the walk goes on.
     std::fs::create_dir_all(root.join("b/zarr.json")).unwrap();
     let report = verify(root, false, false).unwrap();

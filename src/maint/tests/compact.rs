@@ -134,16 +134,7 @@ fn compact_skips_shard_paths_that_are_not_files_and_goes_on() {
         put(root, &format!("a/c/{s}"), &layout, &[(0, b"1111")]);
     }
     let len0 = std::fs::metadata(root.join("a/c/0")).unwrap().len();
-    std::fs::remove_file(root.join("a/c/1")).unwrap();
-    std::fs::create_dir(root.join("a/c/1")).unwrap();
-    std::fs::remove_file(root.join("a/c/2")).unwrap();
-    let fifo =
-        std::ffi::CString::new(root.join("a/c/2").into_os_string().into_encoded_bytes()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-    let outside = tempfile::tempdir().unwrap();
-    std::fs::rename(root.join("a/c/3"), outside.path().join("shard")).unwrap();
-    std::os::unix::fs::symlink(outside.path().join("shard"), root.join("a/c/3")).unwrap();
+    let outside = shard_paths_that_are_not_files(root);
     let outside_before = std::fs::read(outside.path().join("shard")).unwrap();
     let report = compact(root, 0.0, false).unwrap();
     let skipped: Vec<_> = report
