@@ -4,8 +4,8 @@
 SEMANTICS names a promise's test as a file in backticks followed by test names in
 backticks (`tests/s3.rs` `a_cold_chunk_read_takes_two_gets_and_a_full_pass_a_few`). This
 checks that each such name (three underscores or more, so that an option or a case
-named beside it is not taken for one) is a `fn` of that file, or of a `*tests*.rs` file
-beside it, and that the file exists. A stage of scripts/lint.
+named beside it is not taken for one) is a `fn` of that file, of a `*tests*.rs` file
+beside it or of its submodules, and that the file exists. A stage of scripts/lint.
 
     scripts/check_semantics.py [docs/SEMANTICS.md]
 """
@@ -40,8 +40,11 @@ def main() -> int:
                 wrong.append(f"{current.relative_to(repo)}: no such file (for {token})")
                 continue
             text = current.read_text()
-            for sibling in current.parent.glob(current.stem + "*tests*.rs"):
-                text += sibling.read_text()
+            # Its tests in a file beside it (`#[path = "x_tests.rs"]`) or in its
+            # submodules (`x/*.rs`).
+            for part in [*current.parent.glob(current.stem + "*tests*.rs"),
+                         *(current.parent / current.stem).glob("*.rs")]:
+                text += part.read_text()
             pattern = r"\bfn\s+" if current.suffix == ".rs" else r"\bdef\s+"
             if not re.search(pattern + re.escape(token) + r"\b", text):
                 wrong.append(f"{current.relative_to(repo)}: no test {token}")
