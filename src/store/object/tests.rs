@@ -5,7 +5,9 @@ use super::*;
 use crate::store::rewrite::rewrite_shard;
 use object_store::{GetOptions, PutOptions, PutPayload};
 
-/// Reads: fetching ahead, the budget, the metadata cache, listings, outages.
+/// Names, listings, the metadata cache, outages.
+mod names;
+/// Reads: fetching ahead, the budget, the local cache.
 mod reads;
 
 /// The read-ahead memory in use once every fetch under way ended (a fetch held as it
@@ -348,4 +350,105 @@ fn a_replaced_object_shows_another_mtime_within_the_same_second() {
         .unwrap()
         .as_secs();
     assert_eq!(secs, 5, "the second is the object's");
+}
+
+/// An object store in which another writer's PUT of an object (the same bytes: a new
+/// ETag) lands right before each of the next `changes` conditional GETs of it, as
+/// another mount's commits between a HEAD and the GET of an index do.
+#[derive(Debug)]
+pub(super) struct Racing {
+    inner: object_store::memory::InMemory,
+    changes: std::sync::atomic::AtomicU32,
+    /// While set, reads and listings get no answer (an outage).
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Racing {
+    fn no_answer(&self) -> object_store::Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "Racing",
+                source: "no answer (down)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Racing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Racing")
+    }
+}
+
+type Stream<T> = std::pin::Pin<Box<dyn futures_core::Stream<Item = T> + Send>>;
+
+#[async_trait::async_trait]
+impl ObjectStore for Racing {
+    async fn put_opts(
+        &self,
+        location: &ObjPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjPath,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjPath,
+        options: GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.no_answer()?;
+        if options.if_match.is_some()
+            && self
+                .changes
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            let bytes = self.inner.get(location).await?.bytes().await?;
+            self.inner.put(location, bytes.into()).await?;
+        }
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: Stream<object_store::Result<ObjPath>>,
+    ) -> Stream<object_store::Result<ObjPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> Stream<object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjPath>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.no_answer()?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjPath,
+        to: &ObjPath,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
 }
