@@ -21,6 +21,7 @@
 
 mod aws;
 mod client;
+mod deadline;
 pub mod disk_cache;
 mod meta;
 mod read;
