@@ -139,27 +139,41 @@ impl View {
             {
                 self.move_own_file(rel, &to)?
             }
-            _ => {
-                let (src, data) = match self.content(&src) {
-                    // A scratch file stored as a file of its own meanwhile (`kept.rs`: an
-                    // `fsync` of a directory, the idle timer): it is that file now. Before,
-                    // the rename failed with `ENOENT` (found by an adversarial tester).
-                    Err(ViewError::NotFound) if matches!(src, Node::Scratch { .. }) => {
-                        let now = self
-                            .stored_child(&ppath, &pnode, name)?
-                            .ok_or(ViewError::NotFound)?;
-                        let data = self.content(&now)?;
-                        (now, data)
-                    }
-                    data => (src, data?),
-                };
-                let node = self.put_at(&nnode, newname, &to, data)?;
-                self.remove_source(&src, &node)?;
-                node
-            }
+            _ => self.copy_onto(src, &ppath, &pnode, name, &nnode, newname, &to)?,
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
+    }
+
+    /// A rename as a copy: the source's bytes put at the new name, the source removed
+    /// (a chunk, metadata, or a file moving into or out of an array's key namespace).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_onto(
+        &self,
+        src: Node,
+        ppath: &Path,
+        pnode: &Node,
+        name: &OsStr,
+        nnode: &Node,
+        newname: &OsStr,
+        to: &Path,
+    ) -> Result<Node> {
+        let (src, data) = match self.content(&src) {
+            // A scratch file stored as a file of its own meanwhile (`kept.rs`: an
+            // `fsync` of a directory, the idle timer): it is that file now. Before,
+            // the rename failed with `ENOENT` (found by an adversarial tester).
+            Err(ViewError::NotFound) if matches!(src, Node::Scratch { .. }) => {
+                let now = self
+                    .stored_child(ppath, pnode, name)?
+                    .ok_or(ViewError::NotFound)?;
+                let data = self.content(&now)?;
+                (now, data)
+            }
+            data => (src, data?),
+        };
+        let node = self.put_at(nnode, newname, to, data)?;
+        self.remove_source(&src, &node)?;
+        Ok(node)
     }
 
     /// A store file (or symbolic link) renamed into the store directory `dst_dir`: one
