@@ -61,7 +61,10 @@ impl View {
     /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
     pub(super) fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
         let mut a = self.attr_of(ino, node)?;
-        if let Some(w) = &self.writer {
+        // Nothing set (the common case): no look at the inode table or the file.
+        if let Some(w) = &self.writer
+            && !w.times.is_empty()
+        {
             let own = match node {
                 Node::Scratch { path, .. } => w.scratch_stat(path).map_or(a.mtime, |(_, m)| m),
                 _ => a.mtime,

@@ -23,6 +23,11 @@ pub(super) struct SetTimes {
 pub(super) struct TimesSet(Mutex<HashMap<PathBuf, SetTimes>>);
 
 impl TimesSet {
+    /// Nothing was set on any file (a getattr then looks no further).
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+
     /// What was set on `path`, whether or not it is still shown.
     pub(super) fn get(&self, path: &Path) -> Option<SetTimes> {
         self.0.lock().get(path).copied()
@@ -30,11 +35,7 @@ impl TimesSet {
 
     /// What was set on `path`, if its own modification time is still `own`.
     pub(super) fn shown(&self, path: &Path, own: SystemTime) -> Option<SetTimes> {
-        let map = self.0.lock();
-        if map.is_empty() {
-            return None;
-        }
-        map.get(path).copied().filter(|t| t.base == own)
+        self.0.lock().get(path).copied().filter(|t| t.base == own)
     }
 
     pub(super) fn set(&self, path: &Path, times: SetTimes) {
