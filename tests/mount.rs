@@ -1613,3 +1613,56 @@ fn a_slow_writer_of_an_uncompressed_chunk_loses_nothing() {
         "a chunk never finished: refused at unmount, the store keeps what it had"
     );
 }
+
+/// With `open_checks`, the close of a descriptor opened only to read a chunk that
+/// another descriptor is writing commits nothing and cannot fail: the writer's close
+/// commits. Before, a reader's close committed the writer's bytes so far, and got
+/// `EINVAL` for a cut-short uncompressed chunk (found by `tests/py/torn_read.py`).
+#[test]
+fn with_open_checks_a_readers_close_commits_nothing_of_a_writers_chunk() {
+    use std::io::{Read, Write};
+    if !common::can_mount() {
+        return;
+    }
+    let store = uncompressed_array_u(64, 32);
+    {
+        let (mnt, m) = common::mount::mount_with(
+            store.path(),
+            &MountOptions {
+                open_checks: true,
+                ..MountOptions::default()
+            },
+        );
+        std::fs::create_dir(mnt.path().join("u/c")).unwrap();
+        let p = mnt.path().join("u/c/1");
+        std::fs::write(&p, [5u8; 8]).unwrap();
+        let mut w = std::fs::File::create(&p).unwrap();
+        w.write_all(&[1u8; 4]).unwrap();
+        let mut r = std::fs::File::open(&p).unwrap();
+        let mut seen = Vec::new();
+        r.read_to_end(&mut seen).unwrap();
+        assert_eq!(seen, [1u8; 4], "the reader reads the bytes written so far");
+        // `close(2)` of the reader: a std `File`'s drop ignores errors, so close by hand.
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(r);
+        assert_eq!(
+            unsafe { libc::close(fd) },
+            0,
+            "the reader's close: {}",
+            std::io::Error::last_os_error()
+        );
+        let stats: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(mnt.path().join(".shardfs-stats")).unwrap())
+                .unwrap();
+        assert_eq!(stats["refused"], serde_json::json!([]), "{stats}");
+        w.write_all(&[2u8; 4]).unwrap();
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(w);
+        assert_eq!(unsafe { libc::close(fd) }, 0, "the writer's close");
+        assert_eq!(std::fs::read(&p).unwrap(), [1, 1, 1, 1, 2, 2, 2, 2]);
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    assert_eq!(
+        std::fs::read(mnt.path().join("u/c/1")).unwrap(),
+        [1, 1, 1, 1, 2, 2, 2, 2]
+    );
+}

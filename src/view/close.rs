@@ -27,7 +27,9 @@ impl View {
         let written = matches!(handle, Handle::Scratch { .. } | Handle::StoreRw(..))
             && self.commits_on_close(&handle);
         let released = match handle {
-            Handle::Scratch { ino, node, file } => self.release_scratch(ino, &node, &file),
+            Handle::Scratch {
+                ino, node, file, ..
+            } => self.release_scratch(ino, &node, &file),
             Handle::StoreRw(f, rel) => {
                 // Without kernel opens the close (`flush_handle`) refused it already.
                 let finished = if self.kernel_opens() {
@@ -60,7 +62,12 @@ impl View {
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
         let handle = self.handles.get(fh).ok();
         match handle {
-            Some(Handle::Scratch { node, file, .. }) => {
+            Some(Handle::Scratch {
+                node,
+                file,
+                writes: true,
+                ..
+            }) => {
                 if self.kernel_opens()
                     && let Some(w) = self.write_side()
                 {
@@ -131,7 +138,10 @@ impl View {
     /// of chunks, and the temporary files of tmp+rename writers.
     pub(super) fn commits_on_close(&self, handle: &Handle) -> bool {
         match handle {
-            Handle::Scratch { node, .. } => self.commits(node).unwrap_or(true),
+            Handle::Scratch {
+                node, writes: true, ..
+            } => self.commits(node).unwrap_or(true),
+            Handle::Scratch { writes: false, .. } => false,
             Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
             Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard(_) => {
                 false

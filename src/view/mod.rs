@@ -236,11 +236,13 @@ enum Handle {
         shard: Arc<Shard>,
         range: ChunkRange,
     },
-    /// An in-memory file.
+    /// An in-memory file. `writes`: opened for writing (or created); the close of a
+    /// handle opened only to read commits nothing, as a plain file's would not.
     Scratch {
         ino: u64,
         node: Node,
         file: Arc<Mutex<writer::Scratch>>,
+        writes: bool,
     },
     /// Writes accepted and let go: `.zmetadata` of the v2 view, which the view makes
     /// from the hierarchy below this directory (and reads serve).

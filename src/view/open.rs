@@ -105,6 +105,7 @@ impl View {
                         ino,
                         node: node.clone(),
                         file,
+                        writes: false,
                     },
                     false,
                 )
@@ -309,7 +310,12 @@ impl View {
             }
         };
         self.inodes.update(ino, node.clone());
-        Ok(Handle::Scratch { ino, node, file })
+        Ok(Handle::Scratch {
+            ino,
+            node,
+            file,
+            writes: true,
+        })
     }
 
     /// A chunk the v2 view serves of the fill value, opened for writing: made in the

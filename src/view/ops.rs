@@ -75,13 +75,26 @@ impl View {
                     array,
                     parent,
                 };
-                (node.clone(), Handle::Scratch { ino: 0, node, file })
+                (
+                    node.clone(),
+                    Handle::Scratch {
+                        ino: 0,
+                        node,
+                        file,
+                        writes: true,
+                    },
+                )
             }
             _ => return Err(ViewError::NotDir),
         };
         let ino = self.inodes.intern(path, node);
         let handle = match handle {
-            Handle::Scratch { node, file, .. } => Handle::Scratch { ino, node, file },
+            Handle::Scratch { node, file, .. } => Handle::Scratch {
+                ino,
+                node,
+                file,
+                writes: true,
+            },
             h => h,
         };
         Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)))

@@ -85,6 +85,7 @@ impl View {
                     ino,
                     node: node.clone(),
                     file,
+                    writes: false,
                 },
                 None => self.reader(ino, self.settled(ino)?, false)?.0,
             },
