@@ -20,6 +20,12 @@
 //! asking it. `--no-open --answer-flush` answers flushes: what a writable mount that let
 //! the kernel open files would pay at best, as it must still learn of every close (the
 //! kernel sends no release for files it opened itself, and a flush at every close).
+//!
+//! Two switches make it a plain in-memory file system, to tell the kernel's own behaviour
+//! from shardfs's: `--keep-bytes` keeps what is written (a read returns it), and
+//! `--drop-cache` opens without `FOPEN_KEEP_CACHE`, as a writable shardfs mount opens a
+//! file it cannot vouch for (see docs/SEMANTICS.md, "A reader beside a writer in the same
+//! mount", which `tests/py/torn_read.py` measures).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -44,6 +50,8 @@ static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 struct Node {
     dir: bool,
     size: u64,
+    /// What was written, with `--keep-bytes`.
+    bytes: Vec<u8>,
     /// The file of MIRROR this node shows, for its bytes.
     src: Option<PathBuf>,
 }
@@ -67,6 +75,7 @@ impl Tree {
             Node {
                 dir,
                 size,
+                bytes: Vec::new(),
                 src: None,
             },
         );
@@ -129,6 +138,10 @@ struct Floor {
     no_open: bool,
     /// `--answer-flush`: flushes are answered (else `ENOSYS`: the kernel stops sending).
     answer_flush: bool,
+    /// `--keep-bytes`: written bytes are kept and read back (else a write moves the size).
+    keep_bytes: bool,
+    /// `--drop-cache`: opens let the kernel drop the pages it cached.
+    drop_cache: bool,
 }
 
 fn negative() -> FileAttr {
@@ -151,8 +164,13 @@ fn negative() -> FileAttr {
     }
 }
 
-fn cached_open() -> FopenFlags {
-    FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH
+impl Floor {
+    fn open_flags(&self) -> FopenFlags {
+        match self.drop_cache {
+            true => FopenFlags::FOPEN_NOFLUSH,
+            false => FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_NOFLUSH,
+        }
+    }
 }
 
 impl Filesystem for Floor {
@@ -202,6 +220,9 @@ impl Filesystem for Floor {
         let mut t = self.tree.lock();
         if let (Some(size), Some(n)) = (size, t.nodes.get_mut(&ino.0)) {
             n.size = size;
+            if self.keep_bytes {
+                n.bytes.resize(size as usize, 0);
+            }
         }
         match t.attr(ino.0) {
             Some(a) => reply.attr(&TTL, &a),
@@ -242,14 +263,14 @@ impl Filesystem for Floor {
             None => t.add(parent.0, name, false, 0),
         };
         let a = t.attr(ino).expect("added");
-        reply.created(&TTL, &a, Generation(0), FileHandle(ino), cached_open());
+        reply.created(&TTL, &a, Generation(0), FileHandle(ino), self.open_flags());
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if self.no_open {
             return reply.error(Errno::ENOSYS);
         }
-        reply.opened(FileHandle(ino.0), cached_open());
+        reply.opened(FileHandle(ino.0), self.open_flags());
     }
 
     fn flush(
@@ -304,11 +325,20 @@ impl Filesystem for Floor {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let (len, src) = match self.tree.lock().nodes.get(&ino.0) {
+        let t = self.tree.lock();
+        let (len, src) = match t.nodes.get(&ino.0) {
             Some(n) => (n.size, n.src.clone()),
             None => (0, None),
         };
         let n = (len.saturating_sub(offset).min(size as u64) as usize).min(ZEROS.len());
+        if self.keep_bytes
+            && src.is_none()
+            && let Some(node) = t.nodes.get(&ino.0)
+        {
+            let at = (offset as usize).min(node.bytes.len());
+            return reply.data(&node.bytes[at..(at + n).min(node.bytes.len())]);
+        }
+        drop(t);
         let Some(src) = src else {
             return reply.data(&ZEROS[..n]);
         };
@@ -333,6 +363,13 @@ impl Filesystem for Floor {
     ) {
         if let Some(n) = self.tree.lock().nodes.get_mut(&ino.0) {
             n.size = n.size.max(offset + data.len() as u64);
+            if self.keep_bytes {
+                let (at, end) = (offset as usize, offset as usize + data.len());
+                if n.bytes.len() < end {
+                    n.bytes.resize(end, 0);
+                }
+                n.bytes[at..end].copy_from_slice(data);
+            }
         }
         reply.written(data.len() as u32);
     }
@@ -389,8 +426,12 @@ fn main() -> std::io::Result<()> {
     };
     let no_open = flag("--no-open");
     let answer_flush = flag("--answer-flush");
+    let keep_bytes = flag("--keep-bytes");
+    let drop_cache = flag("--drop-cache");
     let [mirror, mountpoint] = &args[..] else {
-        eprintln!("usage: fuse_floor [--no-open [--answer-flush]] MIRROR MOUNTPOINT");
+        eprintln!(
+            "usage: fuse_floor [--no-open [--answer-flush]] [--keep-bytes] [--drop-cache] MIRROR MOUNTPOINT"
+        );
         std::process::exit(2);
     };
     let mut tree = Tree {
@@ -402,6 +443,7 @@ fn main() -> std::io::Result<()> {
         Node {
             dir: true,
             size: 0,
+            bytes: Vec::new(),
             src: None,
         },
     );
@@ -422,6 +464,8 @@ fn main() -> std::io::Result<()> {
         tree: Mutex::new(tree),
         no_open,
         answer_flush,
+        keep_bytes,
+        drop_cache,
     };
     fuser::mount(floor, mountpoint, &config)
 }
