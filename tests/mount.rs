@@ -1666,3 +1666,64 @@ fn with_open_checks_a_readers_close_commits_nothing_of_a_writers_chunk() {
         [1, 1, 1, 1, 2, 2, 2, 2]
     );
 }
+
+/// With `open_checks`, a rename onto a chunk that another descriptor has open for
+/// writing replaces it, as on a plain directory: that descriptor's later writes, `fsync`
+/// and close go to a file of no name, and the chunk keeps what the rename put there.
+/// Before, the old descriptor's `fsync` or close stored its bytes at the name, and the
+/// rename was undone.
+#[test]
+fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        64,
+        32,
+        8,
+        serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("z")).unwrap();
+    std::fs::write(
+        store.path().join("z/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    let opts = MountOptions {
+        open_checks: true,
+        ..MountOptions::default()
+    };
+    {
+        let (mnt, m) = common::mount::mount_with(store.path(), &opts);
+        std::fs::create_dir(mnt.path().join("z/c")).unwrap();
+        for (key, sync) in [("z/c/0", true), ("z/c/2", false)] {
+            let p = mnt.path().join(key);
+            let mut old = std::fs::File::create(&p).unwrap();
+            old.write_all(&[1u8; 100]).unwrap();
+            let new = mnt.path().join("z/c/new");
+            std::fs::write(&new, [2u8; 50]).unwrap();
+            std::fs::rename(&new, &p).unwrap();
+            old.write_all(&[3u8; 10]).unwrap();
+            if sync {
+                old.sync_all().unwrap();
+            }
+            let fd = std::os::fd::IntoRawFd::into_raw_fd(old);
+            assert_eq!(unsafe { libc::close(fd) }, 0, "the old descriptor's close");
+            assert_eq!(std::fs::read(&p).unwrap(), [2u8; 50], "{key}");
+        }
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_with(store.path(), &opts);
+    for key in ["z/c/0", "z/c/2"] {
+        assert_eq!(
+            std::fs::read(mnt.path().join(key)).unwrap(),
+            [2u8; 50],
+            "{key}"
+        );
+    }
+    assert!(!mnt.path().join("z/c/new").exists());
+}

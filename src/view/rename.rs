@@ -28,7 +28,31 @@ impl View {
             .inodes
             .get(parent)
             .and_then(|(dir, _)| self.set_times_shown(&dir.join(name)));
-        let renamed = self.rename_entry(parent, name, newparent, newname, noreplace)?;
+        // A file open for writing at the target (a chunk or metadata being written through
+        // another descriptor) loses its name before anything lands there: its writes go on
+        // to a file of no name, and no close of it commits over what the rename puts
+        // there, as on a plain directory. Before, with `open_checks`, that close stored
+        // the old descriptor's bytes at the name, and the rename was undone (tests/mount.rs
+        // `with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it`).
+        let to = (self.inodes.get(newparent))
+            .map(|(dir, _)| dir.join(newname))
+            .filter(|to| {
+                self.inodes
+                    .get(parent)
+                    .is_none_or(|(p, _)| p.join(name) != *to)
+            });
+        let replaced = match (&to, &self.writer) {
+            (Some(to), Some(w)) if !noreplace => w.take_name(to),
+            _ => None,
+        };
+        let renamed = self.rename_entry(parent, name, newparent, newname, noreplace);
+        if let (Some(file), Some(to), Some(w)) = (replaced, &to, &self.writer) {
+            match renamed {
+                Ok(_) => w.name_taken(file),
+                Err(_) => w.give_name_back(to, file),
+            }
+        }
+        let renamed = renamed?;
         self.carry_set_times(set, parent, name, newparent, newname);
         Ok(renamed)
     }

@@ -418,6 +418,42 @@ impl Writer {
         }
     }
 
+    /// A rename onto `path` is under way: the file there, if any, loses its name now,
+    /// orphaned while open, so that no close of it commits over what the rename puts
+    /// there. [`Writer::name_taken`] once the rename succeeded, or
+    /// [`Writer::give_name_back`] if it failed.
+    pub(super) fn take_name(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
+        let file = self.scratch.lock().remove(path)?;
+        file.lock().orphan = true;
+        Some(file)
+    }
+
+    /// The rename that took `file`'s name succeeded: its bytes go with its last handle
+    /// (now, if it has none).
+    pub(super) fn name_taken(&self, file: Arc<Mutex<Scratch>>) {
+        let mut f = file.lock();
+        if f.opens == 0 {
+            let len = std::mem::take(&mut f.data).len() as u64;
+            drop(f);
+            self.unreserve(len);
+        }
+    }
+
+    /// The rename that took `file`'s name at `path` failed: it has its name again,
+    /// unless the rename made another file there. (A last close of it while its name
+    /// was away let its bytes go, as an unlinked file's: that close raced a rename
+    /// onto its name that then failed.)
+    pub(super) fn give_name_back(&self, path: &Path, file: Arc<Mutex<Scratch>>) {
+        let mut map = self.scratch.lock();
+        if map.contains_key(path) {
+            drop(map);
+            self.name_taken(file);
+            return;
+        }
+        file.lock().orphan = false;
+        map.insert(path.to_path_buf(), file);
+    }
+
     /// Drop the name `path` and take its bytes, if no handle has the file open.
     pub(super) fn take_scratch_if_closed(&self, path: &Path) -> Option<Vec<u8>> {
         let mut map = self.scratch.lock();
