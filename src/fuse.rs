@@ -308,7 +308,14 @@ impl Filesystem for ShardFs {
                     self.after_landed_reply(ino);
                 }
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                // A refusal may have taken the file's name away (new v2 metadata that
+                // cannot be taken in): the kernel drops its entry before the writer hears.
+                if let Some(w) = self.view.write_side() {
+                    w.settle_entry_invalidations(std::time::Duration::from_secs(1));
+                }
+                reply.error(errno(&e))
+            }
         }
     }
 
@@ -449,7 +456,7 @@ impl Filesystem for ShardFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
@@ -457,7 +464,7 @@ impl Filesystem for ShardFs {
         let r = self
             .view
             .commit_kernel_writes(KernelCommit::Of(ino.0))
-            .and_then(|()| self.view.fsync(ino.0));
+            .and_then(|()| self.view.fsync_file(ino.0, fh.0));
         self.settle();
         done(reply, r)
     }

@@ -430,11 +430,14 @@ fn start_timers(
     let (entry_tx, entry_rx) = std::sync::mpsc::channel::<(u64, std::ffi::OsString)>();
     let entry_notifier = session.notifier();
     let entry_done = done.clone();
+    let entries_done = w.entry_invalidations_done();
+    let entries_lost = entries_done.clone();
     std::thread::spawn(move || {
         for (parent, name) in entry_rx {
             // The kernel may not know the entry any more; that is fine.
             let _ = entry_notifier.inval_entry(INodeNo(parent), &name);
             entry_done.bump();
+            entries_done.bump();
         }
     });
     std::thread::spawn(move || {
@@ -448,6 +451,7 @@ fn start_timers(
                 Invalidation::Entry { parent, name } => {
                     if entry_tx.send((parent, name)).is_err() {
                         done.bump();
+                        entries_lost.bump();
                     }
                 }
             }

@@ -1678,21 +1678,7 @@ fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
     if !common::can_mount() {
         return;
     }
-    let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
-        64,
-        32,
-        8,
-        serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("z")).unwrap();
-    std::fs::write(
-        store.path().join("z/zarr.json"),
-        serde_json::to_vec(&meta).unwrap(),
-    )
-    .unwrap();
+    let store = zstd_array_z();
     let opts = MountOptions {
         open_checks: true,
         ..MountOptions::default()
@@ -1726,4 +1712,206 @@ fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
         );
     }
     assert!(!mnt.path().join("z/c/new").exists());
+}
+
+/// A store with one 1-d uint8 array `z` of 64 elements, shards of 32, inner chunks of 8,
+/// zstd-compressed (chunks of any length).
+fn zstd_array_z() -> tempfile::TempDir {
+    let store = tempfile::tempdir().unwrap();
+    let meta = common::sharded_u8_array(
+        64,
+        32,
+        8,
+        serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::create_dir(store.path().join("z")).unwrap();
+    std::fs::write(
+        store.path().join("z/zarr.json"),
+        serde_json::to_vec(&meta).unwrap(),
+    )
+    .unwrap();
+    store
+}
+
+/// With `open_checks`, a file of an array open for writing and renamed within the array
+/// (a chunk to another key, a file of its own to a chunk key or another name) is
+/// followed by its descriptor, as on any file system: what it writes after the rename,
+/// its `fsync` and close land at the new name. Renamed out of the array, its later
+/// writes are stored nowhere, and its `fsync` and close say so (`ESTALE`). Before,
+/// writes after the rename went to a file of no name with every call returning 0.
+#[test]
+fn with_open_checks_an_open_file_renamed_in_its_array_is_written_at_its_new_name() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let opts = MountOptions {
+        open_checks: true,
+        ..MountOptions::default()
+    };
+    let moves = [
+        ("z/c/0", "z/c/1"),
+        ("z/notes.txt", "z/c/2"),
+        ("z/c/3", "z/moved.txt"),
+        ("z/a.txt", "z/b.txt"),
+    ];
+    {
+        let (mnt, m) = common::mount::mount_with(store.path(), &opts);
+        std::fs::create_dir(mnt.path().join("z/c")).unwrap();
+        for (from, to) in moves {
+            let mut f = std::fs::File::create(mnt.path().join(from)).unwrap();
+            f.write_all(b"part1-").unwrap();
+            std::fs::rename(mnt.path().join(from), mnt.path().join(to)).unwrap();
+            f.write_all(b"part2").unwrap();
+            f.sync_all().unwrap();
+            let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+            assert_eq!(unsafe { libc::close(fd) }, 0, "{from} -> {to}: close");
+            assert_eq!(
+                std::fs::read(mnt.path().join(to)).unwrap(),
+                b"part1-part2",
+                "{to}"
+            );
+            assert!(!mnt.path().join(from).exists(), "{from}");
+        }
+        // Out of the array: the descriptor cannot follow.
+        let mut f = std::fs::File::create(mnt.path().join("z/out.txt")).unwrap();
+        f.write_all(b"part1-").unwrap();
+        std::fs::rename(mnt.path().join("z/out.txt"), mnt.path().join("out.txt")).unwrap();
+        f.write_all(b"part2").unwrap();
+        let e = f.sync_all().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+        drop(f);
+        assert_eq!(
+            std::fs::read(mnt.path().join("out.txt")).unwrap(),
+            b"part1-"
+        );
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_with(store.path(), &opts);
+    for (_, to) in moves {
+        assert_eq!(
+            std::fs::read(mnt.path().join(to)).unwrap(),
+            b"part1-part2",
+            "{to}"
+        );
+    }
+}
+
+/// `rm a/zarr.json` then the same `zarr.json` written again (what `tar -x`, `git
+/// checkout` and `cp --remove-destination` do over an array): as on a plain directory,
+/// the chunk files and files of its own stay while the metadata is gone, with their
+/// bytes, and the array written back has them all, also after a remount. A chunk written
+/// in place just before the unlink is stored with them. Before, the directory showed the
+/// shard files at their keys once `zarr.json` was gone, and the metadata written back
+/// made them the chunks of a new array (chunks lost, shards stored as chunks), a chunk
+/// closed a moment before the unlink was never stored, and a file of its own vanished,
+/// to come back over a newer one at unmount (found by an adversarial tester).
+#[test]
+fn an_arrays_metadata_unlinked_and_written_again_keeps_every_chunk() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let chunk = |i: u8| vec![i; usize::from(i) + 1];
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        std::fs::create_dir(mnt.path().join("z/c")).unwrap();
+        for i in 0..8 {
+            std::fs::write(mnt.path().join(format!("z/c/{i}")), chunk(i)).unwrap();
+        }
+        std::fs::write(mnt.path().join("z/notes.txt"), b"old notes").unwrap();
+        m.unmount().unwrap();
+    }
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let keys: Vec<String> = (0..8).map(|i| i.to_string()).collect();
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        let z = mnt.path().join("z");
+        let meta = std::fs::read(z.join("zarr.json")).unwrap();
+        // A chunk written in place, closed, and the metadata unlinked at once.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(z.join("c/3"))
+            .unwrap();
+        f.write_all(b"rewritten").unwrap();
+        drop(f);
+        std::fs::remove_file(z.join("zarr.json")).unwrap();
+        assert!(!z.join("zarr.json").exists());
+        assert_eq!(listing(&z.join("c")), keys, "the chunk files stay");
+        assert_eq!(std::fs::read(z.join("c/3")).unwrap(), b"rewritten");
+        assert_eq!(std::fs::read(z.join("c/5")).unwrap(), chunk(5));
+        assert_eq!(std::fs::read(z.join("notes.txt")).unwrap(), b"old notes");
+        std::fs::write(z.join("notes.txt"), b"new notes").unwrap();
+        std::fs::File::open(z.join("notes.txt"))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+        std::fs::write(z.join("zarr.json"), &meta).unwrap();
+        assert_eq!(listing(&z.join("c")), keys);
+        assert_eq!(std::fs::read(z.join("c/3")).unwrap(), b"rewritten");
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    let z = mnt.path().join("z");
+    assert_eq!(listing(&z.join("c")), keys);
+    for i in 0..8u8 {
+        let want = if i == 3 {
+            b"rewritten".to_vec()
+        } else {
+            chunk(i)
+        };
+        assert_eq!(
+            std::fs::read(z.join(format!("c/{i}"))).unwrap(),
+            want,
+            "c/{i}"
+        );
+    }
+    assert_eq!(std::fs::read(z.join("notes.txt")).unwrap(), b"new notes");
+    assert!(z.join("zarr.json").exists());
+}
+
+/// With `open_checks`, a new chunk refused at its `fsync` (a length its uncompressed
+/// array cannot have) leaves its name free: the writer's next `open(O_CREAT)` of it
+/// makes the chunk. Before, the kernel still held the refused file's entry, the daemon
+/// answered its open with `ENOENT`, and the chunk could not be made (found by the
+/// reference test with `--open-checks`).
+#[test]
+fn with_open_checks_a_chunk_refused_at_its_fsync_can_be_made_again() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = uncompressed_array_u(64, 32);
+    let opts = MountOptions {
+        open_checks: true,
+        ..MountOptions::default()
+    };
+    let (mnt, m) = common::mount::mount_with(store.path(), &opts);
+    std::fs::create_dir_all(mnt.path().join("u/c")).unwrap();
+    let p = mnt.path().join("u/c/1");
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(&[9u8; 9]).unwrap();
+    let e = f.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    drop(f);
+    let mut f = std::fs::File::create(&p).expect("the name is free again");
+    f.write_all(&[7u8; 8]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(&p).unwrap(), [7u8; 8]);
+    m.unmount().unwrap();
+    let (mnt, _m) = common::mount::mount_with(store.path(), &opts);
+    assert_eq!(std::fs::read(mnt.path().join("u/c/1")).unwrap(), [7u8; 8]);
 }

@@ -72,6 +72,19 @@ impl View {
         else {
             return Ok(());
         };
+        {
+            let mut f = file.lock();
+            if f.renamed_away && f.dirty {
+                f.dirty = false;
+                log::warn!(
+                    "{}: written after it was renamed out of the array's files: not stored",
+                    path.display()
+                );
+                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::ESTALE,
+                )));
+            }
+        }
         let name = path.file_name().unwrap_or_default();
         let target = self.target(array, parent.as_deref(), name)?;
         match target {
@@ -230,6 +243,11 @@ impl View {
                 let array = self
                     .update_array_meta(array, file, &data)
                     .inspect_err(|_| self.forget_as_written(written))?;
+                // An array whose metadata was unlinked has it again: shown whole again.
+                // Before, the v2 view left `.zarray` written back unlisted until a remount.
+                if let Some(w) = &self.writer {
+                    w.headless.lock().remove(&array.rel);
+                }
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {

@@ -89,6 +89,18 @@ impl View {
 
     /// `fsync` of a file: durable when it returns. A chunk still open for writing is
     /// committed with what it holds now (later writes commit again on close).
+    /// `fsync` through handle `fh` of `ino`: as [`View::fsync`], but a file renamed to
+    /// where its descriptors could not follow it ([`View::follow_rename`]) and written
+    /// since answers `ESTALE` (what was written is stored nowhere).
+    pub fn fsync_file(&self, ino: u64, fh: u64) -> Result<()> {
+        if let Ok(super::Handle::Scratch { node, file, .. }) = self.handles.get(fh)
+            && file.lock().renamed_away
+        {
+            self.commit_scratch(&node, &file)?;
+        }
+        self.fsync(ino)
+    }
+
     pub fn fsync(&self, ino: u64) -> Result<()> {
         let (_, node) = match self.node(ino) {
             // Retired while open (a chunk file taken into a new array, whose adoption

@@ -44,6 +44,19 @@ impl HandleTable {
         }
     }
 
+    /// The handles of scratch file `file` show it as `node` from now on (renamed).
+    pub(super) fn retarget(&self, file: &Arc<Mutex<writer::Scratch>>, node: &Node) {
+        for (_, h) in self.files.lock().values_mut() {
+            if let Handle::Scratch {
+                node: n, file: f, ..
+            } = h
+                && Arc::ptr_eq(f, file)
+            {
+                *n = node.clone();
+            }
+        }
+    }
+
     /// A copy of handle `fh`, taken out of the table's lock.
     pub(super) fn get(&self, fh: u64) -> Result<Handle> {
         let handle = self.files.lock().get(&fh).map(|(_, h)| h.clone());

@@ -102,11 +102,19 @@ impl View {
                 self.inodes.detach(path);
                 Ok(())
             }
-            MetaFile::Zarray => {
+            MetaFile::Zarray | MetaFile::ZarrJson => {
                 // zarr 2 removes an array recursively from a listing taken first, where
                 // `.zarray` comes before `.zattrs` and the chunks: the metadata leaves
                 // the store now, the other names stay until each is removed, and the
-                // directory goes with `rmdir`.
+                // directory goes with `rmdir`. So in the v3 view, as on a plain
+                // directory: the chunk files stay, and the array's metadata written
+                // again takes them back (`tar -x` and `git checkout` unlink a file and
+                // make it anew). Before, the directory then showed the shard files at
+                // their keys, and a `zarr.json` written back made them the chunks of a
+                // new array: chunks lost, shards stored as chunks (found by an
+                // adversarial tester). What this mount's descriptors wrote a moment ago
+                // is committed first, so that it is stored with the array.
+                self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
                 let array = self.current(array);
                 self.flush_array(&array)?;
                 self.store.remove_file(&array.meta_rel)?;
@@ -114,7 +122,7 @@ impl View {
                     array.rel.clone(),
                     super::writer::Headless {
                         array: array.clone(),
-                        zattrs: true,
+                        zattrs: file == MetaFile::Zarray,
                     },
                 );
                 self.inodes.detach(path);

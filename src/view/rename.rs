@@ -120,6 +120,12 @@ impl View {
             return Ok(Renamed::Other);
         }
         let mut renamed = Renamed::Other;
+        // A file of an array open for writing (a daemon's handle: `open_checks`): its
+        // descriptors follow it to the new name ([`View::follow_rename`]).
+        let open_src = match &src {
+            Node::Scratch { path, .. } => self.writer()?.open_file_at(path),
+            _ => None,
+        };
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
                 return self.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
@@ -164,6 +170,10 @@ impl View {
                 self.move_own_file(rel, &to)?
             }
             _ => self.copy_onto(src, &ppath, &pnode, name, &nnode, newname, &to)?,
+        };
+        let node = match open_src {
+            Some(file) => self.follow_rename(file, &to, &nnode, node),
+            None => node,
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
@@ -344,6 +354,56 @@ impl View {
             w.vdirs.chunk_gone(&array.rel, &coords);
         }
         Ok(())
+    }
+
+    /// A file open for writing, renamed from an array's directories to `to` (in `dir`),
+    /// where the rename put its bytes so far (`at_to`): its descriptors write on at the
+    /// new name, as on any file system, and their close commits there. Before, with
+    /// `open_checks`, what they wrote after the rename went to a file of no name, and
+    /// their `fsync` and close returned 0 (found by an adversarial tester). The new node
+    /// of the name.
+    ///
+    /// Only within arrays, onto a chunk key or a file of its own: renamed out of the
+    /// arrays (a store file now) or onto metadata, the file keeps no name; a descriptor
+    /// that writes to it after that gets `ESTALE` at its `fsync` and close, as what it
+    /// wrote is stored nowhere.
+    pub(super) fn follow_rename(
+        &self,
+        file: Arc<Mutex<super::writer::Scratch>>,
+        to: &Path,
+        dir: &Node,
+        at_to: Node,
+    ) -> Node {
+        let Some(w) = &self.writer else { return at_to };
+        let (array, parent) = match (dir, &at_to) {
+            (Node::ArrayDir { array }, Node::Chunk { .. } | Node::Scratch { .. }) => (array, None),
+            (Node::KeyDir { array, coords }, Node::Chunk { .. } | Node::Scratch { .. }) => {
+                (array, Some(coords.clone()))
+            }
+            _ => {
+                let mut f = file.lock();
+                // What it held is at the new name; what comes now is stored nowhere.
+                f.dirty = false;
+                f.renamed_away = true;
+                return at_to;
+            }
+        };
+        let node = Node::Scratch {
+            path: to.to_path_buf(),
+            array: self.current(array),
+            parent,
+        };
+        let made = {
+            let mut map = w.scratch.lock();
+            file.lock().orphan = false;
+            map.insert(to.to_path_buf(), file.clone())
+        };
+        // The copy the rename made at the name (a file of its own): this file is it.
+        if let Some(made) = made.filter(|m| !Arc::ptr_eq(m, &file)) {
+            w.unreserve(made.lock().data.len() as u64);
+        }
+        self.handles.retarget(&file, &node);
+        node
     }
 
     pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {

@@ -34,6 +34,9 @@ pub struct Scratch {
     /// Its name was taken away (unlinked, or replaced) while it was open: its handles
     /// keep working, and the last close drops it without committing anything.
     pub(super) orphan: bool,
+    /// Renamed to where its descriptors cannot follow it ([`super::View::follow_rename`]):
+    /// what they write from then on is refused at their `fsync` and close (`ESTALE`).
+    pub(super) renamed_away: bool,
     /// When it was last written or resized (a close time, ns since the epoch; 0: not
     /// since it was made). A mount that hears of a close only later (kernel opens)
     /// commits it as closed then, the last moment it knows the writer was still there.
@@ -129,6 +132,9 @@ pub struct Writer {
     /// entry's once handed to the thread that sends entries (which may wait for a
     /// directory lock a request holds).
     invalidations_dispatched: Arc<Progress>,
+    /// Entry invalidations sent, and delivered ([`Writer::settle_entry_invalidations`]).
+    entries_queued: AtomicU64,
+    entries_done: Arc<Progress>,
 }
 
 /// An array whose metadata was unlinked while its other names are still shown.
@@ -214,6 +220,8 @@ impl Writer {
             invalidations_done: Arc::default(),
             inodes_queued: AtomicU64::new(0),
             invalidations_dispatched: Arc::default(),
+            entries_queued: AtomicU64::new(0),
+            entries_done: Arc::default(),
         }
     }
 
@@ -246,10 +254,14 @@ impl Writer {
     }
 
     pub(super) fn invalidate(&self, i: Invalidation) {
+        let entry = matches!(i, Invalidation::Entry { .. });
         if let Some(tx) = self.invalidations.lock().as_ref()
             && tx.send(i).is_ok()
         {
             self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
+            if entry {
+                self.entries_queued.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -266,6 +278,13 @@ impl Writer {
         kept: Vec<u64>,
         entries: Vec<(u64, std::ffi::OsString)>,
     ) {
+        // The entries first: they are handed to a thread of their own at once, so no
+        // inode invalidation that waits for a reply (the pages a failed write holds
+        // locked, of a file its refusal made gone) holds them back from a request that
+        // waits for them before its reply ([`Writer::settle_entry_invalidations`]).
+        for (parent, name) in entries {
+            self.invalidate(Invalidation::Entry { parent, name });
+        }
         for ino in gone {
             self.invalidate(Invalidation::Inode(ino));
         }
@@ -273,9 +292,6 @@ impl Writer {
         self.inodes_queued.fetch_max(mark, Ordering::SeqCst);
         for ino in kept {
             self.invalidate(Invalidation::Inode(ino));
-        }
-        for (parent, name) in entries {
-            self.invalidate(Invalidation::Entry { parent, name });
         }
     }
 
@@ -286,6 +302,23 @@ impl Writer {
         let target = self.inodes_queued.load(Ordering::SeqCst);
         self.invalidations_dispatched
             .wait_for(target, timeout, "inode invalidations");
+    }
+
+    /// Wait (at most `timeout`) until every entry invalidation queued so far reached the
+    /// kernel. From a request that holds no directory lock: a `write` refused (`EINVAL`)
+    /// whose refusal took its file's name away (new v2 metadata that cannot be taken
+    /// in): the writer's next `stat` must not find the name through the entry the
+    /// kernel cached when it made the file. Before, that invalidation came after the
+    /// reply, and a loaded machine's `stat` right after could still see the file.
+    pub fn settle_entry_invalidations(&self, timeout: std::time::Duration) {
+        let target = self.entries_queued.load(Ordering::SeqCst);
+        self.entries_done
+            .wait_for(target, timeout, "entry invalidations");
+    }
+
+    /// The counter the entry thread bumps after each entry it delivered.
+    pub fn entry_invalidations_done(&self) -> Arc<Progress> {
+        self.entries_done.clone()
     }
 
     /// The counter the queue's reader bumps after each invalidation it took off the queue
@@ -391,6 +424,7 @@ impl Writer {
             opens,
             dirty,
             orphan: false,
+            renamed_away: false,
             written: 0,
             modified: std::time::SystemTime::now(),
             kept: None,
@@ -400,6 +434,13 @@ impl Writer {
             self.unreserve(old.lock().unnamed());
         }
         Ok(file)
+    }
+
+    /// The scratch file at `path` if a handle has it open (not counted as opened).
+    pub(super) fn open_file_at(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
+        let file = self.scratch.lock().get(path)?.clone();
+        let open = file.lock().opens > 0;
+        open.then_some(file)
     }
 
     /// The scratch file at `path`, counted as opened once more.
