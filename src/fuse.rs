@@ -24,37 +24,35 @@ use fuser::{
 use std::time::SystemTime;
 
 use crate::store::operation;
-use crate::view::{Attr, KernelCommit, View, ViewError};
+use crate::view::{Attr, KernelCommit, OpenPolicy, View, ViewError};
 use reply::{done, errno, file_attr, file_type, negative_attr, open_flags};
 
 /// The filesystem handed to `fuser`.
 pub struct ShardFs {
     view: Arc<View>,
-    /// Let the kernel open files without asking, where it can.
-    kernel_opens: bool,
+    /// The open policy the mount asks for: [`OpenPolicy::KernelOpens`] is taken at `init`
+    /// where the kernel offers it.
+    wanted: OpenPolicy,
     /// Set once the session runs: for invalidations that must precede a reply.
     notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl ShardFs {
-    /// `kernel_opens`: let the kernel open and close files without a request
-    /// (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`View::set_kernel_opens`].
-    pub fn new(view: Arc<View>, kernel_opens: bool) -> Self {
+    /// `wanted`: [`OpenPolicy::KernelOpens`] lets the kernel open and close files
+    /// without a request (`FUSE_NO_OPEN_SUPPORT`) when it offers that; see [`OpenPolicy`].
+    pub fn new(view: Arc<View>, wanted: OpenPolicy) -> Self {
         ShardFs {
             view,
-            kernel_opens,
+            wanted,
             notifier: Arc::default(),
         }
     }
 
-    /// Before a rename or link of `ino` (with kernel opens): commit what was written to
-    /// it, as its close would have, so the operation moves the file as its writer left
-    /// it. Errors are the writer's and were logged; the operation goes on.
-    fn commit_kernel_writes(&self, ino: Option<u64>) {
-        if let Some(ino) = ino
-            && self.view.kernel_opens()
-        {
-            let _ = self.view.commit_kernel_writes(KernelCommit::Of(ino));
+    /// Before a rename or link of `ino`, if it names a file: see
+    /// [`View::commit_before_move`].
+    fn commit_before_move(&self, ino: Option<u64>) {
+        if let Some(ino) = ino {
+            self.view.commit_before_move(ino);
         }
     }
 
@@ -71,7 +69,7 @@ impl ShardFs {
 
 impl Filesystem for ShardFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        if !self.kernel_opens {
+        if self.wanted == OpenPolicy::DaemonOpens {
             return Ok(());
         }
         // Without opens, a change of a file is seen when its attributes are revalidated
@@ -80,7 +78,7 @@ impl Filesystem for ShardFs {
         let want = InitFlags::FUSE_NO_OPEN_SUPPORT | InitFlags::FUSE_AUTO_INVAL_DATA;
         match config.add_capabilities(want) {
             Ok(()) => {
-                self.view.set_kernel_opens(true);
+                self.view.set_open_policy(OpenPolicy::KernelOpens);
                 log::info!("the kernel opens files without asking the daemon");
             }
             Err(missing) => log::info!("the kernel lacks {missing:?}: every open asks the daemon"),
@@ -123,7 +121,7 @@ impl Filesystem for ShardFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _op = operation::begin();
-        if self.view.kernel_opens() {
+        if !self.view.open_policy().answers_opens() {
             // Taken as success: from now on the kernel opens and releases files itself,
             // and reads come with file handle 0.
             return reply.error(Errno::ENOSYS);
@@ -168,7 +166,7 @@ impl Filesystem for ShardFs {
         reply: ReplyEmpty,
     ) {
         let _op = operation::begin();
-        if self.view.kernel_opens() {
+        if !self.view.open_policy().answers_opens() {
             // The kernel stops sending flushes: it would send one at every close of every
             // descriptor it opened, a round trip as dear as the open saved. What a flush
             // would commit is committed by `View::commit_kernel_writes`.
@@ -422,8 +420,8 @@ impl Filesystem for ShardFs {
         }
         let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let moved = self.view.ino_at(parent.0, name);
-        self.commit_kernel_writes(moved);
-        self.commit_kernel_writes(self.view.ino_at(newparent.0, newname));
+        self.commit_before_move(moved);
+        self.commit_before_move(self.view.ino_at(newparent.0, newname));
         match self
             .view
             .rename(parent.0, name, newparent.0, newname, noreplace)
@@ -445,7 +443,7 @@ impl Filesystem for ShardFs {
         reply: ReplyEntry,
     ) {
         let _op = operation::begin();
-        self.commit_kernel_writes(Some(ino.0));
+        self.commit_before_move(Some(ino.0));
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),

@@ -20,7 +20,7 @@ use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::fuse::ShardFs;
 use crate::store::Store;
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
-use crate::view::{KernelCommit, View, ViewConfig};
+use crate::view::{KernelCommit, OpenPolicy, View, ViewConfig};
 
 use crate::mount_target::check_mountpoint;
 pub use crate::mount_target::{MountError, StoreName, not_zarr_warning, open_store};
@@ -194,8 +194,8 @@ impl Mount {
                 why: e.to_string(),
             }
         })?);
-        let (config, kernel_opens) = fuse_config(opts, &fsname, &view);
-        let fs = ShardFs::new(view.clone(), kernel_opens);
+        let (config, wanted) = fuse_config(opts, &fsname, &view);
+        let fs = ShardFs::new(view.clone(), wanted);
         let notifier = fs.notifier_slot();
         let session =
             fuser::spawn_mount(fs, mountpoint, &config).map_err(|source| MountError::Fuse {
@@ -379,8 +379,9 @@ impl Drop for Mount {
     }
 }
 
-/// The FUSE session's configuration, and whether the kernel is to open files itself.
-fn fuse_config(opts: &MountOptions, fsname: &Path, view: &View) -> (Config, bool) {
+/// The FUSE session's configuration, and the open policy the mount asks for (the kernel
+/// opens files itself unless `open_checks`).
+fn fuse_config(opts: &MountOptions, fsname: &Path, view: &View) -> (Config, OpenPolicy) {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(fsname.display().to_string()),
@@ -400,13 +401,17 @@ fn fuse_config(opts: &MountOptions, fsname: &Path, view: &View) -> (Config, bool
     };
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
-    let kernel_opens = !opts.open_checks;
-    if kernel_opens && !view.is_read_only() {
+    let wanted = if opts.open_checks {
+        OpenPolicy::DaemonOpens
+    } else {
+        OpenPolicy::KernelOpens
+    };
+    if wanted.kernel_keeps_pages() && !view.is_read_only() {
         // A write or rename drops the kernel's pages of its file from the request's
         // thread; a reader's page it waits for needs another thread to be served.
         config.n_threads = Some(opts.threads.max(2));
     }
-    (config, kernel_opens)
+    (config, wanted)
 }
 
 /// The threads of a writable mount: the kernel cache invalidations its writes ask for

@@ -478,7 +478,7 @@ fn unlinking_a_chunk_a_shrink_deleted_through_a_cached_name_succeeds() {
 fn a_file_created_while_a_forgotten_one_awaits_its_release_gets_another_inode() {
     let store = tempfile::tempdir().unwrap();
     let view = writable_view_of(store.path());
-    view.set_kernel_opens(true);
+    view.set_open_policy(shardfs::view::OpenPolicy::KernelOpens);
     let name = OsStr::new("x.__lock");
     let (old, o1) = view.create(ROOT_INO, name, false, false).unwrap();
     view.adopt_created(old.ino, o1.fh);
@@ -515,7 +515,7 @@ fn a_full_write_buffer_lets_unlinked_files_go() {
         "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
     });
     write_file(&view, dir, "zarr.json", &serde_json::to_vec(&meta).unwrap());
-    view.set_kernel_opens(true);
+    view.set_open_policy(shardfs::view::OpenPolicy::KernelOpens);
     let name = OsStr::new("tmp-unlinked");
     let (old, o1) = view.create(dir, name, false, false).unwrap();
     view.adopt_created(old.ino, o1.fh);

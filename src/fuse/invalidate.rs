@@ -63,7 +63,7 @@ impl ShardFs {
             // attributes now.
             w.settle_inode_invalidations(std::time::Duration::from_secs(1));
         }
-        if self.view.kernel_opens()
+        if self.view.open_policy().kernel_keeps_pages()
             && renamed == Renamed::Other
             && let (Some(ino), Some(n)) = (moved, self.notifier.get())
         {

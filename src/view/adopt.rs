@@ -18,7 +18,7 @@ impl View {
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
         let w = self.writer()?;
-        if self.kernel_opens() {
+        if self.open_policy().gathers_writes() {
             // Files written here before the metadata (`cp -r` order) whose handles the
             // daemon still holds (no close was heard of) are let go first: taken in
             // below, their held handles would write into files that are gone. One being

@@ -131,11 +131,11 @@ impl View {
                 Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
             }
             Node::Chunk { array, coords } => self.chunk_attr(ino, array, coords)?,
-            // Others read the stored document while a write of it is pending; with kernel
-            // opens, readers share the kernel's pages of the file with its writer, and
-            // see what they hold, as in any local file system.
+            // Others read the stored document while a write of it is pending, unless
+            // they share the kernel's pages of the file with its writer (kernel opens):
+            // then they see what those hold, as in any local file system.
             Node::Scratch { .. }
-                if !self.kernel_opens()
+                if !self.open_policy().shows_pending_writes()
                     && let Some((array, file)) = self.pending_meta(node) =>
             {
                 let len = array.meta_bytes(file).len() as u64;
@@ -191,14 +191,15 @@ impl View {
     /// value), with the times of its shard and the mode of the array's metadata.
     fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
         let array = self.current(array);
-        let data = self.chunk_or_fill(&array, coords, self.kernel_opens())?;
+        let policy = self.open_policy();
+        let data = self.chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
         let mut m = match &data {
             ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
             ChunkData::Staged(_) => array.dir_meta,
         };
         m.perm = array.json_meta.perm;
-        if !self.kernel_opens() {
-            // Only opens compare with it; without opens this is a lock for nothing.
+        if policy.compares_size_at_open() {
+            // Without opens this would be a lock for nothing.
             self.cache.report_size(ino, data.len());
         }
         Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))

@@ -12,7 +12,6 @@
 //!   kernel to drop its cached attributes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -36,8 +35,6 @@ pub struct CachePolicy {
     /// The size each chunk inode had in the attributes last given to the kernel, which
     /// caches them for the TTL: an open that finds another size says so.
     reported: Mutex<HashMap<u64, u64>>,
-    /// The kernel opens and closes files without asking (read-only mounts).
-    kernel_opens: AtomicBool,
 }
 
 impl CachePolicy {
@@ -88,14 +85,6 @@ impl CachePolicy {
     pub(super) fn forget(&self, ino: u64) {
         self.served.lock().remove(&ino);
         self.reported.lock().remove(&ino);
-    }
-
-    pub(super) fn set_kernel_opens(&self, on: bool) {
-        self.kernel_opens.store(on, Ordering::Relaxed);
-    }
-
-    pub(super) fn kernel_opens(&self) -> bool {
-        self.kernel_opens.load(Ordering::Relaxed)
     }
 }
 

@@ -13,7 +13,8 @@ impl View {
     pub fn release(&self, fh: u64) -> Result<()> {
         // A writable mount with kernel opens hears of no `flush`: letting a handle go
         // (`View::commit_kernel_writes`, a rare kernel release) does what it would do.
-        let flushed = if self.kernel_opens() && self.writer.is_some() {
+        let policy = self.open_policy();
+        let flushed = if policy.release_flushes() && self.writer.is_some() {
             self.flush_handle(fh)
         } else {
             Ok(())
@@ -31,8 +32,8 @@ impl View {
                 ino, node, file, ..
             } => self.release_scratch(ino, &node, &file),
             Handle::StoreRw(f, rel) => {
-                // Without kernel opens the close (`flush_handle`) refused it already.
-                let finished = if self.kernel_opens() {
+                // Where the release flushed (above), that flush finished it.
+                let finished = if policy.release_flushes() {
                     Ok(())
                 } else {
                     self.doc_finished(&rel)
@@ -44,7 +45,7 @@ impl View {
             _ => Ok(()),
         };
         if written
-            && self.kernel_opens()
+            && policy.kernel_keeps_pages()
             && let Some(w) = &self.writer
         {
             // The kernel keeps a file's pages across opens here: what it holds of a
@@ -68,7 +69,7 @@ impl View {
                 writes: true,
                 ..
             }) => {
-                if self.kernel_opens()
+                if self.open_policy().lands_metadata_at_write()
                     && let Some(w) = self.write_side()
                 {
                     w.landed_at_write.lock().remove(&fh);

@@ -116,10 +116,8 @@ impl View {
                 return Ok(());
             }
             f.dirty = false;
-            // With kernel opens no close is heard of: the last write stands for it, so a
-            // write fsynced by another mount after this one's close is not replaced by it
-            // when this one is committed later.
-            let closed = (self.kernel_opens() && f.written != 0).then_some(f.written);
+            // With kernel opens the last write stands for the unheard close.
+            let closed = self.open_policy().close_time(f.written);
             (f.data.clone(), closed)
         };
         let put = self.put(array, parent.as_deref(), name, path, data, closed);

@@ -1,7 +1,7 @@
 //! The handle table: open files and open directories by file handle, adding a handle,
-//! the calls served by handle or by inode (whichever opened the file), attributes and
-//! truncation of an open file (also once unlinked), and open directories. Opening a file
-//! is `open.rs`, reading through it `read.rs`, closing it `close.rs`.
+//! attributes and truncation of an open file (also once unlinked), and open directories.
+//! Opening a file is `open.rs`, reading through it `read.rs`, closing it `close.rs`; who
+//! opens files, and so whether a call comes by handle or by inode, `open_policy.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +17,8 @@ pub(super) struct HandleTable {
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    /// Who opens files: the daemon or the kernel, set once (`open_policy.rs`).
+    pub(super) policy: super::open_policy::PolicyCell,
 }
 
 impl HandleTable {
@@ -113,55 +115,6 @@ impl View {
             keep_cache,
             no_flush,
             stale_size: false,
-        }
-    }
-
-    /// A read of file `ino` through handle `fh`, whichever opened it: by inode when the
-    /// kernel opens files itself ([`View::set_kernel_opens`]; a created file's handle
-    /// too: the daemon may have committed and closed it since), else by the handle.
-    pub fn read_file(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        if self.kernel_opens() {
-            self.read_ino(ino, offset, size)
-        } else {
-            self.read(fh, offset, size)
-        }
-    }
-
-    /// A write to file `ino` through handle `fh`, whichever opened it (see
-    /// [`View::read_file`]); with it, whether a metadata document landed.
-    pub fn write_file(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
-        if self.kernel_opens() {
-            self.write_ino(ino, offset, data)
-        } else {
-            self.write(fh, offset, data).map(|n| (n, false))
-        }
-    }
-
-    /// The last close of handle `fh` of file `ino`, whichever opened it: with kernel
-    /// opens only a created file's handle is released (the kernel opened the rest).
-    pub fn release_file(&self, ino: u64, fh: u64) -> Result<()> {
-        if self.kernel_opens() {
-            self.release_created(ino, fh)
-        } else {
-            self.release(fh)
-        }
-    }
-
-    /// `truncate` of file `ino` to `size`, through handle `fh` if one was given,
-    /// whichever opened it.
-    pub fn set_size_file(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
-        if self.kernel_opens() {
-            self.set_size_ino(ino, size)
-        } else {
-            self.set_size_open(ino, size, fh)
-        }
-    }
-
-    /// A file `create` made and opened as handle `fh`: with kernel opens, its writes
-    /// come by inode from now on ([`View::adopt_created`]).
-    pub fn created(&self, ino: u64, fh: u64) {
-        if self.kernel_opens() {
-            self.adopt_created(ino, fh);
         }
     }
 

@@ -22,8 +22,9 @@
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
-//! * open files: `handles.rs` (the handle table), `open.rs`, `read.rs`, `close.rs`,
-//!   `kernel_writes.rs`, `kernel_held.rs`.
+//! * open files: `open_policy.rs` (who opens files, the daemon or the kernel, decided
+//!   once at `init`, and all that differs between the two), `handles.rs` (the handle
+//!   table), `open.rs`, `read.rs`, `close.rs`, `kernel_writes.rs`, `kernel_held.rs`.
 //!
 //! # Locks
 //!
@@ -90,6 +91,7 @@ mod listing;
 mod meta;
 pub mod node;
 mod open;
+mod open_policy;
 mod ops;
 mod pending_doc;
 mod plain;
@@ -119,6 +121,7 @@ pub use kernel_writes::{
     KERNEL_UNLINKED_IDLE, KERNEL_UNLINKED_KEPT, KERNEL_WRITE_IDLE, KernelCommit,
 };
 pub use node::{Attr, DirEntry, Kind, MetaFile, Node, ShardedArray, ViewFormat};
+pub use open_policy::OpenPolicy;
 pub use writer::{WriteConfig, Writer};
 /// The write side's types, for the mount.
 pub mod write_api {
@@ -447,25 +450,9 @@ impl View {
         self.writer.is_none()
     }
 
-    /// Serve a kernel that opens files without asking (`FUSE_NO_OPEN_SUPPORT`, after
-    /// `open` answered `ENOSYS`): reads arrive with file handle 0 and are served by inode
-    /// ([`View::read_ino`]), and the attributes of a chunk are taken from its shard as it
-    /// is now (a `stat` of the shard), which is where a change made outside the mount
-    /// becomes visible, up to the attribute TTL later. On a writable view every write
-    /// gathers in a handle the daemon holds per inode ([`View::write_ino`]), committed by
-    /// [`View::commit_kernel_writes`], as the kernel then sends no notice of a close.
-    pub fn set_kernel_opens(&self, on: bool) {
-        self.cache.set_kernel_opens(on);
-    }
-
     /// What the kernel may cache, and for how long.
     pub fn cache(&self) -> &cache::CachePolicy {
         &self.cache
-    }
-
-    /// See [`View::set_kernel_opens`].
-    pub fn kernel_opens(&self) -> bool {
-        self.cache.kernel_opens()
     }
 
     /// A small store file (metadata), `None` if absent.

@@ -104,7 +104,7 @@ impl View {
         match self.handle(fh)? {
             Handle::StoreRw(f, rel) => {
                 f.write_all_at(data, offset)?;
-                if self.kernel_opens() {
+                if self.open_policy().lands_metadata_at_write() {
                     self.land_at_write(fh, &rel)?;
                 }
             }
@@ -127,11 +127,8 @@ impl View {
                 f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
                 f.modified = std::time::SystemTime::now();
-                let kernel = self.kernel_opens();
-                if kernel {
-                    f.written = w.staging.close_time();
-                }
-                let whole = kernel
+                self.stamp_write(&mut f, w);
+                let whole = self.open_policy().lands_metadata_at_write()
                     && self.pending_meta(&node).is_some()
                     && super::pending_doc::whole_json(&f.data);
                 drop(f);
@@ -205,7 +202,7 @@ impl View {
         // changes nothing the times were set on. Before, it gave the file a new mtime,
         // and the times `cp -p` and `rsync -a` set went with it (found by an adversarial
         // tester).
-        if self.kernel_opens() && self.implicit.fh(ino).is_some() {
+        if self.open_policy().gathers_writes() && self.implicit.fh(ino).is_some() {
             self.commit_earlier_writer(ino);
         }
         let now = self.getattr(ino)?;
@@ -283,9 +280,7 @@ impl View {
         f.data.resize(size, 0);
         f.dirty = true;
         f.modified = std::time::SystemTime::now();
-        if self.kernel_opens() {
-            f.written = w.staging.close_time();
-        }
+        self.stamp_write(&mut f, w);
         Ok(())
     }
 

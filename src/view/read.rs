@@ -58,7 +58,7 @@ impl View {
     }
 
     /// Read file `ino` without a handle: the kernel opened it without asking
-    /// ([`View::set_kernel_opens`]). A chunk is read where its shard's index, as last
+    /// ([`OpenPolicy::KernelOpens`]). A chunk is read where its shard's index, as last
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         if self.writer.is_some()
