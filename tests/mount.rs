@@ -1915,3 +1915,42 @@ fn with_open_checks_a_chunk_refused_at_its_fsync_can_be_made_again() {
     let (mnt, _m) = common::mount::mount_with(store.path(), &opts);
     assert_eq!(std::fs::read(mnt.path().join("u/c/1")).unwrap(), [7u8; 8]);
 }
+
+/// Files of their own in an array's directories, closed, fill the write buffer: the next
+/// write stores them (their memory goes back to the buffer) and goes on, in both open
+/// policies. Before, it was `ENOSPC` with the disk empty until the idle timer stored
+/// them (`rsync` or `cp -r` of a directory of notes into an array's directory; found by
+/// an adversarial tester).
+#[test]
+fn closed_files_of_their_own_make_room_in_a_full_write_buffer() {
+    if !common::can_mount() {
+        return;
+    }
+    for open_checks in [false, true] {
+        let store = zstd_array_z();
+        let opts = MountOptions {
+            open_checks,
+            write_buffer: 1 << 20,
+            flush_interval: std::time::Duration::from_secs(600),
+            write_behind: 0,
+            ..MountOptions::default()
+        };
+        let file = |i: u32| vec![u8::try_from(i).unwrap(); 100_000];
+        {
+            let (mnt, m) = common::mount::mount_with(store.path(), &opts);
+            for i in 0..30 {
+                std::fs::write(mnt.path().join(format!("z/own{i}.bin")), file(i))
+                    .unwrap_or_else(|e| panic!("own{i}.bin (open_checks {open_checks}): {e}"));
+            }
+            m.unmount().unwrap();
+        }
+        let (mnt, _m) = common::mount::mount_rw(store.path());
+        for i in 0..30 {
+            assert_eq!(
+                std::fs::read(mnt.path().join(format!("z/own{i}.bin"))).unwrap(),
+                file(i),
+                "own{i}.bin"
+            );
+        }
+    }
+}

@@ -174,6 +174,7 @@ impl View {
             // when they are done): commit those, let unlinked ones go (their bytes are
             // the room), and try once more.
             self.commit_kernel_writes(KernelCommit::Full { except: Some(ino) })?;
+            self.make_room();
             res = self.write_held(ino, offset, data);
         }
         let (n, fh) = res?;

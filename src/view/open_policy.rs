@@ -159,7 +159,13 @@ impl View {
     /// [`View::read_file`]); with it, whether a metadata document landed.
     pub fn write_file(&self, ino: u64, fh: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
         match self.open_policy() {
-            OpenPolicy::DaemonOpens => self.write(fh, offset, data).map(|n| (n, false)),
+            OpenPolicy::DaemonOpens => match self.write(fh, offset, data) {
+                Err(ViewError::NoSpace) => {
+                    self.make_room();
+                    self.write(fh, offset, data).map(|n| (n, false))
+                }
+                res => res.map(|n| (n, false)),
+            },
             OpenPolicy::KernelOpens => self.write_ino(ino, offset, data),
         }
     }
