@@ -103,8 +103,43 @@ fn meta_of(st: &Stat) -> EntryMeta {
 
 struct LocalFile(File);
 
-/// Suffix of the temporary file of [`Store::write_atomically`] (`.<name>` + this).
+/// Suffix of the temporary file of [`Store::write_atomically`] (see [`meta_temp_name`]).
 pub const META_TEMP_SUFFIX: &str = ".shardfs-new";
+
+/// A name for one [`Store::write_atomically`]'s temporary file, unique to that call: the
+/// process (a random tag, the pid), a counter and the time; short whatever the target's
+/// name is. Before, every write of a name staged through `.<name>.shardfs-new`: two
+/// mounts of one store writing the same `zarr.json` at once wrote one file together,
+/// which left the store's document torn (the short one with the long one's tail) and
+/// failed renames with `ENOENT`; and a name of over 242 bytes could not be staged at
+/// all (`ENAMETOOLONG`), so a file of its own with such a name, accepted at its close,
+/// could never be stored (found by an adversarial tester). A temporary file a crash left
+/// is removed by the recovery walk once it is an hour old ([`STALE_META_TEMP`]).
+pub fn meta_temp_name() -> std::ffi::OsString {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TAG: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let tag = TAG.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        ".{tag:016x}-{:x}-{n:x}-{nanos:x}{META_TEMP_SUFFIX}",
+        std::process::id()
+    )
+    .into()
+}
+
+/// How old a temporary file of [`Store::write_atomically`] must be for the recovery walk
+/// to take it for one a crash left (a write takes milliseconds).
+pub const STALE_META_TEMP: Duration = Duration::from_secs(3600);
 
 impl super::StoreFileRw for LocalFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -292,9 +327,7 @@ impl Store for LocalStore {
         let dir = self.open_beneath(parent, OFlags::RDONLY | OFlags::DIRECTORY)?;
         // Not `<name>.shardfs-tmp`: that is a shard rewrite's temporary file, which
         // recovery (the background walk of every writable mount) removes on sight.
-        let mut tmp = std::ffi::OsString::from(".");
-        tmp.push(name);
-        tmp.push(META_TEMP_SUFFIX);
+        let tmp = meta_temp_name();
         let written = (|| {
             let fd = rustix::fs::openat(
                 &dir,
@@ -456,6 +489,49 @@ mod tests {
             std::fs::read(root.path().join("a/zarr.json")).unwrap(),
             b"299"
         );
+    }
+
+    #[test]
+    fn concurrent_metadata_writes_of_one_name_each_land_whole() {
+        // Two writers of one name (two mounts of one store storing the same
+        // `zarr.json`): each write succeeds and the name holds one of them, whole.
+        // Before, both staged through `.zarr.json.shardfs-new`: renames failed with
+        // ENOENT and the document was left torn.
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("a")).unwrap();
+        let stores = [
+            LocalStore::open(root.path()).unwrap(),
+            LocalStore::open(root.path()).unwrap(),
+        ];
+        let docs = [vec![b'x'; 4000], vec![b'y'; 10]];
+        let (root_path, docs_ref) = (root.path(), &docs);
+        std::thread::scope(|s| {
+            for (store, doc) in stores.iter().zip(docs_ref) {
+                s.spawn(move || {
+                    for _ in 0..300 {
+                        store
+                            .write_atomically(Path::new("a/zarr.json"), doc)
+                            .unwrap();
+                        let now = std::fs::read(root_path.join("a/zarr.json")).unwrap();
+                        assert!(docs_ref.contains(&now), "torn: {} bytes", now.len());
+                    }
+                });
+            }
+        });
+        let left: Vec<_> = std::fs::read_dir(root.path().join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["zarr.json"], "no temporary file left");
+    }
+
+    #[test]
+    fn a_name_of_255_bytes_is_written_atomically() {
+        let root = tempfile::tempdir().unwrap();
+        let store = LocalStore::open(root.path()).unwrap();
+        let name = "n".repeat(255);
+        store.write_atomically(Path::new(&name), b"long").unwrap();
+        assert_eq!(std::fs::read(root.path().join(&name)).unwrap(), b"long");
     }
 
     #[test]

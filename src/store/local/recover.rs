@@ -489,7 +489,18 @@ impl LoadHook for ReadOnlyRecords {
 /// concurrent update (of this process or another) is waited for, not undone.
 pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, CommitError> {
     let mut out = Vec::new();
-    for (rel_dir, names) in leftovers(root)? {
+    let (found, stale) = leftovers(root)?;
+    for rel in stale {
+        match std::fs::remove_file(root.join(&rel)) {
+            Ok(()) => log::info!(
+                "{}: a metadata write's temporary file a crash left, removed",
+                rel.display()
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("{}: not removed: {e}", rel.display()),
+        }
+    }
+    for (rel_dir, names) in found {
         let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Exclusive)? else {
             continue;
         };
@@ -505,8 +516,8 @@ pub fn recover_store(root: &Path) -> Result<Vec<(PathBuf, Recovery)>, CommitErro
 /// Leftover records and temp files (store-relative paths) that are not part of an update
 /// in progress (checked under each directory's shared lock). Changes nothing.
 pub fn pending(root: &Path) -> Result<Vec<PathBuf>, CommitError> {
-    let mut out = Vec::new();
-    for (rel_dir, names) in leftovers(root)? {
+    let (found, mut out) = leftovers(root)?;
+    for (rel_dir, names) in found {
         let Some(dir) = ShardDir::open(root, &rel_dir, false, Lock::Shared)? else {
             continue;
         };
@@ -524,25 +535,42 @@ pub fn pending(root: &Path) -> Result<Vec<PathBuf>, CommitError> {
 /// Shard names of one directory → the leftover files seen for them.
 type Leftovers = BTreeMap<OsString, Vec<OsString>>;
 
-/// Every directory under `root` (not following symlinks) holding leftovers.
-fn leftovers(root: &Path) -> Result<Vec<(PathBuf, Leftovers)>, CommitError> {
+/// Every directory under `root` (not following symlinks) holding leftovers, and the
+/// temporary files of metadata writes ([`super::meta_temp_name`]) old enough to be a
+/// crash's ([`super::STALE_META_TEMP`]).
+type Found = (Vec<(PathBuf, Leftovers)>, Vec<PathBuf>);
+
+fn leftovers(root: &Path) -> Result<Found, CommitError> {
     let fd = rustix::fs::open(
         root,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| io_at(root)(e.into()))?;
-    let mut out = Vec::new();
+    let mut out = (Vec::new(), Vec::new());
     walk(fd, PathBuf::new(), root, &mut out).map_err(io_at(root))?;
     Ok(out)
 }
 
-fn walk(
-    fd: OwnedFd,
-    rel: PathBuf,
-    root: &Path,
-    out: &mut Vec<(PathBuf, Leftovers)>,
-) -> io::Result<()> {
+/// Whether `name` in `dir` is a metadata write's temporary file a crash left.
+fn stale_meta_temp(dir: &rustix::fs::Dir, name: &OsStr) -> bool {
+    if !name
+        .as_bytes()
+        .ends_with(super::META_TEMP_SUFFIX.as_bytes())
+    {
+        return false;
+    }
+    let Ok(fd) = dir.fd() else { return false };
+    let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return false;
+    };
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(st.st_mtime.max(0) as u64);
+    mtime
+        .elapsed()
+        .is_ok_and(|age| age >= super::STALE_META_TEMP)
+}
+
+fn walk(fd: OwnedFd, rel: PathBuf, root: &Path, out: &mut Found) -> io::Result<()> {
     let mut dir = rustix::fs::Dir::new(fd)?;
     let mut found = Leftovers::new();
     let mut subdirs = Vec::new();
@@ -561,6 +589,8 @@ fn walk(
         }
         if kind == FileType::Directory {
             subdirs.push(name.to_os_string());
+        } else if stale_meta_temp(&dir, name) {
+            out.1.push(rel.join(name));
         } else if let Some(stem) = [APPEND_SUFFIX, TEMP_SUFFIX]
             .iter()
             .find_map(|s| name.as_bytes().strip_suffix(s.as_bytes()))
@@ -573,7 +603,7 @@ fn walk(
         }
     }
     if !found.is_empty() {
-        out.push((rel.clone(), found));
+        out.0.push((rel.clone(), found));
     }
     for sub in subdirs {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;

@@ -2,6 +2,35 @@
 use super::*;
 
 #[test]
+fn metadata_write_temporaries_a_crash_left_go_once_old_and_fresh_ones_stay() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join("a")).unwrap();
+    let old = root.path().join("a").join(super::super::meta_temp_name());
+    let fresh = root.path().join("a").join(super::super::meta_temp_name());
+    for p in [&old, &fresh] {
+        std::fs::write(p, b"{").unwrap();
+    }
+    let long_ago = std::time::SystemTime::now() - super::super::STALE_META_TEMP * 2;
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
+    assert_eq!(
+        pending(root.path()).unwrap().len(),
+        1,
+        "the old one is pending"
+    );
+    recover_store(root.path()).unwrap();
+    assert!(!old.exists(), "a crash's leftover is removed");
+    assert!(
+        fresh.exists(),
+        "a write in flight (another mount's) is left alone"
+    );
+}
+
+#[test]
 fn record_round_trips_and_is_pinned() {
     let rec = AppendRecord {
         old_len: 0x0102,
@@ -119,7 +148,7 @@ fn walk_finds_leftovers_only() {
     std::fs::write(p.join("a/c/0/2.shardfs-tmp"), b"x").unwrap();
     std::fs::write(p.join("a/.shardfs-tmp"), b"no stem, not ours").unwrap();
     std::fs::write(p.join("c.shardfs-append"), b"x").unwrap();
-    let found = leftovers(p).unwrap();
+    let (found, _) = leftovers(p).unwrap();
     let flat: Vec<(PathBuf, Vec<OsString>)> = found
         .into_iter()
         .map(|(d, m)| (d, m.into_keys().collect()))
