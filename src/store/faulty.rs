@@ -323,9 +323,9 @@ impl StoreFileRw for FaultyFile<dyn StoreFileRw> {
 }
 
 /// Every method is forwarded after its rule check, including those with a default, so
-/// that the wrapped store's own way of doing them is kept. The exception is
-/// `remove_tree`, which no store overrides: its default runs through this wrapper's
-/// `stat`, `list` and removals, so faults reach each step.
+/// that the wrapped store's own way of doing them is kept. [`super::remove_tree`], no
+/// method, runs through this wrapper's `stat`, `list` and removals, so faults reach each
+/// step.
 impl Store for FaultyStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         self.check(Op::Stat, rel)?;

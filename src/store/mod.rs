@@ -328,10 +328,7 @@ pub trait Store: Send + Sync {
         rel: &Path,
         level: &crate::format::ShardLevel,
         merge: &mut Merge<'_, '_>,
-    ) -> Result<CommitOutcome, CommitError> {
-        let _ = (rel, level, merge);
-        Err(CommitError::ReadOnly)
-    }
+    ) -> Result<CommitOutcome, CommitError>;
 
     /// Open a regular file for reading and writing (never through a final symlink).
     fn open_rw(
@@ -422,20 +419,6 @@ pub trait Store: Send + Sync {
         Ok(None)
     }
 
-    /// Remove `rel` and everything beneath it (never following a symlink).
-    fn remove_tree(&self, rel: &Path) -> io::Result<()> {
-        match self.stat(rel)? {
-            None => Ok(()),
-            Some(m) if m.kind == EntryKind::Dir => {
-                for e in self.list(rel)? {
-                    self.remove_tree(&rel.join(&e.name))?;
-                }
-                self.remove_dir(rel)
-            }
-            Some(_) => self.remove_file(rel),
-        }
-    }
-
     /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
         let Some(f) = self.open(rel)? else {
@@ -445,5 +428,20 @@ pub trait Store: Send + Sync {
         let mut buf = vec![0; usize::try_from(len).map_err(|_| io::ErrorKind::OutOfMemory)?];
         f.read_exact_at(&mut buf, 0)?;
         Ok(Some(buf))
+    }
+}
+
+/// Remove `rel` and everything beneath it (never following a symlink), one `stat`,
+/// `list` and removal of `store` at a time (so a [`faulty`] wrapper's faults reach each).
+pub fn remove_tree(store: &dyn Store, rel: &Path) -> io::Result<()> {
+    match store.stat(rel)? {
+        None => Ok(()),
+        Some(m) if m.kind == EntryKind::Dir => {
+            for e in store.list(rel)? {
+                remove_tree(store, &rel.join(&e.name))?;
+            }
+            store.remove_dir(rel)
+        }
+        Some(_) => store.remove_file(rel),
     }
 }
