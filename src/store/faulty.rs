@@ -26,7 +26,9 @@ use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
 use super::shard::LoadHook;
-use super::{EntryMeta, ListEntry, OpenMode, Prefetch, SpaceInfo, Store, StoreFile, StoreFileRw};
+use super::{
+    EntryMeta, ListEntry, OpenMode, Prefetch, ReadLock, SpaceInfo, Store, StoreFile, StoreFileRw,
+};
 use crate::format::ShardLevel;
 
 /// The operation a [`Fault`] fails.
@@ -373,7 +375,7 @@ impl Store for FaultyStore {
         self.inner.requests()
     }
 
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         self.inner.read_lock(dir)
     }
 

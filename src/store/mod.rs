@@ -31,7 +31,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange, StoredShard};
-pub use local::LocalStore;
+pub use local::{LocalStore, ReadLock};
 pub use memory::MemoryStore;
 pub use object::BucketStore;
 
@@ -298,9 +298,10 @@ pub trait Store: Send + Sync {
     }
 
     /// Hold the shared side of the lock shard updates take on directory `dir` (see
-    /// `store::local::append`) until the returned guard drops, so that a shard is read between
-    /// updates, never during one. `None` where the backend has no such lock.
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    /// `store::local::append`) until the returned guard drops, so that a shard is read
+    /// between updates, never during one. `None` where the backend has no such lock or
+    /// it could not be taken.
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         let _ = dir;
         None
     }

@@ -69,6 +69,13 @@ impl LocalStore {
     }
 }
 
+/// The shared side of a store directory's `flock` ([`Store::read_lock`]), held until
+/// this drops.
+#[derive(Debug)]
+pub struct ReadLock {
+    _dir: OwnedFd,
+}
+
 fn is_absent(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR))
 }
@@ -417,12 +424,12 @@ impl Store for LocalStore {
         }))
     }
 
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         let fd = self
             .open_beneath(dir, OFlags::RDONLY | OFlags::DIRECTORY)
             .ok()?;
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).ok()?;
-        Some(Box::new(fd))
+        Some(ReadLock { _dir: fd })
     }
 }
 
