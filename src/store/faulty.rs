@@ -25,9 +25,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
-use super::shard::LoadHook;
 use super::{
-    EntryMeta, ListEntry, OpenMode, Prefetch, ReadLock, SpaceInfo, Store, StoreFile, StoreFileRw,
+    Capabilities, EntryMeta, ListEntry, OpenMode, Prefetch, ReadLock, SpaceInfo, Store, StoreFile,
+    StoreFileRw,
 };
 use crate::format::ShardLevel;
 
@@ -53,7 +53,7 @@ pub enum Op {
     CreateDir,
     /// `remove_file` and `remove_dir`.
     Remove,
-    /// `rename` and `rename_dir`.
+    /// `rename` (of a file, or of a directory where the store renames them).
     Rename,
     HardLink,
     SetModeOwner,
@@ -363,12 +363,12 @@ impl Store for FaultyStore {
         self.inner.describe()
     }
 
-    fn reads_are_requests(&self) -> bool {
-        self.inner.reads_are_requests()
-    }
-
-    fn commits_by_append(&self) -> bool {
-        self.inner.commits_by_append()
+    /// The wrapped store's. Where it is [`super::Commits::Append`], the view's
+    /// [`super::local::AppendRecords::load_hook`] is given the store the view holds, this
+    /// wrapper: a hook that reads through it (a read-only local store's reader of
+    /// recovery records) meets the faults too.
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     fn requests(&self) -> Vec<(&'static str, u64)> {
@@ -444,15 +444,6 @@ impl Store for FaultyStore {
         self.inner.hard_link(from, to)
     }
 
-    fn renames_dirs(&self) -> bool {
-        self.inner.renames_dirs()
-    }
-
-    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.rules.check(Op::Rename, &[from, to])?;
-        self.inner.rename_dir(from, to)
-    }
-
     fn set_mode_owner(
         &self,
         rel: &Path,
@@ -467,17 +458,6 @@ impl Store for FaultyStore {
     fn sync_file(&self, rel: &Path) -> io::Result<()> {
         self.check(Op::Sync, rel)?;
         self.inner.sync_file(rel)
-    }
-
-    /// `this` is the store the caller holds, which is this wrapper, and it is passed on
-    /// unchanged. So a hook that reads through it (a read-only local store's reader of
-    /// recovery records) meets the faults too.
-    fn recovery_hook(
-        &self,
-        writable: bool,
-        this: Arc<dyn Store>,
-    ) -> io::Result<Option<Arc<dyn LoadHook>>> {
-        self.inner.recovery_hook(writable, this)
     }
 
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {

@@ -12,11 +12,16 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
 
-use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
+use super::shard::LoadHook;
+use super::{
+    Capabilities, Commits, DirRenames, EntryKind, EntryMeta, ListEntry, Reads, SpaceInfo, Store,
+    StoreFile,
+};
 
 /// A store rooted at a local directory.
 #[derive(Debug)]
@@ -66,6 +71,33 @@ impl LocalStore {
             ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
         )
         .map_err(io::Error::from)
+    }
+}
+
+/// The records an append cut short leaves beside its shard in the local store at `root`
+/// ([`append`]): what a view settles or reads around before it reads a shard's index (a
+/// [`LocalStore`]'s [`Commits::Append`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendRecords {
+    root: PathBuf,
+}
+
+impl AppendRecords {
+    /// The hook the view's shard cache runs before it reads a shard's index. A writable
+    /// view recovers an interrupted update first ([`recover::LazyRecovery`], straight on
+    /// the directory at `root`). A read-only view changes nothing: it reads the shard as
+    /// it was before the update ([`recover::ReadOnlyRecords`]), its records read through
+    /// `store`, the store the view reads (so that a wrapper's faults reach them too).
+    pub fn load_hook(
+        &self,
+        writable: bool,
+        store: Arc<dyn Store>,
+    ) -> io::Result<Arc<dyn LoadHook>> {
+        Ok(if writable {
+            Arc::new(recover::LazyRecovery::new(&self.root)?)
+        } else {
+            Arc::new(recover::ReadOnlyRecords::new(store))
+        })
     }
 }
 
@@ -256,6 +288,16 @@ impl Store for LocalStore {
         self.path.display().to_string()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads: Reads::Local,
+            commits: Commits::Append(AppendRecords {
+                root: self.path.clone(),
+            }),
+            dir_renames: DirRenames::OneStep,
+        }
+    }
+
     fn commit_shard(
         &self,
         rel: &Path,
@@ -263,10 +305,6 @@ impl Store for LocalStore {
         merge: &mut super::Merge<'_, '_>,
     ) -> Result<super::CommitOutcome, super::CommitError> {
         append::commit(&self.path, rel, level, merge)
-    }
-
-    fn commits_by_append(&self) -> bool {
-        true
     }
 
     fn open_rw(
@@ -352,22 +390,14 @@ impl Store for LocalStore {
         )?)
     }
 
+    /// `rename(2)`: atomic, of a directory too, and POSIX's rules for what may stand at
+    /// `to` (nothing, or an empty directory).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (fp, fname) = split(from)?;
         let (tp, tname) = split(to)?;
         let fdir = self.open_beneath(fp, OFlags::PATH | OFlags::DIRECTORY)?;
         let tdir = self.open_beneath(tp, OFlags::PATH | OFlags::DIRECTORY)?;
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
-    }
-
-    fn renames_dirs(&self) -> bool {
-        true
-    }
-
-    /// `rename(2)`: atomic, and POSIX's rules for what may stand at `to` (nothing, or an
-    /// empty directory).
-    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.rename(from, to)
     }
 
     fn set_mode_owner(
@@ -410,18 +440,6 @@ impl Store for LocalStore {
     fn sync_file(&self, rel: &Path) -> io::Result<()> {
         let fd = self.open_beneath(rel, OFlags::RDONLY | OFlags::NOFOLLOW)?;
         Ok(rustix::fs::fsync(&fd)?)
-    }
-
-    fn recovery_hook(
-        &self,
-        writable: bool,
-        this: std::sync::Arc<dyn Store>,
-    ) -> io::Result<Option<std::sync::Arc<dyn crate::store::shard::LoadHook>>> {
-        Ok(Some(if writable {
-            std::sync::Arc::new(recover::LazyRecovery::new(&self.path)?)
-        } else {
-            std::sync::Arc::new(recover::ReadOnlyRecords::new(this))
-        }))
     }
 
     fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
