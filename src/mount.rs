@@ -18,7 +18,7 @@ use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
 use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
 use crate::fuse::ShardFs;
-use crate::store::Store;
+use crate::store::{Commits, Store};
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
 use crate::view::{KernelCommit, OpenPolicy, View, ViewConfig};
 
@@ -519,7 +519,7 @@ fn make_writer(opts: &MountOptions, store: &dyn Store) -> Result<Option<Writer>,
     });
     // Flushing behind the writer only where a flush appends (a local disk): on object
     // storage each flush of a shard writes the whole shard again.
-    if store.commits_by_append() {
+    if matches!(store.capabilities().commits, Commits::Append(_)) {
         w.set_write_behind(opts.write_behind);
     }
     Ok(Some(w))

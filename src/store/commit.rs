@@ -108,9 +108,6 @@ pub enum CommitError {
     BadUpdate(String),
     #[error("{}: not a relative path of plain components", .0.display())]
     BadPath(PathBuf),
-    /// The store cannot commit shards (read-only, or a backend without writes).
-    #[error("the store is read-only")]
-    ReadOnly,
 }
 
 impl CommitError {
@@ -120,7 +117,6 @@ impl CommitError {
             CommitError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             CommitError::Corrupt { .. } | CommitError::NotAFile(_) => libc::EIO,
             CommitError::BadUpdate(_) | CommitError::BadPath(_) => libc::EINVAL,
-            CommitError::ReadOnly => libc::EROFS,
         }
     }
 }

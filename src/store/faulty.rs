@@ -25,8 +25,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge};
-use super::shard::LoadHook;
-use super::{EntryMeta, ListEntry, OpenMode, Prefetch, SpaceInfo, Store, StoreFile, StoreFileRw};
+use super::{
+    Capabilities, EntryMeta, ListEntry, OpenMode, Prefetch, ReadLock, SpaceInfo, Store, StoreFile,
+    StoreFileRw,
+};
 use crate::format::ShardLevel;
 
 /// The operation a [`Fault`] fails.
@@ -51,7 +53,7 @@ pub enum Op {
     CreateDir,
     /// `remove_file` and `remove_dir`.
     Remove,
-    /// `rename` and `rename_dir`.
+    /// `rename` (of a file, or of a directory where the store renames them).
     Rename,
     HardLink,
     SetModeOwner,
@@ -323,9 +325,9 @@ impl StoreFileRw for FaultyFile<dyn StoreFileRw> {
 }
 
 /// Every method is forwarded after its rule check, including those with a default, so
-/// that the wrapped store's own way of doing them is kept. The exception is
-/// `remove_tree`, which no store overrides: its default runs through this wrapper's
-/// `stat`, `list` and removals, so faults reach each step.
+/// that the wrapped store's own way of doing them is kept. [`super::remove_tree`], no
+/// method, runs through this wrapper's `stat`, `list` and removals, so faults reach each
+/// step.
 impl Store for FaultyStore {
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>> {
         self.check(Op::Stat, rel)?;
@@ -361,19 +363,19 @@ impl Store for FaultyStore {
         self.inner.describe()
     }
 
-    fn reads_are_requests(&self) -> bool {
-        self.inner.reads_are_requests()
-    }
-
-    fn commits_by_append(&self) -> bool {
-        self.inner.commits_by_append()
+    /// The wrapped store's. Where it is [`super::Commits::Append`], the view's
+    /// [`super::local::AppendRecords::load_hook`] is given the store the view holds, this
+    /// wrapper: a hook that reads through it (a read-only local store's reader of
+    /// recovery records) meets the faults too.
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     fn requests(&self) -> Vec<(&'static str, u64)> {
         self.inner.requests()
     }
 
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         self.inner.read_lock(dir)
     }
 
@@ -442,15 +444,6 @@ impl Store for FaultyStore {
         self.inner.hard_link(from, to)
     }
 
-    fn renames_dirs(&self) -> bool {
-        self.inner.renames_dirs()
-    }
-
-    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.rules.check(Op::Rename, &[from, to])?;
-        self.inner.rename_dir(from, to)
-    }
-
     fn set_mode_owner(
         &self,
         rel: &Path,
@@ -465,17 +458,6 @@ impl Store for FaultyStore {
     fn sync_file(&self, rel: &Path) -> io::Result<()> {
         self.check(Op::Sync, rel)?;
         self.inner.sync_file(rel)
-    }
-
-    /// `this` is the store the caller holds, which is this wrapper, and it is passed on
-    /// unchanged. So a hook that reads through it (a read-only local store's reader of
-    /// recovery records) meets the faults too.
-    fn recovery_hook(
-        &self,
-        writable: bool,
-        this: Arc<dyn Store>,
-    ) -> io::Result<Option<Arc<dyn LoadHook>>> {
-        self.inner.recovery_hook(writable, this)
     }
 
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {

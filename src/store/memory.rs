@@ -21,7 +21,10 @@ use parking_lot::Mutex;
 
 use super::commit::{CommitError, CommitOutcome, Merge, StoredShard};
 use super::rewrite::{BytesFile, bytes_meta, rewrite_shard};
-use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
+use super::{
+    Capabilities, Commits, DirRenames, EntryKind, EntryMeta, ListEntry, Reads, SpaceInfo, Store,
+    StoreFile,
+};
 use crate::format::ShardLevel;
 
 /// A commit to cut off: the `nth` one from when it was set (0: the next one), after
@@ -212,6 +215,14 @@ impl Store for MemoryStore {
 
     fn describe(&self) -> String {
         "memory".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads: Reads::Local,
+            commits: Commits::Whole,
+            dir_renames: DirRenames::Refused,
+        }
     }
 
     fn commit_shard(

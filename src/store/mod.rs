@@ -9,10 +9,15 @@
 //! a final symlink is never followed (the view shows it as a symlink). [`faulty`] is a
 //! test tool: a wrapper of any store that makes chosen calls fail with an errno.
 //!
+//! Where a caller must do things differently for a kind of store (fewer reads where a
+//! read is a request, flushing behind the writer where commits append, renaming
+//! directories), it asks the store's [`Capabilities`] once and holds them.
+//!
 //! Shards are read with `pread`, not `mmap`: a shard truncated by another process would
 //! turn a mapped read into `SIGBUS` and kill the daemon, while `pread` returns a short
 //! read the view reports as `EIO`.
 
+mod capabilities;
 pub mod commit;
 pub mod faulty;
 pub mod limits;
@@ -30,8 +35,9 @@ use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
+pub use capabilities::{Capabilities, Commits, DirRenames, Reads};
 pub use commit::{CommitError, CommitOutcome, Merge, ShardSnapshot, SlotChange, StoredShard};
-pub use local::LocalStore;
+pub use local::{LocalStore, ReadLock};
 pub use memory::MemoryStore;
 pub use object::BucketStore;
 
@@ -248,6 +254,12 @@ fn read_only<T>() -> io::Result<T> {
 
 /// The backing store. Paths are relative to its root, `/`-separated components that
 /// are never `.` or `..` (the view builds them from names the kernel looked up).
+///
+/// A method without a body is one every store answers its own way; a default body is
+/// the answer of each store that has nothing else to say (no listing ahead, no request
+/// counters, no directory locks, no rewrite of its own, and `EROFS` for the changes of a
+/// store that keeps only shards, the in-memory one). What kind of store it is, where a
+/// caller does things differently for it, is one value: [`Store::capabilities`].
 pub trait Store: Send + Sync {
     /// `lstat`; `Ok(None)` when nothing is there.
     fn stat(&self, rel: &Path) -> io::Result<Option<EntryMeta>>;
@@ -277,19 +289,9 @@ pub trait Store: Send + Sync {
     /// A name for log lines and `fsname`.
     fn describe(&self) -> String;
 
-    /// Whether every read is a request to a server (object storage): worth avoiding
-    /// reads of an index only to answer a lookup.
-    fn reads_are_requests(&self) -> bool {
-        false
-    }
-
-    /// Whether a shard commit appends what changed to the shard in place (a local disk)
-    /// rather than writing the whole shard again (object storage): only then does
-    /// flushing an array in several parts, behind its writer, cost no more bytes than
-    /// flushing it once.
-    fn commits_by_append(&self) -> bool {
-        false
-    }
+    /// What this store is (how its reads, commits and directory renames work): the same
+    /// answer every time, asked once by whoever does things differently for it.
+    fn capabilities(&self) -> Capabilities;
 
     /// Requests made to a remote store so far, by kind, for `shardfs stats` (object
     /// storage: `get`, `get_bytes`, `head`, `list`); empty for a local one.
@@ -298,9 +300,10 @@ pub trait Store: Send + Sync {
     }
 
     /// Hold the shared side of the lock shard updates take on directory `dir` (see
-    /// `store::local::append`) until the returned guard drops, so that a shard is read between
-    /// updates, never during one. `None` where the backend has no such lock.
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    /// `store::local::append`) until the returned guard drops, so that a shard is read
+    /// between updates, never during one. `None` where the backend has no such lock (a
+    /// store whose commits are no [`Commits::Append`]) or it could not be taken.
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         let _ = dir;
         None
     }
@@ -328,10 +331,7 @@ pub trait Store: Send + Sync {
         rel: &Path,
         level: &crate::format::ShardLevel,
         merge: &mut Merge<'_, '_>,
-    ) -> Result<CommitOutcome, CommitError> {
-        let _ = (rel, level, merge);
-        Err(CommitError::ReadOnly)
-    }
+    ) -> Result<CommitOutcome, CommitError>;
 
     /// Open a regular file for reading and writing (never through a final symlink).
     fn open_rw(
@@ -368,6 +368,10 @@ pub trait Store: Send + Sync {
         read_only()
     }
 
+    /// Rename a file or symlink; where the store's [`DirRenames::OneStep`] says so, a
+    /// directory too, with everything in it, in one step that readers see whole (POSIX's
+    /// rules for what may stand at `to`: nothing, or an empty directory). Callers never
+    /// ask it to rename a directory elsewhere.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let _ = (from, to);
         read_only()
@@ -376,19 +380,6 @@ pub trait Store: Send + Sync {
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
         let _ = (from, to);
         read_only()
-    }
-
-    /// Whether [`Store::rename_dir`] can rename a directory (in one step).
-    fn renames_dirs(&self) -> bool {
-        false
-    }
-
-    /// Rename a directory and everything in it, in one step that readers see whole, or
-    /// `EXDEV` where the store cannot (object storage: a directory is a prefix of many
-    /// objects).
-    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let _ = (from, to);
-        Err(io::Error::from_raw_os_error(libc::EXDEV))
     }
 
     /// Set the permission bits and owner of a file or directory (`chmod`, `chown`), what
@@ -410,32 +401,6 @@ pub trait Store: Send + Sync {
         Ok(())
     }
 
-    /// What the view calls before it first reads a shard's index, to settle (writable)
-    /// or read around (read-only) an interrupted commit; `None` where commits cannot be
-    /// interrupted halfway (an object store's PUT). `this` is this store.
-    fn recovery_hook(
-        &self,
-        writable: bool,
-        this: std::sync::Arc<dyn Store>,
-    ) -> io::Result<Option<std::sync::Arc<dyn shard::LoadHook>>> {
-        let _ = (writable, this);
-        Ok(None)
-    }
-
-    /// Remove `rel` and everything beneath it (never following a symlink).
-    fn remove_tree(&self, rel: &Path) -> io::Result<()> {
-        match self.stat(rel)? {
-            None => Ok(()),
-            Some(m) if m.kind == EntryKind::Dir => {
-                for e in self.list(rel)? {
-                    self.remove_tree(&rel.join(&e.name))?;
-                }
-                self.remove_dir(rel)
-            }
-            Some(_) => self.remove_file(rel),
-        }
-    }
-
     /// Read a whole (small) file, e.g. `zarr.json`; `Ok(None)` when absent.
     fn read_all(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
         let Some(f) = self.open(rel)? else {
@@ -445,5 +410,20 @@ pub trait Store: Send + Sync {
         let mut buf = vec![0; usize::try_from(len).map_err(|_| io::ErrorKind::OutOfMemory)?];
         f.read_exact_at(&mut buf, 0)?;
         Ok(Some(buf))
+    }
+}
+
+/// Remove `rel` and everything beneath it (never following a symlink), one `stat`,
+/// `list` and removal of `store` at a time (so a [`faulty`] wrapper's faults reach each).
+pub fn remove_tree(store: &dyn Store, rel: &Path) -> io::Result<()> {
+    match store.stat(rel)? {
+        None => Ok(()),
+        Some(m) if m.kind == EntryKind::Dir => {
+            for e in store.list(rel)? {
+                remove_tree(store, &rel.join(&e.name))?;
+            }
+            store.remove_dir(rel)
+        }
+        Some(_) => store.remove_file(rel),
     }
 }

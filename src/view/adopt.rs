@@ -146,7 +146,7 @@ impl View {
                 );
             }
             self.flush_array(array)?;
-            store.remove_tree(aside)?;
+            crate::store::remove_tree(store, aside)?;
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::format::bcolz;
 use crate::format::bloscpack::{self, Checksum, ChunkEntry};
 use crate::format::container::{self, ShownArray};
+use crate::store::Reads;
 
 use super::*;
 
@@ -190,7 +191,7 @@ impl View {
     /// A store directory shown as a container: a carray or a ctable rootdir. `Ok(None)`:
     /// it is none. Broken: `EIO`, logged once.
     pub(super) fn container_dir(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
-        if self.store.reads_are_requests() {
+        if self.caps.reads == Reads::Requests {
             // Object storage: one listing (kept by the store's listing cache) rather than
             // three lookups of names that are mostly not there, each a HEAD and a LIST.
             let may_be = self.store.list(rel)?.iter().any(|e| {

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{DirEntry, Kind, Node, Result, ShardedArray, View, ViewError};
-use crate::store::EntryKind;
 use crate::store::shard::Shard;
+use crate::store::{EntryKind, Reads};
 
 /// Store listings a listing of key directories makes side by side.
 const LISTS_IN_FLIGHT: usize = 16;
@@ -55,7 +55,7 @@ impl View {
                 out.push(file(enc.encode(&[]).into()));
             }
         } else if let Some(root) = enc.root_component(ndim) {
-            let quick = self.writer.is_none() && self.store.reads_are_requests();
+            let quick = self.writer.is_none() && self.caps.reads == Reads::Requests;
             if quick && !array.draft {
                 // Read-only object storage (see `has_chunks_under`): the top key
                 // directory is listed where the store lists it, from the listing above.
@@ -130,7 +130,7 @@ impl View {
         // the one before: `cp -r` waited 2 round trips before it learnt of a shard).
         // Where the grid has fewer shards than a LIST's page holds, one LIST of every
         // key below answers for all of them.
-        if k == 0 && ndim >= 2 && self.writer.is_none() && self.store.reads_are_requests() {
+        if k == 0 && ndim >= 2 && self.writer.is_none() && self.caps.reads == Reads::Requests {
             let shards = layout
                 .shard_counts()
                 .iter()
@@ -161,7 +161,7 @@ impl View {
         shard_coords.sort_unstable();
         let mut out = Vec::new();
         if !last {
-            if k + 2 == ndim && self.store.reads_are_requests() {
+            if k + 2 == ndim && self.caps.reads == Reads::Requests {
                 // The shards one level down, whose indexes say which key directories
                 // hold chunks.
                 // Their directories listed side by side (at 30 ms a request, `ls c` of
@@ -305,8 +305,8 @@ impl View {
         // reading no index (`ls c` of a 4-shard array cost a LIST, then a HEAD and a GET
         // per shard, 3 round trips before `cp -r` read a byte), and so a listing shows
         // what a lookup finds.
-        let quick = lookup || (self.writer.is_none() && self.store.reads_are_requests());
-        if lookup && self.writer.is_none() && self.store.reads_are_requests() {
+        let quick = lookup || (self.writer.is_none() && self.caps.reads == Reads::Requests);
+        if lookup && self.writer.is_none() && self.caps.reads == Reads::Requests {
             return Ok(true);
         }
         let layout = &array.layout;
@@ -318,7 +318,7 @@ impl View {
             });
             if quick
                 && staged.is_empty()
-                && (inside || (view.writer.is_none() && view.store.reads_are_requests()))
+                && (inside || (view.writer.is_none() && view.caps.reads == Reads::Requests))
             {
                 return Ok(true);
             }
@@ -449,7 +449,7 @@ impl View {
     /// (`ls -l` and `cp -r` of an array at 30 ms a request: one round trip or two per
     /// shard, one after another, otherwise). Their chunks are not fetched.
     fn load_indexes_ahead(&self, array: &ShardedArray, shards: Vec<Vec<u64>>) {
-        if shards.len() < 2 || !self.store.reads_are_requests() {
+        if shards.len() < 2 || self.caps.reads != Reads::Requests {
             return;
         }
         for s in shards {

@@ -115,7 +115,7 @@ use parking_lot::Mutex;
 
 use crate::format::{self, ChunkRange};
 use crate::store::shard::{Shard, ShardCache, ShardError};
-use crate::store::{EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
+use crate::store::{Capabilities, Commits, EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
 pub use inode::ROOT_INO;
 pub use kernel_writes::{
     KERNEL_UNLINKED_IDLE, KERNEL_UNLINKED_KEPT, KERNEL_WRITE_IDLE, KernelCommit,
@@ -305,6 +305,8 @@ pub enum Renamed {
 /// The virtual tree over a store.
 pub struct View {
     store: Arc<dyn Store>,
+    /// What the store is ([`Store::capabilities`]), asked once.
+    caps: Capabilities,
     /// Path resolution: inode numbers and the nodes they stand for.
     inodes: inode::InodeTable,
     /// The array registry (see [`resolve::ArrayRegistry`]).
@@ -373,6 +375,7 @@ impl View {
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
         let mut view = View {
+            caps: store.capabilities(),
             shards: Arc::new(ShardCache::new(
                 config.max_cached_shards,
                 config.index_cache_bytes,
@@ -418,8 +421,8 @@ impl View {
         // A writable view recovers a shard's interrupted update before it reads the index
         // (the mount walks the store for leftovers only in the background). A read-only
         // view changes nothing: it reads a torn shard as it was before the update.
-        let store = view.store.clone();
-        if let Some(hook) = view.store.recovery_hook(view.writer.is_some(), store)? {
+        if let Commits::Append(records) = &view.caps.commits {
+            let hook = records.load_hook(view.writer.is_some(), view.store.clone())?;
             Arc::get_mut(&mut view.shards)
                 .expect("the shard cache is not shared before the view is made")
                 .set_load_hook(hook);

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use crate::format::ChunkRange;
 use crate::store::shard::Shard;
-use crate::store::{EntryMeta, OpenMode, StoreFileRw};
+use crate::store::{EntryMeta, OpenMode, Reads, StoreFileRw};
 
 use super::*;
 
@@ -167,7 +167,7 @@ impl View {
         if shard.next_claimed() {
             return;
         }
-        let requests = self.store.reads_are_requests();
+        let requests = self.caps.reads == Reads::Requests;
         let start =
             requests && (coords.iter().all(|&c| c == 0) || self.after_read_through(array, coords));
         if !(start || (requests && shard.opened_another(range.offset)) || shard.streaming())

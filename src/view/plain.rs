@@ -393,7 +393,7 @@ impl View {
             if !listed.is_empty() {
                 return Err(ViewError::NotEmpty);
             }
-            self.store.remove_tree(rel)?;
+            crate::store::remove_tree(&*self.store, rel)?;
             w.plain_headless.lock().remove(rel);
             Ok(())
         })())

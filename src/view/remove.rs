@@ -222,7 +222,7 @@ impl View {
                 }
                 self.flush_array(array)?;
                 // What is left are emptied key directories (and shards of nothing).
-                self.store.remove_tree(&array.rel)?;
+                crate::store::remove_tree(&*self.store, &array.rel)?;
                 w.headless.lock().remove(&array.rel);
                 self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);

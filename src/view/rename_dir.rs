@@ -13,6 +13,7 @@ use std::path::Path;
 use super::KernelCommit;
 use super::kept::Keep;
 use super::{Node, Renamed, Result, View, ViewError};
+use crate::store::DirRenames;
 
 impl View {
     /// Rename the directory `src` (view path `from`) to `to`, store path `dst`.
@@ -24,11 +25,10 @@ impl View {
         dst: &Path,
     ) -> Result<Renamed> {
         let w = self.writer()?;
+        let one_step = self.caps.dir_renames == DirRenames::OneStep;
         let rel = match src {
-            Node::Dir { rel } if self.store.renames_dirs() => rel.clone(),
-            Node::ArrayDir { array } if self.store.renames_dirs() && !array.draft => {
-                array.rel.clone()
-            }
+            Node::Dir { rel } if one_step => rel.clone(),
+            Node::ArrayDir { array } if one_step && !array.draft => array.rel.clone(),
             _ => {
                 return Err(ViewError::CrossDevice(
                     "this store cannot rename a directory in one step (object storage), \
@@ -68,7 +68,7 @@ impl View {
             }
         }
         self.keep_files(Keep::Under(from))?;
-        self.store.rename_dir(&rel, dst)?;
+        self.store.rename(&rel, dst)?;
         // This mount's state follows the directory to its new path.
         w.dir_moved(from, to, &rel, dst);
         self.arrays.remove_under(&rel);

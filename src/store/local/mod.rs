@@ -12,11 +12,16 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags, Stat};
 
-use super::{EntryKind, EntryMeta, ListEntry, SpaceInfo, Store, StoreFile};
+use super::shard::LoadHook;
+use super::{
+    Capabilities, Commits, DirRenames, EntryKind, EntryMeta, ListEntry, Reads, SpaceInfo, Store,
+    StoreFile,
+};
 
 /// A store rooted at a local directory.
 #[derive(Debug)]
@@ -67,6 +72,40 @@ impl LocalStore {
         )
         .map_err(io::Error::from)
     }
+}
+
+/// The records an append cut short leaves beside its shard in the local store at `root`
+/// ([`append`]): what a view settles or reads around before it reads a shard's index (a
+/// [`LocalStore`]'s [`Commits::Append`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendRecords {
+    root: PathBuf,
+}
+
+impl AppendRecords {
+    /// The hook the view's shard cache runs before it reads a shard's index. A writable
+    /// view recovers an interrupted update first ([`recover::LazyRecovery`], straight on
+    /// the directory at `root`). A read-only view changes nothing: it reads the shard as
+    /// it was before the update ([`recover::ReadOnlyRecords`]), its records read through
+    /// `store`, the store the view reads (so that a wrapper's faults reach them too).
+    pub fn load_hook(
+        &self,
+        writable: bool,
+        store: Arc<dyn Store>,
+    ) -> io::Result<Arc<dyn LoadHook>> {
+        Ok(if writable {
+            Arc::new(recover::LazyRecovery::new(&self.root)?)
+        } else {
+            Arc::new(recover::ReadOnlyRecords::new(store))
+        })
+    }
+}
+
+/// The shared side of a store directory's `flock` ([`Store::read_lock`]), held until
+/// this drops.
+#[derive(Debug)]
+pub struct ReadLock {
+    _dir: OwnedFd,
 }
 
 fn is_absent(e: &io::Error) -> bool {
@@ -284,6 +323,16 @@ impl Store for LocalStore {
         self.path.display().to_string()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads: Reads::Local,
+            commits: Commits::Append(AppendRecords {
+                root: self.path.clone(),
+            }),
+            dir_renames: DirRenames::OneStep,
+        }
+    }
+
     fn commit_shard(
         &self,
         rel: &Path,
@@ -291,10 +340,6 @@ impl Store for LocalStore {
         merge: &mut super::Merge<'_, '_>,
     ) -> Result<super::CommitOutcome, super::CommitError> {
         append::commit(&self.path, rel, level, merge)
-    }
-
-    fn commits_by_append(&self) -> bool {
-        true
     }
 
     fn open_rw(
@@ -378,22 +423,14 @@ impl Store for LocalStore {
         )?)
     }
 
+    /// `rename(2)`: atomic, of a directory too, and POSIX's rules for what may stand at
+    /// `to` (nothing, or an empty directory).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (fp, fname) = split(from)?;
         let (tp, tname) = split(to)?;
         let fdir = self.open_beneath(fp, OFlags::PATH | OFlags::DIRECTORY)?;
         let tdir = self.open_beneath(tp, OFlags::PATH | OFlags::DIRECTORY)?;
         Ok(rustix::fs::renameat(&fdir, fname, &tdir, tname)?)
-    }
-
-    fn renames_dirs(&self) -> bool {
-        true
-    }
-
-    /// `rename(2)`: atomic, and POSIX's rules for what may stand at `to` (nothing, or an
-    /// empty directory).
-    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.rename(from, to)
     }
 
     fn set_mode_owner(
@@ -438,24 +475,12 @@ impl Store for LocalStore {
         Ok(rustix::fs::fsync(&fd)?)
     }
 
-    fn recovery_hook(
-        &self,
-        writable: bool,
-        this: std::sync::Arc<dyn Store>,
-    ) -> io::Result<Option<std::sync::Arc<dyn crate::store::shard::LoadHook>>> {
-        Ok(Some(if writable {
-            std::sync::Arc::new(recover::LazyRecovery::new(&self.path)?)
-        } else {
-            std::sync::Arc::new(recover::ReadOnlyRecords::new(this))
-        }))
-    }
-
-    fn read_lock(&self, dir: &Path) -> Option<Box<dyn std::any::Any + Send>> {
+    fn read_lock(&self, dir: &Path) -> Option<ReadLock> {
         let fd = self
             .open_beneath(dir, OFlags::RDONLY | OFlags::DIRECTORY)
             .ok()?;
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockShared).ok()?;
-        Some(Box::new(fd))
+        Some(ReadLock { _dir: fd })
     }
 }
 

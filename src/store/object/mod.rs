@@ -311,8 +311,12 @@ impl Store for BucketStore {
         })
     }
 
-    fn reads_are_requests(&self) -> bool {
-        true
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities {
+            reads: super::Reads::Requests,
+            commits: super::Commits::Whole,
+            dir_renames: super::DirRenames::Refused,
+        }
     }
 
     fn requests(&self) -> Vec<(&'static str, u64)> {
