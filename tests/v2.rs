@@ -921,3 +921,103 @@ fn a_shrink_deletes_stored_chunks_outside_the_grid_also_with_flat_keys() {
     assert!(!a.join("1.0.1").exists());
     assert_eq!(std::fs::read(a.join("0.0.0")).unwrap(), [1; 18]);
 }
+
+/// An array copied into the v2 view file by file with `O_EXCL` creates, `.zarray` first
+/// (GNU `tar -x` of an archive made from a listing of the view): `.zattrs`, which the
+/// view shows once `.zarray` landed, is `EEXIST`; unlinked, it is gone until written
+/// again, so the copier's next create makes it, and the attributes written are the
+/// array's, also after a remount. Before, the unlink changed nothing visible and `tar`
+/// retried forever (found by an adversarial tester).
+#[test]
+fn an_unlinked_zattrs_is_gone_until_written_again() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let excl = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+    };
+    for round in 0..2 {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let a = mnt.path().join(format!("a{round}"));
+        std::fs::create_dir(&a).unwrap();
+        excl(&a.join(".zarray")).unwrap().write_all(zarray).unwrap();
+        let zattrs = a.join(".zattrs");
+        let e = excl(&zattrs).expect_err("the view shows .zattrs once .zarray landed");
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        std::fs::remove_file(&zattrs).unwrap();
+        assert!(!zattrs.exists(), "unlinked: gone until written again");
+        excl(&zattrs).unwrap().write_all(br#"{"u": 1}"#).unwrap();
+        let shown: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&zattrs).unwrap()).unwrap();
+        assert_eq!(shown, serde_json::json!({"u": 1}));
+        m.unmount().unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
+    for round in 0..2 {
+        let shown: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(mnt.path().join(format!("a{round}/.zattrs"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(shown, serde_json::json!({"u": 1}), "a{round}");
+    }
+}
+
+/// v2 view: `.zarray` unlinked and written back (`tar -x`, `cp --remove-destination`):
+/// the chunk files stay meanwhile, and the array written back has them, listed with its
+/// `.zarray`, also after a remount. Before, `.zarray` written back stayed unlisted until
+/// a remount.
+#[test]
+fn a_zarray_unlinked_and_written_back_keeps_the_chunks() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let a = mnt.path().join("a");
+        std::fs::create_dir(&a).unwrap();
+        std::fs::write(a.join(".zarray"), zarray).unwrap();
+        std::fs::write(a.join("0"), [1u8, 2]).unwrap();
+        std::fs::write(a.join("1"), [3u8, 4]).unwrap();
+        m.unmount().unwrap();
+    }
+    let names = |a: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(a)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let a = mnt.path().join("a");
+        let shown = std::fs::read(a.join(".zarray")).unwrap();
+        std::fs::remove_file(a.join(".zarray")).unwrap();
+        assert_eq!(names(&a), [".zattrs", "0", "1"]);
+        assert_eq!(std::fs::read(a.join("1")).unwrap(), [3, 4]);
+        std::fs::write(a.join(".zarray"), &shown).unwrap();
+        assert_eq!(names(&a), [".zarray", ".zattrs", "0", "1"]);
+        assert_eq!(std::fs::read(a.join("0")).unwrap(), [1, 2]);
+        m.unmount().unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
+    let a = mnt.path().join("a");
+    assert_eq!(names(&a), [".zarray", ".zattrs", "0", "1"]);
+    assert_eq!(std::fs::read(a.join("0")).unwrap(), [1, 2]);
+    assert_eq!(std::fs::read(a.join("1")).unwrap(), [3, 4]);
+}

@@ -245,6 +245,9 @@ impl View {
                 // Before, the v2 view left `.zarray` written back unlisted until a remount.
                 if let Some(w) = &self.writer {
                     w.headless.lock().remove(&array.rel);
+                    if file == MetaFile::Zattrs {
+                        w.zattrs_unlinked.lock().remove(&array.rel);
+                    }
                 }
                 Ok(Node::ArrayMeta { array, file })
             }

@@ -98,6 +98,7 @@ impl View {
                     h.zattrs = false;
                 } else {
                     self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                    w.zattrs_unlinked.lock().insert(array.rel.clone());
                 }
                 self.inodes.detach(path);
                 Ok(())

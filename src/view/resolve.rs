@@ -398,9 +398,13 @@ impl View {
     }
 
     /// Whether metadata file `file` of `array` is shown: not after `.zarray` was unlinked
-    /// (then `.zattrs` only until it is unlinked too).
+    /// (then `.zattrs` only until it is unlinked too), nor `.zattrs` after it was unlinked
+    /// until it is written again.
     pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
         let Some(w) = &self.writer else { return true };
+        if file == MetaFile::Zattrs && w.zattrs_unlinked.lock().contains(&array.rel) {
+            return false;
+        }
         match w.headless.lock().get(&array.rel) {
             Some(h) => file == MetaFile::Zattrs && h.zattrs,
             None => true,

@@ -107,6 +107,11 @@ pub struct Writer {
     /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
     /// each is removed, and the directory until `rmdir` (see `View::unlink`).
     pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
+    /// Arrays (store paths) whose `.zattrs` was unlinked in the v2 view: not listed until
+    /// written again, as on a plain directory. Before, the generated `.zattrs` stayed, and
+    /// `tar -x` (an `O_EXCL` create, `EEXIST`, unlink, create again) looped forever
+    /// (found by an adversarial tester).
+    pub(super) zattrs_unlinked: Mutex<std::collections::HashSet<PathBuf>>,
     /// The same for unsharded arrays of the v2 view (see `view/plain.rs`).
     pub(super) plain_headless: Mutex<HashMap<PathBuf, super::plain::PlainHeadless>>,
     /// Groups of the v2 view whose `.zgroup` was unlinked: their `.zmetadata` is still
@@ -210,6 +215,7 @@ impl Writer {
             landed_at_write: Mutex::new(HashSet::new()),
             as_written: Mutex::default(),
             headless: Mutex::new(HashMap::new()),
+            zattrs_unlinked: Mutex::new(std::collections::HashSet::new()),
             plain_headless: Mutex::new(HashMap::new()),
             zmetadata_left: Mutex::default(),
             times: Default::default(),
@@ -372,6 +378,7 @@ impl Writer {
         // Arrays whose metadata was unlinked below it hold their old paths: let go (their
         // other names are plain files of the store at the new path).
         self.headless.lock().retain(|a, _| !a.starts_with(rel));
+        self.zattrs_unlinked.lock().retain(|a| !a.starts_with(rel));
         self.plain_headless
             .lock()
             .retain(|a, _| !a.starts_with(rel));
