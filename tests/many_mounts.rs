@@ -440,3 +440,46 @@ fn a_chunk_removed_by_another_mount_can_be_made_again_at_once() {
     let _c = Mount::new(store.path(), fresh.path(), &opts).unwrap();
     assert_eq!(fs::read(key(fresh.path())).unwrap(), b"CCCC");
 }
+
+/// A chunk staged in mount B whose array mount A then moved (`mv a a2`) or removed
+/// (`rm -rf a`): B's flush stores nothing where the array was, and says so (its
+/// `fsync` of the chunk is `ESTALE`; the unmount succeeds, naming it in `refused`).
+/// Before, B's flush made a shard file at the old path with no metadata beside it,
+/// which a later mount showed as a file at a chunk key of a plain directory (found by
+/// an adversarial tester).
+#[test]
+fn a_chunk_staged_for_an_array_another_mount_moved_or_removed_is_not_stored_there() {
+    if !common::can_mount() {
+        return;
+    }
+    for moved in [true, false] {
+        let store = tempfile::tempdir().unwrap();
+        fs::create_dir(store.path().join("a")).unwrap();
+        fs::write(store.path().join("a/zarr.json"), array_doc()).unwrap();
+        let (ma, a) = mount_unflushed(store.path());
+        let (mb, b) = mount_unflushed_with(store.path(), false);
+        fs::create_dir_all(mb.path().join("a/c")).unwrap();
+        write_close(&mb.path().join("a/c/1"), b"BBBB", false);
+        if moved {
+            fs::rename(ma.path().join("a"), ma.path().join("a2")).unwrap();
+        } else {
+            fs::remove_dir_all(ma.path().join("a")).unwrap();
+        }
+        a.unmount().unwrap();
+        let e = fs::File::open(mb.path().join("a/c/1"))
+            .and_then(|f| f.sync_all())
+            .expect_err("the chunk's fsync says it was not stored");
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+        let stats: serde_json::Value =
+            serde_json::from_slice(&fs::read(mb.path().join(".shardfs-stats")).unwrap()).unwrap();
+        assert!(
+            stats["refused"].to_string().contains("gone from the store"),
+            "{stats}"
+        );
+        b.unmount().unwrap();
+        assert!(
+            !store.path().join("a").exists(),
+            "moved {moved}: nothing made where the array was"
+        );
+    }
+}

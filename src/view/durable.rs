@@ -15,6 +15,14 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let array = self.arrays.get(&array.rel);
         let Some(array) = array else { return Ok(()) };
+        if self.array_gone_from_store(&array) {
+            return match shard {
+                Some(_) => Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                    libc::ESTALE,
+                ))),
+                None => Ok(()),
+            };
+        }
         let shard_rel = |s: &[u64]| array.shard_rel(s);
         let target = crate::write::flush::ArrayTarget {
             rel: &array.rel,
@@ -35,6 +43,33 @@ impl View {
             Some(rel) => failed.find(|e| e.concerns(rel)),
         };
         failure.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
+    }
+
+    /// Whether `array`'s metadata is gone from the store, removed or moved away by
+    /// another mount (or a tool) since this mount staged chunks of it, and not by this
+    /// mount (whose unlinked metadata is written back: see `unlink_array_meta`). Then
+    /// the chunks staged for it are let go, named (log, `shardfs stats` `refused`, the
+    /// unmount): flushed, they would have made a shard file where the array was, with no
+    /// metadata beside it, which a later mount showed as a file at a chunk key (found by
+    /// an adversarial tester: `mv a a2` or `rm -rf a` in one mount while a chunk of `a`
+    /// was staged in another).
+    fn array_gone_from_store(&self, array: &ShardedArray) -> bool {
+        let Some(w) = &self.writer else { return false };
+        if w.headless.lock().contains_key(&array.rel)
+            || !matches!(self.store.stat(&array.meta_rel), Ok(None))
+        {
+            return false;
+        }
+        w.staging.discard(&array.rel);
+        let why = "its metadata is gone from the store (another mount removed or moved the \
+                   array): the chunks staged for it are not stored";
+        log::error!("{}: {why}", array.rel.display());
+        let mut refused = self.counters.refused.lock();
+        if refused.len() == super::REFUSALS_KEPT {
+            refused.pop_front();
+        }
+        refused.push_back((array.rel.display().to_string(), why.to_string()));
+        true
     }
 
     /// Make everything this mount holds durable: staged chunks and the files of their
