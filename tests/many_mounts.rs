@@ -483,3 +483,60 @@ fn a_chunk_staged_for_an_array_another_mount_moved_or_removed_is_not_stored_ther
         );
     }
 }
+
+/// A chunk written in mount B (staged, or still gathered by default) for an array that
+/// mount A then replaced (`rm -rf` and made again, here with other shards) is not
+/// stored into the new array: it is refused and named (`shardfs stats` `refused`). The
+/// new array keeps only what was written to it. Before, B's chunk was packed into the
+/// new array by the old layout (found by an adversarial tester: the new array could no
+/// longer be read, or a value A had fsynced was replaced).
+#[test]
+fn a_chunk_written_for_an_array_another_mount_replaced_is_not_stored_in_the_new_one() {
+    if !common::can_mount() {
+        return;
+    }
+    // Unsharded, written through A: A stores it with shards of its own choosing (one
+    // shard of all 16 chunks), another layout than the old one's 4 chunks a shard.
+    let other = serde_json::to_vec(&json!({
+        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    }))
+    .unwrap();
+    for kernel_opens in [false, true] {
+        let store = tempfile::tempdir().unwrap();
+        fs::create_dir(store.path().join("a")).unwrap();
+        fs::write(store.path().join("a/zarr.json"), array_doc()).unwrap();
+        let (ma, a) = mount_unflushed(store.path());
+        let (mb, b) = mount_unflushed_with(store.path(), kernel_opens);
+        fs::create_dir_all(mb.path().join("a/c")).unwrap();
+        write_close(&mb.path().join("a/c/1"), b"BBBB", false);
+        fs::remove_dir_all(ma.path().join("a")).unwrap();
+        fs::create_dir(ma.path().join("a")).unwrap();
+        fs::write(ma.path().join("a/zarr.json"), &other).unwrap();
+        fs::create_dir_all(ma.path().join("a/c")).unwrap();
+        write_close(&ma.path().join("a/c/2"), b"AAAA", true);
+        // B looks at the array again (its TTL passed, or its directory is opened anew)
+        // and makes everything it holds durable.
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = fs::read_dir(mb.path().join("a")).map(|d| d.count());
+        let _ = fs::File::open(mb.path()).and_then(|f| f.sync_all());
+        let stats: serde_json::Value =
+            serde_json::from_slice(&fs::read(mb.path().join(".shardfs-stats")).unwrap()).unwrap();
+        assert!(
+            stats["refused"].to_string().contains("replaced")
+                || stats["refused"].to_string().contains("another array"),
+            "kernel_opens {kernel_opens}: {stats}"
+        );
+        b.unmount().unwrap();
+        a.unmount().unwrap();
+        let fresh = tempfile::tempdir().unwrap();
+        let _c = Mount::new(store.path(), fresh.path(), &MountOptions::default()).unwrap();
+        assert_eq!(fs::read(fresh.path().join("a/c/2")).unwrap(), b"AAAA");
+        assert!(
+            !fresh.path().join("a/c/1").exists(),
+            "kernel_opens {kernel_opens}: B's chunk is not in the new array"
+        );
+    }
+}

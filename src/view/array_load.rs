@@ -60,6 +60,21 @@ impl View {
         Ok(match self.load_array(&rel, dir_meta) {
             Ok(array) => {
                 let array = Arc::new(array);
+                // Another mount made another array here: chunks staged for the one it
+                // replaced must not go into it (see `View::array_to_flush`).
+                if let Some(old) = self.arrays.get(&rel)
+                    && super::durable::replaced(&old, &array)
+                    && self
+                        .writer
+                        .as_ref()
+                        .is_some_and(|w| w.staging.arrays(None).iter().any(|a| *a == rel))
+                {
+                    self.let_go_staged(
+                        &rel,
+                        "another mount made another array at its path: the chunks staged \
+                         for the one it replaced are not stored",
+                    );
+                }
                 self.arrays.insert(array.clone());
                 Some(Node::ArrayDir { array })
             }

@@ -87,6 +87,24 @@ impl View {
         }
         let name = path.file_name().unwrap_or_default();
         let target = self.target(array, parent.as_deref(), name)?;
+        if matches!(target, Target::Chunk(_))
+            && super::durable::replaced(array, &self.current(array))
+        {
+            // Written for an array that another mount has since replaced (removed and
+            // made again, or of another layout): not a chunk of the array there now
+            // (found by an adversarial tester: it was stored into the new array).
+            let mut f = file.lock();
+            if f.dirty && !f.orphan {
+                f.dirty = false;
+                let why = format!(
+                    "{}: written for an array another mount replaced since: not stored",
+                    path.display()
+                );
+                log::warn!("{why}");
+                return Err(ViewError::Invalid(why));
+            }
+            return Ok(());
+        }
         match target {
             Target::Meta(_) | Target::Chunk(_) => {}
             // A temporary file: kept as written, nothing to commit.

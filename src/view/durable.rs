@@ -1,6 +1,8 @@
 //! Durability: flushing staged chunks to their shards (one array, all, the idle timer)
 //! and what `fsync` of a file or a directory makes durable.
 
+use std::sync::Arc;
+
 use super::{Node, Result, ShardedArray, View, ViewError};
 
 impl View {
@@ -15,14 +17,14 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let array = self.arrays.get(&array.rel);
         let Some(array) = array else { return Ok(()) };
-        if self.array_gone_from_store(&array) {
+        let Some(array) = self.array_to_flush(array) else {
             return match shard {
                 Some(_) => Err(ViewError::Io(std::io::Error::from_raw_os_error(
                     libc::ESTALE,
                 ))),
                 None => Ok(()),
             };
-        }
+        };
         let shard_rel = |s: &[u64]| array.shard_rel(s);
         let target = crate::write::flush::ArrayTarget {
             rel: &array.rel,
@@ -45,31 +47,64 @@ impl View {
         failure.map_or(Ok(()), |e| Err(ViewError::Flush(e)))
     }
 
-    /// Whether `array`'s metadata is gone from the store, removed or moved away by
-    /// another mount (or a tool) since this mount staged chunks of it, and not by this
-    /// mount (whose unlinked metadata is written back: see `unlink_array_meta`). Then
-    /// the chunks staged for it are let go, named (log, `shardfs stats` `refused`, the
-    /// unmount): flushed, they would have made a shard file where the array was, with no
-    /// metadata beside it, which a later mount showed as a file at a chunk key (found by
-    /// an adversarial tester: `mv a a2` or `rm -rf a` in one mount while a chunk of `a`
-    /// was staged in another).
-    fn array_gone_from_store(&self, array: &ShardedArray) -> bool {
-        let Some(w) = &self.writer else { return false };
-        if w.headless.lock().contains_key(&array.rel)
-            || !matches!(self.store.stat(&array.meta_rel), Ok(None))
-        {
-            return false;
+    /// The array `array`'s staged chunks are flushed into: `array` while its metadata in
+    /// the store is the one it was read from (or this mount unlinked it: see
+    /// `unlink_array_meta`), the array as the store now describes it where another mount
+    /// (or a tool) changed only its shape (out-of-grid chunks are then dropped by the new
+    /// shape, not placed by the old one). `None` where another mount removed or moved the
+    /// array, or made one of another layout at its path (other chunks, shards, codecs or
+    /// keys): the chunks staged for it are let go and named (log, `shardfs stats`
+    /// `refused`, the unmount). Flushed, they made a shard file where the array was with
+    /// no metadata beside it, or went into the new array packed by the old layout (an
+    /// array zarr-python could no longer read, or values another mount had fsynced
+    /// replaced) (found by adversarial testers: `mv a a2`, `rm -rf a`, or
+    /// `create_array(overwrite=True)` in one mount while a chunk of `a` was staged in
+    /// another).
+    fn array_to_flush(&self, array: Arc<ShardedArray>) -> Option<Arc<ShardedArray>> {
+        let Some(w) = &self.writer else {
+            return Some(array);
+        };
+        if w.headless.lock().contains_key(&array.rel) {
+            return Some(array);
         }
-        w.staging.discard(&array.rel);
-        let why = "its metadata is gone from the store (another mount removed or moved the \
-                   array): the chunks staged for it are not stored";
-        log::error!("{}: {why}", array.rel.display());
+        let why = match self.store.stat(&array.meta_rel) {
+            Ok(Some(m)) if m.version() == array.json_meta.version() => return Some(array),
+            Ok(Some(_)) => match self.store_array_now(&array) {
+                Some(now) if !replaced(&array, &now) => return Some(now),
+                Some(_) => {
+                    "another mount made another array at its path: the chunks staged for \
+                     the one it replaced are not stored"
+                }
+                None => return Some(array),
+            },
+            Ok(None) => {
+                "its metadata is gone from the store (another mount removed or moved the \
+                 array): the chunks staged for it are not stored"
+            }
+            Err(_) => return Some(array),
+        };
+        self.let_go_staged(&array.rel, why);
+        None
+    }
+
+    /// The chunks staged for the array at `rel` can be stored nowhere (`why`): let go,
+    /// and named in the log, `shardfs stats` (`refused`) and the unmount's report.
+    pub(super) fn let_go_staged(&self, rel: &std::path::Path, why: &str) {
+        let Some(w) = &self.writer else { return };
+        w.staging.discard(rel);
+        log::error!("{}: {why}", rel.display());
         let mut refused = self.counters.refused.lock();
         if refused.len() == super::REFUSALS_KEPT {
             refused.pop_front();
         }
-        refused.push_back((array.rel.display().to_string(), why.to_string()));
-        true
+        refused.push_back((rel.display().to_string(), why.to_string()));
+    }
+
+    /// `array` as the store describes it now (`None` where that cannot be told: a read
+    /// failed, or the directory is no array now, which a later flush tells).
+    fn store_array_now(&self, array: &ShardedArray) -> Option<Arc<ShardedArray>> {
+        let dir_meta = self.store.stat(&array.rel).ok()??;
+        self.load_array(&array.rel, dir_meta).ok().map(Arc::new)
     }
 
     /// Make everything this mount holds durable: staged chunks and the files of their
@@ -200,4 +235,18 @@ impl View {
             _ => self.sync_all(),
         }
     }
+}
+
+/// Whether the array the store now describes at `old`'s path is another array than the
+/// one chunks were staged for: one of another layout (chunks that would land in other
+/// slots or shards, or be encoded otherwise: all but the shape must agree), or one in
+/// another directory (removed and made again: a disk gives the new one another inode).
+pub(super) fn replaced(old: &ShardedArray, now: &ShardedArray) -> bool {
+    let (a, b) = (&old.layout, &now.layout);
+    let same_placement = a.shard_shape == b.shard_shape
+        && a.levels == b.levels
+        && a.inner_codecs == b.inner_codecs
+        && a.fixed_chunk_len == b.fixed_chunk_len;
+    let (i, j) = (old.dir_meta.ino, now.dir_meta.ino);
+    !same_placement || (i != 0 && j != 0 && i != j)
 }
