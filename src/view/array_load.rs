@@ -67,7 +67,7 @@ impl View {
                     && self
                         .writer
                         .as_ref()
-                        .is_some_and(|w| w.staging.arrays(None).iter().any(|a| *a == rel))
+                        .is_some_and(|w| w.staging.arrays(None).contains(&rel))
                 {
                     self.let_go_staged(
                         &rel,
