@@ -1464,6 +1464,11 @@ class Run:
                     (self.plain / made[1]).unlink()
                 else:
                     os.rename(self.plain / made[1], self.plain / made[0])
+            elif not made and i < len(rp) and rp[i] == "ok":
+                # a file the twin made there and the mount refused (ENOENT at its create):
+                # it is that difference, also after a remount (not a file the mount
+                # accepted and then dropped)
+                self.taint(step.path, "keydir-outside-grid")
             return "keydir-outside-grid"
         if self.s3 and mr == "ok" and i < len(rp) and rp[i] == "ENOTEMPTY" and step is not None \
                 and step.desc.startswith("rmdir ") and self.empty_below(self.plain / step.path):
