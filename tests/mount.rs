@@ -1537,18 +1537,23 @@ fn a_refused_append_to_a_chunk_keeps_what_its_writer_closed() {
 /// A store with one 1-d uint8 array `u` of `len` elements, shards of `shard`, inner
 /// chunks of 8 bytes, no compression (every chunk exactly 8 bytes).
 fn uncompressed_array_u(len: usize, shard: usize) -> tempfile::TempDir {
+    store_with_u8_array("u", len, shard, serde_json::json!([{"name": "bytes"}]))
+}
+
+/// A store with one 1-d uint8 array `name`: `len` elements, shards of `shard`, inner
+/// chunks of 8, `codecs` inside the shards.
+fn store_with_u8_array(
+    name: &str,
+    len: usize,
+    shard: usize,
+    codecs: serde_json::Value,
+) -> tempfile::TempDir {
     let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
-        len,
-        shard,
-        8,
-        serde_json::json!([{"name": "bytes"}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("u")).unwrap();
+    let meta =
+        common::sharded_u8_array(len, shard, 8, codecs, common::index_codecs_crc32c(), "end");
+    std::fs::create_dir(store.path().join(name)).unwrap();
     std::fs::write(
-        store.path().join("u/zarr.json"),
+        store.path().join(name).join("zarr.json"),
         serde_json::to_vec(&meta).unwrap(),
     )
     .unwrap();
@@ -1717,22 +1722,12 @@ fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
 /// A store with one 1-d uint8 array `z` of 64 elements, shards of 32, inner chunks of 8,
 /// zstd-compressed (chunks of any length).
 fn zstd_array_z() -> tempfile::TempDir {
-    let store = tempfile::tempdir().unwrap();
-    let meta = common::sharded_u8_array(
+    store_with_u8_array(
+        "z",
         64,
         32,
-        8,
         serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1, "checksum": false}}]),
-        common::index_codecs_crc32c(),
-        "end",
-    );
-    std::fs::create_dir(store.path().join("z")).unwrap();
-    std::fs::write(
-        store.path().join("z/zarr.json"),
-        serde_json::to_vec(&meta).unwrap(),
     )
-    .unwrap();
-    store
 }
 
 /// With `open_checks`, a file of an array open for writing and renamed within the array
