@@ -61,6 +61,49 @@ impl View {
         }
     }
 
+    /// A commit of `file` (at `path`, written for `array`, at `target`) that must not
+    /// happen: `Some` with what to answer. A file renamed to where its descriptors could
+    /// not follow ([`View::follow_rename`]) and written since: `ESTALE`. A chunk written
+    /// for an array that another mount has since replaced (removed and made again, or of
+    /// another layout): not a chunk of the array there now, refused (found by an
+    /// adversarial tester: it was stored into the new array).
+    fn stale_commit(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        target: &Target,
+        file: &Arc<Mutex<Scratch>>,
+    ) -> Option<Result<()>> {
+        let mut f = file.lock();
+        if f.renamed_away && f.dirty {
+            f.dirty = false;
+            log::warn!(
+                "{}: written after it was renamed out of the array's files: not stored",
+                path.display()
+            );
+            return Some(Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                libc::ESTALE,
+            ))));
+        }
+        drop(f);
+        if !matches!(target, Target::Chunk(_))
+            || !super::durable::replaced(array, &self.current(array))
+        {
+            return None;
+        }
+        let mut f = file.lock();
+        if !f.dirty || f.orphan {
+            return Some(Ok(()));
+        }
+        f.dirty = false;
+        let why = format!(
+            "{}: written for an array another mount replaced since: not stored",
+            path.display()
+        );
+        log::warn!("{why}");
+        Some(Err(ViewError::Invalid(why)))
+    }
+
     /// Commit a written scratch file that sits at a chunk key or at `zarr.json` (on
     /// `close` — `flush` — so that a refusal reaches the writer — and on `fsync`).
     pub(super) fn commit_scratch(&self, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
@@ -72,38 +115,10 @@ impl View {
         else {
             return Ok(());
         };
-        {
-            let mut f = file.lock();
-            if f.renamed_away && f.dirty {
-                f.dirty = false;
-                log::warn!(
-                    "{}: written after it was renamed out of the array's files: not stored",
-                    path.display()
-                );
-                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
-                    libc::ESTALE,
-                )));
-            }
-        }
         let name = path.file_name().unwrap_or_default();
         let target = self.target(array, parent.as_deref(), name)?;
-        if matches!(target, Target::Chunk(_))
-            && super::durable::replaced(array, &self.current(array))
-        {
-            // Written for an array that another mount has since replaced (removed and
-            // made again, or of another layout): not a chunk of the array there now
-            // (found by an adversarial tester: it was stored into the new array).
-            let mut f = file.lock();
-            if f.dirty && !f.orphan {
-                f.dirty = false;
-                let why = format!(
-                    "{}: written for an array another mount replaced since: not stored",
-                    path.display()
-                );
-                log::warn!("{why}");
-                return Err(ViewError::Invalid(why));
-            }
-            return Ok(());
+        if let Some(refused) = self.stale_commit(path, array, &target, file) {
+            return refused;
         }
         match target {
             Target::Meta(_) | Target::Chunk(_) => {}
