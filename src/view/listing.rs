@@ -20,12 +20,12 @@ use crate::store::shard::Shard;
 use crate::store::{EntryKind, Reads};
 
 /// Store listings a listing of key directories makes side by side.
-const LISTS_IN_FLIGHT: usize = 16;
+pub(super) const LISTS_IN_FLIGHT: usize = 16;
 
 /// The most keys one LIST of everything below an array's key directory may find to
 /// answer for the listings of its shard directories ([`Store::list_tree`]): under one
 /// page of an S3 LIST (1,000 keys), so that it is one request.
-const TREE_LIST_MAX: usize = 999;
+pub(super) const TREE_LIST_MAX: usize = 999;
 
 impl View {
     pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
@@ -110,125 +110,6 @@ impl View {
             }
         } else {
             out.extend(self.list_flat(array)?);
-        }
-        Ok(out)
-    }
-
-    /// The children of the key directory with leading inner coordinates `prefix`.
-    pub(super) fn list_keys(&self, array: &ShardedArray, prefix: &[u64]) -> Result<Vec<DirEntry>> {
-        let layout = &array.layout;
-        let ndim = layout.ndim();
-        let k = prefix.len();
-        if k >= ndim {
-            return Err(ViewError::NotDir);
-        }
-        let shard_prefix = array.shard_prefix(prefix);
-        let dir = array.shard_dir_rel(&shard_prefix);
-        let last = k + 1 == ndim;
-        // The array's key directory (`c`) on a read-only mount of object storage: its
-        // shard directories are listed next, level by level (a LIST each, in series with
-        // the one before: `cp -r` waited 2 round trips before it learnt of a shard).
-        // Where the grid has fewer shards than a LIST's page holds, one LIST of every
-        // key below answers for all of them.
-        if k == 0 && ndim >= 2 && self.writer.is_none() && self.caps.reads == Reads::Requests {
-            let shards = layout
-                .shard_counts()
-                .iter()
-                .try_fold(1u64, |n, &c| n.checked_mul(c));
-            if shards.is_some_and(|n| n < TREE_LIST_MAX as u64) {
-                // Best effort: a failure is met again by the listing below.
-                let _ = self.store.list_tree(&dir, TREE_LIST_MAX);
-            }
-        }
-        // A key directory may exist only in memory (made by mkdir, or holding staged
-        // chunks): no store directory is then no shard.
-        let listed = match self.store.list(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            other => other?,
-        };
-        let mut shard_coords: Vec<u64> = listed
-            .into_iter()
-            // Any kind at the shard level: a shard path that is not a regular file
-            // lists its chunks, which read as EIO (never vanish silently).
-            .filter(|e| last || e.kind == EntryKind::Dir)
-            .filter_map(|e| {
-                e.name
-                    .to_str()
-                    .and_then(|n| array.store_keys.parse_component(k, n))
-            })
-            .filter(|&s| s < layout.shard_counts()[k])
-            .collect();
-        shard_coords.sort_unstable();
-        let mut out = Vec::new();
-        if !last {
-            if k + 2 == ndim && self.caps.reads == Reads::Requests {
-                // The shards one level down, whose indexes say which key directories
-                // hold chunks.
-                // Their directories listed side by side (at 30 ms a request, `ls c` of
-                // a 2-shard-row array waited 2 LISTs in series; `has_chunks_under`
-                // below finds these listings kept).
-                let mut shards = Vec::new();
-                for group in shard_coords.chunks(LISTS_IN_FLIGHT) {
-                    let listed = self.list_side_by_side(array, &shard_prefix, group);
-                    for (sp, listed) in listed {
-                        let Ok(listed) = listed else { continue };
-                        shards.extend(listed.iter().filter_map(|e| {
-                            let t = e.name.to_str()?;
-                            let t = array.store_keys.parse_component(k + 1, t)?;
-                            Some([sp.as_slice(), &[t]].concat())
-                        }));
-                    }
-                }
-                self.load_indexes_ahead(array, shards);
-            }
-            let mut below = prefix.to_vec();
-            below.push(0);
-            for s in shard_coords {
-                for i in layout.inner_range(k, s) {
-                    below[k] = i;
-                    if self.has_chunks_under(array, &below, false)? {
-                        out.push(DirEntry {
-                            ino: 0,
-                            name: i.to_string().into(),
-                            kind: Kind::Dir,
-                        });
-                    }
-                }
-            }
-            return Ok(out);
-        }
-        // The last level: every chunk's state comes from the staged chunks under this
-        // prefix (read once) or else from its shard's index (looked up once per shard),
-        // not from a lookup per chunk.
-        let staged: HashMap<Vec<u64>, bool> = match &self.writer {
-            Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
-            None => HashMap::new(),
-        };
-        let mut coords = prefix.to_vec();
-        coords.push(0);
-        self.load_indexes_ahead(
-            array,
-            shard_coords
-                .iter()
-                .map(|&s| [shard_prefix.as_slice(), &[s]].concat())
-                .collect(),
-        );
-        for s in shard_coords {
-            let mut shard = shard_prefix.clone();
-            shard.push(s);
-            let shard = self.refresh_shard(array, &shard);
-            for i in layout.inner_range(k, s) {
-                coords[k] = i;
-                let stored = match staged.get(&coords) {
-                    Some(&exists) => exists,
-                    None => layout
-                        .locate(&coords)
-                        .is_some_and(|loc| !matches!(shard.chunk(layout, &loc), Ok(None))),
-                };
-                if stored {
-                    out.push(file(i.to_string().into()));
-                }
-            }
         }
         Ok(out)
     }
@@ -338,7 +219,7 @@ impl View {
     /// is left of `--s3-timeout`, 1 s during an outage), and an answer to any of them
     /// counts for the operation as an answer to its own request would. Where no thread
     /// can be started, the listing is made here.
-    fn list_side_by_side(
+    pub(super) fn list_side_by_side(
         &self,
         array: &ShardedArray,
         prefix: &[u64],
@@ -448,7 +329,7 @@ impl View {
     /// reads of them one after another mostly wait for requests already in flight
     /// (`ls -l` and `cp -r` of an array at 30 ms a request: one round trip or two per
     /// shard, one after another, otherwise). Their chunks are not fetched.
-    fn load_indexes_ahead(&self, array: &ShardedArray, shards: Vec<Vec<u64>>) {
+    pub(super) fn load_indexes_ahead(&self, array: &ShardedArray, shards: Vec<Vec<u64>>) {
         if shards.len() < 2 || self.caps.reads != Reads::Requests {
             return;
         }
@@ -601,7 +482,7 @@ impl View {
     }
 }
 
-fn file(name: OsString) -> DirEntry {
+pub(super) fn file(name: OsString) -> DirEntry {
     DirEntry {
         ino: 0,
         name,

@@ -16,7 +16,7 @@
 //! [`Handle`]; the methods of `View` are spread over the files by what they own:
 //! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
-//!   attributes), `readdir.rs` and `listing.rs` (listings), `inode.rs`, `node.rs`,
+//!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
 //! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
@@ -86,6 +86,7 @@ mod kept;
 mod kernel_held;
 mod kernel_writes;
 mod key_dirs;
+mod key_listing;
 mod landed;
 mod listing;
 mod meta;
