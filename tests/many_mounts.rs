@@ -540,3 +540,41 @@ fn a_chunk_written_for_an_array_another_mount_replaced_is_not_stored_in_the_new_
         );
     }
 }
+
+/// The other side of the two tests above: another mount changing only the array's
+/// shape (a grow) replaces nothing. A chunk staged in B before A's grow is stored, in
+/// the array as it is now.
+#[test]
+fn a_chunk_staged_before_another_mount_grew_the_array_is_stored() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    fs::create_dir(store.path().join("a")).unwrap();
+    fs::write(store.path().join("a/zarr.json"), array_doc()).unwrap();
+    let (ma, a) = mount_unflushed(store.path());
+    let (mb, b) = mount_unflushed_with(store.path(), false);
+    fs::create_dir_all(mb.path().join("a/c")).unwrap();
+    write_close(&mb.path().join("a/c/1"), b"BBBB", false);
+    let shown: serde_json::Value =
+        serde_json::from_slice(&fs::read(ma.path().join("a/zarr.json")).unwrap()).unwrap();
+    let mut grown = shown.clone();
+    grown["shape"] = json!([128]);
+    fs::write(
+        ma.path().join("a/zarr.json"),
+        serde_json::to_vec(&grown).unwrap(),
+    )
+    .unwrap();
+    a.unmount().unwrap();
+    flush(mb.path());
+    let stats: serde_json::Value =
+        serde_json::from_slice(&fs::read(mb.path().join(".shardfs-stats")).unwrap()).unwrap();
+    assert_eq!(stats["refused"], json!([]), "{stats}");
+    b.unmount().unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let _c = Mount::new(store.path(), fresh.path(), &MountOptions::default()).unwrap();
+    let now: serde_json::Value =
+        serde_json::from_slice(&fs::read(fresh.path().join("a/zarr.json")).unwrap()).unwrap();
+    assert_eq!(now["shape"], json!([128]));
+    assert_eq!(fs::read(fresh.path().join("a/c/1")).unwrap(), b"BBBB");
+}

@@ -18,6 +18,22 @@ fn read_only() -> MountOptions {
     }
 }
 
+/// A writable mount that asks the daemon at every open (`-o open_checks`).
+fn open_checks() -> MountOptions {
+    MountOptions {
+        open_checks: true,
+        ..MountOptions::default()
+    }
+}
+
+/// `close(2)` of `f`, which must succeed (a std `File`'s drop ignores the error).
+fn close_checked(f: std::fs::File, what: &str) {
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+    // SAFETY: `fd` was just taken out of `f`, which no longer owns it.
+    let rc = unsafe { libc::close(fd) };
+    assert_eq!(rc, 0, "{what}: {}", std::io::Error::last_os_error());
+}
+
 fn mounted(store: &Path) -> (tempfile::TempDir, Mount) {
     let dir = tempfile::tempdir().unwrap();
     let mount = Mount::new(store, dir.path(), &read_only()).unwrap();
@@ -949,10 +965,7 @@ fn a_writable_mount_with_open_checks_asks_at_every_open_and_reads_cached_pages()
         return;
     }
     let key = "u16_default_sparse/c/1/1";
-    let m = BasicMount::new(&MountOptions {
-        open_checks: true,
-        ..MountOptions::default()
-    });
+    let m = BasicMount::new(&open_checks());
     let dir = &m.dir;
     let first = std::fs::read(dir.path().join(key)).unwrap();
     assert_eq!(first.len(), 24);
@@ -1189,9 +1202,8 @@ fn with_open_checks_an_open_sees_a_chunk_grown_outside_the_mount_whole_despite_c
     // are all of one length, and another is refused).
     let key = "inner_zstd/c/1/1";
     let opts = MountOptions {
-        open_checks: true,
         ttl: Some(Duration::from_secs(60)),
-        ..MountOptions::default()
+        ..open_checks()
     };
     let m = BasicMount::of("zarr_codecs", &opts);
     let (store, dir) = (m.store.clone(), &m.dir);
@@ -1631,13 +1643,7 @@ fn with_open_checks_a_readers_close_commits_nothing_of_a_writers_chunk() {
     }
     let store = uncompressed_array_u(64, 32);
     {
-        let (mnt, m) = common::mount::mount_with(
-            store.path(),
-            &MountOptions {
-                open_checks: true,
-                ..MountOptions::default()
-            },
-        );
+        let (mnt, m) = common::mount::mount_with(store.path(), &open_checks());
         std::fs::create_dir(mnt.path().join("u/c")).unwrap();
         let p = mnt.path().join("u/c/1");
         std::fs::write(&p, [5u8; 8]).unwrap();
@@ -1647,21 +1653,13 @@ fn with_open_checks_a_readers_close_commits_nothing_of_a_writers_chunk() {
         let mut seen = Vec::new();
         r.read_to_end(&mut seen).unwrap();
         assert_eq!(seen, [1u8; 4], "the reader reads the bytes written so far");
-        // `close(2)` of the reader: a std `File`'s drop ignores errors, so close by hand.
-        let fd = std::os::fd::IntoRawFd::into_raw_fd(r);
-        assert_eq!(
-            unsafe { libc::close(fd) },
-            0,
-            "the reader's close: {}",
-            std::io::Error::last_os_error()
-        );
+        close_checked(r, "the reader's close");
         let stats: serde_json::Value =
             serde_json::from_slice(&std::fs::read(mnt.path().join(".shardfs-stats")).unwrap())
                 .unwrap();
         assert_eq!(stats["refused"], serde_json::json!([]), "{stats}");
         w.write_all(&[2u8; 4]).unwrap();
-        let fd = std::os::fd::IntoRawFd::into_raw_fd(w);
-        assert_eq!(unsafe { libc::close(fd) }, 0, "the writer's close");
+        close_checked(w, "the writer's close");
         assert_eq!(std::fs::read(&p).unwrap(), [1, 1, 1, 1, 2, 2, 2, 2]);
         m.unmount().unwrap();
     }
@@ -1684,10 +1682,7 @@ fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
         return;
     }
     let store = zstd_array_z();
-    let opts = MountOptions {
-        open_checks: true,
-        ..MountOptions::default()
-    };
+    let opts = open_checks();
     {
         let (mnt, m) = common::mount::mount_with(store.path(), &opts);
         std::fs::create_dir(mnt.path().join("z/c")).unwrap();
@@ -1702,8 +1697,7 @@ fn with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it() {
             if sync {
                 old.sync_all().unwrap();
             }
-            let fd = std::os::fd::IntoRawFd::into_raw_fd(old);
-            assert_eq!(unsafe { libc::close(fd) }, 0, "the old descriptor's close");
+            close_checked(old, "the old descriptor's close");
             assert_eq!(std::fs::read(&p).unwrap(), [2u8; 50], "{key}");
         }
         m.unmount().unwrap();
@@ -1743,10 +1737,7 @@ fn with_open_checks_an_open_file_renamed_in_its_array_is_written_at_its_new_name
         return;
     }
     let store = zstd_array_z();
-    let opts = MountOptions {
-        open_checks: true,
-        ..MountOptions::default()
-    };
+    let opts = open_checks();
     let moves = [
         ("z/c/0", "z/c/1"),
         ("z/notes.txt", "z/c/2"),
@@ -1762,8 +1753,7 @@ fn with_open_checks_an_open_file_renamed_in_its_array_is_written_at_its_new_name
             std::fs::rename(mnt.path().join(from), mnt.path().join(to)).unwrap();
             f.write_all(b"part2").unwrap();
             f.sync_all().unwrap();
-            let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
-            assert_eq!(unsafe { libc::close(fd) }, 0, "{from} -> {to}: close");
+            close_checked(f, &format!("{from} -> {to}: close"));
             assert_eq!(
                 std::fs::read(mnt.path().join(to)).unwrap(),
                 b"part1-part2",
@@ -1889,10 +1879,7 @@ fn with_open_checks_a_chunk_refused_at_its_fsync_can_be_made_again() {
         return;
     }
     let store = uncompressed_array_u(64, 32);
-    let opts = MountOptions {
-        open_checks: true,
-        ..MountOptions::default()
-    };
+    let opts = open_checks();
     let (mnt, m) = common::mount::mount_with(store.path(), &opts);
     std::fs::create_dir_all(mnt.path().join("u/c")).unwrap();
     let p = mnt.path().join("u/c/1");

@@ -64,10 +64,7 @@ impl View {
                 // replaced must not go into it (see `View::array_to_flush`).
                 if let Some(old) = self.arrays.get(&rel)
                     && super::durable::replaced(&old, &array)
-                    && self
-                        .writer
-                        .as_ref()
-                        .is_some_and(|w| w.staging.arrays(None).contains(&rel))
+                    && self.writer.as_ref().is_some_and(|w| w.staging.holds(&rel))
                 {
                     self.let_go_staged(
                         &rel,

@@ -64,7 +64,9 @@ impl View {
         let Some(w) = &self.writer else {
             return Some(array);
         };
-        if w.headless.lock().contains_key(&array.rel) {
+        // Nothing staged (a directory's `fsync`, a flush before an unlink): nothing to
+        // place, no store request, nothing to name.
+        if !w.staging.holds(&array.rel) || w.headless.lock().contains_key(&array.rel) {
             return Some(array);
         }
         let why = match self.store.stat(&array.meta_rel) {
@@ -157,8 +159,6 @@ impl View {
         }
     }
 
-    /// `fsync` of a file: durable when it returns. A chunk still open for writing is
-    /// committed with what it holds now (later writes commit again on close).
     /// `fsync` through handle `fh` of `ino`: as [`View::fsync`], but a file renamed to
     /// where its descriptors could not follow it ([`View::follow_rename`]) and written
     /// since answers `ESTALE` (what was written is stored nowhere).
@@ -171,6 +171,8 @@ impl View {
         self.fsync(ino)
     }
 
+    /// `fsync` of a file: durable when it returns. A chunk still open for writing is
+    /// committed with what it holds now (later writes commit again on close).
     pub fn fsync(&self, ino: u64) -> Result<()> {
         let (_, node) = match self.node(ino) {
             // Retired while open (a chunk file taken into a new array, whose adoption

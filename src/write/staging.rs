@@ -230,6 +230,15 @@ impl Staging {
             .collect()
     }
 
+    /// Whether `array` has chunks staged (not yet taken by a flush).
+    pub fn holds(&self, array: &Path) -> bool {
+        self.inner
+            .lock()
+            .arrays
+            .get(array)
+            .is_some_and(|a| !a.staged.is_empty())
+    }
+
     /// Move an array's staged chunks to `flushing` and return them for a flush.
     pub fn take(&self, array: &Path) -> Vec<StagedChunk> {
         let mut inner = self.inner.lock();
