@@ -293,6 +293,10 @@ impl<F: StoreFile + ?Sized> StoreFile for FaultyFile<F> {
         self.inner.cold()
     }
 
+    fn pass(&self) -> u64 {
+        self.inner.pass()
+    }
+
     fn warm(&self) {
         self.inner.warm()
     }

@@ -168,6 +168,13 @@ pub trait StoreFile: Send + Sync {
         false
     }
 
+    /// Passes over the file that read through what it held ahead (object storage; a
+    /// local file: 0): at each, the file is cold again, and the view loads ahead for the
+    /// next pass as for the first ([`crate::store::shard::Shard::claim_next`]).
+    fn pass(&self) -> u64 {
+        0
+    }
+
     /// Fetch the start of the file ahead, before anything reads it (a shard loaded
     /// ahead of its reader, so that its index and chunks come in one request). Best
     /// effort: an error here is met again, and reported, by the read that needs the bytes.

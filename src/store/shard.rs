@@ -83,8 +83,9 @@ pub struct Shard {
     pub(super) seen: Option<(u64, u64, std::time::SystemTime)>,
     pub(super) index: Result<ShardIndex, ShardError>,
     nested: Mutex<HashMap<NestedKey, Result<Arc<ShardIndex>, ShardError>>>,
-    /// Whether the shard after this one was asked to be loaded ahead ([`Shard::claim_next`]).
-    next_claimed: std::sync::atomic::AtomicBool,
+    /// Whether the shards after this one were asked to be loaded ahead, and in which
+    /// pass over its file ([`Shard::claim_next`]): the pass plus one (0: never).
+    next_claimed: std::sync::atomic::AtomicU64,
     /// Where the first chunk opened lies, plus one (0: none yet), for
     /// [`Shard::opened_another`].
     first_opened: std::sync::atomic::AtomicU64,
@@ -264,9 +265,19 @@ impl Shard {
         self.file.as_ref().is_some_and(|f| f.streaming())
     }
 
-    /// Whether [`Shard::claim_next`] was done.
+    /// Whether [`Shard::claim_next`] was done, in any pass (a reader went through it).
     pub fn next_claimed(&self) -> bool {
-        self.next_claimed.load(std::sync::atomic::Ordering::Relaxed)
+        self.next_claimed.load(std::sync::atomic::Ordering::Relaxed) != 0
+    }
+
+    /// Whether [`Shard::claim_next`] was done in the pass over its file now under way
+    /// ([`StoreFile::pass`]).
+    pub fn claimed_this_pass(&self) -> bool {
+        self.next_claimed.load(std::sync::atomic::Ordering::Relaxed) == self.pass() + 1
+    }
+
+    fn pass(&self) -> u64 {
+        self.file.as_ref().map_or(0, |f| f.pass())
     }
 
     /// Note the open of the chunk at byte `offset` of the shard: whether another chunk of
@@ -284,11 +295,14 @@ impl Shard {
         }
     }
 
-    /// True once for this shard as loaded: the caller loads the next one ahead.
+    /// True once per pass over this shard's file as loaded ([`StoreFile::pass`]: once
+    /// its reader went through what was held of it, the next pass loads ahead again):
+    /// the caller loads the next shards ahead.
     pub fn claim_next(&self) -> bool {
-        !self
-            .next_claimed
-            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        let this = self.pass() + 1;
+        self.next_claimed
+            .swap(this, std::sync::atomic::Ordering::Relaxed)
+            != this
     }
 
     /// Whether a shard file exists.

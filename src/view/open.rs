@@ -155,7 +155,8 @@ impl View {
     /// data flows). So does the first chunk opened of a shard whose shard before was read
     /// through ([`View::after_read_through`]). Bounded: at most [`SHARDS_AHEAD`] + 1
     /// shards, within the half of the read-ahead budget kept for loads ahead, once per
-    /// load of the shard.
+    /// pass over the shard (a second pass over an array once the kernel dropped its
+    /// pages loads ahead as the first did).
     fn load_next_ahead(
         &self,
         array: &Arc<ShardedArray>,
@@ -163,8 +164,9 @@ impl View {
         shard: &Arc<Shard>,
         range: ChunkRange,
     ) {
-        // The claim's flag first: after the first time this is one atomic load per open.
-        if shard.next_claimed() {
+        // The claim's flag first: after the first time in a pass over the shard, this
+        // is an atomic load and a lock of its file's read-ahead per open.
+        if shard.claimed_this_pass() {
             return;
         }
         let requests = self.caps.reads == Reads::Requests;

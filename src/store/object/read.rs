@@ -91,7 +91,8 @@ pub(super) struct ReadAhead {
     pub(super) chunks: u32,
     /// The first chunk read, left out of the whole fetch (its reader has it).
     pub(super) first_chunk: Option<std::ops::Range<u64>>,
-    /// Whether the object was fetched whole (or that was tried): once per open file.
+    /// Whether the object was fetched whole (or that was tried): once per pass
+    /// ([`ReadAhead::let_go_held`]).
     pub(super) whole: bool,
     /// Bytes read outside chunks (a shard's index): a whole fetch holds them again,
     /// and its reader will not ask for them again, so they count as served.
@@ -114,6 +115,8 @@ pub(super) struct ReadAhead {
     /// index (the read under way) waited behind the whole shard's disk reads when they
     /// were asked for first; of a shard a reader went on to a second chunk of.
     pub(super) will_need: Option<std::ops::Range<u64>>,
+    /// Passes over the object read through so far ([`ReadAhead::let_go_held`]).
+    pub(super) pass: u64,
 }
 
 /// A window being fetched: on drop, its in-flight mark is cleared (if still its own),
@@ -193,9 +196,35 @@ enum Planned {
 }
 
 impl ReadAhead {
+    /// What was held was all served and goes. If it was the object whole (a whole
+    /// fetch, a claim of the rest, a load ahead of all of it), its reader went through
+    /// it, and the next read starts a new pass over the object, read ahead as the first
+    /// was (a claim takes the rest, a second chunk fetches it whole, a load ahead warms
+    /// it). Before, all that was once per open file, and a shard stays open as long as
+    /// it is cached: a second pass over an array whose pages the kernel had dropped
+    /// (memory pressure, a dataset read once per epoch) fetched it one chunk per GET, in
+    /// series (array A of `scripts/bench-s3 latency` at 30 ms: 2.7 s, against 0.25 s the
+    /// first time). A new pass forgets what decides a whole fetch (the chunks counted,
+    /// the fetch or claim done); where reads go on forward (a sequential reader's window
+    /// and streak) stays, as does what is in flight, and so do the bytes read outside
+    /// chunks (the index: parsed once, never asked for again, so whatever holds them
+    /// again counts them as served).
+    pub(super) fn let_go_held(&mut self) {
+        self.held = None;
+        self.served = 0;
+        if self.whole {
+            self.pass += 1;
+            self.chunks = 0;
+            self.first_chunk = None;
+            self.whole = false;
+            self.claimed_rest = false;
+        }
+    }
+
     /// A new chunk read (a step inside a chunk) of an object of `size` bytes: counted,
     /// and whether the object is now to be fetched whole (its second chunk, up to
-    /// [`WHOLE_MAX`], once per open file; never where the local cache holds it all).
+    /// [`WHOLE_MAX`], once per pass over the file; never where the local cache holds it
+    /// all).
     fn count_chunk(&mut self, unit: &std::ops::Range<u64>, size: u64, disk_whole: bool) -> bool {
         self.chunks = self.chunks.saturating_add(1);
         let first = self.first_chunk.get_or_insert_with(|| unit.clone()).clone();
@@ -328,7 +357,7 @@ impl ObjectFile {
                 ra.unit = Some(unit.clone());
                 ra.served += want as u64;
                 if ra.served >= held && ra.flowing == 0 {
-                    ra.held = None;
+                    ra.let_go_held();
                 }
                 return Some(want);
             }
@@ -525,6 +554,10 @@ impl StoreFile for ObjectFile {
         ra.held.is_none() && ra.pending.is_none() && !ra.whole && ra.chunks == 0
     }
 
+    fn pass(&self) -> u64 {
+        self.ahead.lock().pass
+    }
+
     /// One GET of the object's first [`MAX_WINDOW`] bytes (all of a shard of up to 8
     /// MiB: its index and its chunks), held as a window, while it leaves half the budget
     /// free (a shard loaded ahead and never read through keeps its window until the shard
@@ -535,7 +568,10 @@ impl StoreFile for ObjectFile {
             self.ahead.lock().will_need = Some(0..len);
             return;
         }
-        {
+        // Bytes read outside chunks before (the index, at the shard's load): held again
+        // and never asked for again, so counted as served (else the window was never
+        // read through, and a second pass over the shard was not read ahead).
+        let served_before = {
             let mut ra = self.ahead.lock();
             if len == 0
                 || ra.held.is_some()
@@ -545,15 +581,20 @@ impl StoreFile for ObjectFile {
                 return;
             }
             ra.pending = Some(0..len);
-        }
+            // All of it: a whole fetch, whose reading through ends a pass.
+            ra.whole |= len == self.meta.size;
+            ra.outside
+        };
         let window = InFlight {
             file: self,
             range: 0..len,
             reserved: len,
             merge: false,
         };
-        if let Ok(bytes) = self.fetch(0..len) {
-            window.hold(vec![(0, bytes)], 0);
+        match self.fetch(0..len) {
+            Ok(bytes) => window.hold(vec![(0, bytes)], served_before),
+            // Not fetched after all: a reader's second chunk may still fetch it whole.
+            Err(_) => self.ahead.lock().whole = false,
         }
     }
 }

@@ -33,7 +33,7 @@ impl ObjectFile {
         {
             return false;
         }
-        // As a whole fetch at a second chunk: once per open file, the first chunk left
+        // As a whole fetch at a second chunk: once per pass over the file, the first chunk left
         // to its reader.
         ra.whole = true;
         ra.first_chunk = Some(skip.clone());

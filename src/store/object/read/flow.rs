@@ -78,7 +78,7 @@ impl Drop for FlowMark {
             ra.pending_skip = None;
         }
         if ra.flowing == 0 && ra.held.as_ref().is_some_and(|h| ra.served >= h.len()) {
-            ra.held = None;
+            ra.let_go_held();
         }
         self.budget.release(self.reserved.swap(0, SeqCst));
         drop(ra);

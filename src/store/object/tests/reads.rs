@@ -160,8 +160,16 @@ fn a_second_chunk_in_any_order_fetches_the_rest_of_the_object() {
             let moved = s.counters().get_bytes.load(Relaxed);
             assert_eq!(moved, index + chunk, "the index, then a cold chunk");
         }
+        if k == 1 {
+            assert!(
+                f.streaming(),
+                "a second chunk: read through (pass {})",
+                f.pass()
+            );
+        }
     }
-    assert!(f.streaming());
+    // Every chunk read: a pass over it done, the next starts afresh.
+    assert_eq!(f.pass(), 1);
     // The index, the first chunk, then the object before it and after it (the index
     // again: a few bytes) side by side.
     assert_eq!(s.counters().gets.load(Relaxed), 4);
@@ -495,7 +503,7 @@ fn the_rest_claimed_beside_the_first_chunk_comes_in_the_background() {
     f.read_at(&mut idx, chunk * n).unwrap();
     let first = chunk..2 * chunk; // the first chunk need not lie first
     assert!(f.claim_rest(first.clone()));
-    assert!(!f.claim_rest(first.clone()), "once per open file");
+    assert!(!f.claim_rest(first.clone()), "once per pass");
     assert_eq!(
         s.counters().gets.load(Relaxed),
         3,
@@ -571,4 +579,80 @@ fn the_rest_claimed_of_a_replaced_object_is_estale_not_new_bytes() {
         0,
         "nothing held, the budget given back"
     );
+}
+
+/// A second pass over an object whose held bytes were all read and let go (the kernel
+/// dropped the pages of a shard read before, and its reader comes again) is read ahead
+/// as the first was: a claim beside its first chunk takes the rest again, and without a
+/// claim a second chunk fetches it whole. Before, both were once per open file, and a
+/// shard stays open while it is cached: the second pass fetched chunk by chunk (256 GETs
+/// in series for array A of `scripts/bench-s3 latency`).
+#[test]
+fn a_second_pass_over_an_object_read_through_is_read_ahead_again() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let chunk = 96u64 << 10;
+    let n = 16u64;
+    let index = 16 * n + 4;
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % 233) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap();
+    let read_all = |f: &Arc<dyn StoreFile>| {
+        let mut b = vec![0u8; chunk as usize];
+        // Not in file order: each chunk a stride of 5 from the last (mod 16).
+        for c in (0..n).map(|i| (5 * i) % n) {
+            let r = c * chunk..(c + 1) * chunk;
+            f.read_chunk_at(&mut b, r.start, r.clone()).unwrap();
+            assert!(b[..] == data[r.start as usize..r.end as usize], "chunk {c}");
+        }
+    };
+    for pass in 0..3u64 {
+        let gets = s.counters().gets.load(Relaxed);
+        assert_eq!(f.pass(), pass);
+        assert!(f.cold(), "pass {pass} starts cold");
+        if pass == 1 {
+            // Without a claim: the first chunk alone, then the rest whole (two pieces).
+            read_all(&f);
+        } else {
+            // With one: the rest in two pieces beside the first chunk, in one.
+            assert!(f.claim_rest(0..chunk), "pass {pass}");
+            read_all(&f);
+        }
+        assert_eq!(
+            settled_read_ahead(&s),
+            0,
+            "pass {pass}: read through, let go"
+        );
+        let took = s.counters().gets.load(Relaxed) - gets;
+        assert!(took <= 3, "pass {pass}: {took} GETs");
+    }
+    assert_eq!(f.pass(), 3);
+    // A shard loaded ahead: its index read at its load, then warmed (the whole object
+    // held, the index again with it), then read through: let go (the index counts as
+    // served), and the next pass is read ahead again. Before, the window stayed until
+    // the shard left the cache, and kept the budget from the shards after it.
+    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    f.read_at(&mut idx, chunk * n).unwrap();
+    let gets = s.counters().gets.load(Relaxed);
+    f.warm();
+    read_all(&f);
+    assert_eq!(
+        s.counters().gets.load(Relaxed) - gets,
+        1,
+        "one GET warmed it all"
+    );
+    assert_eq!(
+        settled_read_ahead(&s),
+        0,
+        "a warmed object read through is let go"
+    );
+    assert!(f.cold());
+    let gets = s.counters().gets.load(Relaxed);
+    assert!(f.claim_rest(0..chunk));
+    read_all(&f);
+    assert!(s.counters().gets.load(Relaxed) - gets <= 3);
 }
