@@ -66,7 +66,7 @@ impl View {
             && !w.times.is_empty()
         {
             let own = match node {
-                Node::Scratch { path, .. } => w.scratch_stat(path).map_or(a.mtime, |(_, m)| m),
+                Node::Scratch { path, .. } => w.scratch.stat_at(path).map_or(a.mtime, |(_, m)| m),
                 _ => a.mtime,
             };
             if let Some((path, _)) = self.inodes.get(ino)
@@ -142,7 +142,7 @@ impl View {
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }
             Node::Scratch { path, array, .. } => {
-                let Some(len) = self.writer()?.scratch_len(path) else {
+                let Some(len) = self.writer()?.scratch.len_at(path) else {
                     return self.attr(ino, &self.settled(ino)?);
                 };
                 // Owner, mode and times of the array's (times set on it aside: see

@@ -5,7 +5,8 @@
 //! file is taken in. Whether a close commits anything decides `FOPEN_NOFLUSH`. The
 //! commits themselves are `commit.rs`; the handle table is `handles.rs`.
 
-use super::writer::{Scratch, Target};
+use super::scratch::Scratch;
+use super::writer::Target;
 use super::*;
 
 impl View {
@@ -205,7 +206,7 @@ impl View {
         }
         if orphan {
             let mut f = file.lock();
-            self.writer()?.unreserve(f.data.len() as u64);
+            self.writer()?.scratch.unreserve(f.data.len() as u64);
             f.data = Vec::new();
             return Ok(());
         }
@@ -238,13 +239,10 @@ impl View {
         // The inode becomes the chunk before the scratch file goes, under the scratch
         // table's lock: whoever still holds the scratch node and finds its file gone
         // looks again and finds the chunk (`View::settled`), never a name with nothing.
-        let mut map = w.scratch.lock();
-        let closed = map.get(path).is_some_and(|f| f.lock().opens == 0);
-        if closed {
+        let mut table = w.scratch.lock();
+        if table.is_closed(path) {
             self.inodes.update(ino, back);
-            if let Some(file) = map.remove(path) {
-                w.unreserve(file.lock().data.len() as u64);
-            }
+            table.remove(path);
         }
         Ok(())
     }

@@ -24,7 +24,8 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use super::writer::{Scratch, Target, Writer};
+use super::scratch::Scratch;
+use super::writer::{Target, Writer};
 use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
 
@@ -135,7 +136,7 @@ impl View {
                 if !written {
                     return Ok(());
                 }
-                self.writer()?.remove_scratch(path);
+                self.writer()?.scratch.remove(path);
                 return Err(ViewError::Invalid(format!(
                     "{}: {why} (the array's shape changed after it was opened): what \
                      was written to it is not stored",
@@ -167,9 +168,9 @@ impl View {
             let w = self.writer()?;
             let (old, new) = (f.data.len() as u64, stored.len() as u64);
             if new > old {
-                w.reserve(new - old)?;
+                w.scratch.reserve(new - old)?;
             } else {
-                w.unreserve(old - new);
+                w.scratch.unreserve(old - new);
             }
             f.data = stored;
             f.modified = std::time::SystemTime::now();
@@ -306,7 +307,7 @@ impl View {
                 {
                     w.kept_paths.lock().insert(path.to_path_buf());
                 }
-                let file = w.new_scratch(path, data, false, 0)?;
+                let file = w.scratch.create(path, data, false, 0)?;
                 drop(file);
                 Ok(Node::Scratch {
                     path: path.to_path_buf(),
@@ -341,7 +342,7 @@ impl View {
         // the file stays as it was.
         if let (Some(want), Some(len)) = (
             array.layout.fixed_chunk_len,
-            self.writer()?.scratch_len(path),
+            self.writer()?.scratch.len_at(path),
         ) && len != want
         {
             let why = format!(
@@ -352,7 +353,7 @@ impl View {
             log::warn!("{why}");
             return Err(ViewError::Invalid(why));
         }
-        let Some(data) = self.writer()?.take_scratch_if_closed(path) else {
+        let Some(data) = self.writer()?.scratch.take_if_closed(path) else {
             return Ok(None);
         };
         self.unkeep_file(path)?;

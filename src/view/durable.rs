@@ -183,7 +183,7 @@ impl View {
             res => res?,
         };
         if let Node::Scratch { path, .. } = &node
-            && let Some(file) = self.writer()?.scratch(path)
+            && let Some(file) = self.writer()?.scratch.get(path)
         {
             self.commit_scratch(&node, &file)?;
             self.keep_file(path, &file)?;

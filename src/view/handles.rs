@@ -47,7 +47,7 @@ impl HandleTable {
     }
 
     /// The handles of scratch file `file` show it as `node` from now on (renamed).
-    pub(super) fn retarget(&self, file: &Arc<Mutex<writer::Scratch>>, node: &Node) {
+    pub(super) fn retarget(&self, file: &Arc<Mutex<scratch::Scratch>>, node: &Node) {
         for (_, h) in self.files.lock().values_mut() {
             if let Handle::Scratch {
                 node: n, file: f, ..

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::writer::Scratch;
+use super::scratch::Scratch;
 use super::writer::Target;
 use super::{Node, Result, View, ViewError};
 use crate::format::KeyPath;
@@ -42,16 +42,10 @@ impl View {
         let Some(w) = &self.writer else {
             return Ok(());
         };
-        let files: Vec<(PathBuf, Arc<Mutex<Scratch>>)> = w
-            .scratch
-            .lock()
-            .iter()
-            .filter(|(p, _)| match which {
-                Keep::Under(dir) => p.starts_with(dir),
-                _ => true,
-            })
-            .map(|(p, f)| (p.clone(), f.clone()))
-            .collect();
+        let files = w.scratch.files_under(match which {
+            Keep::Under(dir) => Some(dir),
+            _ => None,
+        });
         let mut first_err = Ok(());
         for (path, file) in files {
             {
@@ -107,7 +101,7 @@ impl View {
         // Held until the file is stored and listed as such: a rename or unlink of it
         // meanwhile waits, and then removes what was stored ([`View::unkeep_file`]).
         let mut kept = w.kept_paths.lock();
-        if !w.scratch(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
+        if !w.scratch.get(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
             return Ok(()); // renamed or unlinked meanwhile
         }
         if !self.kept_as_file(path)? {
@@ -134,18 +128,18 @@ impl View {
         // mount; its memory goes back to the write buffer. (Open, it stays in memory
         // for its writer and is stored again when changed.)
         {
-            let mut map = w.scratch.lock();
+            let mut table = w.scratch.lock();
             let mut f = file.lock();
             if crc32c::crc32c(&f.data) != sum {
                 return Ok(());
             }
             f.kept = Some(sum);
-            if f.opens == 0 && map.get(path).is_some_and(|m| Arc::ptr_eq(m, file)) {
+            if f.opens == 0 && table.is(path, file) {
                 // Its bytes are let go with the last reference to it: a read that took
-                // it from the table a moment ago still reads them whole.
-                w.unreserve(f.data.len() as u64);
+                // it from the table a moment ago still reads them whole. (Its room
+                // goes back as the name goes: it is closed.)
                 drop(f);
-                map.remove(path);
+                table.remove(path);
                 kept.remove(path);
                 if let Some(ino) = self.inodes.peek(path) {
                     self.inodes.update(

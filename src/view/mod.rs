@@ -18,7 +18,8 @@
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
-//! * the overlay, what this mount changed: `writer.rs` (its state), `key_dirs.rs`
+//! * the overlay, what this mount changed: `writer.rs` (its state), `scratch.rs` (the
+//!   in-memory files and the room they take), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
 //!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
@@ -41,7 +42,8 @@
 //!    `Staging::inner`.
 //! 4. `PendingDocs::docs` (documents being written) and a `PendingDoc::state`: never one
 //!    under the other (a store of a document holds its state).
-//! 5. `Writer::scratch` (the table), then a file's `Arc<Mutex<Scratch>>`, then
+//! 5. `ScratchFiles::table` (`Writer::scratch`; held by a `scratch::Table`), then a
+//!    file's `Arc<Mutex<Scratch>>`, then
 //!    `ArrayRegistry::arrays` (read: `current`, `pending_meta`); `Writer::scratch` or
 //!    `Writer::times`, then `InodeTable::inner`.
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
@@ -102,6 +104,7 @@ mod remove;
 mod rename;
 mod rename_dir;
 mod resolve;
+mod scratch;
 mod set_times;
 mod stats;
 mod writer;
@@ -245,7 +248,7 @@ enum Handle {
     Scratch {
         ino: u64,
         node: Node,
-        file: Arc<Mutex<writer::Scratch>>,
+        file: Arc<Mutex<scratch::Scratch>>,
         writes: bool,
     },
     /// Writes accepted and let go: `.zmetadata` of the v2 view, which the view makes

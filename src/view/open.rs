@@ -113,7 +113,7 @@ impl View {
                 (Handle::Bytes(array.meta_bytes(file)), false)
             }
             Node::Scratch { ref path, .. } => {
-                let Some(file) = self.writer()?.open_scratch(path) else {
+                let Some(file) = self.writer()?.scratch.open(path) else {
                     return self.reader(ino, self.settled(ino)?, at_open);
                 };
                 (
@@ -287,7 +287,7 @@ impl View {
                     self.chunk_bytes(&array, coords)?
                 };
                 (
-                    w.new_scratch(path, data, truncate, 1)?,
+                    w.scratch.create(path, data, truncate, 1)?,
                     scratch_node(&array),
                 )
             }
@@ -297,18 +297,21 @@ impl View {
                 } else {
                     self.current(array).meta_bytes(*file).to_vec()
                 };
-                (w.new_scratch(path, data, truncate, 1)?, scratch_node(array))
+                (
+                    w.scratch.create(path, data, truncate, 1)?,
+                    scratch_node(array),
+                )
             }
             Node::GroupMeta { dir, file } => {
                 return self.open_group_meta_for_write(ino, dir, *file, truncate);
             }
             Node::Scratch { path: p, .. } => {
-                let Some(file) = w.open_scratch(p) else {
+                let Some(file) = w.scratch.open(p) else {
                     return self.open_for_write(ino, path, &self.settled(ino)?, truncate);
                 };
                 if truncate {
                     let mut f = file.lock();
-                    w.unreserve(f.data.len() as u64);
+                    w.scratch.unreserve(f.data.len() as u64);
                     f.data.clear();
                     f.dirty = true;
                 }

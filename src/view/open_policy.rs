@@ -210,7 +210,7 @@ impl View {
 
     /// Scratch file `f` was written or resized now: with kernel opens this stands for
     /// its close, whose time it keeps ([`OpenPolicy::close_time`]).
-    pub(super) fn stamp_write(&self, f: &mut writer::Scratch, w: &Writer) {
+    pub(super) fn stamp_write(&self, f: &mut scratch::Scratch, w: &Writer) {
         match self.open_policy() {
             OpenPolicy::DaemonOpens => {}
             OpenPolicy::KernelOpens => f.written = w.staging.close_time(),

@@ -69,7 +69,7 @@ impl View {
                     log::warn!("{}: refused: {why}", path.display());
                     return Err(ViewError::Invalid(why));
                 }
-                let file = self.writer()?.new_scratch(&path, Vec::new(), true, 1)?;
+                let file = self.writer()?.scratch.create(&path, Vec::new(), true, 1)?;
                 let node = Node::Scratch {
                     path: path.clone(),
                     array,
@@ -115,7 +115,7 @@ impl View {
                 let end = start.checked_add(data.len()).ok_or(ViewError::NoSpace)?;
                 let len = f.data.len();
                 if end > len {
-                    w.reserve_growth(end as u64, (end - len) as u64)?;
+                    w.scratch.reserve_growth(end as u64, (end - len) as u64)?;
                 }
                 // Bytes past the end are appended, not zero-filled and then overwritten
                 // (a 1 MiB chunk arrives in one request: the fill was a second pass).
@@ -256,7 +256,7 @@ impl View {
     /// on such a file (found by the reference test).
     pub(super) fn own_mtime(&self, ino: u64, node: &Node) -> Option<std::time::SystemTime> {
         if let Node::Scratch { path, .. } = node
-            && let Some((_, m)) = self.writer.as_ref()?.scratch_stat(path)
+            && let Some((_, m)) = self.writer.as_ref()?.scratch.stat_at(path)
         {
             return Some(m);
         }
@@ -267,15 +267,16 @@ impl View {
     /// taken or given back.
     pub(super) fn resize_scratch(
         &self,
-        file: &parking_lot::Mutex<super::writer::Scratch>,
+        file: &parking_lot::Mutex<super::scratch::Scratch>,
         size: usize,
     ) -> Result<()> {
         let w = self.writer()?;
         let mut f = file.lock();
         if size > f.data.len() {
-            w.reserve_growth(size as u64, (size - f.data.len()) as u64)?;
+            w.scratch
+                .reserve_growth(size as u64, (size - f.data.len()) as u64)?;
         } else {
-            w.unreserve((f.data.len() - size) as u64);
+            w.scratch.unreserve((f.data.len() - size) as u64);
         }
         f.data.resize(size, 0);
         f.dirty = true;
@@ -314,9 +315,9 @@ impl View {
                 // Under the table's lock: a file of its own stored meanwhile (`kept.rs`)
                 // is truncated as the stored file it is now (before, the truncate went
                 // to the copy let go, and was lost).
-                let map = w.scratch.lock();
-                let Some(file) = map.get(path).cloned() else {
-                    drop(map);
+                let table = w.scratch.lock();
+                let Some(file) = table.get(path) else {
+                    drop(table);
                     return match self.node(ino)? {
                         (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
                         _ => self.set_size(ino, size as u64),
@@ -329,16 +330,16 @@ impl View {
                 self.writable(&array)?;
                 // Never more than a file may hold while staged (`truncate -s 1T` of a
                 // chunk must not try to allocate a terabyte).
-                if size > w.scratch_limit {
-                    return Err(ViewError::TooBig(w.scratch_limit));
+                if size > w.scratch.limit() {
+                    return Err(ViewError::TooBig(w.scratch.limit()));
                 }
                 let mut data = self.chunk_bytes(&array, coords)?;
                 data.resize(size as usize, 0);
                 self.commit_chunk(&array, coords.clone(), Some(data))?;
             }
             Node::ArrayMeta { .. } => {
-                if size > w.scratch_limit {
-                    return Err(ViewError::TooBig(w.scratch_limit));
+                if size > w.scratch.limit() {
+                    return Err(ViewError::TooBig(w.scratch.limit()));
                 }
                 let h = self.open_for_write(ino, &path, &node, false)?;
                 if let Handle::Scratch { file, node, .. } = h {

@@ -80,7 +80,7 @@ impl View {
             // A file being written (metadata too: the kernel's pages of it are the
             // writer's): read as it is, without counting an open (no release will come
             // for it).
-            Node::Scratch { ref path, .. } => match self.writer()?.scratch(path) {
+            Node::Scratch { ref path, .. } => match self.writer()?.scratch.get(path) {
                 Some(file) => Handle::Scratch {
                     ino,
                     node: node.clone(),

@@ -117,13 +117,9 @@ impl View {
         };
         let mut out: Vec<_> = w
             .scratch
-            .lock()
-            .keys()
-            .filter(|p| p.parent() == Some(path))
-            .filter_map(|p| {
-                p.file_name()
-                    .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
-            })
+            .names_in(path)
+            .into_iter()
+            .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
             .collect();
         let enc = array.encoding();
         let ndim = array.layout.ndim();

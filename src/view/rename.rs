@@ -42,14 +42,14 @@ impl View {
                     .is_none_or(|(p, _)| p.join(name) != *to)
             });
         let replaced = match (&to, &self.writer) {
-            (Some(to), Some(w)) if !noreplace => w.take_name(to),
+            (Some(to), Some(w)) if !noreplace => w.scratch.take_name(to),
             _ => None,
         };
         let renamed = self.rename_entry(parent, name, newparent, newname, noreplace);
         if let (Some(file), Some(to), Some(w)) = (replaced, &to, &self.writer) {
             match renamed {
-                Ok(_) => w.name_taken(file),
-                Err(_) => w.give_name_back(to, file),
+                Ok(_) => w.scratch.name_taken(file),
+                Err(_) => w.scratch.give_name_back(to, file),
             }
         }
         let renamed = renamed?;
@@ -123,7 +123,7 @@ impl View {
         // A file of an array open for writing (a daemon's handle: `open_checks`): its
         // descriptors follow it to the new name ([`View::follow_rename`]).
         let open_src = match &src {
-            Node::Scratch { path, .. } => self.writer()?.open_file_at(path),
+            Node::Scratch { path, .. } => self.writer()?.scratch.open_file_at(path),
             _ => None,
         };
         let node = match (&src, &nnode) {
@@ -253,7 +253,7 @@ impl View {
             self.make_store_dirs(dir)?;
         }
         // Whatever had the name in memory is replaced.
-        self.writer()?.remove_scratch(to);
+        self.writer()?.scratch.remove(to);
         self.unkeep_file(to)?;
         self.store.rename(rel, to)?;
         Ok(Node::File {
@@ -293,7 +293,8 @@ impl View {
             Node::File { rel } => Ok(self.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
             Node::Scratch { path, .. } => self
                 .writer()?
-                .scratch_bytes(path)
+                .scratch
+                .bytes_at(path)
                 .ok_or(ViewError::NotFound),
             Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
             Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
@@ -345,7 +346,7 @@ impl View {
         parent: Option<&[u64]>,
     ) -> Result<()> {
         let w = self.writer()?;
-        w.remove_scratch(path);
+        w.scratch.remove(path);
         self.unkeep_file(path)?;
         let name = path.file_name().unwrap_or_default();
         if let Target::Chunk(coords) = self.target(array, parent, name)? {
@@ -369,7 +370,7 @@ impl View {
     /// wrote is stored nowhere.
     pub(super) fn follow_rename(
         &self,
-        file: Arc<Mutex<super::writer::Scratch>>,
+        file: Arc<Mutex<super::scratch::Scratch>>,
         to: &Path,
         dir: &Node,
         at_to: Node,
@@ -393,15 +394,8 @@ impl View {
             array: self.current(array),
             parent,
         };
-        let made = {
-            let mut map = w.scratch.lock();
-            file.lock().orphan = false;
-            map.insert(to.to_path_buf(), file.clone())
-        };
         // The copy the rename made at the name (a file of its own): this file is it.
-        if let Some(made) = made.filter(|m| !Arc::ptr_eq(m, &file)) {
-            w.unreserve(made.lock().data.len() as u64);
-        }
+        w.scratch.lock().put_renamed(to, &file);
         self.handles.retarget(&file, &node);
         node
     }

@@ -48,11 +48,7 @@ impl View {
         // nothing it writes later goes to the old paths.
         self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
         let _renaming = w.tree.write();
-        let open_below = w
-            .scratch
-            .lock()
-            .iter()
-            .any(|(p, f)| p.starts_with(from) && f.lock().opens > 0);
+        let open_below = w.scratch.any_open_under(from);
         if open_below || w.docs.any_under(&rel) {
             log::warn!("{}: files below it are open for writing", from.display());
             return Err(ViewError::Io(std::io::Error::from_raw_os_error(

@@ -76,7 +76,7 @@ impl View {
             (&self.writer, node)
         {
             let child = path.join(name);
-            if w.scratch_len(&child).is_some() {
+            if w.scratch.len_at(&child).is_some() {
                 let parent = match node {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,

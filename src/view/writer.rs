@@ -1,5 +1,5 @@
 //! The write side's state: its configuration, the staged chunks and the flusher, the
-//! in-memory scratch files (bounded) and the kernel invalidations it owes.
+//! in-memory scratch files (`scratch.rs`) and the kernel invalidations it owes.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::{Result, ShardedArray, ViewError};
+use super::ShardedArray;
+use super::scratch::ScratchFiles;
 use crate::compact::Compactor;
 use crate::write::flush::Flusher;
 use crate::write::staging::Staging;
@@ -24,53 +25,12 @@ pub struct WriteConfig {
     pub compactor: Arc<dyn Compactor>,
 }
 
-/// An in-memory file.
-#[derive(Debug)]
-pub struct Scratch {
-    pub(super) data: Vec<u8>,
-    pub(super) opens: u32,
-    /// Written since it was opened or created: commit it on the last close.
-    pub(super) dirty: bool,
-    /// Its name was taken away (unlinked, or replaced) while it was open: its handles
-    /// keep working, and the last close drops it without committing anything.
-    pub(super) orphan: bool,
-    /// Renamed to where its descriptors cannot follow it ([`super::View::follow_rename`]):
-    /// what they write from then on is refused at their `fsync` and close (`ESTALE`).
-    pub(super) renamed_away: bool,
-    /// When it was last written or resized (a close time, ns since the epoch; 0: not
-    /// since it was made). A mount that hears of a close only later (kernel opens)
-    /// commits it as closed then, the last moment it knows the writer was still there.
-    pub(super) written: u64,
-    /// When its bytes last changed (made, written, resized): what times set on it are
-    /// shown against ([`super::View::own_mtime`]); it shows its array directory's.
-    pub(super) modified: std::time::SystemTime,
-    /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
-    pub(super) kept: Option<u32>,
-    /// The idle timer's last look at it: its checksum then, and since when it has had
-    /// those bytes (stored once they stood for the flush interval).
-    pub(super) seen: Option<(u32, std::time::Instant)>,
-}
-
-impl Scratch {
-    /// Taken out of the name table: the bytes to unreserve now (none while it is open;
-    /// the last close gives them back).
-    fn unnamed(&mut self) -> u64 {
-        if self.opens > 0 {
-            self.orphan = true;
-            0
-        } else {
-            self.data.len() as u64
-        }
-    }
-}
-
 /// The write side of a view.
 pub struct Writer {
     pub(super) staging: Staging,
     pub(super) flusher: Flusher,
-    pub(super) scratch: Mutex<HashMap<PathBuf, Arc<Mutex<Scratch>>>>,
-    pub(super) scratch_bytes: AtomicU64,
-    pub(super) scratch_limit: u64,
+    /// The in-memory files, and the room they take of the write buffer.
+    pub(super) scratch: ScratchFiles,
     /// Metadata documents of the store being written (`zarr.json` outside sharded
     /// arrays): stored only whole.
     pub(super) docs: Arc<super::pending_doc::PendingDocs>,
@@ -203,9 +163,7 @@ impl Writer {
         Writer {
             flusher: Flusher::new(config.compactor),
             staging: Staging::new(config.write_buffer),
-            scratch: Mutex::new(HashMap::new()),
-            scratch_bytes: AtomicU64::new(0),
-            scratch_limit: config.write_buffer.max(1 << 20),
+            scratch: ScratchFiles::new(config.write_buffer),
             docs: Arc::default(),
             kept_paths: Mutex::new(HashSet::new()),
             keep_unsharded: Mutex::new(HashSet::new()),
@@ -356,18 +314,9 @@ impl Writer {
             Ok(rest) => to.join(rest),
             Err(_) => p,
         };
-        {
-            // Stored before the move, or nothing to store (closed and committed): let go, with
-            // the room they held in the write buffer.
-            let mut scratch = self.scratch.lock();
-            scratch.retain(|p, f| {
-                let keep = !p.starts_with(from);
-                if !keep {
-                    self.unreserve(f.lock().data.len() as u64);
-                }
-                keep
-            });
-        }
+        // Stored before the move, or nothing to store (closed and committed): let go, with
+        // the room they held in the write buffer.
+        self.scratch.let_go_under(from);
         self.kept_paths.lock().retain(|p| !p.starts_with(from));
         self.vdirs.rebase(rel, dst);
         self.as_written.lock().rebase(rel, dst);
@@ -383,160 +332,6 @@ impl Writer {
             .lock()
             .retain(|a, _| !a.starts_with(rel));
         self.times.rebase(from, to);
-    }
-
-    pub(super) fn scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
-        self.scratch.lock().get(path).cloned()
-    }
-
-    // The looks at a scratch file by its name below hold the table's lock while they
-    // look: a file of its own stored meanwhile (`kept.rs`) leaves the table under that
-    // lock, so they see it whole in the table or not at all. Before, a rename that
-    // looked at it while it was being stored found it empty (`EINVAL`: a chunk of 0
-    // bytes) or gone (`ENOENT`; found by an adversarial tester).
-
-    pub(super) fn scratch_len(&self, path: &Path) -> Option<u64> {
-        let map = self.scratch.lock();
-        map.get(path).map(|s| s.lock().data.len() as u64)
-    }
-
-    /// The length of the scratch file at `path` and when its bytes last changed.
-    pub(super) fn scratch_stat(&self, path: &Path) -> Option<(u64, std::time::SystemTime)> {
-        let map = self.scratch.lock();
-        map.get(path).map(|s| {
-            let f = s.lock();
-            (f.data.len() as u64, f.modified)
-        })
-    }
-
-    /// The bytes of the scratch file at `path`.
-    pub(super) fn scratch_bytes(&self, path: &Path) -> Option<Vec<u8>> {
-        let map = self.scratch.lock();
-        map.get(path).map(|s| s.lock().data.clone())
-    }
-
-    /// A new scratch file at `path` (replacing any), already counted as open `opens`
-    /// times. Open counts change only under the map's lock ([`Writer::open_scratch`],
-    /// `View::settle_scratch`), so a file being opened is never taken away.
-    pub(super) fn new_scratch(
-        &self,
-        path: &Path,
-        data: Vec<u8>,
-        dirty: bool,
-        opens: u32,
-    ) -> Result<Arc<Mutex<Scratch>>> {
-        self.reserve(data.len() as u64)?;
-        let file = Arc::new(Mutex::new(Scratch {
-            data,
-            opens,
-            dirty,
-            orphan: false,
-            renamed_away: false,
-            written: 0,
-            modified: std::time::SystemTime::now(),
-            kept: None,
-            seen: None,
-        }));
-        if let Some(old) = self.scratch.lock().insert(path.to_path_buf(), file.clone()) {
-            self.unreserve(old.lock().unnamed());
-        }
-        Ok(file)
-    }
-
-    /// The scratch file at `path` if a handle has it open (not counted as opened).
-    pub(super) fn open_file_at(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
-        let file = self.scratch.lock().get(path)?.clone();
-        let open = file.lock().opens > 0;
-        open.then_some(file)
-    }
-
-    /// The scratch file at `path`, counted as opened once more.
-    pub(super) fn open_scratch(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
-        let map = self.scratch.lock();
-        let file = map.get(path)?.clone();
-        file.lock().opens += 1;
-        Some(file)
-    }
-
-    /// Drop the name `path` (unlink, rename away). Handles still open keep reading the
-    /// data they have.
-    pub(super) fn remove_scratch(&self, path: &Path) {
-        if let Some(file) = self.scratch.lock().remove(path) {
-            self.unreserve(file.lock().unnamed());
-        }
-    }
-
-    /// A rename onto `path` is under way: the file there, if any, loses its name now,
-    /// orphaned while open, so that no close of it commits over what the rename puts
-    /// there. [`Writer::name_taken`] once the rename succeeded, or
-    /// [`Writer::give_name_back`] if it failed.
-    pub(super) fn take_name(&self, path: &Path) -> Option<Arc<Mutex<Scratch>>> {
-        let file = self.scratch.lock().remove(path)?;
-        file.lock().orphan = true;
-        Some(file)
-    }
-
-    /// The rename that took `file`'s name succeeded: its bytes go with its last handle
-    /// (now, if it has none).
-    pub(super) fn name_taken(&self, file: Arc<Mutex<Scratch>>) {
-        let mut f = file.lock();
-        if f.opens == 0 {
-            let len = std::mem::take(&mut f.data).len() as u64;
-            drop(f);
-            self.unreserve(len);
-        }
-    }
-
-    /// The rename that took `file`'s name at `path` failed: it has its name again,
-    /// unless the rename made another file there. (A last close of it while its name
-    /// was away let its bytes go, as an unlinked file's: that close raced a rename
-    /// onto its name that then failed.)
-    pub(super) fn give_name_back(&self, path: &Path, file: Arc<Mutex<Scratch>>) {
-        let mut map = self.scratch.lock();
-        if map.contains_key(path) {
-            drop(map);
-            self.name_taken(file);
-            return;
-        }
-        file.lock().orphan = false;
-        map.insert(path.to_path_buf(), file);
-    }
-
-    /// Drop the name `path` and take its bytes, if no handle has the file open.
-    pub(super) fn take_scratch_if_closed(&self, path: &Path) -> Option<Vec<u8>> {
-        let mut map = self.scratch.lock();
-        let mut f = map.get(path)?.lock();
-        if f.opens > 0 {
-            return None;
-        }
-        let data = std::mem::take(&mut f.data);
-        drop(f);
-        map.remove(path);
-        self.unreserve(data.len() as u64);
-        Some(data)
-    }
-
-    /// Room for a file growing to `size` bytes by `n`: `EFBIG` when one file of that
-    /// size could never be staged (larger than the whole write buffer), `ENOSPC` while
-    /// the buffer is full of other files.
-    pub(super) fn reserve_growth(&self, size: u64, n: u64) -> Result<()> {
-        if size > self.scratch_limit {
-            return Err(ViewError::TooBig(self.scratch_limit));
-        }
-        self.reserve(n)
-    }
-
-    pub(super) fn reserve(&self, n: u64) -> Result<()> {
-        let now = self.scratch_bytes.fetch_add(n, Ordering::Relaxed) + n;
-        if now > self.scratch_limit {
-            self.scratch_bytes.fetch_sub(n, Ordering::Relaxed);
-            return Err(ViewError::NoSpace);
-        }
-        Ok(())
-    }
-
-    pub(super) fn unreserve(&self, n: u64) {
-        self.scratch_bytes.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Whether a key directory of `array` with leading coordinates `prefix` exists only
