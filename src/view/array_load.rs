@@ -40,10 +40,8 @@ impl View {
             if w.raw.lock().contains(&rel) {
                 return Ok(Some(Node::Dir { rel }));
             }
-            if let Some(h) = w.headless.lock().get(&rel) {
-                return Ok(Some(Node::ArrayDir {
-                    array: h.array.clone(),
-                }));
+            if let Some(array) = w.unlinked.headless_array(&rel) {
+                return Ok(Some(Node::ArrayDir { array }));
             }
         }
         // The array known here, while its directory and `zarr.json` are as they were

@@ -278,10 +278,7 @@ impl View {
                 // An array whose metadata was unlinked has it again: shown whole again.
                 // Before, the v2 view left `.zarray` written back unlisted until a remount.
                 if let Some(w) = &self.writer {
-                    w.headless.lock().remove(&array.rel);
-                    if file == MetaFile::Zattrs {
-                        w.zattrs_unlinked.lock().remove(&array.rel);
-                    }
+                    w.unlinked.meta_written(&array.rel, file);
                 }
                 Ok(Node::ArrayMeta { array, file })
             }

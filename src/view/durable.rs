@@ -66,7 +66,7 @@ impl View {
         };
         // Nothing staged (a directory's `fsync`, a flush before an unlink): nothing to
         // place, no store request, nothing to name.
-        if !w.staging.holds(&array.rel) || w.headless.lock().contains_key(&array.rel) {
+        if !w.staging.holds(&array.rel) || w.unlinked.is_headless(&array.rel) {
             return Some(array);
         }
         let why = match self.store.stat(&array.meta_rel) {

@@ -260,7 +260,7 @@ impl View {
                 if self.format == ViewFormat::V2
                     && let Some(w) = &self.writer
                 {
-                    w.zmetadata_left.lock().insert(dir.to_path_buf());
+                    w.unlinked.leave_zmetadata(dir);
                 }
             }
             _ => return Err(ViewError::NotFound),

@@ -22,7 +22,8 @@
 //!   in-memory files and the room they take), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
-//!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`;
+//!   `landed.rs`, `adopt.rs`, `kept.rs`, `pending_doc.rs`, `as_written.rs`, `durable.rs`,
+//!   `unlinked.rs` (metadata unlinked while the names beside it stay);
 //! * open files: `open_policy.rs` (who opens files, the daemon or the kernel, decided
 //!   once at `init`, and all that differs between the two), `handles.rs` (the handle
 //!   table), `open.rs`, `read.rs`, `close.rs`, `kernel_writes.rs`, `kernel_held.rs`.
@@ -48,7 +49,7 @@
 //!    `Writer::times`, then `InodeTable::inner`.
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
 //!    `HandleTable::files`/`dirs`, `Staging::inner`, the `Writer`'s sets and maps
-//!    (`vdirs`, `raw`, `headless`, `as_written`, ...), `Writer::invalidations`, `ShardCache` segments
+//!    (`vdirs`, `raw`, `unlinked`'s tables, `as_written`, ...), `Writer::invalidations`, `ShardCache` segments
 //!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead`.
 //!
 //! Held across store I/O (the exceptions):
@@ -107,6 +108,7 @@ mod resolve;
 mod scratch;
 mod set_times;
 mod stats;
+mod unlinked;
 mod writer;
 
 use std::collections::HashSet;

@@ -15,14 +15,6 @@ use super::{Kind, MetaFile, Node, Result, View, ViewError, ViewFormat};
 use crate::format::v2::{self, PlainEntry, PlainKeys, PlainName};
 use crate::format::{self, Presentation};
 
-/// An unsharded array of the v2 view whose `.zarray` was unlinked: its other names stay
-/// until each is removed, and the directory until `rmdir` (as for sharded arrays).
-pub(super) struct PlainHeadless {
-    pub(super) keys: PlainKeys,
-    /// `.zattrs` is still listed.
-    pub(super) zattrs: bool,
-}
-
 impl View {
     /// The `zarr.json` document in store directory `rel` when it is an unsharded array
     /// with a v2 form, with its key translation (v2 view only).
@@ -47,10 +39,12 @@ impl View {
         if self.format != ViewFormat::V2 {
             return None;
         }
-        if let Some(w) = &self.writer
-            && let Some(h) = w.plain_headless.lock().get(rel)
+        if let Some(keys) = self
+            .writer
+            .as_ref()
+            .and_then(|w| w.unlinked.plain_keys(rel))
         {
-            return Some(h.keys.clone());
+            return Some(keys);
         }
         self.plain_array(rel).map(|(_, keys)| keys)
     }
@@ -230,7 +224,7 @@ impl View {
         match self
             .writer
             .as_ref()
-            .and_then(|w| w.plain_headless.lock().get(rel).map(|h| h.zattrs))
+            .and_then(|w| w.unlinked.plain_zattrs(rel))
         {
             Some(zattrs) => file == MetaFile::Zattrs && zattrs,
             None => true,
@@ -358,22 +352,16 @@ impl View {
         let keys = self.plain_keys(dir)?;
         Some((|| {
             let w = self.writer()?;
-            let headless = w.plain_headless.lock().contains_key(dir);
+            let headless = w.unlinked.is_plain_headless(dir);
             match (file, headless) {
                 (MetaFile::Zarray, false) => {
                     self.store.remove_file(&dir.join("zarr.json"))?;
-                    w.plain_headless
-                        .lock()
-                        .insert(dir.to_path_buf(), PlainHeadless { keys, zattrs: true });
+                    w.unlinked.make_plain_headless(dir, keys);
                 }
                 (MetaFile::Zattrs, false) => {
                     return self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()));
                 }
-                (MetaFile::Zattrs, true) => {
-                    if let Some(h) = w.plain_headless.lock().get_mut(dir) {
-                        h.zattrs = false;
-                    }
-                }
+                (MetaFile::Zattrs, true) => w.unlinked.hide_plain_zattrs(dir),
                 _ => return Err(ViewError::NotFound),
             }
             Ok(())
@@ -385,7 +373,7 @@ impl View {
     /// (emptied key directories). `None` when `rel` is no such array.
     pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
         let w = self.writer.as_ref()?;
-        if !w.plain_headless.lock().contains_key(rel) {
+        if !w.unlinked.is_plain_headless(rel) {
             return None;
         }
         Some((|| {
@@ -394,7 +382,7 @@ impl View {
                 return Err(ViewError::NotEmpty);
             }
             crate::store::remove_tree(&*self.store, rel)?;
-            w.plain_headless.lock().remove(rel);
+            w.unlinked.forget_plain(rel);
             Ok(())
         })())
     }
@@ -402,7 +390,7 @@ impl View {
     /// A new array was made at `rel`: it is no longer a headless unsharded one.
     pub(super) fn forget_plain(&self, rel: &Path) {
         if let Some(w) = &self.writer {
-            w.plain_headless.lock().remove(rel);
+            w.unlinked.forget_plain(rel);
         }
     }
 }

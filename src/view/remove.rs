@@ -30,7 +30,7 @@ impl View {
             Node::PlainFill { .. } => return Ok(()),
             // Made from the hierarchy, never stored: gone where the group is.
             Node::Consolidated { dir } => {
-                w.zmetadata_left.lock().remove(dir);
+                w.unlinked.forget_zmetadata(dir);
             }
             Node::Scratch {
                 path,
@@ -94,11 +94,9 @@ impl View {
         let w = self.writer()?;
         match file {
             MetaFile::Zattrs => {
-                if let Some(h) = w.headless.lock().get_mut(&array.rel) {
-                    h.zattrs = false;
-                } else {
+                if !w.unlinked.hide_headless_zattrs(&array.rel) {
                     self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
-                    w.zattrs_unlinked.lock().insert(array.rel.clone());
+                    w.unlinked.zattrs_unlinked(&array.rel);
                 }
                 self.inodes.detach(path);
                 Ok(())
@@ -119,13 +117,7 @@ impl View {
                 let array = self.current(array);
                 self.flush_array(&array)?;
                 self.store.remove_file(&array.meta_rel)?;
-                w.headless.lock().insert(
-                    array.rel.clone(),
-                    super::writer::Headless {
-                        array: array.clone(),
-                        zattrs: file == MetaFile::Zarray,
-                    },
-                );
+                w.unlinked.make_headless(&array, file);
                 self.inodes.detach(path);
                 Ok(())
             }
@@ -212,9 +204,9 @@ impl View {
                     None => self.store.remove_dir(rel)?,
                 }
                 w.raw.lock().remove(rel);
-                w.zmetadata_left.lock().remove(rel);
+                w.unlinked.forget_zmetadata(rel);
             }
-            Node::ArrayDir { array } if w.headless.lock().contains_key(&array.rel) => {
+            Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
                 let ino = self.inodes.intern(path.clone(), node.clone());
                 let empty = self.readdir(ino).map(|e| e.is_empty());
                 self.inodes.forget(ino, 1);
@@ -224,7 +216,7 @@ impl View {
                 self.flush_array(array)?;
                 // What is left are emptied key directories (and shards of nothing).
                 crate::store::remove_tree(&*self.store, &array.rel)?;
-                w.headless.lock().remove(&array.rel);
+                w.unlinked.forget_headless(&array.rel);
                 self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.forget_array(&array.rel);

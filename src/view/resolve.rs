@@ -203,7 +203,7 @@ impl View {
         if self
             .writer
             .as_ref()
-            .is_some_and(|w| w.zmetadata_left.lock().contains(rel))
+            .is_some_and(|w| w.unlinked.zmetadata_left(rel))
         {
             return Ok(true);
         }
@@ -402,13 +402,7 @@ impl View {
     /// until it is written again.
     pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
         let Some(w) = &self.writer else { return true };
-        if file == MetaFile::Zattrs && w.zattrs_unlinked.lock().contains(&array.rel) {
-            return false;
-        }
-        match w.headless.lock().get(&array.rel) {
-            Some(h) => file == MetaFile::Zattrs && h.zattrs,
-            None => true,
-        }
+        w.unlinked.meta_shown(&array.rel, file)
     }
 }
 

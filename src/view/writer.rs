@@ -1,7 +1,7 @@
 //! The write side's state: its configuration, the staged chunks and the flusher, the
 //! in-memory scratch files (`scratch.rs`) and the kernel invalidations it owes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,21 +63,8 @@ pub struct Writer {
     /// rendering of the stored document while that is the same JSON value
     /// ([`super::as_written`]). A leaf lock.
     pub(super) as_written: Mutex<super::as_written::AsWritten>,
-    /// Arrays of the v2 view whose `.zarray` was unlinked: the store no longer holds
-    /// their metadata, but the names listed with it (`.zattrs`, chunks) stay until
-    /// each is removed, and the directory until `rmdir` (see `View::unlink`).
-    pub(super) headless: Mutex<HashMap<PathBuf, Headless>>,
-    /// Arrays (store paths) whose `.zattrs` was unlinked in the v2 view: not listed until
-    /// written again, as on a plain directory. Before, the generated `.zattrs` stayed, and
-    /// `tar -x` (an `O_EXCL` create, `EEXIST`, unlink, create again) looped forever
-    /// (found by an adversarial tester).
-    pub(super) zattrs_unlinked: Mutex<std::collections::HashSet<PathBuf>>,
-    /// The same for unsharded arrays of the v2 view (see `view/plain.rs`).
-    pub(super) plain_headless: Mutex<HashMap<PathBuf, super::plain::PlainHeadless>>,
-    /// Groups of the v2 view whose `.zgroup` was unlinked: their `.zmetadata` is still
-    /// there until it is unlinked too, or the directory goes (`rm -rf` lists it after
-    /// `.zgroup`).
-    pub(super) zmetadata_left: Mutex<std::collections::HashSet<PathBuf>>,
+    /// Metadata unlinked while the names beside it stay ([`super::unlinked`]).
+    pub(super) unlinked: super::unlinked::Unlinked,
     /// Times set by `utimensat` (`touch -d`, `rsync -a`), by view path: kept for the
     /// mount's lifetime and shown while the file is unchanged since.
     pub(super) times: super::set_times::TimesSet,
@@ -100,13 +87,6 @@ pub struct Writer {
     /// Entry invalidations sent, and delivered ([`Writer::settle_entry_invalidations`]).
     entries_queued: AtomicU64,
     entries_done: Arc<Progress>,
-}
-
-/// An array whose metadata was unlinked while its other names are still shown.
-pub(super) struct Headless {
-    pub(super) array: Arc<ShardedArray>,
-    /// `.zattrs` is still listed.
-    pub(super) zattrs: bool,
 }
 
 /// A kernel cache entry to drop.
@@ -172,10 +152,7 @@ impl Writer {
             raw: Mutex::new(HashSet::new()),
             landed_at_write: Mutex::new(HashSet::new()),
             as_written: Mutex::default(),
-            headless: Mutex::new(HashMap::new()),
-            zattrs_unlinked: Mutex::new(std::collections::HashSet::new()),
-            plain_headless: Mutex::new(HashMap::new()),
-            zmetadata_left: Mutex::default(),
+            unlinked: Default::default(),
             times: Default::default(),
             chunks_per_shard: config.chunks_per_shard,
             shard_target: config.shard_target_bytes,
@@ -326,11 +303,7 @@ impl Writer {
         }
         // Arrays whose metadata was unlinked below it hold their old paths: let go (their
         // other names are plain files of the store at the new path).
-        self.headless.lock().retain(|a, _| !a.starts_with(rel));
-        self.zattrs_unlinked.lock().retain(|a| !a.starts_with(rel));
-        self.plain_headless
-            .lock()
-            .retain(|a, _| !a.starts_with(rel));
+        self.unlinked.dir_moved(rel);
         self.times.rebase(from, to);
     }
 

@@ -1,0 +1,170 @@
+//! Metadata this mount unlinked while the other names beside it stay, as on a plain
+//! directory: an array whose `zarr.json` (or `.zarray`) went, a `.zattrs` unlinked and
+//! not written again, an unsharded v2 array without its `.zarray`, a group's
+//! `.zmetadata` left after its `.zgroup`. zarr 2, `rm -rf`, `tar -x` and `git checkout`
+//! unlink one name and then the others, or make the name anew; the view must show what
+//! a plain directory would meanwhile. One owner of those tables; each is a leaf lock.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{MetaFile, ShardedArray};
+use crate::format::v2::PlainKeys;
+
+/// An array whose metadata was unlinked while its other names are still shown.
+struct Headless {
+    array: Arc<ShardedArray>,
+    /// `.zattrs` is still listed.
+    zattrs: bool,
+}
+
+/// The same for an unsharded array of the v2 view (see `view/plain.rs`).
+struct PlainHeadless {
+    keys: PlainKeys,
+    zattrs: bool,
+}
+
+/// What this mount unlinked of arrays' and groups' metadata, by store path.
+#[derive(Default)]
+pub(super) struct Unlinked {
+    /// Arrays whose metadata was unlinked: the store no longer holds it, but the names
+    /// listed with it (`.zattrs`, chunks) stay until each is removed, and the directory
+    /// until `rmdir`, or until the metadata is written again (`View::unlink`).
+    headless: Mutex<HashMap<PathBuf, Headless>>,
+    /// Arrays whose `.zattrs` was unlinked in the v2 view: not listed until written
+    /// again. Before, the generated `.zattrs` stayed, and `tar -x` (an `O_EXCL` create,
+    /// `EEXIST`, unlink, create again) looped forever (found by an adversarial tester).
+    zattrs: Mutex<HashSet<PathBuf>>,
+    /// Unsharded arrays of the v2 view whose `.zarray` was unlinked.
+    plain: Mutex<HashMap<PathBuf, PlainHeadless>>,
+    /// Groups of the v2 view whose `.zgroup` was unlinked: their `.zmetadata` is still
+    /// there until it is unlinked too, or the directory goes (`rm -rf` lists it after
+    /// `.zgroup`).
+    zmetadata: Mutex<HashSet<PathBuf>>,
+}
+
+impl Unlinked {
+    /// The array at `rel` whose metadata was unlinked, if it is one.
+    pub(super) fn headless_array(&self, rel: &Path) -> Option<Arc<ShardedArray>> {
+        self.headless.lock().get(rel).map(|h| h.array.clone())
+    }
+
+    pub(super) fn is_headless(&self, rel: &Path) -> bool {
+        self.headless.lock().contains_key(rel)
+    }
+
+    /// `array`'s metadata left the store (`file`, `.zarray` or `zarr.json`, was
+    /// unlinked): its other names stay; `.zattrs` too after `.zarray`.
+    pub(super) fn make_headless(&self, array: &Arc<ShardedArray>, file: MetaFile) {
+        self.headless.lock().insert(
+            array.rel.clone(),
+            Headless {
+                array: array.clone(),
+                zattrs: file == MetaFile::Zarray,
+            },
+        );
+    }
+
+    /// `.zattrs` of a headless array unlinked: no longer listed. `false`: `rel` is no
+    /// headless array (the caller stores `{}` and calls [`Unlinked::zattrs_unlinked`]).
+    pub(super) fn hide_headless_zattrs(&self, rel: &Path) -> bool {
+        match self.headless.lock().get_mut(rel) {
+            Some(h) => {
+                h.zattrs = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `.zattrs` of the array at `rel` unlinked (its store document emptied): not
+    /// listed until written again.
+    pub(super) fn zattrs_unlinked(&self, rel: &Path) {
+        self.zattrs.lock().insert(rel.to_path_buf());
+    }
+
+    /// Whether metadata file `file` of the array at `rel` is shown: not after `.zarray`
+    /// was unlinked (then `.zattrs` only until it is unlinked too), nor `.zattrs` after
+    /// it was unlinked until it is written again.
+    pub(super) fn meta_shown(&self, rel: &Path, file: MetaFile) -> bool {
+        if file == MetaFile::Zattrs && self.zattrs.lock().contains(rel) {
+            return false;
+        }
+        match self.headless.lock().get(rel) {
+            Some(h) => file == MetaFile::Zattrs && h.zattrs,
+            None => true,
+        }
+    }
+
+    /// Metadata file `file` of the array at `rel` was written: shown whole again.
+    pub(super) fn meta_written(&self, rel: &Path, file: MetaFile) {
+        self.headless.lock().remove(rel);
+        if file == MetaFile::Zattrs {
+            self.zattrs.lock().remove(rel);
+        }
+    }
+
+    /// The headless array at `rel` was removed (`rmdir`).
+    pub(super) fn forget_headless(&self, rel: &Path) {
+        self.headless.lock().remove(rel);
+    }
+
+    /// The key translation of the headless unsharded array at `rel`.
+    pub(super) fn plain_keys(&self, rel: &Path) -> Option<PlainKeys> {
+        self.plain.lock().get(rel).map(|h| h.keys.clone())
+    }
+
+    /// For a headless unsharded array at `rel`: whether its `.zattrs` is still listed.
+    pub(super) fn plain_zattrs(&self, rel: &Path) -> Option<bool> {
+        self.plain.lock().get(rel).map(|h| h.zattrs)
+    }
+
+    pub(super) fn is_plain_headless(&self, rel: &Path) -> bool {
+        self.plain.lock().contains_key(rel)
+    }
+
+    /// The `.zarray` of the unsharded array at `rel` unlinked: its other names stay.
+    pub(super) fn make_plain_headless(&self, rel: &Path, keys: PlainKeys) {
+        self.plain
+            .lock()
+            .insert(rel.to_path_buf(), PlainHeadless { keys, zattrs: true });
+    }
+
+    /// `.zattrs` of the headless unsharded array at `rel` unlinked.
+    pub(super) fn hide_plain_zattrs(&self, rel: &Path) {
+        if let Some(h) = self.plain.lock().get_mut(rel) {
+            h.zattrs = false;
+        }
+    }
+
+    /// `rel` is no headless unsharded array any more (removed, or made anew).
+    pub(super) fn forget_plain(&self, rel: &Path) {
+        self.plain.lock().remove(rel);
+    }
+
+    /// Whether the group at `rel` still has the `.zmetadata` its `.zgroup` left.
+    pub(super) fn zmetadata_left(&self, rel: &Path) -> bool {
+        self.zmetadata.lock().contains(rel)
+    }
+
+    /// The `.zgroup` of the group at `rel` unlinked: its `.zmetadata` stays.
+    pub(super) fn leave_zmetadata(&self, rel: &Path) {
+        self.zmetadata.lock().insert(rel.to_path_buf());
+    }
+
+    /// The `.zmetadata` left at `rel` is gone (unlinked, or its directory).
+    pub(super) fn forget_zmetadata(&self, rel: &Path) {
+        self.zmetadata.lock().remove(rel);
+    }
+
+    /// The directory at store path `rel` moved: arrays below it hold their old paths,
+    /// and are let go (their other names are plain files of the store at the new path).
+    pub(super) fn dir_moved(&self, rel: &Path) {
+        self.headless.lock().retain(|a, _| !a.starts_with(rel));
+        self.zattrs.lock().retain(|a| !a.starts_with(rel));
+        self.plain.lock().retain(|a, _| !a.starts_with(rel));
+    }
+}
