@@ -481,6 +481,22 @@ fn a_chunk_of_a_shard_replaced_since_it_was_loaded_is_read_from_the_new_one() {
     assert_eq!(err.errno(), libc::ESTALE, "{err}");
 }
 
+/// A shard-like object of `n` chunks of `chunk` bytes with an index after them (as
+/// zarr-python writes it), its bytes a pattern mod `m`, stored and opened, and its index
+/// read as a shard's load reads it: the store, the file, its bytes, the index's length.
+fn opened_shard(chunk: u64, n: u64, m: u32) -> (BucketStore, Arc<dyn StoreFile>, Vec<u8>, u64) {
+    let index = 16 * n + 4;
+    let data: Vec<u8> = (0..(chunk * n + index) as u32)
+        .map(|i| (i % m) as u8)
+        .collect();
+    let s = store();
+    s.write_atomically(Path::new("shard"), &data).unwrap();
+    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap();
+    (s, f, data, index)
+}
+
 /// The rest of an object claimed beside its first chunk (`claim_rest`, the array's first
 /// chunk opened): fetched on the runtime at once (two GETs: before and after the chunk),
 /// held as it comes; the chunk's reader fetches its chunk alone, in pieces, not waiting
@@ -492,15 +508,7 @@ fn the_rest_claimed_beside_the_first_chunk_comes_in_the_background() {
     use std::sync::atomic::Ordering::Relaxed;
     let chunk = 96u64 << 10;
     let n = 16u64;
-    let index = 16 * n + 4;
-    let data: Vec<u8> = (0..(chunk * n + index) as u32)
-        .map(|i| (i % 239) as u8)
-        .collect();
-    let s = store();
-    s.write_atomically(Path::new("shard"), &data).unwrap();
-    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
-    let mut idx = vec![0u8; index as usize];
-    f.read_at(&mut idx, chunk * n).unwrap();
+    let (s, f, data, index) = opened_shard(chunk, n, 239);
     let first = chunk..2 * chunk; // the first chunk need not lie first
     assert!(f.claim_rest(first.clone()));
     assert!(!f.claim_rest(first.clone()), "once per pass");
@@ -592,15 +600,8 @@ fn a_second_pass_over_an_object_read_through_is_read_ahead_again() {
     use std::sync::atomic::Ordering::Relaxed;
     let chunk = 96u64 << 10;
     let n = 16u64;
-    let index = 16 * n + 4;
-    let data: Vec<u8> = (0..(chunk * n + index) as u32)
-        .map(|i| (i % 233) as u8)
-        .collect();
-    let s = store();
-    s.write_atomically(Path::new("shard"), &data).unwrap();
-    let f: Arc<dyn StoreFile> = s.open(Path::new("shard")).unwrap().unwrap().into();
+    let (s, f, data, index) = opened_shard(chunk, n, 233);
     let mut idx = vec![0u8; index as usize];
-    f.read_at(&mut idx, chunk * n).unwrap();
     let read_all = |f: &Arc<dyn StoreFile>| {
         let mut b = vec![0u8; chunk as usize];
         // Not in file order: each chunk a stride of 5 from the last (mod 16).
