@@ -156,7 +156,10 @@ impl View {
     /// through ([`View::after_read_through`]). Bounded: at most [`SHARDS_AHEAD`] + 1
     /// shards, within the half of the read-ahead budget kept for loads ahead, once per
     /// pass over the shard (a second pass over an array once the kernel dropped its
-    /// pages loads ahead as the first did).
+    /// pages loads ahead as the first did). The cost: after a whole pass, a reader that
+    /// goes on to read a few chunks here and there has their shards claimed and loaded
+    /// ahead as a reader going through would (a shard before them was read through),
+    /// within the same bounds.
     fn load_next_ahead(
         &self,
         array: &Arc<ShardedArray>,

@@ -117,6 +117,10 @@ pub(super) struct ReadAhead {
     pub(super) will_need: Option<std::ops::Range<u64>>,
     /// Passes over the object read through so far ([`ReadAhead::let_go_held`]).
     pub(super) pass: u64,
+    /// What is held is the object whole (from a fetch or a claim of all of it, but the
+    /// chunk a first reader fetched alone): once all of it is served, a pass over the
+    /// object ends. Not for a window or the rest of a chunk.
+    pub(super) whole_held: bool,
 }
 
 /// A window being fetched: on drop, its in-flight mark is cleared (if still its own),
@@ -153,7 +157,14 @@ impl InFlight<'_> {
             _ => {
                 ra.held = Some(held);
                 ra.served = served;
+                ra.whole_held = self.range == (0..f.meta.size);
             }
+        }
+        // All of it served already (a chunk fetched alone that came after the rest it
+        // joins was read and let go): nothing to keep. Before, it stayed held for good,
+        // and the object never looked cold again.
+        if ra.flowing == 0 && ra.held.as_ref().is_some_and(|h| ra.served >= h.len()) {
+            ra.let_go_held();
         }
         drop(ra);
         self.reserved = self.reserved.saturating_sub(len);
@@ -196,8 +207,9 @@ enum Planned {
 }
 
 impl ReadAhead {
-    /// What was held was all served and goes. If it was the object whole (a whole
-    /// fetch, a claim of the rest, a load ahead of all of it), its reader went through
+    /// What was held was all served and goes. If it was the object whole
+    /// ([`ReadAhead::whole_held`]: a whole fetch, a claim of the rest, a load ahead of
+    /// all of it), its reader went through
     /// it, and the next read starts a new pass over the object, read ahead as the first
     /// was (a claim takes the rest, a second chunk fetches it whole, a load ahead warms
     /// it). Before, all that was once per open file, and a shard stays open as long as
@@ -212,13 +224,20 @@ impl ReadAhead {
     pub(super) fn let_go_held(&mut self) {
         self.held = None;
         self.served = 0;
-        if self.whole {
+        if std::mem::take(&mut self.whole_held) {
             self.pass += 1;
             self.chunks = 0;
             self.first_chunk = None;
             self.whole = false;
             self.claimed_rest = false;
         }
+    }
+
+    /// What is held gives way to a fetch that replaces it (a whole fetch, a window):
+    /// no pass ends (and the budget it held goes back with it).
+    fn replace_held(&mut self) {
+        self.held = None;
+        self.whole_held = false;
     }
 
     /// A new chunk read (a step inside a chunk) of an object of `size` bytes: counted,
@@ -402,7 +421,7 @@ impl ObjectFile {
         if let Some((pieces, need)) = whole.filter(|(pieces, need)| {
             pieces.iter().any(|r| r.start <= offset && end <= r.end) && self.budget.reserve(*need)
         }) {
-            ra.held = None;
+            ra.replace_held();
             ra.pending = Some(0..size);
             Fetch {
                 merge: false,
@@ -437,7 +456,7 @@ impl ObjectFile {
             };
             let ahead_end = size.min(offset + window).max(rest);
             if window > 0 && ahead_end > end {
-                ra.held = None;
+                ra.replace_held();
             }
             if ahead_end > end && self.budget.reserve(ahead_end - offset) {
                 if !claimed {
@@ -581,8 +600,6 @@ impl StoreFile for ObjectFile {
                 return;
             }
             ra.pending = Some(0..len);
-            // All of it: a whole fetch, whose reading through ends a pass.
-            ra.whole |= len == self.meta.size;
             ra.outside
         };
         let window = InFlight {
@@ -591,10 +608,8 @@ impl StoreFile for ObjectFile {
             reserved: len,
             merge: false,
         };
-        match self.fetch(0..len) {
-            Ok(bytes) => window.hold(vec![(0, bytes)], served_before),
-            // Not fetched after all: a reader's second chunk may still fetch it whole.
-            Err(_) => self.ahead.lock().whole = false,
+        if let Ok(bytes) = self.fetch(0..len) {
+            window.hold(vec![(0, bytes)], served_before);
         }
     }
 }

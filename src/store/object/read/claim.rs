@@ -81,10 +81,19 @@ impl ObjectFile {
             return;
         }
         reserved.n -= len; // what the window holds stays reserved until it goes
-        self.ahead.lock().held = Some(Held {
+        self.hold_opened(start, bytes);
+    }
+
+    /// Hold the bytes fetched at the open: a pass over the object ends once they are
+    /// served, if they are all of it.
+    fn hold_opened(&self, start: u64, bytes: bytes::Bytes) {
+        let whole = start == 0 && bytes.len() as u64 == self.meta.size;
+        let mut ra = self.ahead.lock();
+        ra.held = Some(Held {
             pieces: vec![(start, bytes)],
             budget: self.budget.clone(),
         });
+        ra.whole_held = whole;
     }
 
     /// Hold `bytes`, the object's bytes from `start` fetched at its open, as a window (if
@@ -94,9 +103,6 @@ impl ObjectFile {
         if len == 0 || !self.budget.reserve(len) {
             return;
         }
-        self.ahead.lock().held = Some(Held {
-            pieces: vec![(start, bytes)],
-            budget: self.budget.clone(),
-        });
+        self.hold_opened(start, bytes);
     }
 }

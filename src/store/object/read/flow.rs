@@ -33,6 +33,8 @@ pub(super) struct FlowMark {
     /// Bytes read outside chunks before the fetch began (the index): it holds them
     /// again, and its readers will not ask for them again, so they count as served.
     served_before: u64,
+    /// Whether it fetches the object whole ([`ReadAhead::whole_held`]).
+    whole: bool,
 }
 
 impl FlowMark {
@@ -55,13 +57,18 @@ impl FlowMark {
         self.counters.get_bytes.fetch_add(len, Relaxed);
         let mut ra = self.ahead.lock();
         match &mut ra.held {
-            Some(h) => h.insert(start, bytes),
+            // The first chunk, fetched alone beside it, came first.
+            Some(h) => {
+                h.insert(start, bytes);
+                ra.whole_held |= self.whole;
+            }
             None => {
                 ra.held = Some(Held {
                     pieces: vec![(start, bytes)],
                     budget: self.budget.clone(),
                 });
                 ra.served = self.served_before;
+                ra.whole_held = self.whole;
             }
         }
         drop(ra);
@@ -102,6 +109,7 @@ impl ObjectFile {
     ) {
         let mark = Arc::new(FlowMark {
             served_before,
+            whole: mark == (0..self.meta.size),
             ahead: self.ahead.clone(),
             done: self.ahead_done.clone(),
             budget: self.budget.clone(),

@@ -656,4 +656,63 @@ fn a_second_pass_over_an_object_read_through_is_read_ahead_again() {
     assert!(f.claim_rest(0..chunk));
     read_all(&f);
     assert!(s.counters().gets.load(Relaxed) - gets <= 3);
+    // A shard loaded ahead by its open (all of it fetched with the open, as a load
+    // ahead does): read through, it ends a pass too, and is cold again. Before, its
+    // window went with no pass ended, and its next pass had no load ahead from it.
+    drop(f);
+    let size = data.len() as u64;
+    let f: Arc<dyn StoreFile> = s
+        .open_with(Path::new("shard"), Prefetch::Start(size))
+        .unwrap()
+        .unwrap()
+        .into();
+    let gets = s.counters().gets.load(Relaxed);
+    f.read_at(&mut idx, chunk * n).unwrap();
+    read_all(&f);
+    assert_eq!(
+        s.counters().gets.load(Relaxed),
+        gets,
+        "all of it came with the open"
+    );
+    assert_eq!(f.pass(), 1);
+    assert!(f.cold());
+    assert_eq!(settled_read_ahead(&s), 0);
+}
+
+/// Without room in the budget for a whole fetch, a second chunk reads the rest of its
+/// chunk alone, and that window, once served, ends no pass: the chunks counted stay, and
+/// each chunk moves once. (A pass ended at each such window restarted the count, and a
+/// later whole fetch moved the chunks already read again; found by a reviewer.)
+#[test]
+fn a_chunk_read_alone_for_want_of_budget_ends_no_pass() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let chunk = 96u64 << 10;
+    let n = 16u64;
+    let (mut s, _, data, index) = opened_shard(chunk, n, 229);
+    s.budget = Arc::new(Budget::new(1 << 20)); // less than the object
+    let f = s.open(Path::new("shard")).unwrap().unwrap();
+    let before = s.counters().get_bytes.load(Relaxed);
+    let mut idx = vec![0u8; index as usize];
+    f.read_at(&mut idx, chunk * n).unwrap();
+    let mut buf = vec![0u8; 64 << 10]; // the kernel asks in pieces
+    for c in (0..n).map(|i| (7 * i) % n) {
+        let r = c * chunk..(c + 1) * chunk;
+        for at in (r.start..r.end).step_by(buf.len()) {
+            let len = (r.end - at).min(buf.len() as u64) as usize;
+            assert_eq!(
+                f.read_chunk_at(&mut buf[..len], at, r.clone()).unwrap(),
+                len
+            );
+            assert!(
+                buf[..len] == data[at as usize..at as usize + len],
+                "at {at}"
+            );
+        }
+    }
+    assert_eq!(f.pass(), 0, "no pass ended");
+    assert_eq!(
+        s.counters().get_bytes.load(Relaxed) - before,
+        data.len() as u64,
+        "each byte once"
+    );
 }
