@@ -153,7 +153,13 @@ impl Filesystem for ShardFs {
         let _op = operation::begin();
         match self.view.read_file(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                reply.error(errno(&e));
+                if matches!(e, ViewError::SizeStale(_)) {
+                    // After the reply: the kernel's read holds the page lock.
+                    self.drop_stale_size(ino);
+                }
+            }
         }
     }
 

@@ -1383,3 +1383,86 @@ fn a_read_further_into_a_chunk_whose_shard_was_replaced_is_estale() {
     assert!(chunk.iter().all(|&b| b == 51), "the new chunk 1");
     m.unmount();
 }
+
+/// One shard of two chunks whose stored lengths are `lens` (filled with `fill` and
+/// `fill + 1`): a compressed array's chunks, whose length changes when rewritten.
+fn two_chunks_of(dir: &Path, lens: [usize; 2], fill: u8) {
+    use shardfs::format::{ChunkRange, Endian, IndexCodecs, ShardIndex};
+    std::fs::create_dir_all(dir.join("c")).unwrap();
+    let meta = common::sharded_u8_array(
+        2 * 4096,
+        2 * 4096,
+        4096,
+        serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1}}]),
+        common::index_codecs_crc32c(),
+        "end",
+    );
+    std::fs::write(dir.join("zarr.json"), meta.to_string()).unwrap();
+    let shard = [vec![fill; lens[0]], vec![fill + 1; lens[1]]].concat();
+    let entries = vec![
+        Some(ChunkRange {
+            offset: 0,
+            nbytes: lens[0] as u64,
+        }),
+        Some(ChunkRange {
+            offset: lens[0] as u64,
+            nbytes: lens[1] as u64,
+        }),
+    ];
+    let mut shard = shard;
+    shard.extend(ShardIndex::from_entries(entries).encode(IndexCodecs {
+        endian: Endian::Little,
+        crc32c: true,
+    }));
+    std::fs::write(dir.join("c/0"), shard).unwrap();
+}
+
+/// SEMANTICS (object storage): a chunk another writer replaced with a longer one, read
+/// again within the TTL on a read-only mount (the kernel opens files, and holds the old
+/// size), reads as the new chunk whole or fails with `ESTALE`; never as the first bytes
+/// of the new chunk cut to the old length (found by an adversarial tester: 500 such
+/// reads in 43 passes), and the read after that reads the new chunk.
+#[test]
+fn a_chunk_replaced_by_a_longer_one_is_never_read_cut_to_its_old_size() {
+    use std::os::fd::AsRawFd;
+    let Some(s3) = S3Test::start() else { return };
+    let (old, new) = (s3.dir("old"), s3.dir("new"));
+    two_chunks_of(&old, [700, 1000], 10);
+    two_chunks_of(&new, [700, 3000], 50);
+    s3.tool(&["upload", "--to", "bucket/z", old.to_str().unwrap()]);
+    // A small read-ahead budget: a chunk read is a GET of it (conditional on the
+    // shard's ETag), not served from a window held since.
+    let (mnt, m) = s3.mount_dir(
+        "s3://bucket/z",
+        "m",
+        &["-o", "ro,s3_cache=1", "--ttl", "60"],
+    );
+    let path = mnt.join("c/1");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![11u8; 1000]);
+    s3.tool(&["upload", "--to", "bucket/z", new.to_str().unwrap()]);
+    let drop_pages = || {
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: a valid descriptor; the call only drops cached pages.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+    };
+    drop_pages();
+    match std::fs::read(&path) {
+        Ok(got) => assert!(
+            got == vec![11u8; 1000] || got == vec![51u8; 3000],
+            "neither the old chunk nor the new: {} bytes of {:?}",
+            got.len(),
+            got.first()
+        ),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+    }
+    drop_pages();
+    let got = std::fs::read(&path).unwrap();
+    assert!(
+        got == vec![51u8; 3000],
+        "then the new chunk: {} bytes of {:?}",
+        got.len(),
+        got.first()
+    );
+    m.unmount();
+}

@@ -198,8 +198,9 @@ impl View {
             ChunkData::Staged(_) => array.dir_meta,
         };
         m.perm = array.json_meta.perm;
-        if policy.compares_size_at_open() {
-            // Without opens this would be a lock for nothing.
+        // Kept for the next open to compare (daemon opens), or the next read (a read-only
+        // mount where the kernel opens: `View::kernel_size_holds`).
+        if policy.compares_size_at_open() || self.writer.is_none() {
             self.cache.report_size(ino, data.len());
         }
         Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))

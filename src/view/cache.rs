@@ -81,6 +81,19 @@ impl CachePolicy {
             .is_some_and(|was| was != len)
     }
 
+    /// A read of chunk inode `ino` ended short at `end`: the kernel takes that for the
+    /// file's end (it shrinks the size it holds, and no attribute reply says so).
+    pub(super) fn read_short(&self, ino: u64, end: u64) {
+        let mut reported = self.reported.lock();
+        let known = reported.entry(ino).or_insert(end);
+        *known = (*known).min(end);
+    }
+
+    /// The size last given to the kernel for chunk inode `ino`, if any.
+    pub(super) fn reported_size(&self, ino: u64) -> Option<u64> {
+        self.reported.lock().get(&ino).copied()
+    }
+
     /// The kernel forgot inode `ino`.
     pub(super) fn forget(&self, ino: u64) {
         self.served.lock().remove(&ino);

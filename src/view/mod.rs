@@ -155,6 +155,11 @@ pub enum ViewError {
     StaleInode(u64),
     #[error("unknown file handle {0}")]
     StaleHandle(u64),
+    /// A chunk read of inode `0` found it longer than the size the kernel holds for it
+    /// (another writer replaced it since): served, the kernel would cut the new chunk to
+    /// the old length (`ESTALE`; the kernel is told to drop its attributes).
+    #[error("inode {0}: longer than the size the kernel holds")]
+    SizeStale(u64),
     #[error("shard {shard}: {err}")]
     Shard { shard: PathBuf, err: ShardError },
     #[error("{0}")]
@@ -187,7 +192,9 @@ impl ViewError {
             ViewError::NotDir => libc::ENOTDIR,
             ViewError::IsDir => libc::EISDIR,
             ViewError::ReadOnly => libc::EROFS,
-            ViewError::StaleInode(_) | ViewError::StaleHandle(_) => libc::ESTALE,
+            ViewError::StaleInode(_) | ViewError::StaleHandle(_) | ViewError::SizeStale(_) => {
+                libc::ESTALE
+            }
             // Read further into a chunk whose shard another writer replaced.
             ViewError::Shard {
                 err: crate::store::shard::ShardError::Changed(_),
