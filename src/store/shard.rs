@@ -276,7 +276,8 @@ impl Shard {
         self.next_claimed.load(std::sync::atomic::Ordering::Relaxed) == self.pass() + 1
     }
 
-    fn pass(&self) -> u64 {
+    /// Passes over its file read through so far ([`StoreFile::pass`]).
+    pub fn pass(&self) -> u64 {
         self.file.as_ref().map_or(0, |f| f.pass())
     }
 
