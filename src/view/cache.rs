@@ -23,6 +23,9 @@ use super::Attr;
 /// The longest the kernel caches the absence of a name.
 pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 
+/// Segments of the map of reported sizes.
+const SEGMENTS: usize = 16;
+
 /// What a chunk inode served at its last open: its range and the shard file's version.
 type Served = (ChunkRange, Option<(u64, u64, SystemTime)>);
 
@@ -34,7 +37,9 @@ pub struct CachePolicy {
     served: Mutex<HashMap<u64, Served>>,
     /// The size each chunk inode had in the attributes last given to the kernel, which
     /// caches them for the TTL: an open that finds another size says so.
-    reported: Mutex<HashMap<u64, u64>>,
+    /// In segments by inode: a read-only mount looks here at every chunk read
+    /// ([`CachePolicy::reported_size`]), from many FUSE threads at once.
+    reported: [Mutex<HashMap<u64, u64>>; SEGMENTS],
 }
 
 impl CachePolicy {
@@ -43,6 +48,10 @@ impl CachePolicy {
             ttl,
             ..Default::default()
         }
+    }
+
+    fn reported(&self, ino: u64) -> &Mutex<HashMap<u64, u64>> {
+        &self.reported[ino as usize % SEGMENTS]
     }
 
     /// The mount's `--ttl`.
@@ -75,7 +84,7 @@ impl CachePolicy {
     /// Chunk inode `ino` has `len` bytes in the attributes given to the kernel now;
     /// whether that differs from the size reported before.
     pub(super) fn report_size(&self, ino: u64, len: u64) -> bool {
-        self.reported
+        self.reported(ino)
             .lock()
             .insert(ino, len)
             .is_some_and(|was| was != len)
@@ -84,20 +93,20 @@ impl CachePolicy {
     /// A read of chunk inode `ino` ended short at `end`: the kernel takes that for the
     /// file's end (it shrinks the size it holds, and no attribute reply says so).
     pub(super) fn read_short(&self, ino: u64, end: u64) {
-        let mut reported = self.reported.lock();
+        let mut reported = self.reported(ino).lock();
         let known = reported.entry(ino).or_insert(end);
         *known = (*known).min(end);
     }
 
     /// The size last given to the kernel for chunk inode `ino`, if any.
     pub(super) fn reported_size(&self, ino: u64) -> Option<u64> {
-        self.reported.lock().get(&ino).copied()
+        self.reported(ino).lock().get(&ino).copied()
     }
 
     /// The kernel forgot inode `ino`.
     pub(super) fn forget(&self, ino: u64) {
         self.served.lock().remove(&ino);
-        self.reported.lock().remove(&ino);
+        self.reported(ino).lock().remove(&ino);
     }
 }
 

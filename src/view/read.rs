@@ -93,18 +93,16 @@ impl View {
         };
         let mut handle = handle;
         for attempt in 1.. {
-            self.kernel_size_holds(ino, &handle)?;
+            let known = self.kernel_size_holds(ino, &handle)?;
             match self.read_from(&handle, offset, size) {
                 Err(e) if attempt < CHUNK_READ_ATTEMPTS && Self::read_again(&e, offset) => {
                     handle = self.reader_anew(ino, &e)?;
                 }
                 Ok(data) => {
-                    if self.writer.is_none()
-                        && data.len() < size as usize
-                        && matches!(handle, Handle::Chunk { .. })
-                    {
+                    let end = offset + data.len() as u64;
+                    if data.len() < size as usize && known.is_some_and(|k| end < k) {
                         // The kernel takes a short read for the end: so must the check.
-                        self.cache.read_short(ino, offset + data.len() as u64);
+                        self.cache.read_short(ino, end);
                     }
                     return Ok(data);
                 }
@@ -124,17 +122,20 @@ impl View {
     /// asks the size again and reads the new chunk whole. (A chunk now shorter is
     /// served: the kernel takes the short read as the new end.) A writable mount does
     /// not track what the kernel holds: its own writes change it.
-    fn kernel_size_holds(&self, ino: u64, handle: &Handle) -> Result<()> {
-        if self.writer.is_none()
-            && let Handle::Chunk { range, .. } = handle
-            && self
-                .cache
-                .reported_size(ino)
-                .is_some_and(|known| range.nbytes > known)
-        {
+    /// Returns the size the kernel holds, where this is such a chunk read (`u64::MAX`
+    /// if it was never told one).
+    fn kernel_size_holds(&self, ino: u64, handle: &Handle) -> Result<Option<u64>> {
+        let Handle::Chunk { range, .. } = handle else {
+            return Ok(None);
+        };
+        if self.writer.is_some() {
+            return Ok(None);
+        }
+        let known = self.cache.reported_size(ino).unwrap_or(u64::MAX);
+        if range.nbytes > known {
             return Err(ViewError::SizeStale(ino));
         }
-        Ok(())
+        Ok(Some(known))
     }
 
     pub(super) fn read_from(&self, handle: &Handle, offset: u64, size: u32) -> Result<Vec<u8>> {
