@@ -1340,32 +1340,14 @@ fn compact_rewrites_an_s3_shard_with_dead_space() {
 /// A store of one shard of two inner chunks of 4 MiB (uint8, no compression), every
 /// byte of chunk `c` equal to `fill + c`, at `dir`.
 fn two_big_chunks(dir: &Path, fill: u8) {
-    use shardfs::format::{ChunkRange, Endian, IndexCodecs, ShardIndex};
     const CHUNK: usize = 4 << 20;
-    std::fs::create_dir_all(dir.join("c")).unwrap();
-    let meta = common::sharded_u8_array(
-        2 * CHUNK,
-        2 * CHUNK,
+    two_chunk_shard(
+        dir,
         CHUNK,
         serde_json::json!([{"name": "bytes"}]),
-        common::index_codecs_crc32c(),
-        "end",
+        [CHUNK; 2],
+        fill,
     );
-    std::fs::write(dir.join("zarr.json"), meta.to_string()).unwrap();
-    let mut shard = [vec![fill; CHUNK], vec![fill + 1; CHUNK]].concat();
-    let entries = (0..2u64)
-        .map(|c| {
-            Some(ChunkRange {
-                offset: c * CHUNK as u64,
-                nbytes: CHUNK as u64,
-            })
-        })
-        .collect();
-    shard.extend(ShardIndex::from_entries(entries).encode(IndexCodecs {
-        endian: Endian::Little,
-        crc32c: true,
-    }));
-    std::fs::write(dir.join("c/0"), shard).unwrap();
 }
 
 /// SEMANTICS (object storage): a read further into a chunk whose shard another writer
@@ -1404,21 +1386,28 @@ fn a_read_further_into_a_chunk_whose_shard_was_replaced_is_estale() {
     m.unmount();
 }
 
-/// One shard of two chunks whose stored lengths are `lens` (filled with `fill` and
-/// `fill + 1`): a compressed array's chunks, whose length changes when rewritten.
-fn two_chunks_of(dir: &Path, lens: [usize; 2], fill: u8) {
+/// One shard of two chunks of `chunk` elements (uint8) whose stored lengths are `lens`
+/// (filled with `fill` and `fill + 1`; with a compressing codec, a chunk's length
+/// changes when it is rewritten).
+fn two_chunk_shard(
+    dir: &Path,
+    chunk: usize,
+    codecs: serde_json::Value,
+    lens: [usize; 2],
+    fill: u8,
+) {
     use shardfs::format::{ChunkRange, Endian, IndexCodecs, ShardIndex};
     std::fs::create_dir_all(dir.join("c")).unwrap();
     let meta = common::sharded_u8_array(
-        2 * 4096,
-        2 * 4096,
-        4096,
-        serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1}}]),
+        2 * chunk,
+        2 * chunk,
+        chunk,
+        codecs,
         common::index_codecs_crc32c(),
         "end",
     );
     std::fs::write(dir.join("zarr.json"), meta.to_string()).unwrap();
-    let shard = [vec![fill; lens[0]], vec![fill + 1; lens[1]]].concat();
+    let mut shard = [vec![fill; lens[0]], vec![fill + 1; lens[1]]].concat();
     let entries = vec![
         Some(ChunkRange {
             offset: 0,
@@ -1429,7 +1418,6 @@ fn two_chunks_of(dir: &Path, lens: [usize; 2], fill: u8) {
             nbytes: lens[1] as u64,
         }),
     ];
-    let mut shard = shard;
     shard.extend(ShardIndex::from_entries(entries).encode(IndexCodecs {
         endian: Endian::Little,
         crc32c: true,
@@ -1447,8 +1435,10 @@ fn a_chunk_replaced_by_a_longer_one_is_never_read_cut_to_its_old_size() {
     use std::os::fd::AsRawFd;
     let Some(s3) = S3Test::start() else { return };
     let (old, new) = (s3.dir("old"), s3.dir("new"));
-    two_chunks_of(&old, [700, 1000], 10);
-    two_chunks_of(&new, [700, 3000], 50);
+    let zstd =
+        || serde_json::json!([{"name": "bytes"}, {"name": "zstd", "configuration": {"level": 1}}]);
+    two_chunk_shard(&old, 4096, zstd(), [700, 1000], 10);
+    two_chunk_shard(&new, 4096, zstd(), [700, 3000], 50);
     s3.tool(&["upload", "--to", "bucket/z", old.to_str().unwrap()]);
     // A small read-ahead budget: a chunk read is a GET of it (conditional on the
     // shard's ETag), not served from a window held since.
