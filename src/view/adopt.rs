@@ -3,9 +3,11 @@
 //! in before the metadata are taken into the shards. (Where metadata lands, and what
 //! else it does there: `landed.rs`.)
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::{MetaFile, Result, View, ViewError};
@@ -171,16 +173,16 @@ impl View {
             // shard keys, and reads them back (partial shard writes): it is shown the
             // store as it is for the rest of this mount. Later mounts show it unsharded.
             if matches!(meta.presentation, format::Presentation::Sharded(_)) {
-                w.raw.lock().insert(dir.to_path_buf());
+                w.choices.show_as_stored(dir);
                 self.arrays.remove(dir);
                 self.refresh_subtree(dir);
             }
             return Ok(None);
         }
-        if w.raw.lock().remove(dir) {
+        if w.choices.forget_as_stored(dir) {
             self.refresh_subtree(dir);
         }
-        if w.keep_unsharded.lock().remove(dir) {
+        if w.choices.take_keep_unsharded(dir) {
             // An unsharded array of the store whose metadata was rewritten (an attribute,
             // a resize) stays as it is: sharding it would rewrite all its chunks, and
             // move what else lies among them.
@@ -345,7 +347,65 @@ impl View {
             && matches!(meta.presentation, format::Presentation::Plain)
             && let Some(dir) = json.parent()
         {
-            w.keep_unsharded.lock().insert(dir.to_path_buf());
+            w.choices.keep_unsharded(dir);
+        }
+    }
+}
+
+/// What this mount decided for arrays whose metadata it saw written, which
+/// [`View::adopt_new_array`] reads: arrays a client writes sharded itself (shown as
+/// stored), and unsharded arrays of the store whose `zarr.json` is being rewritten (kept
+/// unsharded). By store directory; both follow a directory moved through the mount.
+#[derive(Default)]
+pub(super) struct ArrayChoices {
+    /// Arrays whose sharded `zarr.json` was written through this mount (zarr-python 3
+    /// or tensorstore creating a sharded array): shown as stored, shard files at their
+    /// keys, for the rest of the mount, so that their writer reads back what it wrote.
+    as_stored: Mutex<HashSet<PathBuf>>,
+    /// Store directories of unsharded arrays whose `zarr.json` is being rewritten (an
+    /// attribute, a resize): they stay unsharded, as they are in the store. Only a new
+    /// array is stored sharded.
+    unsharded: Mutex<HashSet<PathBuf>>,
+}
+
+impl ArrayChoices {
+    /// Show the array at `dir` as stored from now on.
+    pub(super) fn show_as_stored(&self, dir: &Path) {
+        self.as_stored.lock().insert(dir.to_path_buf());
+    }
+
+    pub(super) fn shown_as_stored(&self, dir: &Path) -> bool {
+        self.as_stored.lock().contains(dir)
+    }
+
+    /// `dir` is no array shown as stored any more (removed, or its metadata replaced by
+    /// an unsharded array's); whether it was one.
+    pub(super) fn forget_as_stored(&self, dir: &Path) -> bool {
+        self.as_stored.lock().remove(dir)
+    }
+
+    /// The `zarr.json` at `dir` is an unsharded array's that is being rewritten.
+    pub(super) fn keep_unsharded(&self, dir: &Path) {
+        self.unsharded.lock().insert(dir.to_path_buf());
+    }
+
+    /// Whether the metadata that landed at `dir` rewrote an unsharded array's (which
+    /// stays unsharded); asked once per landing.
+    pub(super) fn take_keep_unsharded(&self, dir: &Path) -> bool {
+        self.unsharded.lock().remove(dir)
+    }
+
+    /// The directory at store path `from` moved to `to`.
+    pub(super) fn rebase(&self, from: &Path, to: &Path) {
+        for set in [&self.as_stored, &self.unsharded] {
+            let mut set = set.lock();
+            *set = set
+                .drain()
+                .map(|p| match p.strip_prefix(from) {
+                    Ok(rest) => to.join(rest),
+                    Err(_) => p,
+                })
+                .collect();
         }
     }
 }

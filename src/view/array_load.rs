@@ -37,7 +37,7 @@ impl View {
     /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
         if let Some(w) = &self.writer {
-            if w.raw.lock().contains(&rel) {
+            if w.choices.shown_as_stored(&rel) {
                 return Ok(Some(Node::Dir { rel }));
             }
             if let Some(array) = w.unlinked.headless_array(&rel) {

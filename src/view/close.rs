@@ -70,10 +70,8 @@ impl View {
                 writes: true,
                 ..
             }) => {
-                if self.open_policy().lands_metadata_at_write()
-                    && let Some(w) = self.write_side()
-                {
-                    w.landed_at_write.lock().remove(&fh);
+                if self.open_policy().lands_metadata_at_write() {
+                    self.handles.take_landed(fh);
                 }
                 self.commit_scratch(&node, &file)
             }
@@ -92,13 +90,7 @@ impl View {
             }
             Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
                 // Taken in at a write already (`View::land_at_write`).
-                Some(_)
-                    if self
-                        .write_side()
-                        .is_some_and(|w| w.landed_at_write.lock().remove(&fh)) =>
-                {
-                    Ok(())
-                }
+                Some(_) if self.handles.take_landed(fh) => Ok(()),
                 // A shell's redirection (`echo ... > .zattrs`) closes a duplicate of the
                 // still-empty file before it writes: v2 metadata with nothing in it yet
                 // waits for the close that brings it (or for `release`).

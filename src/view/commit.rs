@@ -190,8 +190,8 @@ impl View {
         let Some(file) = self.lands_on_close(rel) else {
             return Ok(());
         };
-        let w = self.writer()?;
-        if w.landed_at_write.lock().contains(&fh) {
+        self.writer()?;
+        if self.handles.landed(fh) {
             return Ok(());
         }
         let whole = match self.pending_doc(rel) {
@@ -205,7 +205,7 @@ impl View {
         if !whole {
             return Ok(()); // not whole yet
         }
-        w.landed_at_write.lock().insert(fh);
+        self.handles.mark_landed(fh);
         self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
     }
 
@@ -302,7 +302,7 @@ impl View {
                     .stat(path)?
                     .is_some_and(|m| m.kind == crate::store::EntryKind::File)
                 {
-                    w.kept_paths.lock().insert(path.to_path_buf());
+                    w.kept_paths.insert(path);
                 }
                 let file = w.scratch.create(path, data, false, 0)?;
                 drop(file);

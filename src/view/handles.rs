@@ -17,6 +17,11 @@ pub(super) struct HandleTable {
     /// Listings of open directories, so that `readdir` offsets stay consistent.
     dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     next_fh: AtomicU64,
+    /// Handles of metadata taken in at a write (a writable mount with kernel opens hears
+    /// of no close, and the writer may go on to write the array's chunks at once): not
+    /// taken in again when the handle is let go. By handle: another handle of the same
+    /// name, opened since, writes a document of its own.
+    landed_at_write: Mutex<std::collections::HashSet<u64>>,
     /// Who opens files: the daemon or the kernel, set once (`open_policy.rs`).
     pub(super) policy: super::open_policy::PolicyCell,
 }
@@ -31,6 +36,21 @@ impl HandleTable {
         let fh = self.next();
         self.files.lock().insert(fh, (ino, handle));
         fh
+    }
+
+    /// The metadata handle `fh` writes was taken in at a write.
+    pub(super) fn mark_landed(&self, fh: u64) {
+        self.landed_at_write.lock().insert(fh);
+    }
+
+    /// Whether the metadata handle `fh` writes was taken in at a write.
+    pub(super) fn landed(&self, fh: u64) -> bool {
+        self.landed_at_write.lock().contains(&fh)
+    }
+
+    /// [`Self::landed`], forgetting it.
+    pub(super) fn take_landed(&self, fh: u64) -> bool {
+        self.landed_at_write.lock().remove(&fh)
     }
 
     /// The inode handle `fh` was opened as.
@@ -83,6 +103,7 @@ impl HandleTable {
     }
 
     pub(super) fn remove(&self, fh: u64) -> Option<(u64, Handle)> {
+        self.landed_at_write.lock().remove(&fh);
         self.files.lock().remove(&fh)
     }
 

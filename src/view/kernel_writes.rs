@@ -180,11 +180,8 @@ impl View {
         let (n, fh) = res?;
         // A write of `.zmetadata` of the v2 view is let go at once: the kernel's pages
         // and size of it are the writer's bytes, not the document the view makes.
-        let landed = matches!(self.handles.get(fh), Ok(Handle::Discard(_)))
-            || self
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.landed_at_write.lock().contains(&fh));
+        let landed =
+            matches!(self.handles.get(fh), Ok(Handle::Discard(_))) || self.handles.landed(fh);
         if landed {
             self.commit_kernel_writes(KernelCommit::Of(ino))?;
         }

@@ -38,7 +38,8 @@
 //!    directory becomes an array or moves. parking_lot's RwLock is fair: never take it
 //!    twice in one thread (a writer queued in between would deadlock it).
 //! 2. `View::implicit` (handles of writes through descriptors the kernel
-//!    opened) or `Writer::kept_paths` (files of their own being stored), never both.
+//!    opened) or `Writer::kept_paths` (`KeptPaths::hold`: files of their own being
+//!    stored), never both.
 //! 3. The `Flusher::locks` per-array serial lock, then `Flusher::packed` or
 //!    `Staging::inner`.
 //! 4. `PendingDocs::docs` (documents being written) and a `PendingDoc::state`: never one
@@ -48,8 +49,9 @@
 //!    `ArrayRegistry::arrays` (read: `current`, `pending_meta`); `Writer::scratch` or
 //!    `Writer::times`, then `InodeTable::inner`.
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
-//!    `HandleTable::files`/`dirs`, `Staging::inner`, the `Writer`'s sets and maps
-//!    (`vdirs`, `raw`, `unlinked`'s tables, `as_written`, ...), `Writer::invalidations`, `ShardCache` segments
+//!    `HandleTable::files`/`dirs`/`landed_at_write`, `Staging::inner`, the `Writer`'s
+//!    sets and maps (`vdirs`, `choices`, `unlinked`'s tables, `as_written`, ...),
+//!    `Writer::invalidations`, `ShardCache` segments
 //!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead`.
 //!
 //! Held across store I/O (the exceptions):
@@ -59,7 +61,8 @@
 //! * `View::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
 //!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
 //!   store files under it (`partial_metadata`, `unlinked`).
-//! * `Writer::kept_paths`: kept.rs:`keep_file`, until the file is stored.
+//! * `Writer::kept_paths` (`KeptPaths::hold`): kept.rs:`keep_file`, until the file is
+//!   stored.
 //! * The serial lock and `Flusher::packed`: each shard commit in flush.rs:`write` (one
 //!   `packed` per mount: the flushes of all arrays take turns).
 //! * `PendingDocs::docs`: pending_doc.rs:`PendingDocs::open` (reads a new document);

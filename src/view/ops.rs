@@ -137,7 +137,7 @@ impl View {
                     // makes it a whole document (as `View::land_at_write` takes in store
                     // files), so the writer's next step (chunks of a grown grid) finds
                     // it applied; a refusal is this write's error.
-                    w.landed_at_write.lock().insert(fh);
+                    self.handles.mark_landed(fh);
                     self.commit_scratch(&node, &file)?;
                 }
             }

@@ -203,7 +203,7 @@ impl View {
                     Some(done) => done?,
                     None => self.store.remove_dir(rel)?,
                 }
-                w.raw.lock().remove(rel);
+                w.choices.forget_as_stored(rel);
                 w.unlinked.forget_zmetadata(rel);
             }
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {

@@ -112,12 +112,7 @@ impl View {
             return Err(ViewError::CrossDevice("moving metadata away".into()));
         }
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
-            // zarr 2's `consolidate_metadata` (a temporary file renamed onto the name):
-            // accepted and let go, as the view makes `.zmetadata` from the hierarchy.
-            self.remove_store_file(rel)?;
-            self.inodes
-                .rename(&from, to, Node::Consolidated { dir: dir.clone() });
-            return Ok(Renamed::Other);
+            return self.rename_onto_consolidated(rel, dir, &from, to);
         }
         let mut renamed = Renamed::Other;
         // A file of an array open for writing (a daemon's handle: `open_checks`): its
@@ -154,19 +149,7 @@ impl View {
             }
             // A file of its own of the store renamed to another such name in an array's
             // directories.
-            (Node::File { rel }, Node::ArrayDir { array } | Node::KeyDir { array, .. })
-                if matches!(
-                    self.target(
-                        array,
-                        match &nnode {
-                            Node::KeyDir { coords, .. } => Some(coords.as_slice()),
-                            _ => None,
-                        },
-                        newname
-                    )?,
-                    Target::Scratch
-                ) =>
-            {
+            (Node::File { rel }, _) if self.names_own_file(&nnode, newname)? => {
                 self.move_own_file(rel, &to)?
             }
             _ => self.copy_onto(src, &ppath, &pnode, name, &nnode, newname, &to)?,
@@ -177,6 +160,40 @@ impl View {
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
+    }
+
+    /// zarr 2's `consolidate_metadata` (a temporary file `rel` renamed onto `.zmetadata`
+    /// of `dir`): accepted and let go, as the view makes `.zmetadata` from the hierarchy.
+    fn rename_onto_consolidated(
+        &self,
+        rel: &Path,
+        dir: &Path,
+        from: &Path,
+        to: PathBuf,
+    ) -> Result<Renamed> {
+        self.remove_store_file(rel)?;
+        self.inodes.rename(
+            from,
+            to,
+            Node::Consolidated {
+                dir: dir.to_path_buf(),
+            },
+        );
+        Ok(Renamed::Other)
+    }
+
+    /// Whether `newname` in directory node `nnode` of an array names a file of its own
+    /// (neither chunk nor metadata).
+    fn names_own_file(&self, nnode: &Node, newname: &OsStr) -> Result<bool> {
+        let (array, coords) = match nnode {
+            Node::ArrayDir { array } => (array, None),
+            Node::KeyDir { array, coords } => (array, Some(coords.as_slice())),
+            _ => return Ok(false),
+        };
+        Ok(matches!(
+            self.target(array, coords, newname)?,
+            Target::Scratch
+        ))
     }
 
     /// A rename as a copy: the source's bytes put at the new name, the source removed
@@ -453,7 +470,7 @@ impl View {
         if let (Some(w), Some(dir)) = (&self.writer, rel.parent())
             && super::pending_doc::is_doc(rel)
         {
-            w.keep_unsharded.lock().remove(dir);
+            w.choices.take_keep_unsharded(dir);
         }
         match self.store.remove_file(rel) {
             Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),

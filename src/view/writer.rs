@@ -1,8 +1,7 @@
 //! The write side's state: its configuration, the staged chunks and the flusher, the
 //! in-memory scratch files (`scratch.rs`) and the kernel invalidations it owes.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -41,24 +40,14 @@ pub struct Writer {
     /// place) is made either before (and taken in) or after (in the new array), never
     /// between, where it was left out and looked gone a moment later.
     pub(super) tree: parking_lot::RwLock<()>,
-    /// Store directories of unsharded arrays whose `zarr.json` is being rewritten (an
-    /// attribute, a resize): they stay unsharded, as they are in the store. Only a new
-    /// array is stored sharded (see `View::adopt_new_array`).
-    pub(super) keep_unsharded: Mutex<HashSet<PathBuf>>,
+    /// What this mount decided for arrays whose metadata it saw written: shown as
+    /// stored, or kept unsharded ([`super::adopt::ArrayChoices`]).
+    pub(super) choices: super::adopt::ArrayChoices,
     /// View paths of scratch files stored as files of their own ([`super::kept`]).
-    pub(super) kept_paths: Mutex<HashSet<PathBuf>>,
+    pub(super) kept_paths: super::kept::KeptPaths,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
     /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
     pub(super) vdirs: super::key_dirs::KeyDirs,
-    /// Arrays whose sharded `zarr.json` was written through this mount (zarr-python 3
-    /// or tensorstore creating a sharded array): shown as stored, shard files at their
-    /// keys, for the rest of the mount, so that their writer reads back what it wrote.
-    pub(super) raw: Mutex<HashSet<PathBuf>>,
-    /// Handles (file handles) of metadata taken in at a write (a writable mount with
-    /// kernel opens hears of no close, and the writer may go on to write the array's
-    /// chunks at once): not taken in again when the handle is let go. By handle: another
-    /// handle of the same name, opened since, writes a document of its own.
-    pub(super) landed_at_write: Mutex<HashSet<u64>>,
     /// Metadata documents as their writers wrote them, shown in place of the view's
     /// rendering of the stored document while that is the same JSON value
     /// ([`super::as_written`]). A leaf lock.
@@ -72,7 +61,7 @@ pub struct Writer {
     pub(super) shard_target: u64,
     /// Kernel cache invalidations, sent from a thread of the mount (never from inside
     /// a request, where the kernel may hold the directory's lock).
-    pub(super) invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+    invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
     /// Invalidations sent, and (counted by the sending thread) delivered to the kernel.
     invalidations_queued: AtomicU64,
     invalidations_done: Arc<Progress>,
@@ -145,12 +134,10 @@ impl Writer {
             staging: Staging::new(config.write_buffer),
             scratch: ScratchFiles::new(config.write_buffer),
             docs: Arc::default(),
-            kept_paths: Mutex::new(HashSet::new()),
-            keep_unsharded: Mutex::new(HashSet::new()),
+            kept_paths: Default::default(),
+            choices: Default::default(),
             tree: parking_lot::RwLock::new(()),
             vdirs: Default::default(),
-            raw: Mutex::new(HashSet::new()),
-            landed_at_write: Mutex::new(HashSet::new()),
             as_written: Mutex::default(),
             unlinked: Default::default(),
             times: Default::default(),
@@ -287,20 +274,13 @@ impl Writer {
     /// before the move (files of their own, closed and stored) or holds old paths
     /// (arrays whose metadata was unlinked).
     pub(super) fn dir_moved(&self, from: &Path, to: &Path, rel: &Path, dst: &Path) {
-        let rebase = |p: PathBuf, from: &Path, to: &Path| match p.strip_prefix(from) {
-            Ok(rest) => to.join(rest),
-            Err(_) => p,
-        };
         // Stored before the move, or nothing to store (closed and committed): let go, with
         // the room they held in the write buffer.
         self.scratch.let_go_under(from);
-        self.kept_paths.lock().retain(|p| !p.starts_with(from));
+        self.kept_paths.let_go_under(from);
         self.vdirs.rebase(rel, dst);
         self.as_written.lock().rebase(rel, dst);
-        for set in [&self.raw, &self.keep_unsharded] {
-            let mut set = set.lock();
-            *set = set.drain().map(|a| rebase(a, rel, dst)).collect();
-        }
+        self.choices.rebase(rel, dst);
         // Arrays whose metadata was unlinked below it hold their old paths: let go (their
         // other names are plain files of the store at the new path).
         self.unlinked.dir_moved(rel);

@@ -59,29 +59,57 @@ impl BucketStore {
             },
         };
         if client::is_metadata(rel) {
-            match &start {
-                // A small document fetched whole: kept for an open again within the TTL.
-                Some((m, bytes))
-                    if bytes.len() as u64 == m.size && bytes.len() <= meta::BODY_BYTES =>
-                {
-                    if self.meta.bodies.lock().len() >= meta::BODIES {
-                        self.meta.bodies.lock().clear();
-                    }
-                    let body = (m.e_tag.clone(), bytes.clone());
-                    self.meta.keep(&self.meta.bodies, rel, body, generation);
-                }
-                // Opened again while its HEAD answer is fresh: the same version's bytes,
-                // if kept, need no GET.
-                None => {
-                    start = self
-                        .meta
-                        .usable(&self.meta.bodies, rel, self.deadline.outage())
-                        .filter(|(etag, b)| *etag == meta.e_tag && b.len() as u64 == meta.size)
-                        .map(|(_, b)| (meta.clone(), b));
-                }
-                _ => {}
+            start = self.metadata_body(rel, start, &meta, generation);
+        }
+        let file = self.object_file(rel, meta)?;
+        if let Some((meta, bytes)) = start {
+            let at = match with {
+                Some(Prefetch::End(_)) => meta.size.saturating_sub(bytes.len() as u64),
+                _ => 0,
+            };
+            match reserved {
+                Some(reserved) => file.hold_reserved(at, bytes, reserved),
+                None => file.hold_piece(at, bytes),
             }
         }
+        Ok(Some(Box::new(file)))
+    }
+
+    /// A metadata document's bytes at its open: a small one fetched whole (`start`) is
+    /// kept for an open again within the TTL; one opened again while its HEAD answer is
+    /// fresh is served from what was kept, if it is the same version, with no GET.
+    fn metadata_body(
+        &self,
+        rel: &Path,
+        mut start: Option<(object_store::ObjectMeta, bytes::Bytes)>,
+        meta: &object_store::ObjectMeta,
+        generation: u64,
+    ) -> Option<(object_store::ObjectMeta, bytes::Bytes)> {
+        match &start {
+            // A small document fetched whole: kept for an open again within the TTL.
+            Some((m, bytes)) if bytes.len() as u64 == m.size && bytes.len() <= meta::BODY_BYTES => {
+                if self.meta.bodies.lock().len() >= meta::BODIES {
+                    self.meta.bodies.lock().clear();
+                }
+                let body = (m.e_tag.clone(), bytes.clone());
+                self.meta.keep(&self.meta.bodies, rel, body, generation);
+            }
+            // Opened again while its HEAD answer is fresh: the same version's bytes,
+            // if kept, need no GET.
+            None => {
+                start = self
+                    .meta
+                    .usable(&self.meta.bodies, rel, self.deadline.outage())
+                    .filter(|(etag, b)| *etag == meta.e_tag && b.len() as u64 == meta.size)
+                    .map(|(_, b)| (meta.clone(), b));
+            }
+            _ => {}
+        }
+        start
+    }
+
+    /// The file of the version `meta` of object `rel`, holding nothing yet.
+    fn object_file(&self, rel: &Path, meta: object_store::ObjectMeta) -> io::Result<ObjectFile> {
         let key = self.key(rel)?;
         let disk = self
             .disk
@@ -91,7 +119,7 @@ impl BucketStore {
             (Some((d, name)), Some(etag)) => d.holds(name, etag, 0..meta.size),
             _ => false,
         };
-        let file = ObjectFile {
+        Ok(ObjectFile {
             disk,
             disk_whole,
             store: self.inner.clone(),
@@ -105,17 +133,6 @@ impl BucketStore {
             meta_cache: self.meta.clone(),
             rel: rel.to_path_buf(),
             deadline: self.deadline.clone(),
-        };
-        if let Some((meta, bytes)) = start {
-            let at = match with {
-                Some(Prefetch::End(_)) => meta.size.saturating_sub(bytes.len() as u64),
-                _ => 0,
-            };
-            match reserved {
-                Some(reserved) => file.hold_reserved(at, bytes, reserved),
-                None => file.hold_piece(at, bytes),
-            }
-        }
-        Ok(Some(Box::new(file)))
+        })
     }
 }
