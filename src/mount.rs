@@ -17,6 +17,7 @@ use std::time::Duration;
 use fuser::{BackgroundSession, Config, MountOption, SessionACL};
 
 use crate::compact::{AutoCompactor, Compactor, CpuCompactor, GpuCompactor};
+use crate::freshness::Freshness;
 use crate::fuse::ShardFs;
 use crate::store::{Commits, Store};
 use crate::view::write_api::{Invalidation, WriteConfig, Writer};
@@ -38,7 +39,7 @@ pub struct MountOptions {
     pub flags: Vec<MountOption>,
     /// How long the kernel caches entries and attributes; `None`: [`DEFAULT_TTL`], or
     /// [`OPEN_CHECKS_TTL`] with `open_checks` (see [`MountOptions::ttl`]). Negative
-    /// entries are cached for at most [`crate::view::cache::NEGATIVE_TTL`].
+    /// entries are cached for at most [`crate::freshness::NEGATIVE_TTL`].
     pub ttl: Option<Duration>,
     /// FUSE worker threads.
     pub threads: usize,
@@ -69,14 +70,7 @@ pub struct MountOptions {
     pub s3: crate::store::object::S3Options,
 }
 
-/// The entry and attribute TTL unless told otherwise. A pass over an array's chunk
-/// files that takes longer than the TTL looks every file up again (a request each,
-/// several times the cost of a cached read), so it is long: what it delays is small.
-/// A mount sees a file changed outside it within the TTL (with `open_checks`: at the
-/// next open, close-to-open); names that appear are seen within
-/// [`crate::view::cache::NEGATIVE_TTL`]. NFS keeps the attributes of unchanged files for up to
-/// 60 s.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub use crate::freshness::{DEFAULT_TTL, OPEN_CHECKS_TTL};
 
 /// Staged bytes of one array that start its flush behind the writer: the disk then
 /// writes while the writer writes, as the kernel's writeback does for plain files, and a
@@ -85,18 +79,15 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// record, an `fsync`) stays small against its bytes.
 pub const DEFAULT_WRITE_BEHIND: u64 = 16 << 20;
 
-/// The TTL with `open_checks`, unless told otherwise: a mount that asks at every open is
-/// asked for freshness.
-pub const OPEN_CHECKS_TTL: Duration = Duration::from_secs(1);
-
 impl MountOptions {
     /// The entry and attribute TTL a mount with these options uses.
     pub fn ttl(&self) -> Duration {
-        self.ttl.unwrap_or(if self.open_checks {
-            OPEN_CHECKS_TTL
-        } else {
-            DEFAULT_TTL
-        })
+        self.freshness().ttl
+    }
+
+    /// How long a mount with these options uses what it learned ([`crate::freshness`]).
+    pub fn freshness(&self) -> Freshness {
+        Freshness::of(self.ttl, self.read_only, self.open_checks)
     }
 }
 
@@ -160,14 +151,9 @@ impl Mount {
     ) -> Result<Mount, MountError> {
         let (store, mountpoint) = (store.as_ref(), mountpoint.as_ref());
         let name = StoreName::of(store);
-        // What a HEAD or listing found is used again for the TTL on a read-only mount (the
-        // kernel keeps attributes that long anyway), for at most 1 s on a writable one.
+        let freshness = opts.freshness();
         let s3 = crate::store::object::S3Options {
-            meta_ttl: if opts.read_only {
-                opts.ttl()
-            } else {
-                opts.ttl().min(Duration::from_secs(1))
-            },
+            meta_ttl: freshness.store_meta,
             ..opts.s3.clone()
         };
         let store = open_store(name, &s3)?;
@@ -181,7 +167,7 @@ impl Mount {
         let writer = make_writer(opts, store.as_ref())?;
         // Every cached shard holds its file open: the cache must fit the fd limit.
         let mut view_config = opts.view.clone();
-        view_config.ttl = opts.ttl();
+        view_config.freshness = freshness;
         view_config.max_cached_shards =
             view_config
                 .max_cached_shards

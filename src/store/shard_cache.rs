@@ -63,15 +63,8 @@ pub struct ShardCache {
 /// At most this many shards are loaded ahead at once.
 const PREFETCHES: usize = 4;
 
-/// How long a shard whose read failed ([`Shard::failed_read`]) is used again: long
-/// enough for the readers that waited for that load to get its failure (they wake at
-/// once) rather than each loading again in turn (during an outage, one timeout after
-/// another); a reader after that tries again. Before, such a shard was kept like a
-/// corrupt one, until its file changed, and on a read-only mount (which does not
-/// revalidate) for good: one failed read failed the shard's chunks from then on (found
-/// by `tests/store_faults.rs`). A corrupt index and a path that is no regular file are
-/// kept until the file changes, which revalidation sees.
-pub const FAILED_READ_KEPT: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a shard whose read failed ([`Shard::failed_read`]) is used again.
+pub use crate::freshness::FAILED_READ_KEPT;
 
 /// How long a reader waits for a shard another thread is loading before loading it
 /// itself (as it did before loads were shared; a load of a stalled object store can

@@ -6,6 +6,8 @@
 //!   volatile (files being written), which are not cached at all.
 //! - The absence of a name is cached for at most [`NEGATIVE_TTL`], so a chunk or file
 //!   that another program adds to the store is seen within it, whatever `--ttl` is.
+//!
+//! The times come from the mount's [`Freshness`], the one policy of every cache.
 //! - At an open, the kernel keeps the pages it cached for a chunk only if the chunk is
 //!   served from the same range of the same shard version as at the inode's last open.
 //! - An open that finds a chunk of another size than the one last reported asks the
@@ -20,8 +22,8 @@ use crate::format::ChunkRange;
 
 use super::Attr;
 
-/// The longest the kernel caches the absence of a name.
-pub const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+use crate::freshness::Freshness;
+pub use crate::freshness::NEGATIVE_TTL;
 
 /// Segments of the map of reported sizes.
 const SEGMENTS: usize = 16;
@@ -33,6 +35,7 @@ type Served = (ChunkRange, Option<(u64, u64, SystemTime)>);
 #[derive(Default)]
 pub struct CachePolicy {
     ttl: Duration,
+    negative: Duration,
     /// What each chunk inode served at its last open: unchanged means keep the page cache.
     served: Mutex<HashMap<u64, Served>>,
     /// The size each chunk inode had in the attributes last given to the kernel, which
@@ -43,9 +46,10 @@ pub struct CachePolicy {
 }
 
 impl CachePolicy {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new(freshness: Freshness) -> Self {
         CachePolicy {
-            ttl,
+            ttl: freshness.ttl,
+            negative: freshness.negative,
             ..Default::default()
         }
     }
@@ -66,7 +70,7 @@ impl CachePolicy {
 
     /// How long the kernel may cache the absence of a name.
     pub fn negative_ttl(&self) -> Duration {
-        self.ttl.min(NEGATIVE_TTL)
+        self.negative
     }
 
     /// An open of chunk inode `ino` serves `now`: whether the kernel may keep the pages
@@ -132,19 +136,17 @@ mod tests {
 
     #[test]
     fn ttls() {
-        let p = CachePolicy::new(Duration::from_secs(5));
+        let with = |ttl| CachePolicy::new(Freshness::with_ttl(ttl, true));
+        let p = with(Duration::from_secs(5));
         assert_eq!(p.attr_ttl(&attr(false)), Duration::from_secs(5));
         assert_eq!(p.attr_ttl(&attr(true)), Duration::ZERO);
         assert_eq!(p.negative_ttl(), NEGATIVE_TTL);
-        assert_eq!(
-            CachePolicy::new(Duration::ZERO).negative_ttl(),
-            Duration::ZERO
-        );
+        assert_eq!(with(Duration::ZERO).negative_ttl(), Duration::ZERO);
     }
 
     #[test]
     fn pages_kept_only_for_the_same_range_and_version() {
-        let p = CachePolicy::new(Duration::from_secs(1));
+        let p = CachePolicy::new(Freshness::default());
         let r = ChunkRange {
             offset: 0,
             nbytes: 8,

@@ -228,8 +228,9 @@ pub struct ViewConfig {
     pub index_cache_bytes: usize,
     /// Zarr v3 or Zarr v2.
     pub format: ViewFormat,
-    /// How long the kernel may cache entries and attributes (see [`cache`]).
-    pub ttl: std::time::Duration,
+    /// How long the kernel may cache entries and attributes, and the view its answers
+    /// ([`crate::freshness`]).
+    pub freshness: crate::freshness::Freshness,
 }
 
 impl Default for ViewConfig {
@@ -238,7 +239,7 @@ impl Default for ViewConfig {
             max_cached_shards: 4096,
             index_cache_bytes: 64 << 20,
             format: ViewFormat::V3,
-            ttl: std::time::Duration::from_secs(1),
+            freshness: Default::default(),
         }
     }
 }
@@ -402,7 +403,7 @@ impl View {
             store,
             handles: Default::default(),
             implicit: Default::default(),
-            cache: cache::CachePolicy::new(config.ttl),
+            cache: cache::CachePolicy::new(config.freshness),
             arrays: Default::default(),
             writer,
             counters: ReadCounters::default(),
