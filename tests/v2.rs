@@ -971,6 +971,44 @@ fn an_unlinked_zattrs_is_gone_until_written_again() {
     }
 }
 
+/// v2 view: a group's `.zgroup` unlinked leaves its `.zmetadata` until that is
+/// unlinked too (`rm -rf` lists the directory after `.zgroup`); the directory moved
+/// meanwhile takes it along, as a plain directory would, and a new directory made at the
+/// old name has none. Before, it stayed at the old path: the moved directory had no
+/// `.zmetadata` and the new one showed it.
+#[test]
+fn a_zmetadata_left_by_its_zgroup_moves_with_its_directory() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let (g, g2) = (mnt.path().join("g"), mnt.path().join("g2"));
+    std::fs::create_dir(&g).unwrap();
+    std::fs::write(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    assert!(
+        g.join(".zmetadata").exists(),
+        "a group of the v2 view has .zmetadata"
+    );
+    std::fs::remove_file(g.join(".zgroup")).unwrap();
+    assert!(g.join(".zmetadata").exists(), "left by its .zgroup");
+    std::fs::rename(&g, &g2).unwrap();
+    assert!(g2.join(".zmetadata").exists(), "moved with its directory");
+    std::fs::create_dir(&g).unwrap();
+    let names: Vec<_> = std::fs::read_dir(&g)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        names.is_empty(),
+        "a new directory at the old name is empty: {names:?}"
+    );
+    std::fs::remove_file(g2.join(".zmetadata")).unwrap();
+    assert!(!g2.join(".zmetadata").exists(), "unlinked, gone");
+    m.unmount().unwrap();
+}
+
 /// v2 view: `.zarray` unlinked and written back (`tar -x`, `cp --remove-destination`):
 /// the chunk files stay meanwhile, and the array written back has them, listed with its
 /// `.zarray`, also after a remount. Before, `.zarray` written back stayed unlisted until

@@ -160,11 +160,22 @@ impl Unlinked {
         self.zmetadata.lock().remove(rel);
     }
 
-    /// The directory at store path `rel` moved: arrays below it hold their old paths,
-    /// and are let go (their other names are plain files of the store at the new path).
-    pub(super) fn dir_moved(&self, rel: &Path) {
+    /// The directory at store path `rel` moved to `dst`: arrays below it hold their old
+    /// paths, and are let go (their other names are plain files of the store at the new
+    /// path); a `.zmetadata` left by its `.zgroup` moves with its directory, as a plain
+    /// directory's file would (before, it stayed at the old path: gone from the moved
+    /// directory, and shown in a new directory made at the old name).
+    pub(super) fn dir_moved(&self, rel: &Path, dst: &Path) {
         self.headless.lock().retain(|a, _| !a.starts_with(rel));
         self.zattrs.lock().retain(|a| !a.starts_with(rel));
         self.plain.lock().retain(|a, _| !a.starts_with(rel));
+        let mut left = self.zmetadata.lock();
+        *left = left
+            .drain()
+            .map(|p| match p.strip_prefix(rel) {
+                Ok(rest) => dst.join(rest),
+                Err(_) => p,
+            })
+            .collect();
     }
 }

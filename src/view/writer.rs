@@ -283,7 +283,7 @@ impl Writer {
         self.choices.rebase(rel, dst);
         // Arrays whose metadata was unlinked below it hold their old paths: let go (their
         // other names are plain files of the store at the new path).
-        self.unlinked.dir_moved(rel);
+        self.unlinked.dir_moved(rel, dst);
         self.times.rebase(from, to);
     }
 
