@@ -50,7 +50,7 @@ use disk_cache::DiskCache;
 use meta::MetaCache;
 use read::Budget;
 pub use read::Counters;
-use write::{ObjectFileRw, ObjectStoreStoreRef, OpenForWriting, RwState};
+use write::{ObjectFileRw, OpenForWriting, PutTarget, RwState};
 
 /// How long one request may keep failing (an unreachable endpoint, 5xx answers), its
 /// retries included, before the operation fails with EIO, unless told otherwise
@@ -398,7 +398,7 @@ impl Store for BucketStore {
         });
         self.open_rw.add(rel, &state);
         Ok(Box::new(ObjectFileRw {
-            store: Arc::new(ObjectStoreStoreRef {
+            store: Arc::new(PutTarget {
                 inner: self.inner.clone(),
                 handle: self.rt.handle().clone(),
                 meta: self.meta.clone(),

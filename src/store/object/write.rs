@@ -141,12 +141,12 @@ impl OpenForWriting {
 }
 
 pub(super) struct ObjectFileRw {
-    pub(super) store: Arc<ObjectStoreStoreRef>,
+    pub(super) store: Arc<PutTarget>,
     pub(super) state: Arc<RwState>,
 }
 
 /// What an open-for-writing file needs of its store: PUT and the runtime.
-pub(super) struct ObjectStoreStoreRef {
+pub(super) struct PutTarget {
     pub(super) inner: Arc<dyn ObjectStore>,
     pub(super) handle: tokio::runtime::Handle,
     pub(super) meta: Arc<MetaCache>,
