@@ -14,8 +14,9 @@
 //! | Shard ranges in `--cache DIR` | `store/object/disk_cache.rs` | while the object has the ETag they were stored under | fetched again |
 //!
 //! The version of a file is its [`crate::store::EntryMeta::version`]: on a disk its
-//! inode, length and mtime; on object storage its ETag (as the inode) and length, with
-//! the time.
+//! inode, length and mtime; on object storage its ETag and length, which a HEAD, a
+//! listing, a GET and the answer to this mount's own PUT all name (so a shard this
+//! mount committed is cached with the index it wrote, not read again).
 
 use std::time::Duration;
 

@@ -1023,6 +1023,34 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
     m.unmount();
 }
 
+/// A commit keeps the index it wrote (issue 35): its PUT's answer names the new
+/// version's ETag, which is the version a cached index is checked against, so a chunk of
+/// the shard read right after this mount's commit of it moves that chunk alone, with no
+/// GET of the index (before: the committing mount read the index again first).
+#[test]
+fn a_chunk_read_after_this_mounts_commit_of_its_shard_reads_no_index() {
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", &["--flush-interval", "600"]);
+    let arr = mnt.join("index_start/c");
+    let twin = common::fixtures().join("zarr_basic.twin/index_start/c");
+    // Chunks 0/0, 0/1, 1/0 and 1/1 lie in one shard.
+    let len = std::fs::read(arr.join("0/1")).unwrap().len();
+    write_fsync(&arr.join("0/0"), &vec![7; len]);
+    let before = store_requests(&mnt);
+    let got = std::fs::read(arr.join("1/1")).unwrap();
+    let after = store_requests(&mnt);
+    assert_eq!(got, std::fs::read(twin.join("1/1")).unwrap());
+    let gets = |r: &serde_json::Value| r["get"].as_u64().unwrap();
+    assert_eq!(
+        gets(&after) - gets(&before),
+        1,
+        "the chunk alone: {before} -> {after}"
+    );
+    assert_eq!(std::fs::read(arr.join("0/0")).unwrap(), vec![7; len]);
+    m.unmount();
+}
+
 /// `shardfs verify s3://...` checks every shard through ranged reads: a clean prefix
 /// passes, a shard whose index checksum is wrong is named; `--repair` says that it is
 /// for local directories; `compact` skips the corrupt shard and says so.

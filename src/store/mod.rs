@@ -64,12 +64,23 @@ pub struct EntryMeta {
     pub gid: u32,
     /// Backing inode number: with `len` and `mtime`, tells when a file was replaced.
     pub ino: u64,
+    /// `ino` names the contents themselves (an object's ETag), not a place that other
+    /// contents may take: [`Self::version`] leaves the time out.
+    pub content_id: bool,
 }
 
 impl EntryMeta {
-    /// Identity of a file's contents for cache validation.
+    /// Identity of a file's contents for cache validation: its inode, length and mtime;
+    /// where the inode names the contents (an object's ETag), those and the length. So
+    /// an object's version is known from its ETag alone: from a HEAD, a listing, a GET
+    /// and the answer to this mount's own PUT, which names no time.
     pub fn version(&self) -> (u64, u64, SystemTime) {
-        (self.ino, self.len, self.mtime)
+        let time = if self.content_id {
+            SystemTime::UNIX_EPOCH
+        } else {
+            self.mtime
+        };
+        (self.ino, self.len, time)
     }
 }
 

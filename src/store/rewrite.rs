@@ -46,6 +46,7 @@ pub(crate) fn bytes_meta(len: u64) -> EntryMeta {
         uid: 0,
         gid: 0,
         ino: 0,
+        content_id: false,
     }
 }
 

@@ -102,6 +102,8 @@ impl PendingDoc {
             kind: EntryKind::File,
             len: st.data.len() as u64,
             mtime: st.mtime.max(base.mtime),
+            // Not the stored document's contents: told apart by length and time.
+            content_id: false,
             ..base
         })
     }

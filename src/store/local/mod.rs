@@ -137,6 +137,7 @@ fn meta_of(st: &Stat) -> EntryMeta {
         uid: st.st_uid,
         gid: st.st_gid,
         ino: st.st_ino,
+        content_id: false,
     }
 }
 

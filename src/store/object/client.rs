@@ -85,6 +85,16 @@ impl BucketStore {
     }
 
     pub(super) fn put(&self, rel: &Path, data: Vec<u8>, mode: PutMode) -> io::Result<()> {
+        self.put_answered(rel, data, mode).map(|_| ())
+    }
+
+    /// [`Self::put`], with the PUT's answer: the new version's ETag (and version id).
+    pub(super) fn put_answered(
+        &self,
+        rel: &Path,
+        data: Vec<u8>,
+        mode: PutMode,
+    ) -> io::Result<object_store::PutResult> {
         let key = self.key(rel)?;
         let opts = PutOptions {
             mode,
@@ -93,12 +103,12 @@ impl BucketStore {
         let put = self.block_on(self.inner.put_opts(&key, PutPayload::from(data), opts));
         // Whatever happened (a lost race says the object changed), ask next time.
         self.meta.forget(rel);
-        put.map_err(|e| to_io(rel, e))?;
+        let answer = put.map_err(|e| to_io(rel, e))?;
         let mut dirs = self.dirs.lock();
         for d in rel.ancestors().skip(1) {
             dirs.remove(d);
         }
-        Ok(())
+        Ok(answer)
     }
 
     /// The whole object and its version; `None` when there is none.
@@ -210,8 +220,10 @@ pub(super) fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
         perm: 0o644,
         uid: 0,
         gid: 0,
-        // The ETag: with the length and time, tells when an object was replaced.
+        // The ETag: with the length, tells when an object was replaced (with the time
+        // too where there is no ETag).
         ino: tag >> 1,
+        content_id: m.e_tag.is_some(),
     }
 }
 
@@ -225,6 +237,7 @@ pub(super) fn dir_meta() -> EntryMeta {
         uid: 0,
         gid: 0,
         ino: 1,
+        content_id: false,
     }
 }
 

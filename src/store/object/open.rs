@@ -109,7 +109,11 @@ impl BucketStore {
     }
 
     /// The file of the version `meta` of object `rel`, holding nothing yet.
-    fn object_file(&self, rel: &Path, meta: object_store::ObjectMeta) -> io::Result<ObjectFile> {
+    pub(super) fn object_file(
+        &self,
+        rel: &Path,
+        meta: object_store::ObjectMeta,
+    ) -> io::Result<ObjectFile> {
         let key = self.key(rel)?;
         let disk = self
             .disk

@@ -143,6 +143,47 @@ fn a_commit_that_loses_the_race_reads_merges_and_tries_again() {
     assert!(entries[1].is_none() && entries[3].is_none());
 }
 
+/// A commit comes back with the shard as its PUT left it (`CommitOutcome::stored`): of
+/// the version a HEAD finds (the ETag the PUT's answer named, whatever the time), its
+/// chunks read from it; a commit by another writer since is another version.
+#[test]
+fn a_commit_returns_the_shard_as_its_put_left_it() {
+    use crate::store::commit::SlotChange;
+    let mem = Arc::new(object_store::memory::InMemory::new());
+    let s = BucketStore::new(mem.clone(), "", "memory://put").unwrap();
+    let other = BucketStore::new(mem, "", "memory://put").unwrap();
+    let rel = Path::new("a/c/0");
+    let one = [1u8; 4];
+    let put = |s: &BucketStore, slot, data: Option<&[u8]>, closed| {
+        let mut m =
+            move |_: &crate::store::ShardSnapshot<'_>| vec![SlotChange { slot, data, closed }];
+        s.commit_shard(rel, &level(), &mut m).unwrap()
+    };
+    let o = put(&s, 1, Some(&one), 3);
+    let stored = o.stored.expect("the shard as the PUT left it");
+    let meta = stored.meta.unwrap();
+    let head = s.stat(rel).unwrap().unwrap();
+    assert!(meta.content_id && head.content_id);
+    assert_eq!(meta.version(), head.version(), "the version a HEAD finds");
+    let r = o.index.entries()[1].unwrap();
+    let mut buf = vec![0u8; r.nbytes as usize];
+    let gets = |s: &BucketStore| s.requests()[0].1;
+    let before = gets(&s);
+    stored
+        .file
+        .unwrap()
+        .read_exact_at(&mut buf, r.offset)
+        .unwrap();
+    assert_eq!(buf, one);
+    assert_eq!(gets(&s) - before, 1, "the chunk alone");
+    put(&other, 2, Some(&one), 4);
+    assert_ne!(
+        s.stat(rel).unwrap().unwrap().version(),
+        meta.version(),
+        "another writer's commit is another version"
+    );
+}
+
 /// Deleting the last chunk of a shard keeps an index-only shard with the deletion's
 /// close time, so an older write (another mount's, flushed later) cannot bring the
 /// chunk back.

@@ -12,11 +12,11 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
 use parking_lot::Mutex;
 
 use super::BucketStore;
-use super::client::{Deadline, dir_meta, to_io};
+use super::client::{self, Deadline, dir_meta, to_io};
 use super::meta::MetaCache;
 use crate::format::ShardLevel;
 use crate::format::shard_write::dense_shard_by_slot;
-use crate::store::commit::{CommitError, CommitOutcome, Merge};
+use crate::store::commit::{CommitError, CommitOutcome, Merge, StoredShard};
 use crate::store::rewrite::{densify, rewrite_shard};
 use crate::store::{EntryKind, EntryMeta, StoreFile, StoreFileRw};
 
@@ -137,6 +137,44 @@ impl OpenForWriting {
                 map.remove(to);
             }
         }
+    }
+}
+
+impl BucketStore {
+    /// The shard as this mount's PUT of `len` bytes left it, from the PUT's answer: the
+    /// version its ETag names, which is what a cached index is checked against
+    /// ([`EntryMeta::version`] of an object: its ETag and length), so the committing
+    /// mount keeps the index it wrote instead of reading it again (before: one GET of
+    /// it after every commit). Learned from the answer, never by a HEAD afterwards, which
+    /// could find a later writer's version. The answer names no Last-Modified: its
+    /// chunks show this machine's time of the PUT until the shard is loaded again.
+    /// `None` where the answer names no ETag: the index is read again.
+    fn stored_as_put(
+        &self,
+        rel: &Path,
+        len: u64,
+        answer: object_store::PutResult,
+    ) -> Option<StoredShard> {
+        let e_tag = answer.e_tag?;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .ok()?;
+        let meta = object_store::ObjectMeta {
+            location: self.key(rel).ok()?,
+            last_modified: chrono::DateTime::from_timestamp(
+                i64::try_from(now.as_secs()).ok()?,
+                now.subsec_nanos(),
+            )?,
+            size: len,
+            e_tag: Some(e_tag),
+            version: answer.version,
+        };
+        let entry = client::meta_of(&meta);
+        let file = self.object_file(rel, meta).ok()?;
+        Some(StoredShard {
+            file: Some(Box::new(file)),
+            meta: Some(entry),
+        })
     }
 }
 
@@ -301,14 +339,12 @@ impl BucketStore {
                 None => PutMode::Create,
                 Some((_, version)) => PutMode::Update(version),
             };
-            // `outcome.stored` stays `None`: the PUT's answer names the new version's
-            // ETag but not its Last-Modified, which its identity as a HEAD reports it
-            // (`client::meta_of`: the version a cached index is checked against, and the
-            // mtime its chunks show) is made of; learning it would take a HEAD, and a
-            // HEAD after the PUT may find a later writer's version. The committing mount
-            // reads the index again (one GET of it, with the new version's metadata).
-            match self.put(rel, bytes, mode) {
-                Ok(()) => return Ok(outcome),
+            let len = bytes.len() as u64;
+            match self.put_answered(rel, bytes, mode) {
+                Ok(answer) => {
+                    outcome.stored = self.stored_as_put(rel, len, answer);
+                    return Ok(outcome);
+                }
                 Err(e)
                     if matches!(e.raw_os_error(), Some(libc::EEXIST | libc::ESTALE))
                         && attempt < COMMIT_ATTEMPTS =>
