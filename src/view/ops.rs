@@ -41,63 +41,72 @@ impl View {
             return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
         }
         let (node, handle) = match &pnode {
-            Node::Dir { rel } => {
-                self.writer()?;
-                let rel = self.new_child_rel(rel, name)?;
-                // A metadata document is stored once whole, not made empty now.
-                let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
-                    let w = self.writer()?;
-                    Box::new(w.docs.open(&self.store, &rel, true, true)?)
-                } else {
-                    self.store.open_rw(&rel, OpenMode::CreateNew, false)?
-                };
-                (
-                    Node::File { rel: rel.clone() },
-                    Handle::StoreRw(std::sync::Arc::from(f), rel),
-                )
-            }
+            Node::Dir { rel } => self.create_store_file(rel, name)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
-                let array = self.current(array);
-                self.writable(&array)?;
                 let parent = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
-                // A file at a chunk key outside the grid (or at a key directory's name)
-                // could never be committed: its bytes would be dropped at unmount.
-                if let Target::Invalid(why) = self.target(&array, parent.as_deref(), name)? {
-                    log::warn!("{}: refused: {why}", path.display());
-                    return Err(ViewError::Invalid(why));
-                }
-                let file = self.writer()?.scratch.create(&path, Vec::new(), true, 1)?;
-                let node = Node::Scratch {
-                    path: path.clone(),
-                    array,
-                    parent,
+                let (node, file) = self.create_scratch(&path, array, parent, name)?;
+                let ino = self.inodes.intern(path, node.clone());
+                let handle = Handle::Scratch {
+                    ino,
+                    node,
+                    file,
+                    writes: true,
                 };
-                (
-                    node.clone(),
-                    Handle::Scratch {
-                        ino: 0,
-                        node,
-                        file,
-                        writes: true,
-                    },
-                )
+                return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
             }
             _ => return Err(ViewError::NotDir),
         };
         let ino = self.inodes.intern(path, node);
-        let handle = match handle {
-            Handle::Scratch { node, file, .. } => Handle::Scratch {
-                ino,
-                node,
-                file,
-                writes: true,
-            },
-            h => h,
-        };
         Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)))
+    }
+
+    /// `create` of a store file `name` in store directory `dir`.
+    fn create_store_file(&self, dir: &Path, name: &OsStr) -> Result<(Node, Handle)> {
+        self.writer()?;
+        let rel = self.new_child_rel(dir, name)?;
+        // A metadata document is stored once whole, not made empty now.
+        let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
+            let w = self.writer()?;
+            Box::new(w.docs.open(&self.store, &rel, true, true)?)
+        } else {
+            self.store.open_rw(&rel, OpenMode::CreateNew, false)?
+        };
+        Ok((
+            Node::File { rel: rel.clone() },
+            Handle::StoreRw(std::sync::Arc::from(f), rel),
+        ))
+    }
+
+    /// `create` of `name` (view path `path`) in a directory of `array` (the key
+    /// directory of coordinates `parent`, or the array's own): a new scratch file.
+    fn create_scratch(
+        &self,
+        path: &Path,
+        array: &std::sync::Arc<super::ShardedArray>,
+        parent: Option<Vec<u64>>,
+        name: &OsStr,
+    ) -> Result<(
+        Node,
+        std::sync::Arc<parking_lot::Mutex<super::scratch::Scratch>>,
+    )> {
+        let array = self.current(array);
+        self.writable(&array)?;
+        // A file at a chunk key outside the grid (or at a key directory's name) could
+        // never be committed: its bytes would be dropped at unmount.
+        if let Target::Invalid(why) = self.target(&array, parent.as_deref(), name)? {
+            log::warn!("{}: refused: {why}", path.display());
+            return Err(ViewError::Invalid(why));
+        }
+        let file = self.writer()?.scratch.create(path, Vec::new(), true, 1)?;
+        let node = Node::Scratch {
+            path: path.to_path_buf(),
+            array,
+            parent,
+        };
+        Ok((node, file))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {

@@ -398,7 +398,6 @@ impl BucketStore {
     /// forget since it was asked). `false`: nothing kept (more keys, a key that is no
     /// name, or no TTL to keep anything for).
     pub(super) fn tree(&self, rel: &Path, max: usize) -> io::Result<bool> {
-        use std::collections::BTreeMap;
         if self.meta.ttl.is_zero() || self.deadline.outage() {
             return Ok(false);
         }
@@ -425,39 +424,9 @@ impl BucketStore {
         if objects.len() > max {
             return Ok(false);
         }
-        // Each directory's entries (a name both an object and a directory: listed as
-        // a directory, as a LIST with a delimiter lists it) and objects.
-        type Dir = (BTreeMap<String, EntryKind>, Vec<object_store::ObjectMeta>);
-        let mut dirs: BTreeMap<std::path::PathBuf, Dir> = BTreeMap::new();
-        dirs.entry(rel.to_path_buf()).or_default();
-        let depth = key.parts().count();
-        for o in &objects {
-            let parts: Vec<String> = o.location.parts().map(|p| p.as_ref().to_string()).collect();
-            if parts.len() <= depth || !o.location.prefix_matches(&key) {
-                continue; // the key itself
-            }
-            let parts = &parts[depth..];
-            // A name this store would reach by another key, or none: listed by levels,
-            // as `list_objects` lists it.
-            if parts.iter().any(|p| {
-                !super::meta::is_file_name(p)
-                    || super::meta::key_part(p).is_none_or(|k| k.as_ref() != p)
-            }) {
-                return Ok(false);
-            }
-            let mut dir = rel.to_path_buf();
-            for (i, part) in parts.iter().enumerate() {
-                let last = i + 1 == parts.len();
-                let entry = dirs.entry(dir.clone()).or_default();
-                if last {
-                    entry.0.entry(part.to_string()).or_insert(EntryKind::File);
-                    entry.1.push(o.clone());
-                } else {
-                    entry.0.insert(part.to_string(), EntryKind::Dir);
-                }
-                dir.push(part);
-            }
-        }
+        let Some(dirs) = by_directory(rel, &key, &objects) else {
+            return Ok(false);
+        };
         for (dir, (entries, objects)) in &dirs {
             let listed: Vec<ListEntry> = entries
                 .iter()
@@ -485,4 +454,50 @@ impl BucketStore {
         }
         Ok(true)
     }
+}
+
+/// A directory's entries (a name both an object and a directory: listed as a
+/// directory, as a LIST with a delimiter lists it) and the objects in it.
+type ListedDir = (
+    std::collections::BTreeMap<String, EntryKind>,
+    Vec<object_store::ObjectMeta>,
+);
+
+/// The objects of a LIST of every key below `rel` (`key`), by directory: `rel` and every
+/// directory below it. `None` where a key is no name this store would reach by that
+/// key (listed by levels then, as `list_objects` lists it).
+fn by_directory(
+    rel: &Path,
+    key: &ObjPath,
+    objects: &[object_store::ObjectMeta],
+) -> Option<std::collections::BTreeMap<std::path::PathBuf, ListedDir>> {
+    let mut dirs: std::collections::BTreeMap<std::path::PathBuf, ListedDir> = Default::default();
+    dirs.entry(rel.to_path_buf()).or_default();
+    let depth = key.parts().count();
+    for o in objects {
+        let parts: Vec<String> = o.location.parts().map(|p| p.as_ref().to_string()).collect();
+        if parts.len() <= depth || !o.location.prefix_matches(key) {
+            continue; // the key itself
+        }
+        let parts = &parts[depth..];
+        if parts.iter().any(|p| {
+            !super::meta::is_file_name(p)
+                || super::meta::key_part(p).is_none_or(|k| k.as_ref() != p)
+        }) {
+            return None;
+        }
+        let mut dir = rel.to_path_buf();
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            let entry = dirs.entry(dir.clone()).or_default();
+            if last {
+                entry.0.entry(part.to_string()).or_insert(EntryKind::File);
+                entry.1.push(o.clone());
+            } else {
+                entry.0.insert(part.to_string(), EntryKind::Dir);
+            }
+            dir.push(part);
+        }
+    }
+    Some(dirs)
 }
