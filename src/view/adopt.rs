@@ -3,11 +3,9 @@
 //! in before the metadata are taken into the shards. (Where metadata lands, and what
 //! else it does there: `landed.rs`.)
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::{MetaFile, Result, View, ViewError};
@@ -348,64 +346,6 @@ impl View {
             && let Some(dir) = json.parent()
         {
             w.choices.keep_unsharded(dir);
-        }
-    }
-}
-
-/// What this mount decided for arrays whose metadata it saw written, which
-/// [`View::adopt_new_array`] reads: arrays a client writes sharded itself (shown as
-/// stored), and unsharded arrays of the store whose `zarr.json` is being rewritten (kept
-/// unsharded). By store directory; both follow a directory moved through the mount.
-#[derive(Default)]
-pub(super) struct ArrayChoices {
-    /// Arrays whose sharded `zarr.json` was written through this mount (zarr-python 3
-    /// or tensorstore creating a sharded array): shown as stored, shard files at their
-    /// keys, for the rest of the mount, so that their writer reads back what it wrote.
-    as_stored: Mutex<HashSet<PathBuf>>,
-    /// Store directories of unsharded arrays whose `zarr.json` is being rewritten (an
-    /// attribute, a resize): they stay unsharded, as they are in the store. Only a new
-    /// array is stored sharded.
-    unsharded: Mutex<HashSet<PathBuf>>,
-}
-
-impl ArrayChoices {
-    /// Show the array at `dir` as stored from now on.
-    pub(super) fn show_as_stored(&self, dir: &Path) {
-        self.as_stored.lock().insert(dir.to_path_buf());
-    }
-
-    pub(super) fn shown_as_stored(&self, dir: &Path) -> bool {
-        self.as_stored.lock().contains(dir)
-    }
-
-    /// `dir` is no array shown as stored any more (removed, or its metadata replaced by
-    /// an unsharded array's); whether it was one.
-    pub(super) fn forget_as_stored(&self, dir: &Path) -> bool {
-        self.as_stored.lock().remove(dir)
-    }
-
-    /// The `zarr.json` at `dir` is an unsharded array's that is being rewritten.
-    pub(super) fn keep_unsharded(&self, dir: &Path) {
-        self.unsharded.lock().insert(dir.to_path_buf());
-    }
-
-    /// Whether the metadata that landed at `dir` rewrote an unsharded array's (which
-    /// stays unsharded); asked once per landing.
-    pub(super) fn take_keep_unsharded(&self, dir: &Path) -> bool {
-        self.unsharded.lock().remove(dir)
-    }
-
-    /// The directory at store path `from` moved to `to`.
-    pub(super) fn rebase(&self, from: &Path, to: &Path) {
-        for set in [&self.as_stored, &self.unsharded] {
-            let mut set = set.lock();
-            *set = set
-                .drain()
-                .map(|p| match p.strip_prefix(from) {
-                    Ok(rest) => to.join(rest),
-                    Err(_) => p,
-                })
-                .collect();
         }
     }
 }

@@ -5,8 +5,8 @@
 //! file is taken in. Whether a close commits anything decides `FOPEN_NOFLUSH`. The
 //! commits themselves are `commit.rs`; the handle table is `handles.rs`.
 
+use super::node::Target;
 use super::scratch::Scratch;
-use super::writer::Target;
 use super::*;
 
 impl View {

@@ -24,8 +24,9 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
+use super::node::Target;
 use super::scratch::Scratch;
-use super::writer::{Target, Writer};
+use super::writer::Writer;
 use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format::KeyPath;
 

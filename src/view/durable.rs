@@ -200,7 +200,7 @@ impl View {
                 parent.as_deref(),
                 path.file_name().unwrap_or_default(),
             ) {
-                Ok(super::writer::Target::Chunk(coords)) => Node::Chunk {
+                Ok(super::node::Target::Chunk(coords)) => Node::Chunk {
                     array: array.clone(),
                     coords,
                 },

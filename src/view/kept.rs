@@ -10,44 +10,15 @@
 //! A later mount shows them as the store's files they are, in the array's directory and
 //! in its key directories alike.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::node::Target;
 use super::scratch::Scratch;
-use super::writer::Target;
 use super::{Node, Result, View, ViewError};
 use crate::format::KeyPath;
-
-/// View paths of scratch files stored as files of their own: their stored copy goes
-/// with their name. Held by [`View::keep_file`] while it stores one, so that a rename
-/// or unlink of it waits, and then removes what was stored ([`View::unkeep_file`]).
-#[derive(Default)]
-pub(super) struct KeptPaths(Mutex<HashSet<PathBuf>>);
-
-impl KeptPaths {
-    /// The set, held: a file stored meanwhile is entered through the guard.
-    pub(super) fn hold(&self) -> parking_lot::MutexGuard<'_, HashSet<PathBuf>> {
-        self.0.lock()
-    }
-
-    /// `path` has a stored copy (a file of its own of the store it replaced).
-    pub(super) fn insert(&self, path: &Path) {
-        self.0.lock().insert(path.to_path_buf());
-    }
-
-    /// `path`'s name went; whether a copy of it was stored.
-    pub(super) fn remove(&self, path: &Path) -> bool {
-        self.0.lock().remove(path)
-    }
-
-    /// The files below view directory `dir`, which moved, were stored before the move.
-    pub(super) fn let_go_under(&self, dir: &Path) {
-        self.0.lock().retain(|p| !p.starts_with(dir));
-    }
-}
 
 /// Which scratch files [`View::keep_files`] stores.
 #[derive(Clone, Copy, Debug)]

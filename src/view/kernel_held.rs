@@ -42,8 +42,7 @@ impl View {
                 parent,
             } => {
                 let name = path.file_name().unwrap_or_default();
-                let Ok(super::writer::Target::Chunk(_)) =
-                    self.target(array, parent.as_deref(), name)
+                let Ok(super::node::Target::Chunk(_)) = self.target(array, parent.as_deref(), name)
                 else {
                     return None;
                 };
@@ -174,7 +173,7 @@ impl View {
                 path.file_name().is_some_and(|name| {
                     matches!(
                         self.target(array, parent.as_deref(), name),
-                        Ok(super::writer::Target::Chunk(_))
+                        Ok(super::node::Target::Chunk(_))
                     )
                 }) && decodes(array)
             }

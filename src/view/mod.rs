@@ -18,7 +18,8 @@
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
-//! * the overlay, what this mount changed: `writer.rs` (its state), `scratch.rs` (the
+//! * the overlay, what this mount changed: `writer.rs` (its state), `path_sets.rs` (files
+//!   kept as files of their own, arrays shown as stored or kept unsharded), `scratch.rs` (the
 //!   in-memory files and the room they take), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
 //!   (commits), `ops.rs`, `remove.rs`, `rename.rs`, `rename_dir.rs`, `meta.rs`,
@@ -100,6 +101,7 @@ pub mod node;
 mod open;
 mod open_policy;
 mod ops;
+mod path_sets;
 mod pending_doc;
 mod plain;
 mod read;

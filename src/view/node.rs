@@ -293,3 +293,12 @@ pub struct DirEntry {
     pub name: std::ffi::OsString,
     pub kind: Kind,
 }
+
+/// What a name written inside an array is (`View::target`, commit.rs): a metadata
+/// document, a chunk at its coordinates, a file of its own (scratch), or refused (why).
+pub(super) enum Target {
+    Meta(MetaFile),
+    Chunk(Vec<u64>),
+    Scratch,
+    Invalid(String),
+}

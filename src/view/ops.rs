@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::{Attr, Handle, Node, Opened, Result, View, ViewError, container};
 use crate::format::KeyPath;
 
-use super::writer::Target;
+use super::node::Target;
 use crate::store::{OpenMode, StoreFileRw};
 
 impl View {

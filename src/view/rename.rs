@@ -4,8 +4,8 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use super::node::Target;
 use super::ops::{not_whole, refuse_internal};
-use super::writer::Target;
 use super::*;
 
 impl View {

@@ -41,10 +41,10 @@ pub struct Writer {
     /// between, where it was left out and looked gone a moment later.
     pub(super) tree: parking_lot::RwLock<()>,
     /// What this mount decided for arrays whose metadata it saw written: shown as
-    /// stored, or kept unsharded ([`super::adopt::ArrayChoices`]).
-    pub(super) choices: super::adopt::ArrayChoices,
+    /// stored, or kept unsharded ([`super::path_sets::ArrayChoices`]).
+    pub(super) choices: super::path_sets::ArrayChoices,
     /// View paths of scratch files stored as files of their own ([`super::kept`]).
-    pub(super) kept_paths: super::kept::KeptPaths,
+    pub(super) kept_paths: super::path_sets::KeptPaths,
     /// Key directories that exist though they may hold no chunk: made by `mkdir`, or
     /// emptied by `unlink`/`rmdir` below them, until they are removed: (array, prefix).
     pub(super) vdirs: super::key_dirs::KeyDirs,
@@ -297,15 +297,6 @@ impl Writer {
                 .iter()
                 .any(|(_, exists)| *exists)
     }
-}
-
-/// What a name written inside an array is ([`View::target`](super::View)): a metadata
-/// document, a chunk at its coordinates, a file of its own (scratch), or refused (why).
-pub(super) enum Target {
-    Meta(super::MetaFile),
-    Chunk(Vec<u64>),
-    Scratch,
-    Invalid(String),
 }
 
 #[cfg(test)]
