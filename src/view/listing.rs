@@ -55,25 +55,7 @@ impl View {
                 out.push(file(enc.encode(&[]).into()));
             }
         } else if let Some(root) = enc.root_component(ndim) {
-            let quick = self.writer.is_none() && self.caps.reads == Reads::Requests;
-            if quick && !array.draft {
-                // Read-only object storage (see `has_chunks_under`): the top key
-                // directory is listed where the store lists it, from the listing above.
-                if self
-                    .store
-                    .list(&array.rel)?
-                    .iter()
-                    .any(|e| e.kind == EntryKind::Dir && e.name == root)
-                {
-                    out.push(DirEntry {
-                        ino: 0,
-                        name: root.into(),
-                        kind: Kind::Dir,
-                    });
-                }
-            } else if self.has_chunks_under(array, &[], false)?
-                || self.holds_kept_files(array, &[], &array.rel.join(root))?
-            {
+            if self.lists_root_key_dir(array, root)? {
                 out.push(DirEntry {
                     ino: 0,
                     name: root.into(),
@@ -82,34 +64,62 @@ impl View {
             }
         } else if enc.nested() {
             let keys = self.list_keys(array, &[])?;
-            // Key directories with no chunk below that hold files of their own (the
-            // store directory at their path: `super::kept`).
             let listed: std::collections::HashSet<std::ffi::OsString> =
                 keys.iter().map(|e| e.name.clone()).collect();
             out.extend(keys);
-            if !array.draft {
-                let counts = array.layout.chunk_counts();
-                for e in self.store.list(&array.rel).unwrap_or_default() {
-                    let Some(name) = e.name.to_str() else {
-                        continue;
-                    };
-                    if e.kind != EntryKind::Dir || listed.contains(&e.name) {
-                        continue;
-                    }
-                    if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
-                        && c.iter().zip(counts).all(|(c, n)| c < n)
-                        && self.holds_kept_files(array, &c, &array.rel.join(name))?
-                    {
-                        out.push(DirEntry {
-                            ino: 0,
-                            name: e.name,
-                            kind: Kind::Dir,
-                        });
-                    }
-                }
-            }
+            out.extend(self.kept_key_dirs(array, &listed)?);
         } else {
             out.extend(self.list_flat(array)?);
+        }
+        Ok(out)
+    }
+
+    /// Whether an array's listing shows its top key directory `root` (`c`).
+    fn lists_root_key_dir(&self, array: &ShardedArray, root: &str) -> Result<bool> {
+        if self.writer.is_none() && self.caps.reads == Reads::Requests && !array.draft {
+            // Read-only object storage (see `has_chunks_under`): the top key directory
+            // is listed where the store lists it, from the listing above.
+            return Ok(self
+                .store
+                .list(&array.rel)?
+                .iter()
+                .any(|e| e.kind == EntryKind::Dir && e.name == root));
+        }
+        Ok(self.has_chunks_under(array, &[], false)?
+            || self.holds_kept_files(array, &[], &array.rel.join(root))?)
+    }
+
+    /// Key directories of a nested encoding's first level that hold no chunk (not in
+    /// `listed`) but files of their own (the store directory at their path:
+    /// `super::kept`).
+    fn kept_key_dirs(
+        &self,
+        array: &ShardedArray,
+        listed: &std::collections::HashSet<std::ffi::OsString>,
+    ) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        if array.draft {
+            return Ok(out);
+        }
+        let (enc, ndim) = (array.encoding(), array.layout.ndim());
+        let counts = array.layout.chunk_counts();
+        for e in self.store.list(&array.rel).unwrap_or_default() {
+            let Some(name) = e.name.to_str() else {
+                continue;
+            };
+            if e.kind != EntryKind::Dir || listed.contains(&e.name) {
+                continue;
+            }
+            if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
+                && c.iter().zip(counts).all(|(c, n)| c < n)
+                && self.holds_kept_files(array, &c, &array.rel.join(name))?
+            {
+                out.push(DirEntry {
+                    ino: 0,
+                    name: e.name,
+                    kind: Kind::Dir,
+                });
+            }
         }
         Ok(out)
     }
