@@ -1785,6 +1785,62 @@ fn with_open_checks_an_open_file_renamed_in_its_array_is_written_at_its_new_name
     }
 }
 
+/// An array's directory moved while its metadata is gone (`rm z/zarr.json; mv z y; mv
+/// y z`, or away for good): the chunk files move with it, as on a plain directory, and
+/// the metadata written back (at either name) has them all, also after a remount.
+/// Before, the move let go of what the mount held of the array: the moved directory
+/// showed the shard files at their keys, and the metadata written back took them in as
+/// chunks, so the store held shards as chunks (found by the reference test's
+/// metadata-unlink ops).
+#[test]
+fn an_array_moved_while_its_metadata_is_gone_keeps_every_chunk() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let chunk = |i: u8| vec![i; usize::from(i) + 1];
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        std::fs::create_dir(mnt.path().join("z/c")).unwrap();
+        for i in 0..8 {
+            std::fs::write(mnt.path().join(format!("z/c/{i}")), chunk(i)).unwrap();
+        }
+        m.unmount().unwrap();
+    }
+    let chunks_of = |dir: &Path| -> Vec<Vec<u8>> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let keys: Vec<String> = (0..8).map(|i| i.to_string()).collect();
+        assert_eq!(names, keys, "{}", dir.display());
+        (0..8)
+            .map(|i| std::fs::read(dir.join(i.to_string())).unwrap())
+            .collect()
+    };
+    let all: Vec<Vec<u8>> = (0..8).map(chunk).collect();
+    {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        let (z, y) = (mnt.path().join("z"), mnt.path().join("y"));
+        let meta = std::fs::read(z.join("zarr.json")).unwrap();
+        std::fs::remove_file(z.join("zarr.json")).unwrap();
+        std::fs::rename(&z, &y).unwrap();
+        assert_eq!(chunks_of(&y.join("c")), all, "moved away");
+        std::fs::rename(&y, &z).unwrap();
+        assert_eq!(chunks_of(&z.join("c")), all, "and back");
+        std::fs::write(z.join("zarr.json"), &meta).unwrap();
+        assert_eq!(chunks_of(&z.join("c")), all, "written back");
+        std::fs::remove_file(z.join("zarr.json")).unwrap();
+        std::fs::rename(&z, &y).unwrap();
+        std::fs::write(y.join("zarr.json"), &meta).unwrap();
+        assert_eq!(chunks_of(&y.join("c")), all, "written back at the new name");
+        m.unmount().unwrap();
+    }
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    assert_eq!(chunks_of(&mnt.path().join("y/c")), all, "after a remount");
+}
+
 /// `rm a/zarr.json` then the same `zarr.json` written again (what `tar -x`, `git
 /// checkout` and `cp --remove-destination` do over an array): as on a plain directory,
 /// the chunk files and files of its own stay while the metadata is gone, with their

@@ -1004,6 +1004,11 @@ fn a_zmetadata_left_by_its_zgroup_moves_with_its_directory() {
         names.is_empty(),
         "a new directory at the old name is empty: {names:?}"
     );
+    // Not empty while it shows .zmetadata (nothing of it is in the store): a directory
+    // moved onto it is refused, as on a plain directory.
+    let e = std::fs::rename(&g, &g2).expect_err("g2 is not empty");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    assert!(g2.join(".zmetadata").exists());
     std::fs::remove_file(g2.join(".zmetadata")).unwrap();
     assert!(!g2.join(".zmetadata").exists(), "unlinked, gone");
     m.unmount().unwrap();

@@ -290,6 +290,34 @@ fn write_file(view: &View, parent: u64, name: &str, bytes: &[u8]) -> u64 {
     attr.ino
 }
 
+/// A directory moved onto an empty one (`mv -T d1 d2`, `os.replace`) replaces it whole:
+/// what this mount noted of the one replaced goes with it (here the times `touch -d` set
+/// on it), and `stat` shows the moved directory's own, as on a local file system.
+#[test]
+fn a_directory_moved_onto_an_empty_one_shows_its_own_times() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let dir = tempfile::tempdir().unwrap();
+    let view = writable_view_of(dir.path());
+    view.mkdir(ROOT_INO, OsStr::new("d1")).unwrap();
+    let d2 = view.mkdir(ROOT_INO, OsStr::new("d2")).unwrap();
+    let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    view.set_times(d2.ino, None, Some(old)).unwrap();
+    assert_eq!(lookup(&view, "d2").unwrap().mtime, old);
+    view.rename(
+        ROOT_INO,
+        OsStr::new("d1"),
+        ROOT_INO,
+        OsStr::new("d2"),
+        false,
+    )
+    .unwrap();
+    assert_ne!(
+        lookup(&view, "d2").unwrap().mtime,
+        old,
+        "the replaced directory's times went with it"
+    );
+}
+
 /// `cp -r` of an unsharded array into a writable mount writes the chunk files before
 /// `zarr.json`; when the metadata lands they are taken into a shard, which is stored at
 /// the first chunk's path (`c/0/0/0` is both an inner chunk key and the shard key). The

@@ -85,8 +85,18 @@ impl AsWritten {
         (previous, evicted)
     }
 
-    /// A directory of the store moved from `from` to `to`: its documents with it.
+    /// A directory of the store moved from `from` to `to` (replacing what was there):
+    /// its documents with it.
     pub(super) fn rebase(&mut self, from: &Path, to: &Path) {
+        let replaced: Vec<MetaKey> = self
+            .docs
+            .keys()
+            .filter(|(p, _)| p.starts_with(to))
+            .cloned()
+            .collect();
+        for key in replaced {
+            self.take(&key);
+        }
         let moved: Vec<MetaKey> = self
             .docs
             .keys()

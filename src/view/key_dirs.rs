@@ -80,9 +80,11 @@ impl KeyDirs {
             .any(|(a, c)| a == array && c.starts_with(prefix))
     }
 
-    /// The store directory `from` moved to `to`: arrays below it follow.
+    /// The store directory `from` moved to `to` (replacing what was there): arrays
+    /// below it follow.
     pub(super) fn rebase(&self, from: &Path, to: &Path) {
         let mut set = self.0.lock();
+        set.retain(|(a, _)| !a.starts_with(to));
         *set = set
             .drain()
             .map(|(a, c)| match a.strip_prefix(from) {

@@ -44,6 +44,31 @@ pub struct ShardedArray {
 }
 
 impl ShardedArray {
+    /// The array as it is after its directory (or one above it), store path `from`,
+    /// moved to `to`; `None` for an array of the draft layout (never moved) or one not
+    /// below `from`.
+    pub fn moved(&self, from: &std::path::Path, to: &std::path::Path) -> Option<ShardedArray> {
+        if self.draft {
+            return None;
+        }
+        let rel = to.join(self.rel.strip_prefix(from).ok()?);
+        Some(ShardedArray {
+            data_rel: rel.clone(),
+            meta_rel: rel.join("zarr.json"),
+            rel,
+            store_keys: self.store_keys,
+            shown_keys: self.shown_keys,
+            draft: false,
+            meta: self.meta.clone(),
+            layout: self.layout.clone(),
+            json: self.json.clone(),
+            v2: self.v2.clone(),
+            v2_fill: self.v2_fill.clone(),
+            dir_meta: self.dir_meta,
+            json_meta: self.json_meta,
+        })
+    }
+
     /// The encoding of the chunk keys the view shows.
     pub fn encoding(&self) -> ChunkKeyEncoding {
         self.shown_keys

@@ -79,10 +79,11 @@ impl ArrayChoices {
         self.unsharded.lock().remove(dir)
     }
 
-    /// The directory at store path `from` moved to `to`.
+    /// The directory at store path `from` moved to `to` (replacing what was there).
     pub(super) fn rebase(&self, from: &Path, to: &Path) {
         for set in [&self.as_stored, &self.unsharded] {
             let mut set = set.lock();
+            set.retain(|p| !p.starts_with(to));
             *set = set
                 .drain()
                 .map(|p| match p.strip_prefix(from) {

@@ -106,6 +106,14 @@ impl View {
             return Err(ViewError::Exists);
         }
         self.writer()?;
+        if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = &target
+            && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
+            && !self.shows_empty(&to, t)?
+        {
+            // What the view shows in it counts, as on a plain directory (a `.zmetadata`
+            // left by an unlinked `.zgroup` has no file in the store).
+            return Err(ViewError::NotEmpty);
+        }
         if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
             // Refused before anything changed (`mv` then copies and unlinks): the copy
             // at the new name was once made first, and stayed, though the rename failed.
@@ -160,6 +168,14 @@ impl View {
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
+    }
+
+    /// Whether the directory `node` at view path `path` lists nothing.
+    fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
+        let ino = self.inodes.intern(path.to_path_buf(), node.clone());
+        let empty = self.readdir(ino).map(|e| e.is_empty());
+        self.inodes.forget(ino, 1);
+        empty
     }
 
     /// zarr 2's `consolidate_metadata` (a temporary file `rel` renamed onto `.zmetadata`

@@ -47,9 +47,11 @@ impl TimesSet {
         self.0.lock().remove(path);
     }
 
-    /// The directory at view path `from` moved to `to`: what was set below it follows.
+    /// The directory at view path `from` moved to `to` (replacing what was there): what
+    /// was set below it follows.
     pub(super) fn rebase(&self, from: &Path, to: &Path) {
         let mut map = self.0.lock();
+        map.retain(|p, _| !p.starts_with(to));
         *map = map
             .drain()
             .map(|(p, t)| match p.strip_prefix(from) {

@@ -272,8 +272,12 @@ impl Writer {
     /// A directory moved from view path `from` to `to` (store paths `rel`, `dst`): what
     /// this mount holds of it follows to its new path, or is let go where it was stored
     /// before the move (files of their own, closed and stored) or holds old paths
-    /// (arrays whose metadata was unlinked).
+    /// (arrays whose metadata was unlinked). What it held of a directory at the new
+    /// path, which the move replaced (an empty one: `mv -T`, `os.replace`), goes first.
     pub(super) fn dir_moved(&self, from: &Path, to: &Path, rel: &Path, dst: &Path) {
+        if from == to {
+            return;
+        }
         // Stored before the move, or nothing to store (closed and committed): let go, with
         // the room they held in the write buffer.
         self.scratch.let_go_under(from);
