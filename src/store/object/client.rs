@@ -223,8 +223,14 @@ pub(super) fn meta_of(m: &object_store::ObjectMeta) -> EntryMeta {
         // The ETag: with the length, tells when an object was replaced (with the time
         // too where there is no ETag).
         ino: tag >> 1,
-        content_id: m.e_tag.is_some(),
+        content_id: m.e_tag.as_deref().is_some_and(names_contents),
     }
+}
+
+/// Whether an ETag names an object's contents: any but an empty one (some S3-compatible
+/// gateways send `""` for every object), which tells no version from another.
+pub(super) fn names_contents(e_tag: &str) -> bool {
+    !e_tag.trim_matches('"').is_empty()
 }
 
 pub(super) fn dir_meta() -> EntryMeta {

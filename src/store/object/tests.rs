@@ -385,6 +385,13 @@ fn a_replaced_object_shows_another_mtime_within_the_same_second() {
     // A listing's time has milliseconds, a HEAD's whole seconds.
     assert_eq!(meta_of(&at(5_250, "\"e1\"")).mtime, one.mtime);
     assert_eq!(meta_of(&at(5_250, "\"e1\"")).version(), one.version());
+    // An ETag names the contents: the version is the ETag's, whatever the time; an
+    // empty one (some gateways send `""` for every object) names nothing, and the time
+    // tells versions apart.
+    assert_eq!(meta_of(&at(9_000, "\"e1\"")).version(), one.version());
+    let empty = |ms| meta_of(&at(ms, "\"\""));
+    assert!(!empty(5_000).content_id);
+    assert_ne!(empty(5_000).version(), empty(9_000).version());
     let secs = one
         .mtime
         .duration_since(std::time::UNIX_EPOCH)

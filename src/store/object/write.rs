@@ -155,7 +155,7 @@ impl BucketStore {
         len: u64,
         answer: object_store::PutResult,
     ) -> Option<StoredShard> {
-        let e_tag = answer.e_tag?;
+        let e_tag = answer.e_tag.filter(|e| client::names_contents(e))?;
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .ok()?;
