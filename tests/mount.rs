@@ -1785,6 +1785,28 @@ fn with_open_checks_an_open_file_renamed_in_its_array_is_written_at_its_new_name
     }
 }
 
+/// `rm z/zarr.json` and a changed document written back (`tar -x` of a newer archive,
+/// `git checkout` of another version): the mount shows the new document at once, as the
+/// store holds it. Before, it showed the old one until a remount (found by the
+/// reference test's metadata-unlink ops).
+#[test]
+fn an_arrays_metadata_unlinked_and_written_back_changed_shows_the_new_one() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let json = mnt.path().join("z/zarr.json");
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    doc["attributes"] = serde_json::json!({"version": 2});
+    std::fs::remove_file(&json).unwrap();
+    std::fs::write(&json, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let shown: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(shown["attributes"], serde_json::json!({"version": 2}));
+    m.unmount().unwrap();
+}
+
 /// An array's directory moved while its metadata is gone (`rm z/zarr.json; mv z y; mv
 /// y z`, or away for good): the chunk files move with it, as on a plain directory, and
 /// the metadata written back (at either name) has them all, also after a remount.

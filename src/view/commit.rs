@@ -278,9 +278,21 @@ impl View {
                     .inspect_err(|_| self.forget_as_written(written))?;
                 // An array whose metadata was unlinked has it again: shown whole again.
                 // Before, the v2 view left `.zarray` written back unlisted until a remount.
-                if let Some(w) = &self.writer {
-                    w.unlinked.meta_written(&array.rel, file);
-                }
+                let array = match &self.writer {
+                    Some(w) if w.unlinked.is_headless(&array.rel) => {
+                        w.unlinked.meta_written(&array.rel, file);
+                        // The load after the write found the array the unlink left, with
+                        // its old document: loaded again. Before, `rm zarr.json` and a
+                        // changed one written back showed the old one until a remount
+                        // (found by the reference test's metadata-unlink ops).
+                        self.reload_array(&array.rel)?
+                    }
+                    Some(w) => {
+                        w.unlinked.meta_written(&array.rel, file);
+                        array
+                    }
+                    None => array,
+                };
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {
