@@ -1014,6 +1014,73 @@ fn a_zmetadata_left_by_its_zgroup_moves_with_its_directory() {
     m.unmount().unwrap();
 }
 
+/// v2 view, an unsharded array of the store: `.zarray` unlinked and written back (`tar
+/// -x`, `cp --remove-destination`) keeps the array the store's, unsharded, its chunks
+/// where they are: listed and read at their v2 names at once, and stored at the store's
+/// keys. Before, the array took the keys of the `.zarray` written (no `c/`): its chunks
+/// were shown gone, zarr 2 read the fill value, and the store's `c` showed beside the
+/// v2 names, until a remount (found by the reference test's metadata-unlink ops).
+#[test]
+fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let a = store.path().join("plain");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(
+        a.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2, 2]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}]}"#,
+    )
+    .unwrap();
+    let chunk = |i: u8, j: u8| vec![10 * i + j + 1; 4];
+    for i in 0..2u8 {
+        for j in 0..2u8 {
+            let dir = a.join(format!("c/{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(j.to_string()), chunk(i, j)).unwrap();
+        }
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let p = mnt.path().join("plain");
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"]);
+    let zarray = std::fs::read(p.join(".zarray")).unwrap();
+    std::fs::remove_file(p.join(".zarray")).unwrap();
+    assert_eq!(listing(), [".zattrs", "0", "1"], "the other names stay");
+    std::fs::write(p.join(".zarray"), &zarray).unwrap();
+    assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"], "written back");
+    for i in 0..2u8 {
+        for j in 0..2u8 {
+            assert_eq!(
+                std::fs::read(p.join(format!("{i}/{j}"))).unwrap(),
+                chunk(i, j)
+            );
+        }
+    }
+    m.unmount().unwrap();
+    for i in 0..2u8 {
+        for j in 0..2u8 {
+            assert_eq!(
+                std::fs::read(a.join(format!("c/{i}/{j}"))).unwrap(),
+                chunk(i, j),
+                "stored where it was, unsharded"
+            );
+        }
+    }
+}
+
 /// v2 view: `.zarray` unlinked and written back (`tar -x`, `cp --remove-destination`):
 /// the chunk files stay meanwhile, and the array written back has them, listed with its
 /// `.zarray`, also after a remount. Before, `.zarray` written back stayed unlisted until

@@ -82,6 +82,19 @@ impl ChunkKeyEncoding {
         Ok(ChunkKeyEncoding { kind, separator })
     }
 
+    /// The `chunk_key_encoding` member that [`Self::from_json`] reads back as `self`
+    /// (the draft layout's has none: `default`).
+    pub fn to_json(&self) -> Value {
+        let name = match self.kind {
+            KeyKind::V2 => "v2",
+            KeyKind::Default | KeyKind::Draft => "default",
+        };
+        serde_json::json!({
+            "name": name,
+            "configuration": {"separator": self.separator.to_string()},
+        })
+    }
+
     /// The key of the chunk at `coords`.
     pub fn encode(&self, coords: &[u64]) -> String {
         let sep = self.separator.to_string();

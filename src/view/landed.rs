@@ -150,6 +150,20 @@ impl View {
             }
             MetaFile::Zarray => {
                 let mut doc = v2::v3_from_zarray(data).map_err(invalid)?;
+                // The `.zarray` of an unsharded array written back after its unlink
+                // (`tar -x`, `cp --remove-destination`): the array is the store's again,
+                // its chunks where they are, at the store's keys, and unsharded. Before,
+                // it took the `.zarray`'s own keys (no `c/`), and its chunks were shown
+                // gone and read as the fill value until a remount (found by the
+                // reference test's metadata-unlink ops).
+                if let Some(keys) = self
+                    .writer
+                    .as_ref()
+                    .and_then(|w| w.unlinked.plain_keys(dir))
+                {
+                    doc.insert("chunk_key_encoding".into(), keys.store.to_json());
+                    self.writer()?.choices.keep_unsharded(dir);
+                }
                 if let Some(attrs) = group.remove("attributes") {
                     doc.insert("attributes".into(), attrs);
                 }
