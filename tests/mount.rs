@@ -1841,7 +1841,7 @@ fn an_array_moved_while_its_metadata_is_gone_keeps_every_chunk() {
             .map(|i| std::fs::read(dir.join(i.to_string())).unwrap())
             .collect()
     };
-    let all: Vec<Vec<u8>> = (0..8).map(chunk).collect();
+    let mut all: Vec<Vec<u8>> = (0..8).map(chunk).collect();
     {
         let (mnt, m) = common::mount::mount_rw(store.path());
         let (z, y) = (mnt.path().join("z"), mnt.path().join("y"));
@@ -1855,6 +1855,17 @@ fn an_array_moved_while_its_metadata_is_gone_keeps_every_chunk() {
         assert_eq!(chunks_of(&z.join("c")), all, "written back");
         std::fs::remove_file(z.join("zarr.json")).unwrap();
         std::fs::rename(&z, &y).unwrap();
+        // A chunk written after the move, and fsynced, while the metadata is gone (before:
+        // ESTALE at its fsync, and the unmount failed on it).
+        let f = std::fs::File::create(y.join("c/2")).unwrap();
+        drop(f);
+        std::fs::write(y.join("c/2"), b"written after the move").unwrap();
+        std::fs::File::open(y.join("c/2"))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+        all[2] = b"written after the move".to_vec();
+        assert_eq!(chunks_of(&y.join("c")), all, "before the metadata is back");
         std::fs::write(y.join("zarr.json"), &meta).unwrap();
         assert_eq!(chunks_of(&y.join("c")), all, "written back at the new name");
         m.unmount().unwrap();

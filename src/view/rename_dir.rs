@@ -68,6 +68,13 @@ impl View {
         // This mount's state follows the directory to its new path.
         w.dir_moved(from, to, &rel, dst);
         self.arrays.remove_under(&rel);
+        // Arrays below it whose metadata is unlinked are arrays at their new path still:
+        // what is written into them is staged and stored there. Before, a chunk written
+        // into one after the move was refused (`ESTALE` at `fsync`, and an unmount that
+        // failed on it; found by the reference test).
+        for array in w.unlinked.headless_under(dst) {
+            self.arrays.insert(array);
+        }
         self.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
         self.inodes.move_tree(from, to);

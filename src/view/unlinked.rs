@@ -52,6 +52,16 @@ impl Unlinked {
         self.headless.lock().get(rel).map(|h| h.array.clone())
     }
 
+    /// The arrays at or below store path `dir` whose metadata was unlinked.
+    pub(super) fn headless_under(&self, dir: &Path) -> Vec<Arc<ShardedArray>> {
+        let headless = self.headless.lock();
+        headless
+            .iter()
+            .filter(|(rel, _)| rel.starts_with(dir))
+            .map(|(_, h)| h.array.clone())
+            .collect()
+    }
+
     pub(super) fn is_headless(&self, rel: &Path) -> bool {
         self.headless.lock().contains_key(rel)
     }
