@@ -1009,9 +1009,84 @@ fn a_zmetadata_left_by_its_zgroup_moves_with_its_directory() {
     let e = std::fs::rename(&g, &g2).expect_err("g2 is not empty");
     assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
     assert!(g2.join(".zmetadata").exists());
+    // And so is its rmdir, until the .zmetadata is unlinked (`rm -rf` unlinks it first).
+    let e = std::fs::remove_dir(&g2).expect_err("g2 is not empty");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
     std::fs::remove_file(g2.join(".zmetadata")).unwrap();
     assert!(!g2.join(".zmetadata").exists(), "unlinked, gone");
     m.unmount().unwrap();
+}
+
+/// v2 view: the `.zattrs` of a group or of an unsharded array, unlinked, is gone until
+/// written again (as for sharded arrays, above): `tar -x` and `cp --remove-destination`
+/// (an `O_EXCL` create, `EEXIST`, unlink, create again) make it anew, and the attributes
+/// written are kept, also after a remount. Before, the name stayed listed, reading
+/// `{}`, and the create after the unlink was `EEXIST` again (found by the reference
+/// test's metadata-unlink ops).
+#[test]
+fn a_groups_or_unsharded_arrays_zattrs_unlinked_is_gone_until_written_again() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let sub = store.path().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(
+        sub.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {"old": 1}}"#,
+    )
+    .unwrap();
+    let plain = store.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::write(
+        plain.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "bytes"}], "attributes": {"old": 1}}"#,
+    )
+    .unwrap();
+    let excl = |p: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+    };
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    for dir in ["sub", "plain"] {
+        let zattrs = mnt.path().join(dir).join(".zattrs");
+        let e = excl(&zattrs).expect_err("shown");
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{dir}");
+        std::fs::remove_file(&zattrs).unwrap();
+        assert!(
+            !zattrs.exists(),
+            "{dir}: unlinked, gone until written again"
+        );
+        let names: Vec<String> = std::fs::read_dir(mnt.path().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(!names.contains(&".zattrs".to_string()), "{dir}: {names:?}");
+        excl(&zattrs).unwrap().write_all(br#"{"new": 2}"#).unwrap();
+        let shown: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&zattrs).unwrap()).unwrap();
+        assert_eq!(shown, serde_json::json!({"new": 2}), "{dir}");
+    }
+    m.unmount().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
+    for dir in ["sub", "plain"] {
+        let shown: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(mnt.path().join(dir).join(".zattrs")).unwrap())
+                .unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({"new": 2}),
+            "{dir} after a remount"
+        );
+    }
 }
 
 /// v2 view, an unsharded array of the store: `.zarray` unlinked and written back (`tar

@@ -110,6 +110,17 @@ impl View {
 
     /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
     fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
+        self.take_in_v2_doc(dir, file, data)?;
+        // `.zattrs` written again after its unlink: listed again.
+        if file == MetaFile::Zattrs
+            && let Some(w) = &self.writer
+        {
+            w.unlinked.zattrs_shown(dir);
+        }
+        Ok(())
+    }
+
+    fn take_in_v2_doc(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         use crate::format::v2;
         if let Some(taken) = self.take_in_plain(dir, file, data) {
             return taken;
@@ -267,7 +278,14 @@ impl View {
         match file {
             MetaFile::Zattrs => {
                 self.store.write_atomically(&dir.join(file.name()), b"{}")?;
-                return self.metadata_landed(dir, file);
+                self.metadata_landed(dir, file)?;
+                // Not listed until written again, as on a plain directory (`tar -x`
+                // and `cp --remove-destination` create it anew with `O_EXCL`).
+                if let Some(w) = &self.writer {
+                    w.unlinked.zattrs_unlinked(dir);
+                }
+                self.refresh_subtree(dir);
+                return Ok(());
             }
             MetaFile::Zgroup => {
                 self.store.remove_file(&dir.join("zarr.json"))?;

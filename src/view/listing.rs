@@ -398,10 +398,12 @@ impl View {
             out.push(file(crate::format::v2::ZMETADATA.into()));
         }
         if self.store_group(rel)?.is_some() {
+            let hidden = self.zattrs_hidden(rel);
             out.extend(
                 self.format
                     .group_files()
                     .iter()
+                    .filter(|f| !(hidden && **f == super::MetaFile::Zattrs))
                     .map(|f| file(f.name().into())),
             );
         }

@@ -221,11 +221,13 @@ impl View {
 
     /// Whether metadata file `file` of the unsharded array at `rel` is shown.
     fn plain_meta_shown(&self, rel: &Path, file: MetaFile) -> bool {
-        match self
-            .writer
-            .as_ref()
-            .and_then(|w| w.unlinked.plain_zattrs(rel))
-        {
+        let Some(w) = &self.writer else {
+            return true;
+        };
+        if file == MetaFile::Zattrs && w.unlinked.zattrs_hidden(rel) {
+            return false;
+        }
+        match w.unlinked.plain_zattrs(rel) {
             Some(zattrs) => file == MetaFile::Zattrs && zattrs,
             None => true,
         }
@@ -359,7 +361,9 @@ impl View {
                     w.unlinked.make_plain_headless(dir, keys);
                 }
                 (MetaFile::Zattrs, false) => {
-                    return self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()));
+                    self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()))?;
+                    // Not listed until written again (see `Unlinked::zattrs`).
+                    w.unlinked.zattrs_unlinked(dir);
                 }
                 (MetaFile::Zattrs, true) => w.unlinked.hide_plain_zattrs(dir),
                 _ => return Err(ViewError::NotFound),

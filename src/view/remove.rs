@@ -199,12 +199,18 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => {
+                if w.unlinked.zmetadata_left(rel) {
+                    // It shows the `.zmetadata` its `.zgroup` left, as a plain directory
+                    // would hold it (`rm -rf` unlinks it first).
+                    return Err(ViewError::NotEmpty);
+                }
                 match self.rmdir_plain(rel) {
                     Some(done) => done?,
                     None => self.store.remove_dir(rel)?,
                 }
                 w.choices.forget_as_stored(rel);
                 w.unlinked.forget_zmetadata(rel);
+                w.unlinked.zattrs_shown(rel);
             }
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
                 let ino = self.inodes.intern(path.clone(), node.clone());

@@ -181,7 +181,9 @@ impl View {
                         rel: rel.join(name),
                     }));
                 }
-                let is_group = file != MetaFile::Zarray && self.store_group(rel)?.is_some();
+                let is_group = file != MetaFile::Zarray
+                    && !(file == MetaFile::Zattrs && self.zattrs_hidden(rel))
+                    && self.store_group(rel)?.is_some();
                 return Ok(is_group.then(|| Node::GroupMeta {
                     dir: rel.to_path_buf(),
                     file,
@@ -195,6 +197,14 @@ impl View {
             None => Ok(self.plain_fill_at(&rel.join(name))),
             found => Ok(found),
         }
+    }
+
+    /// Whether the `.zattrs` of the group (or unsharded array) at `rel` was unlinked and
+    /// is not shown until written again.
+    pub(super) fn zattrs_hidden(&self, rel: &Path) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.unlinked.zattrs_hidden(rel))
     }
 
     /// Whether store directory `rel` has a `.zmetadata` in the v2 view: a group, or one

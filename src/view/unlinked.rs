@@ -34,9 +34,10 @@ pub(super) struct Unlinked {
     /// listed with it (`.zattrs`, chunks) stay until each is removed, and the directory
     /// until `rmdir`, or until the metadata is written again (`View::unlink`).
     headless: Mutex<HashMap<PathBuf, Headless>>,
-    /// Arrays whose `.zattrs` was unlinked in the v2 view: not listed until written
-    /// again. Before, the generated `.zattrs` stayed, and `tar -x` (an `O_EXCL` create,
-    /// `EEXIST`, unlink, create again) looped forever (found by an adversarial tester).
+    /// Arrays and groups whose `.zattrs` was unlinked in the v2 view: not listed until
+    /// written again. Before, the generated `.zattrs` stayed, and `tar -x` (an `O_EXCL`
+    /// create, `EEXIST`, unlink, create again) looped forever (found by an adversarial
+    /// tester; for groups and unsharded arrays, by the reference test).
     zattrs: Mutex<HashSet<PathBuf>>,
     /// Unsharded arrays of the v2 view whose `.zarray` was unlinked.
     plain: Mutex<HashMap<PathBuf, PlainHeadless>>,
@@ -94,6 +95,17 @@ impl Unlinked {
     /// listed until written again.
     pub(super) fn zattrs_unlinked(&self, rel: &Path) {
         self.zattrs.lock().insert(rel.to_path_buf());
+    }
+
+    /// Whether the `.zattrs` of the group or unsharded array at `rel` was unlinked (and
+    /// not written since): not shown.
+    pub(super) fn zattrs_hidden(&self, rel: &Path) -> bool {
+        self.zattrs.lock().contains(rel)
+    }
+
+    /// The `.zattrs` at `rel` was written again, or its directory removed: shown again.
+    pub(super) fn zattrs_shown(&self, rel: &Path) {
+        self.zattrs.lock().remove(rel);
     }
 
     /// Whether metadata file `file` of the array at `rel` is shown: not after `.zarray`
