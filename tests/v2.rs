@@ -1092,9 +1092,10 @@ fn a_groups_or_unsharded_arrays_zattrs_unlinked_is_gone_until_written_again() {
 /// v2 view, an unsharded array of the store: `.zarray` unlinked and written back (`tar
 /// -x`, `cp --remove-destination`) keeps the array the store's, unsharded, its chunks
 /// where they are: listed and read at their v2 names at once, and stored at the store's
-/// keys. Before, the array took the keys of the `.zarray` written (no `c/`): its chunks
-/// were shown gone, zarr 2 read the fill value, and the store's `c` showed beside the
-/// v2 names, until a remount (found by the reference test's metadata-unlink ops).
+/// keys, its attributes kept. Before, the array took the keys of the `.zarray` written
+/// (no `c/`): its chunks were shown gone, zarr 2 read the fill value, and the store's
+/// `c` showed beside the v2 names, until a remount; and its attributes were lost (found
+/// by the reference test's metadata-unlink ops).
 #[test]
 fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
     if !common::can_mount() {
@@ -1131,10 +1132,20 @@ fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
         names
     };
     assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"]);
+    let attrs = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p.join(".zattrs")).unwrap()).unwrap()
+    };
+    std::fs::write(p.join(".zattrs"), br#"{"k": 1}"#).unwrap();
     let zarray = std::fs::read(p.join(".zarray")).unwrap();
     std::fs::remove_file(p.join(".zarray")).unwrap();
     assert_eq!(listing(), [".zattrs", "0", "1"], "the other names stay");
+    // Its attributes too (before: `{}`, and lost for good), and one written meanwhile
+    // is kept with it (before: it made the directory a group's).
+    assert_eq!(attrs(), serde_json::json!({"k": 1}));
+    std::fs::write(p.join(".zattrs"), br#"{"k": 2}"#).unwrap();
+    assert_eq!(attrs(), serde_json::json!({"k": 2}));
     std::fs::write(p.join(".zarray"), &zarray).unwrap();
+    assert_eq!(attrs(), serde_json::json!({"k": 2}), "written back");
     assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"], "written back");
     for i in 0..2u8 {
         for j in 0..2u8 {
@@ -1154,6 +1165,9 @@ fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
             );
         }
     }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"], serde_json::json!({"k": 2}));
 }
 
 /// v2 view: `.zarray` unlinked and written back (`tar -x`, `cp --remove-destination`):

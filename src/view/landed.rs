@@ -122,6 +122,19 @@ impl View {
 
     fn take_in_v2_doc(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         use crate::format::v2;
+        let headless_plain = self
+            .writer
+            .as_ref()
+            .and_then(|w| w.unlinked.plain_keys(dir).zip(w.unlinked.plain_doc(dir)));
+        if let (MetaFile::Zattrs, Some((keys, mut doc))) = (file, headless_plain.clone()) {
+            // The attributes of an unsharded array whose `.zarray` was unlinked: kept with
+            // it until `.zarray` is written back (before, they made the directory a
+            // group's).
+            let name = node_name(dir);
+            v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(ViewError::Invalid)?;
+            self.writer()?.unlinked.set_plain_doc(dir, doc);
+            return Ok(());
+        }
         if let Some(taken) = self.take_in_plain(dir, file, data) {
             return taken;
         }
@@ -167,12 +180,14 @@ impl View {
                 // it took the `.zarray`'s own keys (no `c/`), and its chunks were shown
                 // gone and read as the fill value until a remount (found by the
                 // reference test's metadata-unlink ops).
-                if let Some(keys) = self
-                    .writer
-                    .as_ref()
-                    .and_then(|w| w.unlinked.plain_keys(dir))
-                {
+                if let Some((keys, old)) = &headless_plain {
                     doc.insert("chunk_key_encoding".into(), keys.store.to_json());
+                    // Its attributes and dimension names, as its `.zattrs` showed them.
+                    for key in ["attributes", "dimension_names"] {
+                        if let Some(v) = old.get(key) {
+                            doc.insert(key.into(), v.clone());
+                        }
+                    }
                     self.writer()?.choices.keep_unsharded(dir);
                 }
                 if let Some(attrs) = group.remove("attributes") {

@@ -286,9 +286,16 @@ impl View {
     pub(super) fn plain_meta(&self, rel: &Path, file: MetaFile) -> Option<Result<Vec<u8>>> {
         self.plain_keys(rel)?;
         let Some((doc, _)) = self.plain_array(rel) else {
-            // Headless: only `.zattrs` is left, and what it held is gone with zarr.json.
+            // Headless: only `.zattrs` is left, from the document the array had (before,
+            // `{}`: the attributes were lost with zarr.json, also when `.zarray` was
+            // written back; found by the reference test).
+            let doc = self
+                .writer
+                .as_ref()
+                .and_then(|w| w.unlinked.plain_doc(rel))
+                .unwrap_or_default();
             return Some(match file {
-                MetaFile::Zattrs => Ok(v2::to_bytes(&Value::Object(Map::new()))),
+                MetaFile::Zattrs => Ok(v2::to_bytes(&v2::zattrs(&doc))),
                 _ => Err(ViewError::NotFound),
             });
         };
@@ -357,8 +364,9 @@ impl View {
             let headless = w.unlinked.is_plain_headless(dir);
             match (file, headless) {
                 (MetaFile::Zarray, false) => {
+                    let doc = self.plain_array(dir).map(|(d, _)| d).unwrap_or_default();
                     self.store.remove_file(&dir.join("zarr.json"))?;
-                    w.unlinked.make_plain_headless(dir, keys);
+                    w.unlinked.make_plain_headless(dir, keys, doc);
                 }
                 (MetaFile::Zattrs, false) => {
                     self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()))?;

@@ -21,10 +21,13 @@ struct Headless {
     zattrs: bool,
 }
 
-/// The same for an unsharded array of the v2 view (see `view/plain.rs`).
+/// The same for an unsharded array of the v2 view (see `view/plain.rs`), with the
+/// document it had: its `.zattrs` is still shown from it, a `.zattrs` written
+/// meanwhile goes into it, and its attributes go into the `.zarray` written back.
 struct PlainHeadless {
     keys: PlainKeys,
     zattrs: bool,
+    doc: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What this mount unlinked of arrays' and groups' metadata, by store path.
@@ -148,11 +151,44 @@ impl Unlinked {
         self.plain.lock().contains_key(rel)
     }
 
-    /// The `.zarray` of the unsharded array at `rel` unlinked: its other names stay.
-    pub(super) fn make_plain_headless(&self, rel: &Path, keys: PlainKeys) {
-        self.plain
-            .lock()
-            .insert(rel.to_path_buf(), PlainHeadless { keys, zattrs: true });
+    /// The `.zarray` of the unsharded array at `rel` (whose document was `doc`)
+    /// unlinked: its other names stay.
+    pub(super) fn make_plain_headless(
+        &self,
+        rel: &Path,
+        keys: PlainKeys,
+        doc: serde_json::Map<String, serde_json::Value>,
+    ) {
+        self.plain.lock().insert(
+            rel.to_path_buf(),
+            PlainHeadless {
+                keys,
+                zattrs: true,
+                doc,
+            },
+        );
+    }
+
+    /// The document the headless unsharded array at `rel` had (with the attributes
+    /// written since).
+    pub(super) fn plain_doc(
+        &self,
+        rel: &Path,
+    ) -> Option<serde_json::Map<String, serde_json::Value>> {
+        self.plain.lock().get(rel).map(|h| h.doc.clone())
+    }
+
+    /// A `.zattrs` written into the headless unsharded array at `rel`: kept in its
+    /// document (`doc` now), and listed.
+    pub(super) fn set_plain_doc(
+        &self,
+        rel: &Path,
+        doc: serde_json::Map<String, serde_json::Value>,
+    ) {
+        if let Some(h) = self.plain.lock().get_mut(rel) {
+            h.doc = doc;
+            h.zattrs = true;
+        }
     }
 
     /// `.zattrs` of the headless unsharded array at `rel` unlinked.
