@@ -34,6 +34,7 @@ of several minutes without progress.
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import json
 import os
@@ -121,9 +122,40 @@ DOCUMENTED = {
         "`zarr.json` after that is refused (`EINVAL`; the store keeps the document it has)",
     ),
     "wrong-size-chunk-refused": (
-        "issue 33 finding 5 (the fixed behaviour)",
-        "a chunk whose size cannot decode for its array (codecs with no compression) is "
-        "refused at its commit with EINVAL",
+        'SEMANTICS "What is stored" (issue 33 finding 5, fixed; also in an array whose '
+        "metadata is unlinked: still an array in this mount)",
+        "A chunk whose length cannot decode for its array (no compression) is refused at its "
+        "commit with `EINVAL` (`fsync`, rename, `truncate` through the view); the chunk keeps "
+        "what it had.",
+    ),
+    "v2-unlink-zgroup-takes-zattrs": (
+        'SEMANTICS "Known gaps of the v2 view"',
+        "Unlinking a group's `.zgroup` takes its `.zattrs` along (both are made from the "
+        "group's `zarr.json`, which the unlink removes)",
+    ),
+    "headless-array-shows-stored-files": (
+        'SEMANTICS "The tree, as clients use it" (metadata unlinked)',
+        "Until the metadata is written again the store holds the shards without it: a later "
+        "mount shows the shard files as they are.",
+    ),
+    "v2-headless-zattrs-not-stored": (
+        'SEMANTICS "The tree, as clients use it" (v2 view, `.zarray` unlinked)',
+        "after `.zarray` is unlinked, the array's metadata is gone from the store, but the "
+        "other names listed with it (`.zattrs`, chunks) stay until each is removed ... Until "
+        "the metadata is written again the store holds the shards without it: a later mount "
+        "shows the shard files as they are. [So a later mount shows no `.zattrs` there.]",
+    ),
+    "v2-zmetadata-unlink-changes-nothing": (
+        'SEMANTICS "Fill values in the v2 view" (`.zmetadata`)',
+        "`.zmetadata` of every group of the v2 view is made from the hierarchy below it ... "
+        "unlinking it changes nothing. [So an O_EXCL create after the unlink, as tar -x and "
+        "cp --remove-destination make, is EEXIST.]",
+    ),
+    "v2-zmetadata-left-not-stored": (
+        'SEMANTICS "Fill values in the v2 view" (`.zmetadata`); "Known gaps of the v2 view"',
+        "`.zmetadata` of every group of the v2 view is made from the hierarchy below it ..., "
+        "never stored ... [after its `.zgroup` is unlinked] its `.zmetadata` stays until "
+        "unlinked too",
     ),
     # --store s3 only (the object storage rules of SEMANTICS)
     "s3-no-modes": (
@@ -161,6 +193,97 @@ KNOWN_OPEN = {
     # directories vanishing, rm -rf leaving an emptied
     # shard or meeting ESTALE, rmdir of a directory holding mkdir-made ones (880440e, and the
     # emptied shards of a removed key directory: the commit after it).
+    # Found 2026-11-27 by the metadata-unlink ops (op_meta_unlink, op_meta_replace,
+    # op_meta_backup) and fixed since, so removed from here: a changed zarr.json written back
+    # after its unlink shown as the old one (37609a6); an array's directory moved while its
+    # metadata was unlinked losing its chunks (122fb9d); the v2 view's unsharded array whose
+    # .zarray was unlinked and written back losing its chunks (dac528d); a .zmetadata left by
+    # an unlinked .zgroup not moving with its directory (c000a3f). What was left of
+    # new-headless-array-not-plain is the design: an array whose metadata is unlinked is
+    # still an array in this mount (a chunk of a length its codecs cannot decode is refused
+    # at its commit; a key directory renamed is EXDEV), so the generator treats it as one.
+    # Found 2026-11-27 by the metadata-unlink ops against the debug build of main dac528d
+    # (/tmp/helper-bin/shardfs). STORE is what make_store makes (sub/vol: a sharded 6x6x6
+    # uint8 array, chunks 3x3x3, shards 6x6x3, uncompressed: a chunk is 27 bytes).
+    "new-headless-moved-write-estale": (
+        "NEW: a chunk written into an array whose metadata is unlinked and whose directory "
+        "was then moved (away, or away and back) cannot be stored: its fsync, an fsync of "
+        "any directory, and the unmount fail with ESTALE (the unmount refuses to unmount; "
+        "--lazy drops the chunk). The same without the move: fsync ok, unmount ok. "
+        "The generator leaves such an array alone while this entry is here (Tree for_ops).",
+        "shardfs mount STORE MNT; cd MNT/sub; rm vol/zarr.json; mv vol ren; mkdir -p ren/c/0/1; "
+        "head -c 27 /dev/urandom > ren/c/0/1/1 (ok); python3 -c 'import os; "
+        "os.fsync(os.open(\"ren/c/0/1/1\", os.O_RDONLY))' -> ESTALE; cd /; shardfs unmount MNT "
+        "-> 'flushing MNT before unmounting failed (Stale file handle (os error 116)); not "
+        "unmounted', exit 1; shardfs unmount --lazy MNT -> 'what was written to "
+        "sub/ren/c/0/1/1 was refused (Stale file handle ...)'. Also with `mv vol ren; mv ren "
+        "vol` (fsync ESTALE). Writing the metadata back (cat vol.json > ren/zarr.json) before "
+        "the fsync keeps the chunk.",
+    ),
+    "new-v2-zattrs-brings-back-zarray": (
+        "NEW (v2 view): an array's .zarray unlinked, then its .zattrs written: .zarray is "
+        "back (the store's zarr.json written again), where a plain directory keeps it gone "
+        "(SEMANTICS: '`.zarray` written back makes the array whole again'; nothing says "
+        "`.zattrs` does). The generator writes no .zattrs into such an array while this "
+        "entry is here (met as a document cut short before the unlink, finished after).",
+        "shardfs mount STORE MNT -o format=v2; cd MNT; rm zs/.zarray; ls -A zs -> .zattrs 1 2 "
+        "3; printf '{\"a\": 1}' > zs/.zattrs (ok); ls -A zs -> .zarray .zattrs 1 2 3, and "
+        "zs/.zarray reads the old document; a later mount shows it too.",
+    ),
+    "new-v2-zattrs-unlink-stays": (
+        "NEW (v2 view): the .zattrs of a group, or of an array unsharded in the store, "
+        "unlinked (rm, or mv's copy and unlink) stays listed (reading {}: its attributes "
+        "are dropped), so an O_EXCL create after the unlink (GNU tar -x, cp "
+        "--remove-destination) is EEXIST. SEMANTICS 'Known gaps of the v2 view' says 'an "
+        "unlinked `.zattrs` is gone until written again' (so it is for a sharded array). "
+        "The generator unlinks no such .zattrs while this entry is here.",
+        "shardfs mount STORE MNT -o format=v2; cd MNT; rm sub/.zattrs (ok); ls -A sub -> "
+        ".zattrs .zgroup .zmetadata vol; cat sub/.zattrs -> {}; python3 -c 'import os; "
+        "os.open(\"sub/.zattrs\", os.O_WRONLY|os.O_CREAT|os.O_EXCL)' -> EEXIST. A plain "
+        "directory: .zattrs gone, the create ok. (Also after mv sub ren; mv ren sub.) The "
+        "unsharded array: printf '{\"k\": 1}' > plain/.zattrs; rm plain/.zattrs; ls -A plain "
+        "-> .zarray .zattrs 0 1, cat -> {}; the same with zs (sharded): .zarray 1 2 3.",
+    ),
+    "new-v2-unsharded-zarray-unlink-drops-zattrs": (
+        "NEW (v2 view): an array unsharded in the store: unlinking its .zarray drops its "
+        "attributes (.zattrs reads {} at once, also after .zarray is written back and after "
+        "a remount). SEMANTICS: after `.zarray` is unlinked ... the other names listed with "
+        "it (`.zattrs`, chunks) stay until each is removed. A sharded array keeps them.",
+        "shardfs mount STORE MNT -o format=v2; cd MNT; printf '{\"k\": 1}' > plain/.zattrs; "
+        "cp plain/.zarray /tmp/pz; rm plain/.zarray; cat plain/.zattrs -> {}; cat /tmp/pz > "
+        "plain/.zarray; cat plain/.zattrs -> {} (a plain directory: {\"k\": 1}). The same with "
+        "zs (sharded): {\"k\": 1}.",
+    ),
+    "new-dir-rename-ebusy-pending-metadata": (
+        "NEW: a directory below which a metadata document was left cut short (written, "
+        "closed, not whole: 'it stays pending in this mount') cannot be renamed: EBUSY. "
+        "SEMANTICS names EBUSY only 'while a file below it is open for writing through the "
+        "mount'; here no descriptor is open. A plain directory: renamed.",
+        "shardfs mount STORE MNT; cd MNT; printf '{\"zarr_format\": 3, \"node_ty' > "
+        "sub/zarr.json (ok); python3 -c 'import os; os.rename(\"sub\", \"ren\")' -> EBUSY; "
+        "the unmount warns 'sub/zarr.json was written but is not a whole JSON document'.",
+    ),
+    "new-v2-rmdir-over-left-zmetadata": (
+        "NEW (v2 view): rmdir of a directory that the view lists with a .zmetadata left by "
+        "its unlinked .zgroup succeeds, where a plain directory (and the twin) says "
+        "ENOTEMPTY; a rename onto such a directory is ENOTEMPTY (122fb9d), and SEMANTICS says "
+        "the `.zmetadata` 'stays until unlinked too'.",
+        "shardfs mount STORE MNT -o format=v2; cd MNT; mkdir g; printf '{\"zarr_format\": 2}' > "
+        "g/.zgroup; rm g/.zgroup; ls -A g -> .zmetadata; rmdir g -> ok (a plain directory: "
+        "ENOTEMPTY).",
+    ),
+    "new-v2-file-outside-grid-hidden": (
+        "NEW (v2 view, '/' keys): a file of its own in a key directory that a shrink then "
+        "leaves outside the grid is stored at the v2 path (vol/1/0/data.bin, not under the "
+        "store's c/), and a later mount does not show it. SEMANTICS 'What is stored': such a "
+        "file 'is stored, shown in a plain directory by a later mount'. (Seen on fresh seeds "
+        "v2 42 and 53; not from the metadata-unlink ops.)",
+        "shardfs mount STORE MNT -o format=v2; cd MNT/sub/vol; mkdir -p 1/0; echo hello > "
+        "1/0/data.bin; python3 -c 'import json; d=json.load(open(\".zarray\")); "
+        "d[\"shape\"]=[3,6,6]; open(\".zarray\",\"w\").write(json.dumps(d))'; ls 1/0 -> "
+        "data.bin; cd /; shardfs unmount MNT; STORE/sub/vol/1/0/data.bin exists; mount again: "
+        "ls -A MNT/sub/vol -> .zarray .zattrs 0 (no 1).",
+    ),
     # --store s3 (found 2026-11-27 against main cee68eb): its plain-directory cases are fixed
     # (880440e: a directory stays when its last object goes; rmdir of one holding mkdir-made
     # ones is ENOTEMPTY); what was left (s3-emptied-dir-vanishes: key directories a shrink
@@ -173,7 +296,9 @@ META_V2 = {".zarray", ".zattrs", ".zgroup"}
 HIDDEN = {".shardfs-stats"}
 # The v2 view makes `.zmetadata` of every group from the hierarchy, never stored (SEMANTICS
 # "Fill values in the v2 view" ... "`.zmetadata` of every group of the v2 view is made from
-# the hierarchy below it"): not part of either tree.
+# the hierarchy below it"). The twin holds a stand-in where the view should show one
+# (Run.after_meta_unlink keeps it so); where it is shown is compared, never its bytes, and
+# the ops of the mix leave it alone (only the metadata-unlink ops unlink or write it).
 MADE_V2 = {".zmetadata"}
 ZSTD_V3 = {"name": "zstd", "configuration": {"level": 1, "checksum": False}}
 BYTES_V3 = {"name": "bytes", "configuration": {"endian": "little"}}
@@ -360,7 +485,9 @@ class ArrayInfo:
     def __init__(self, rel: str, doc: dict, fmt: str):
         self.rel = rel
         self.fmt = fmt
+        self.doc = doc
         self.as_stored_sharded = False
+        self.headless = False  # its metadata unlinked (Tree: an array all the same)
         if fmt == "v3":
             self.shape = list(doc["shape"])
             self.chunks = list(doc["chunk_grid"]["configuration"]["chunk_shape"])
@@ -527,6 +654,58 @@ def st_unlink(rel, missing_ok=False):
 
 
 @recorded
+def st_tar_create(rel, data):
+    """GNU `tar -x` of a file (no --overwrite): `open(O_CREAT|O_EXCL)`; where the name is
+    taken, unlink it and open again; write; close."""
+    def f(side):
+        side.where = "open"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        try:
+            fd = os.open(side.p(rel), flags, 0o644)
+        except FileExistsError:
+            side.where = "unlink"
+            os.unlink(side.p(rel))
+            side.where = "open"
+            fd = os.open(side.p(rel), flags, 0o644)
+        try:
+            side.where = "write"
+            os.write(fd, data)
+        finally:
+            side.where = "close"
+            os.close(fd)
+        return "ok"
+    f.desc = f"tar-create {rel} [{len(data)}B]"
+    f.path = rel
+    return f
+
+
+@recorded
+def st_mv(a, b):
+    """mv(1) of a file: rename(2), and where that is EXDEV, copy (O_CREAT|O_EXCL) and
+    unlink the source, as mv and rsync --backup do."""
+    def f(side):
+        try:
+            os.rename(side.p(a), side.p(b))
+            return "ok"
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+        with open(side.p(a), "rb") as fh:
+            data = fh.read()
+        fd = os.open(side.p(b), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.unlink(side.p(a))
+        return "ok"
+    f.desc = f"mv {a} -> {b}"
+    f.rename = (a, b)
+    f.path = a
+    return f
+
+
+@recorded
 def st_rmdir(rel):
     def f(side):
         os.rmdir(side.p(rel))
@@ -637,8 +816,10 @@ def run_steps(op: Op, side: Side) -> list:
 class Tree:
     """A snapshot of the twin below `base`, classified the way the view sees it."""
 
-    def __init__(self, plain: Path, base: str, fmt: str, pending: dict | None = None):
+    def __init__(self, plain: Path, base: str, fmt: str, pending: dict | None = None,
+                 headless: dict | None = None, for_ops=False):
         pending = pending or {}
+        headless = dict(headless or {})  # (a snapshot: other threads change theirs)
         self.arrays: dict[str, ArrayInfo] = {}
         self.groups: list[str] = []
         self.files: list[str] = []
@@ -649,8 +830,15 @@ class Tree:
             dirnames.sort()
             rel = os.path.relpath(dirpath, plain)
             rel = "" if rel == "." else rel
+            if for_ops and rel in headless and headless[rel][2] and "new-headless-moved-write-estale" in KNOWN_OPEN:
+                # moved while its metadata is unlinked: what is written in it cannot be
+                # stored (KNOWN_OPEN): the ops leave it alone until that is fixed
+                dirnames[:] = []
+                continue
             self.dirs.append(rel)
             for f in sorted(filenames):
+                if fmt == "v2" and f in MADE_V2:
+                    continue  # made by the view: the twin's copy stands for its presence only
                 self.files.append(f"{rel}/{f}" if rel else f)
             if fmt == "v3":
                 doc = read_meta(Path(dirpath) / "zarr.json") if "zarr.json" in filenames else None
@@ -674,6 +862,13 @@ class Tree:
                         pass
                 elif ".zgroup" in filenames:
                     self.groups.append(rel)
+            if rel in headless and rel not in self.arrays:
+                # its metadata unlinked, not written again: still an array in the mount
+                # (SEMANTICS "The tree, as clients use it": the metadata written again
+                # takes its chunk files back), so the ops treat it as one
+                info = copy.copy(headless[rel][0])
+                info.rel, info.headless = rel, True
+                self.arrays[rel] = info
 
     def in_array(self, rel: str):
         """The array whose directory holds `rel` (or is it), else None."""
@@ -699,6 +894,7 @@ class Gen:
         self.n = 0
         self.pending_half: dict[str, bytes] = {}  # metadata left cut short: the whole doc
         self.unsharded: set[str] = set()  # arrays unsharded in the store (shared with Run)
+        self.headless: dict[str, tuple] = {}  # arrays whose metadata is unlinked (shared with Run)
         # --open-checks: metadata is written whole in one open. There a close of a document
         # not yet whole is EINVAL (SEMANTICS "What is stored": refused, or pending), which
         # a plain directory never says: not a difference to find again on every seed.
@@ -990,10 +1186,12 @@ class Gen:
         rng = self.rng
         if self.pending_half and rng.random() < 0.6:
             rel = rng.choice(sorted(self.pending_half))
+            if os.path.dirname(rel) in self.headless and "new-v2-zattrs-brings-back-zarray" in KNOWN_OPEN:
+                return None  # (KNOWN_OPEN: a .zattrs written there makes the array whole again)
             if (self.plain / rel).exists():
                 return self.meta_write(rel, self.pending_half[rel], "meta-finish")
             self.pending_half.pop(rel)
-        nodes = list(t.arrays) + t.groups
+        nodes = [a for a, i in t.arrays.items() if not i.headless] + t.groups
         node = self.pick(nodes)
         if node is None:
             return None
@@ -1130,6 +1328,147 @@ class Gen:
             steps.append(st_write(join(a, rel), data))
         return Op("new-sharded-array", steps, sharded_new=a)
 
+    # ---- metadata unlinked and made again (tar -x, cp --remove-destination, git) ------
+
+    def meta_names_of(self, t, node):
+        if self.fmt == "v3":
+            return ["zarr.json"]
+        names = [".zarray", ".zattrs"] if node in t.arrays else [".zgroup", ".zgroup", ".zattrs", ".zmetadata"]
+        if "new-v2-zattrs-unlink-stays" in KNOWN_OPEN and (node not in t.arrays or node in self.unsharded):
+            names.remove(".zattrs")  # (KNOWN_OPEN: its unlink empties it, the name stays)
+        return names
+
+    def meta_unlink_target(self, t, made_too=True):
+        """A metadata file of a group or array that the twin holds whole: (node, rel, bytes).
+        `made_too`: the v2 view's `.zmetadata` may be the one (not for a copy of it: its
+        bytes are the view's, the twin's is a stand-in)."""
+        nodes = [n for n in list(t.arrays) + t.groups
+                 if not (n in t.arrays and (t.arrays[n].as_stored_sharded or t.arrays[n].headless))]
+        node = self.pick(nodes)
+        if node is None:
+            return None
+        names = [n for n in self.meta_names_of(t, node) if made_too or n not in MADE_V2]
+        rel = join(node, self.rng.choice(names))
+        try:
+            b = (self.plain / rel).read_bytes()
+        except OSError:
+            return None
+        if jload(b) is None or rel in self.pending_half:
+            return None
+        return node, rel, b
+
+    def meta_again(self, rel, b):
+        """The document a tool writes back at `rel`: the same, or (attributes) a changed one."""
+        doc = jload(b)
+        name = os.path.basename(rel)
+        if self.rng.random() < 0.5 and isinstance(doc, dict):
+            if name == "zarr.json":
+                doc.setdefault("attributes", {})[f"k{self.rng.randrange(5)}"] = self.rng.randrange(1000)
+                return jdump(doc)
+            if name == ".zattrs":
+                doc[f"k{self.rng.randrange(5)}"] = self.rng.randrange(1000)
+                return jdump(doc)
+        return b
+
+    def op_meta_unlink(self, t):
+        """`rm` of one metadata file; half the time written back at once, as `tar -x`
+        (O_EXCL, unlink on EEXIST), `cp --remove-destination` (O_EXCL) or a shell
+        redirection do; a quarter of the time its directory is renamed meanwhile (and back,
+        or away with a new directory made at the old name: `mv g g2; mkdir g`)."""
+        rng = self.rng
+        got = self.meta_unlink_target(t)
+        if got is None:
+            return None
+        node, rel, b = got
+        name = os.path.basename(rel)
+        steps = [st_unlink(rel)]
+        info = {}
+        back = rng.random() < 0.5
+        move = rng.random() < 0.25 and node not in ("", self.base)
+        where = node  # where the node's directory is once the op is done
+        doc = self.meta_again(rel, b) if back else None
+        kind = "meta-unlink"
+        if move:
+            how_move = rng.choice(["back", "back", "away"])
+            ren = join(os.path.dirname(node), self.name("ren"))
+            steps.append(st_rename(node, ren))
+            if how_move == "back":
+                steps.append(st_rename(ren, node))
+            else:
+                steps.append(st_mkdir(node))
+                where = ren
+            kind += "-mv" + how_move
+        if back:
+            target = join(where, name)
+            how = rng.choice(["tar", "cp_rd", "redirect"])
+            if how == "tar":
+                steps.append(st_tar_create(target, doc))
+                if rng.random() < 0.3:  # tar sets the time it recorded
+                    steps.append(st_utime(target, 1_600_000_000 + rng.randrange(10**7)))
+            elif how == "cp_rd":
+                steps.append(st_write(target, doc, flags=os.O_WRONLY | os.O_CREAT | os.O_EXCL, name="create-excl"))
+            else:
+                steps.append(st_write(target, doc))
+            kind += "-back-" + how
+            if name != ".zmetadata":
+                info["meta"] = target
+        elif name in ("zarr.json", ".zarray") and node in t.arrays:
+            info["headless"], info["headless_info"] = where, t.arrays[node]
+        if name == ".zgroup":
+            info["zgroup_unlinked"] = where
+        return Op(kind, steps, **info)
+
+    def op_meta_replace(self, t):
+        """`git checkout`/`git stash` of a metadata file: the old one unlinked and a
+        temporary renamed onto its name (the temporary written before or after the unlink)."""
+        rng = self.rng
+        got = self.meta_unlink_target(t)
+        if got is None:
+            return None
+        node, rel, b = got
+        name = os.path.basename(rel)
+        doc = self.meta_again(rel, b)
+        tmp = join(node, f".{name}.{self.hexname()}")
+        if rng.random() < 0.5:
+            steps = [st_unlink(rel), st_write(tmp, doc), st_rename(tmp, rel)]
+        else:
+            steps = [st_write(tmp, doc), st_unlink(rel), st_rename(tmp, rel)]
+        info = {"meta": rel} if name != ".zmetadata" else {}
+        if name == ".zgroup":
+            info["zgroup_unlinked"] = node
+        return Op("meta-replace", steps, **info)
+
+    def op_meta_backup(self, t):
+        """`rsync --backup` / `mv f f~` of a metadata file: moved to a backup name (mv copies
+        and unlinks where the rename is EXDEV), then mostly a new one put at the name as
+        rsync does (a temporary `.NAME.XXXXXX` renamed onto it); the backup kept or removed.
+        Never the v2 view's `.zmetadata`: its copy holds the bytes the view makes, which the
+        twin's stand-in cannot."""
+        rng = self.rng
+        got = self.meta_unlink_target(t, made_too=False)
+        if got is None:
+            return None
+        node, rel, b = got
+        name = os.path.basename(rel)
+        bak = rel + "~"
+        if os.path.lexists(self.plain / bak):
+            return None
+        steps = [st_mv(rel, bak)]
+        info = {}
+        if rng.random() < 0.7:
+            tmp = join(node, f".{name}.{self.hexname()[:6]}")
+            doc = self.meta_again(rel, b)
+            steps += [st_write(tmp, doc), st_rename(tmp, rel)]
+            if name != ".zmetadata":
+                info["meta"] = rel
+        elif name in ("zarr.json", ".zarray") and node in t.arrays:
+            info["headless"], info["headless_info"] = node, t.arrays[node]
+        if rng.random() < 0.5:
+            steps.append(st_unlink(bak))
+        if name == ".zgroup":
+            info["zgroup_unlinked"] = node
+        return Op("meta-backup", steps, **info)
+
     # ---- the mix ---------------------------------------------------------------------
 
     WEIGHTS = [
@@ -1138,13 +1477,16 @@ class Gen:
         ("op_notes", 18), ("op_mkdir", 4), ("op_rmdir", 3), ("op_rmtree", 1), ("op_rename_dir", 1),
         ("op_fsync", 6), ("op_utime", 3), ("op_chmod", 3),
         ("op_meta", 8), ("op_new_group", 2), ("op_new_array", 4), ("op_new_sharded_array", 1),
+        # metadata unlinked (and made again): tar -x, cp --remove-destination, git checkout,
+        # rsync --backup
+        ("op_meta_unlink", 2), ("op_meta_replace", 1), ("op_meta_backup", 1),
     ]
 
     def next(self) -> Op:
         names = [n for n, _ in self.WEIGHTS]
         weights = [w for _, w in self.WEIGHTS]
         for _ in range(50):
-            t = Tree(self.plain, self.base, self.fmt, self.pending_half)
+            t = Tree(self.plain, self.base, self.fmt, self.pending_half, self.headless, for_ops=True)
             fn = self.rng.choices(names, weights)[0]
             op = getattr(self, fn)(t)
             if op is not None:
@@ -1196,6 +1538,9 @@ class Run:
         self.s3: S3Endpoint | None = None  # --store s3: the endpoint (else the store is a directory)
         self.initial_dirs: set[str] = set()  # the starting twin's directories (the rest: made by mkdir)
         self.s3_prefix = f"seed{args.seed}"
+        # arrays whose metadata was unlinked, not written again: (their info, the store's doc)
+        self.headless: dict[str, tuple] = {}
+        self.zattrs_dropped: set[str] = set()  # v2: unsharded arrays whose .zarray was unlinked
 
     # ---- recording -------------------------------------------------------------------
 
@@ -1296,6 +1641,11 @@ class Run:
         self.progress = time.monotonic()
         self.emit(op, idx)
         plain_before = {}
+        if "headless" in op.info:
+            # the store's document of the array about to lose its metadata: whether it is
+            # sharded there, and (local stores) the values its store files hold are checked
+            # with it at the end
+            op.info["store_doc"] = self.store_bytes(join(os.path.dirname(op.steps[0].path), "zarr.json"))
         if "bad" in op.info:
             k = op.info["bad"]
             p = self.plain / k
@@ -1308,6 +1658,8 @@ class Run:
                 self.log(f"#{idx} {op}\n      mount={rm} (twin left unchanged)")
                 why = ("s3-dir-rename-exdev" if self.s3 else "f7-dir-rename-exdev") if rm[0] == "EXDEV" \
                     else "f7-fix-dir-rename-ebusy"
+                if rm[0] == "EBUSY" and any(self.under(hp, [op.steps[0].rename[0]]) for hp in list(self.half)):
+                    why = "new-dir-rename-ebusy-pending-metadata"  # a document cut short below it
                 self.diff(Diff(idx, "outcome", rm, "(ok)", why=why, op=op, idx=idx))
                 return
             rp = run_steps(op, Side(self.plain))
@@ -1337,6 +1689,9 @@ class Run:
                 self.renamed_away.discard(st.path)
                 if hasattr(st, "rename") and rs == "ok" and ms == "ok":
                     self.renamed_away.add(st.rename[0])
+                    for h in [h for h in list(self.headless) if self.under(h, [st.rename[0]])]:
+                        # (away and back too: renamed_dir then sees no move)
+                        self.headless[h] = self.headless[h][:2] + (True,)
             if hasattr(st, "rename") and rs == "ok" and ms == "ok" and os.path.isdir(self.plain / st.rename[1]):
                 self.renamed_dir(*st.rename)
         for st in op.steps:
@@ -1372,6 +1727,7 @@ class Run:
             if stored is not None and jload(stored) is None:
                 self.diff(Diff(idx, f"store holds a half document at {op.info['half']}", stored[:60], "whole JSON",
                                why="f2-half-metadata-stored", op=op, idx=idx))
+        self.after_meta_unlink(op, rp, rm, idx)
         if rp == rm:
             if "bad" in op.info and all(r == "ok" for r in rm):
                 self.diff(Diff(idx, "wrong-size chunk accepted", rm, rp,
@@ -1388,10 +1744,97 @@ class Run:
         why = self.explain_outcome(op, rm, rp, plain_before, idx)
         self.diff(Diff(idx, "outcome", rm, rp, why=why, op=op, idx=idx))
 
+    def after_meta_unlink(self, op, rp, rm, idx):
+        """What the run knows after an op that unlinks or writes metadata: arrays left with
+        no metadata (headless), and in the v2 view the files the view makes up."""
+        ok = rp == rm and all(r == "ok" for r in rp)
+        h = op.info.get("headless")
+        sdoc = op.info.get("store_doc")
+        if h is not None and ok and (self.fmt == "v2" or b"sharding_indexed" in (sdoc or b"")):
+            # an array whose metadata is unlinked is still an array in this mount (SEMANTICS
+            # "The tree, as clients use it": "the metadata written again ... takes them
+            # back"), and the generator treats it as one. Not so a v3 array unsharded in the
+            # store: its chunk files are the store's files, a plain directory's
+            # (its info, the store's document, whether its directory moved since the unlink)
+            self.headless[h] = (op.info["headless_info"], sdoc, "-mv" in op.kind)
+        where = op.info.get("headless") or os.path.dirname(op.info.get("meta") or op.steps[0].path)
+        if self.fmt == "v2" and ok and where in self.unsharded and any(
+                st.call[0] in ("st_unlink", "st_mv") and st.path.endswith("/.zarray") for st in op.steps):
+            self.zattrs_dropped.add(where)  # (where the array is now: moved meanwhile, too)
+        if "meta" in op.info and ok and os.path.basename(op.info["meta"]) in ("zarr.json", ".zarray"):
+            self.headless.pop(os.path.dirname(op.info["meta"]), None)
+        if self.fmt != "v2":
+            return
+        d = op.info.get("zgroup_unlinked")
+        if d is not None and ok and (self.plain / d / ".zattrs").is_file():
+            # SEMANTICS "Known gaps of the v2 view": unlinking a group's .zgroup takes its
+            # .zattrs along (a .zgroup written back makes a group with no attributes):
+            # follow it in the twin, so that the trees stay comparable
+            za = join(d, ".zattrs")
+            bp = (self.plain / za).read_bytes()
+            try:
+                bm = (self.mnt / za).read_bytes()
+            except FileNotFoundError:
+                bm = None
+            except OSError as e:
+                bm = ename(e)
+            if bm is None or (isinstance(bm, bytes) and jload(bm) == {} and jload(bp) != {}
+                              and (self.plain / d / ".zgroup").is_file()):
+                if bm is None:
+                    (self.plain / za).unlink()
+                else:
+                    (self.plain / za).write_bytes(bm)
+                self.diff(Diff(idx, f"{za} after its .zgroup was unlinked",
+                               "absent" if bm is None else bm[:60], bp[:60],
+                               why="v2-unlink-zgroup-takes-zattrs", op=op, idx=idx))
+        # a group of the v2 view has a .zmetadata (made from the hierarchy): where an op
+        # made a group, or unlinked its .zmetadata ("unlinking it changes nothing"), the
+        # twin gets one; one left by an unlinked .zgroup stays a plain file of the twin
+        dirs = set()
+        for st in op.steps:
+            for path in (st.path, getattr(st, "rename", (None, None))[1]):
+                if path and os.path.basename(path) in (".zgroup", ".zmetadata"):
+                    dirs.add(os.path.dirname(path))
+        for d in sorted(dirs):
+            zg, zm = self.plain / d / ".zgroup", self.plain / d / ".zmetadata"
+            if zg.is_file() and not os.path.lexists(zm) and jload(zg.read_bytes()) is not None:
+                zm.write_bytes(jdump({"zarr_consolidated_format": 1, "metadata": {}}))
+
+    def stored_path_of_headless(self, rel, in_twin):
+        """v2 view, after a remount: `rel` below an array whose metadata is unlinked, shown
+        by the twin at its view path (h/2/x) and by the mount at the store's (h/c/2/x)."""
+        for h in list(self.headless):
+            if rel.startswith(h + "/"):
+                rest = rel[len(h) + 1:]
+                if in_twin:
+                    return os.path.lexists(self.mnt / h / "c" / rest)
+                return rest.startswith("c/") and os.path.lexists(self.plain / h / rest[2:])
+        return False
+
+    def headless_key(self, rel):
+        """Whether `rel` is a chunk key or key directory (in the view's or the store's
+        encoding) of an array whose metadata was unlinked and not written again."""
+        for h, (info, _, _) in self.headless.items():
+            if rel.startswith(h + "/"):
+                parts = rel[len(h) + 1:].replace(".", "/").split("/")
+                if parts[0] == "c":
+                    parts = parts[1:]
+                return len(parts) <= len(info.shape) and all(p.isdigit() for p in parts)
+        return False
+
     def explain_outcome(self, op, rm, rp, plain_before, idx=None):
         i = next(i for i in range(max(len(rm), len(rp))) if i >= len(rm) or i >= len(rp) or rm[i] != rp[i])
         step = op.steps[i] if i < len(op.steps) else None
         mr = rm[i] if i < len(rm) else None
+        if self.fmt == "v2" and mr == "EEXIST" and step is not None and step.call[0] in ("st_tar_create", "st_write") \
+                and os.path.basename(step.path) in MADE_V2 and (self.plain / os.path.dirname(step.path) / ".zgroup").is_file():
+            # an O_EXCL create of a group's .zmetadata: unlinking it changed nothing
+            return "v2-zmetadata-unlink-changes-nothing"
+        if self.fmt == "v2" and op.kind == "rmdir" and mr == "ok" and rp[i] == "ENOTEMPTY" \
+                and sorted(os.listdir(self.plain / step.path)) == sorted(MADE_V2):
+            # only a .zmetadata left by its unlinked .zgroup in it: the twin follows
+            shutil.rmtree(self.plain / step.path)
+            return "new-v2-rmdir-over-left-zmetadata"
         if "bad" in op.info and mr == "EINVAL":
             # refused, as finding 5 wants: the twin becomes what the mount should now hold:
             # the key as it was before, and the source of a refused rename still there
@@ -1616,17 +2059,20 @@ class Run:
         self.renamed_dirs.add(b)
         def mv(p):
             return b + p[len(a):] if p == a or p.startswith(a + "/") else p
-        for name in ("unsharded", "converted", "linked", "shrunk_out", "sharded_new"):
+        # only the entries that move change (never emptied meanwhile: other threads read
+        # these, the generators' Tree the headless arrays)
+        for name in ("unsharded", "converted", "linked", "shrunk_out", "sharded_new", "zattrs_dropped"):
             st = getattr(self, name)
-            new = {mv(p) for p in st}
-            st.clear()
-            st.update(new)
-        dicts = [getattr(self, n) for n in ("meta_whole", "half", "tainted", "rmrf_failed", "utimes")]
+            moved = [p for p in list(st) if mv(p) != p]
+            st.difference_update(moved)
+            st.update(mv(p) for p in moved)
+        dicts = [getattr(self, n) for n in ("meta_whole", "half", "tainted", "rmrf_failed", "utimes", "headless")]
         dicts += [g.pending_half for g in self.gens]  # the generators' documents left cut short
         for d in dicts:
-            new = {mv(k): v for k, v in d.items()}
-            d.clear()
-            d.update(new)
+            moved = {k: d.pop(k) for k in [k for k in list(d) if mv(k) != k]}
+            if d is self.headless:
+                moved = {k: v[:2] + (True,) for k, v in moved.items()}
+            d.update({mv(k): v for k, v in moved.items()})
         for p in list(self.sharded_new):
             if p == b or p.startswith(b + "/"):
                 self.renamed_as_stored.add(p)
@@ -1660,6 +2106,7 @@ class Run:
             self.gens.append(gen)
             self.unsharded.add(join(base, "plain"))
             gen.unsharded = self.unsharded
+            gen.headless = self.headless
             for i in range(n_ops):
                 op = gen.next()
                 self.apply(op, f"{tid}.{i}" if self.a.threads > 1 else str(i))
@@ -1700,7 +2147,7 @@ class Run:
         return "scratch"
 
     def arrays_of(self, root: Path):
-        t = Tree(root, "", self.fmt)
+        t = Tree(root, "", self.fmt, headless=self.headless)
         return t.arrays
 
     def compare_trees(self, where: str, live: bool):
@@ -1720,7 +2167,7 @@ class Run:
                 rel = "" if rel == "." else rel
                 for n in dn + fn:
                     r = join(rel, n)
-                    if not rel and n in HIDDEN or self.fmt == "v2" and n in MADE_V2:
+                    if not rel and n in HIDDEN:
                         continue
                     try:
                         out[r] = os.lstat(os.path.join(dp, n))
@@ -1749,6 +2196,8 @@ class Run:
             if tp != tm:
                 self.diff(Diff(where, f"type of {rel}", oct(tm), oct(tp)))
                 continue
+            if self.fmt == "v2" and os.path.basename(rel) in MADE_V2:
+                continue  # made from the hierarchy: where it is shown is compared, not its bytes
             if cat in ("plain", "array") or (cat == "meta" and self.fmt == "v3" and not
                                               self.in_sharded_array(rel, arrays)):
                 # the store's own files and directories keep modes set through the mount
@@ -1785,6 +2234,9 @@ class Run:
                 self.compare_meta(where, live, rel, bm, bp)
             elif self.under_sharded_new(rel) and not live:
                 pass
+            elif not live and self.headless_key(rel):
+                self.diff(Diff(where, f"bytes of {rel} ({cat})", f"{len(bm)}B", f"{len(bp)}B",
+                               why="headless-array-shows-stored-files"))
             elif live and self.under(rel, self.renamed_as_stored):
                 self.diff(Diff(where, f"bytes of {rel} ({cat})", f"{len(bm)}B", f"{len(bp)}B",
                                why="f7-fix-renamed-as-stored-array-unsharded"))
@@ -1808,6 +2260,24 @@ class Run:
         why = None
         if self.taint_of(rel):
             why = self.taint_of(rel)
+        elif self.fmt == "v2" and not live and sm is None and not self.s3 and self.was_outside(rel, arrays) \
+                and os.path.lexists(self.store / rel):
+            why = "new-v2-file-outside-grid-hidden"  # stored at the v2 path, not the store's key
+        elif not live and self.headless_key(rel):
+            why = "headless-array-shows-stored-files"
+        elif self.fmt == "v2" and not live and self.stored_path_of_headless(rel, sm is None):
+            why = "headless-array-shows-stored-files"  # a file of its own in a key directory
+        elif self.fmt == "v2" and not live and sm is None and os.path.basename(rel) == ".zattrs" \
+                and os.path.dirname(rel) in self.headless:
+            why = "v2-headless-zattrs-not-stored"
+        elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) == ".zattrs" \
+                and os.path.dirname(rel) in arrays and os.path.dirname(rel) not in self.headless \
+                and jload((self.mnt / rel).read_bytes()) == {}:
+            # unlinked (gone in that mount); a later mount shows one for every array
+            why = "v2-zattrs-always-shown"
+        elif self.fmt == "v2" and not live and sm is None and os.path.basename(rel) in MADE_V2 \
+                and not (self.plain / os.path.dirname(rel) / ".zgroup").is_file():
+            why = "v2-zmetadata-left-not-stored"
         elif self.s3 and sm is None and kind == "dir" and self.empty_below(self.plain / rel) \
                 and not (live and self.was_outside(rel, arrays)):
             why = self.explain_s3_missing_dir(rel, live)
@@ -1881,6 +2351,10 @@ class Run:
         if self.taint_of(rel):
             self.diff(Diff(where, f"metadata {rel}", bm[:80], bp[:80], why=self.taint_of(rel)))
             return
+        if self.fmt == "v2" and os.path.basename(rel) == ".zattrs" and jm == {} \
+                and os.path.dirname(rel) in self.zattrs_dropped:
+            self.diff(Diff(where, f"metadata {rel}", bm[:80], bp[:80], why="new-v2-unsharded-zarray-unlink-drops-zattrs"))
+            return
         if live and self.under(rel, self.renamed_as_stored):
             self.diff(Diff(where, f"metadata {rel}", bm[:80], bp[:80], why="f7-fix-renamed-as-stored-array-unsharded"))
             return
@@ -1947,6 +2421,7 @@ class Run:
 
     def compare_values(self):
         self.settle_half_documents()
+        self.compare_headless_values()
         arrays = self.arrays_of(self.plain)
         for rel in sorted(arrays):
             try:
@@ -1983,6 +2458,40 @@ class Run:
             if self.fmt == "v3" and vm[2] != vp[2]:
                 self.diff(Diff("values", f"array {rel} attributes", vm[2], vp[2],
                                why=self.taint_of(rel) or self.taint_within(rel)))
+
+    def compare_headless_values(self):
+        """Arrays whose metadata was unlinked and not written again: the store keeps their
+        files without it (a later mount shows them as stored), so the tree cannot show what
+        they hold. Read the store's files with the document the store had, and the twin's
+        chunk files with the view's, and compare the values: nothing written to them may be
+        lost."""
+        for h, (info, sdoc, _) in sorted(self.headless.items()):
+            if self.s3 or sdoc is None or not (self.store / h).is_dir() or not (self.plain / h).is_dir():
+                continue
+            vals = []
+            for root, doc_name, doc in ((self.store, "zarr.json", sdoc),
+                                        (self.plain, "zarr.json" if self.fmt == "v3" else ".zarray",
+                                         jdump(self.view_doc(info)))):
+                with tempfile.TemporaryDirectory() as td:
+                    shutil.copytree(root / h, td, dirs_exist_ok=True,
+                                    ignore=lambda d, n: [x for x in n if x in META_V3 | META_V2 | MADE_V2])
+                    Path(td, doc_name).write_bytes(doc)
+                    try:
+                        vals.append(("ok", np.asarray(zarr.open_array(td, mode="r")[...])))
+                    except Exception as e:  # noqa: BLE001
+                        vals.append(("error", f"{type(e).__name__}: {str(e)[:100]}"))
+            (km, vm), (kp, vp) = vals
+            same = km == kp == "ok" and vm.shape == vp.shape and np.array_equal(
+                vm, vp, equal_nan=vm.dtype.kind in "fc")
+            if not same:
+                self.diff(Diff("values", f"array {h} (metadata unlinked): the store's files read with "
+                               "its old document", vm if km == "error" else f"shape {vm.shape}",
+                               vp if kp == "error" else f"shape {vp.shape}",
+                               why=self.taint_of(h) or self.taint_within(h)))
+
+    def view_doc(self, info: ArrayInfo) -> dict:
+        """The metadata the twin's array had (read back from the twin's copy of the time)."""
+        return info.doc
 
     def verify(self):
         r = subprocess.run([self.a.shardfs, "verify", self.store_target()], capture_output=True, text=True)
@@ -2024,7 +2533,8 @@ class Run:
             self.start_store(bases)
             self.mount()
             shutil.copytree(self.mnt, self.plain, symlinks=True,
-                            ignore=lambda d, names: [n for n in names if n in HIDDEN | MADE_V2])
+                            ignore=lambda d, names: [n for n in names if n in HIDDEN or
+                                                     n in MADE_V2 and self.fmt == "v3"])
             self.initial_dirs = {str(p.relative_to(self.plain)) for p in self.plain.rglob("*") if p.is_dir()}
             for p in Path(self.plain).rglob("*"):
                 if p.name in ("zarr.json",) + tuple(META_V2):
