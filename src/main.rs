@@ -76,6 +76,11 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
              the document it had",
         ),
         (
+            "held_attributes",
+            "its array's .zarray was unlinked and never written back: the unmount \
+             cannot store it (an unsharded array's attributes are stored with its .zarray)",
+        ),
+        (
             "pending_chunks",
             "is not a length its array's chunks can have: the unmount refuses it, and the \
              store keeps the chunk it had",

@@ -1144,7 +1144,15 @@ fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
     assert_eq!(attrs(), serde_json::json!({"k": 1}));
     std::fs::write(p.join(".zattrs"), br#"{"k": 2}"#).unwrap();
     assert_eq!(attrs(), serde_json::json!({"k": 2}));
+    // Held until `.zarray` comes back, and named meanwhile (`shardfs unmount` warns
+    // from this if the mount ends first).
+    let held = || -> serde_json::Value {
+        let stats = std::fs::read(mnt.path().join(".shardfs-stats")).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&stats).unwrap()["held_attributes"].clone()
+    };
+    assert_eq!(held(), serde_json::json!(["plain/.zattrs"]));
     std::fs::write(p.join(".zarray"), &zarray).unwrap();
+    assert_eq!(held(), serde_json::json!([]), "stored with the .zarray");
     assert_eq!(attrs(), serde_json::json!({"k": 2}), "written back");
     assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"], "written back");
     for i in 0..2u8 {

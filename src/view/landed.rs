@@ -111,11 +111,14 @@ impl View {
     /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
     fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         self.take_in_v2_doc(dir, file, data)?;
-        // `.zattrs` written again after its unlink: listed again.
-        if file == MetaFile::Zattrs
-            && let Some(w) = &self.writer
-        {
-            w.unlinked.zattrs_shown(dir);
+        if let Some(w) = &self.writer {
+            match file {
+                // Written again after its unlink: listed again.
+                MetaFile::Zattrs => w.unlinked.zattrs_shown(dir),
+                // A group or an array again: no `.zmetadata` left by an old `.zgroup`.
+                MetaFile::Zgroup | MetaFile::Zarray => w.unlinked.forget_zmetadata(dir),
+                MetaFile::ZarrJson => {}
+            }
         }
         Ok(())
     }
@@ -132,8 +135,10 @@ impl View {
             // group's).
             let name = node_name(dir);
             v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(ViewError::Invalid)?;
-            self.writer()?.unlinked.set_plain_doc(dir, doc);
-            return Ok(());
+            if self.writer()?.unlinked.set_plain_doc(dir, doc) {
+                return Ok(());
+            }
+            // Its `.zarray` came back meanwhile: taken in as any array's.
         }
         if let Some(taken) = self.take_in_plain(dir, file, data) {
             return taken;
@@ -182,11 +187,18 @@ impl View {
                 // reference test's metadata-unlink ops).
                 if let Some((keys, old)) = &headless_plain {
                     doc.insert("chunk_key_encoding".into(), keys.store.to_json());
-                    // Its attributes and dimension names, as its `.zattrs` showed them.
-                    for key in ["attributes", "dimension_names"] {
-                        if let Some(v) = old.get(key) {
-                            doc.insert(key.into(), v.clone());
-                        }
+                    // Its attributes, as its `.zattrs` showed them, and its dimension names
+                    // where the `.zarray` written has as many dimensions.
+                    if let Some(v) = old.get("attributes") {
+                        doc.insert("attributes".into(), v.clone());
+                    }
+                    let ndim = |d: &serde_json::Map<String, Value>, k: &str| {
+                        d.get(k).and_then(Value::as_array).map(Vec::len)
+                    };
+                    if let Some(v) = old.get("dimension_names")
+                        && ndim(old, "dimension_names") == ndim(&doc, "shape")
+                    {
+                        doc.insert("dimension_names".into(), v.clone());
                     }
                     self.writer()?.choices.keep_unsharded(dir);
                 }

@@ -223,6 +223,8 @@ impl View {
                 // What is left are emptied key directories (and shards of nothing).
                 crate::store::remove_tree(&*self.store, &array.rel)?;
                 w.unlinked.forget_headless(&array.rel);
+                w.unlinked.zattrs_shown(&array.rel);
+                w.unlinked.forget_zmetadata(&array.rel);
                 self.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.forget_array(&array.rel);

@@ -23,6 +23,11 @@ impl View {
                 serde_json::json!({"path": path, "why": why})
             }).collect::<Vec<_>>(),
             "pending_metadata": self.partial_metadata_paths(),
+            "held_attributes": self.writer.as_ref().map(|w| {
+                w.unlinked.plain_attrs_held().iter()
+                    .map(|rel| rel.join(".zattrs").display().to_string())
+                    .collect::<Vec<_>>()
+            }).unwrap_or_default(),
             "pending_chunks": self.partial_chunk_paths(),
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),

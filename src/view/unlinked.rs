@@ -28,6 +28,9 @@ struct PlainHeadless {
     keys: PlainKeys,
     zattrs: bool,
     doc: serde_json::Map<String, serde_json::Value>,
+    /// A `.zattrs` was written since the unlink: held here until `.zarray` is written
+    /// back (named by the unmount if none is).
+    attrs_written: bool,
 }
 
 /// What this mount unlinked of arrays' and groups' metadata, by store path.
@@ -165,6 +168,7 @@ impl Unlinked {
                 keys,
                 zattrs: true,
                 doc,
+                attrs_written: false,
             },
         );
     }
@@ -184,11 +188,27 @@ impl Unlinked {
         &self,
         rel: &Path,
         doc: serde_json::Map<String, serde_json::Value>,
-    ) {
-        if let Some(h) = self.plain.lock().get_mut(rel) {
-            h.doc = doc;
-            h.zattrs = true;
+    ) -> bool {
+        match self.plain.lock().get_mut(rel) {
+            Some(h) => {
+                h.doc = doc;
+                h.zattrs = true;
+                h.attrs_written = true;
+                true
+            }
+            None => false,
         }
+    }
+
+    /// Headless unsharded arrays holding a `.zattrs` written since their `.zarray` was
+    /// unlinked (stored only with the `.zarray` written back).
+    pub(super) fn plain_attrs_held(&self) -> Vec<PathBuf> {
+        let plain = self.plain.lock();
+        plain
+            .iter()
+            .filter(|(_, h)| h.attrs_written)
+            .map(|(rel, _)| rel.clone())
+            .collect()
     }
 
     /// `.zattrs` of the headless unsharded array at `rel` unlinked.
