@@ -3,10 +3,47 @@
 //! and unstores) and what this mount decided for arrays whose metadata it saw written
 //! ([`ArrayChoices`], which adopt.rs reads). Leaves: nothing of the view is imported.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
+
+/// A directory moved from `from` to `to`, replacing what was there (an empty directory):
+/// the entries of `map` at or below `to` go, and those at or below `from` follow to the
+/// new path, their values passed through `moved` (`None`: let go). Every table of the
+/// overlay keyed by path follows a move this one way.
+pub(super) fn move_entries<V>(
+    map: &mut HashMap<PathBuf, V>,
+    from: &Path,
+    to: &Path,
+    mut moved: impl FnMut(V) -> Option<V>,
+) {
+    map.retain(|p, _| !p.starts_with(to));
+    let below: Vec<PathBuf> = map
+        .keys()
+        .filter(|p| p.starts_with(from))
+        .cloned()
+        .collect();
+    for old in below {
+        let value = map.remove(&old).expect("listed above");
+        let rest = old.strip_prefix(from).expect("filtered above");
+        if let Some(value) = moved(value) {
+            map.insert(to.join(rest), value);
+        }
+    }
+}
+
+/// [`move_entries`] for a set of paths.
+pub(super) fn move_paths(set: &mut HashSet<PathBuf>, from: &Path, to: &Path) {
+    set.retain(|p| !p.starts_with(to));
+    *set = set
+        .drain()
+        .map(|p| match p.strip_prefix(from) {
+            Ok(rest) => to.join(rest),
+            Err(_) => p,
+        })
+        .collect();
+}
 
 /// View paths of scratch files stored as files of their own: their stored copy goes
 /// with their name. Held by `View::keep_file` (kept.rs) while it stores one, so that a rename
@@ -82,15 +119,7 @@ impl ArrayChoices {
     /// The directory at store path `from` moved to `to` (replacing what was there).
     pub(super) fn rebase(&self, from: &Path, to: &Path) {
         for set in [&self.as_stored, &self.unsharded] {
-            let mut set = set.lock();
-            set.retain(|p| !p.starts_with(to));
-            *set = set
-                .drain()
-                .map(|p| match p.strip_prefix(from) {
-                    Ok(rest) => to.join(rest),
-                    Err(_) => p,
-                })
-                .collect();
+            move_paths(&mut set.lock(), from, to);
         }
     }
 }

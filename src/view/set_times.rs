@@ -50,14 +50,6 @@ impl TimesSet {
     /// The directory at view path `from` moved to `to` (replacing what was there): what
     /// was set below it follows.
     pub(super) fn rebase(&self, from: &Path, to: &Path) {
-        let mut map = self.0.lock();
-        map.retain(|p, _| !p.starts_with(to));
-        *map = map
-            .drain()
-            .map(|(p, t)| match p.strip_prefix(from) {
-                Ok(rest) => (to.join(rest), t),
-                Err(_) => (p, t),
-            })
-            .collect();
+        super::path_sets::move_entries(&mut self.0.lock(), from, to, Some);
     }
 }

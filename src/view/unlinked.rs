@@ -245,42 +245,14 @@ impl Unlinked {
     /// `zarr.json` written back then took in as chunks (the reference test found it); and
     /// a `.zmetadata` left by its `.zgroup` stayed at the old path.
     pub(super) fn dir_moved(&self, rel: &Path, dst: &Path) {
-        let moved = |p: &Path| p.strip_prefix(rel).ok().map(|rest| dst.join(rest));
-        {
-            let mut headless = self.headless.lock();
-            headless.retain(|a, _| !a.starts_with(dst));
-            let below: Vec<PathBuf> = headless
-                .keys()
-                .filter(|a| a.starts_with(rel))
-                .cloned()
-                .collect();
-            for old in below {
-                let h = headless.remove(&old).expect("listed above");
-                if let (Some(new), Some(array)) = (moved(&old), h.array.moved(rel, dst)) {
-                    let array = Arc::new(array);
-                    headless.insert(new, Headless { array, ..h });
-                }
-            }
-        }
-        {
-            let mut plain = self.plain.lock();
-            plain.retain(|a, _| !a.starts_with(dst));
-            let below: Vec<PathBuf> = plain
-                .keys()
-                .filter(|a| a.starts_with(rel))
-                .cloned()
-                .collect();
-            for old in below {
-                let h = plain.remove(&old).expect("listed above");
-                if let Some(new) = moved(&old) {
-                    plain.insert(new, h);
-                }
-            }
-        }
+        use super::path_sets::{move_entries, move_paths};
+        move_entries(&mut self.headless.lock(), rel, dst, |h| {
+            let array = Arc::new(h.array.moved(rel, dst)?);
+            Some(Headless { array, ..h })
+        });
+        move_entries(&mut self.plain.lock(), rel, dst, Some);
         for set in [&self.zattrs, &self.zmetadata] {
-            let mut set = set.lock();
-            set.retain(|p| !p.starts_with(dst));
-            *set = set.drain().map(|p| moved(&p).unwrap_or(p)).collect();
+            move_paths(&mut set.lock(), rel, dst);
         }
     }
 }
