@@ -78,7 +78,7 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
         (
             "held_attributes",
             "its array's .zarray was unlinked and never written back: the unmount \
-             cannot store it (an unsharded array's attributes are stored with its .zarray)",
+             cannot store it (an array's attributes are stored with its .zarray)",
         ),
         (
             "pending_chunks",

@@ -273,9 +273,17 @@ impl View {
             Target::Meta(file) => {
                 let key = (self.current(array).meta_rel.clone(), file);
                 let written = self.remember_as_written(key, &data);
-                let array = self
-                    .update_array_meta(array, file, &data)
-                    .inspect_err(|_| self.forget_as_written(written))?;
+                // The v2 view: a `.zattrs` written while `.zarray` is unlinked is held.
+                let held = match file {
+                    MetaFile::Zattrs => self.hold_headless_attrs(array, Some(&data)),
+                    _ => Ok(None),
+                };
+                let array = match held {
+                    Ok(Some(array)) => return Ok(Node::ArrayMeta { array, file }),
+                    Ok(None) => self.update_array_meta(array, file, &data),
+                    Err(e) => Err(e),
+                }
+                .inspect_err(|_| self.forget_as_written(written))?;
                 // An array whose metadata was unlinked has it again: shown whole again.
                 // Before, the v2 view left `.zarray` written back unlisted until a remount.
                 let array = match &self.writer {

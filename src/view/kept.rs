@@ -271,7 +271,6 @@ impl View {
         rel: &Path,
     ) -> Result<bool> {
         let (enc, ndim) = (array.encoding(), array.layout.ndim());
-        let counts = array.layout.chunk_counts();
         let listed = self.own_entries(rel)?;
         for e in listed {
             let Some(name) = e.name.to_str() else {
@@ -289,14 +288,7 @@ impl View {
                 // reference test), though the store kept them. One outside the grid is
                 // a plain directory, there if it holds files.
                 Some(KeyPath::Dir(c)) if e.kind == crate::store::EntryKind::Dir => {
-                    let in_grid = c.iter().zip(counts).all(|(c, n)| c < n);
-                    let below = rel.join(name);
-                    let holds = if in_grid {
-                        self.holds_kept_files(array, &c, &below)?
-                    } else {
-                        self.has_files(&below)?
-                    };
-                    if holds {
+                    if self.key_dir_holds_files(array, &c, &rel.join(name))? {
                         return Ok(true);
                     }
                 }
@@ -307,6 +299,24 @@ impl View {
     }
 
     /// Whether store directory `rel` holds anything but directories, at any depth.
+    /// Whether the key directory `coords` of `array` (store directory `rel`), which no
+    /// chunk lies below, is shown for files of their own: in the grid, while such files
+    /// lie in it; outside the grid (a shrink left it there), as a plain directory while
+    /// it holds files.
+    pub(super) fn key_dir_holds_files(
+        &self,
+        array: &super::ShardedArray,
+        coords: &[u64],
+        rel: &Path,
+    ) -> Result<bool> {
+        let counts = array.layout.chunk_counts();
+        if coords.iter().zip(counts).all(|(c, n)| c < n) {
+            self.holds_kept_files(array, coords, rel)
+        } else {
+            self.has_files(rel)
+        }
+    }
+
     pub(super) fn has_files(&self, rel: &Path) -> Result<bool> {
         let listed = self.own_entries(rel)?;
         for e in listed {

@@ -220,7 +220,7 @@ impl View {
         self.store.write_atomically(&json_path, &bytes)?;
         match file {
             MetaFile::Zarray => {
-                self.forget_plain(dir);
+                self.plain_written_back(dir);
                 self.adopt_new_array(dir)?
             }
             MetaFile::Zattrs => self.name_ome_dimensions(dir),
@@ -330,7 +330,7 @@ impl View {
 }
 
 /// The last component of a store directory (empty for the root).
-fn node_name(dir: &Path) -> String {
+pub(super) fn node_name(dir: &Path) -> String {
     dir.file_name()
         .unwrap_or_default()
         .to_string_lossy()

@@ -65,6 +65,66 @@ impl View {
         self.update_metadata(&array, &bytes)
     }
 
+    /// `.zattrs` written (`Some(bytes)`) or unlinked (`None`) in the v2 view while the
+    /// sharded array's `.zarray` is unlinked: its attributes are held with it, stored
+    /// with the `.zarray` written back; nothing reaches the store now, as a plain
+    /// directory keeps `.zarray` gone. `None` when the array is not headless.
+    pub(super) fn hold_headless_attrs(
+        &self,
+        array: &ShardedArray,
+        zattrs: Option<&[u8]>,
+    ) -> Result<Option<Arc<ShardedArray>>> {
+        use crate::format::v2;
+        let Some(w) = &self.writer else {
+            return Ok(None);
+        };
+        let Some(held) = w.unlinked.headless_array(&array.rel) else {
+            return Ok(None);
+        };
+        let invalid = |why: String| {
+            log::warn!("{}/.zattrs: refused: {why}", held.rel.display());
+            ViewError::Invalid(why)
+        };
+        let mut doc = held.meta.doc.clone();
+        let name = super::landed::node_name(&held.rel);
+        v2::apply_zattrs(
+            &mut doc,
+            zattrs.unwrap_or(b"{}"),
+            Some(held.layout.ndim()),
+            &name,
+        )
+        .map_err(invalid)?;
+        let bytes = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
+            return Err(invalid("its metadata would no longer be an array's".into()));
+        };
+        let src = super::ArraySource {
+            rel: held.rel.clone(),
+            data_rel: held.data_rel.clone(),
+            meta_rel: held.meta_rel.clone(),
+            store_keys: held.store_keys,
+            draft: held.draft,
+        };
+        let new = Arc::new(
+            self.build_array(
+                src,
+                *meta,
+                held.layout.clone(),
+                held.dir_meta,
+                held.json_meta,
+            )
+            .map_err(invalid)?,
+        );
+        if !w
+            .unlinked
+            .set_headless_attrs(&held.rel, new.clone(), zattrs.is_some())
+        {
+            return Ok(None);
+        }
+        self.arrays.insert(new.clone());
+        Ok(Some(new))
+    }
+
     /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
     pub(super) fn update_metadata(
         &self,

@@ -373,7 +373,17 @@ impl View {
                     // Not listed until written again (see `Unlinked::zattrs`).
                     w.unlinked.zattrs_unlinked(dir);
                 }
-                (MetaFile::Zattrs, true) => w.unlinked.hide_plain_zattrs(dir),
+                (MetaFile::Zattrs, true) => {
+                    let mut doc = w.unlinked.plain_doc(dir).unwrap_or_default();
+                    v2::apply_zattrs(
+                        &mut doc,
+                        b"{}",
+                        Some(keys.ndim),
+                        &super::landed::node_name(dir),
+                    )
+                    .map_err(ViewError::Invalid)?;
+                    w.unlinked.hide_plain_zattrs(dir, doc);
+                }
                 _ => return Err(ViewError::NotFound),
             }
             Ok(())
@@ -399,10 +409,10 @@ impl View {
         })())
     }
 
-    /// A new array was made at `rel`: it is no longer a headless unsharded one.
-    pub(super) fn forget_plain(&self, rel: &Path) {
+    /// A `.zarray` was written at `rel`: it is no longer a headless unsharded array.
+    pub(super) fn plain_written_back(&self, rel: &Path) {
         if let Some(w) = &self.writer {
-            w.unlinked.forget_plain(rel);
+            w.unlinked.plain_written_back(rel);
         }
     }
 }

@@ -26,7 +26,6 @@ impl View {
             Node::KeyDir { array, coords } => {
                 let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
-                let counts = array.layout.chunk_counts();
                 let listed: HashSet<std::ffi::OsString> =
                     keys.iter().map(|e| e.name.clone()).collect();
                 // Keys are listed above; a key directory with no chunk below is listed
@@ -35,15 +34,9 @@ impl View {
                 keys.extend(self.kept_in_key_dir(&path, |n| {
                     match enc.child(ndim, Some(coords), n) {
                         Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
-                        Some(format::KeyPath::Dir(c)) => {
-                            if c.iter().zip(counts).all(|(c, n)| c < n) {
-                                !self
-                                    .holds_kept_files(array, &c, &path.join(n))
-                                    .unwrap_or(false)
-                            } else {
-                                !self.has_files(&path.join(n)).unwrap_or(false)
-                            }
-                        }
+                        Some(format::KeyPath::Dir(c)) => !self
+                            .key_dir_holds_files(array, &c, &path.join(n))
+                            .unwrap_or(false),
                         Some(format::KeyPath::Chunk(_)) => true,
                         None => false,
                     }

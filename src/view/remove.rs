@@ -94,7 +94,7 @@ impl View {
         let w = self.writer()?;
         match file {
             MetaFile::Zattrs => {
-                if !w.unlinked.hide_headless_zattrs(&array.rel) {
+                if self.hold_headless_attrs(array, None)?.is_none() {
                     self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
                     w.unlinked.zattrs_unlinked(&array.rel);
                 }

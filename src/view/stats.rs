@@ -24,7 +24,7 @@ impl View {
             }).collect::<Vec<_>>(),
             "pending_metadata": self.partial_metadata_paths(),
             "held_attributes": self.writer.as_ref().map(|w| {
-                w.unlinked.plain_attrs_held().iter()
+                w.unlinked.attrs_held().iter()
                     .map(|rel| rel.join(".zattrs").display().to_string())
                     .collect::<Vec<_>>()
             }).unwrap_or_default(),

@@ -16,9 +16,14 @@ use crate::format::v2::PlainKeys;
 
 /// An array whose metadata was unlinked while its other names are still shown.
 struct Headless {
+    /// The array as it was, with the attributes of a `.zattrs` written or unlinked
+    /// since (the v2 view): stored with the `.zarray` written back.
     array: Arc<ShardedArray>,
     /// `.zattrs` is still listed.
     zattrs: bool,
+    /// A `.zattrs` was written since the unlink: held here until `.zarray` is written
+    /// back (named by the unmount if none is).
+    attrs_written: bool,
 }
 
 /// The same for an unsharded array of the v2 view (see `view/plain.rs`), with the
@@ -81,16 +86,27 @@ impl Unlinked {
             Headless {
                 array: array.clone(),
                 zattrs: file == MetaFile::Zarray,
+                attrs_written: false,
             },
         );
     }
 
-    /// `.zattrs` of a headless array unlinked: no longer listed. `false`: `rel` is no
-    /// headless array (the caller stores `{}` and calls [`Unlinked::zattrs_unlinked`]).
-    pub(super) fn hide_headless_zattrs(&self, rel: &Path) -> bool {
+    /// `.zattrs` of the headless array at `rel` written (`shown`) or unlinked: `array`
+    /// is the array with its attributes now, held until `.zarray` is written back. Before,
+    /// a `.zattrs` written there stored the old metadata again, and `.zarray` was back
+    /// where a plain directory keeps it gone (found by the reference test). `false`:
+    /// `rel` is no headless array (any more).
+    pub(super) fn set_headless_attrs(
+        &self,
+        rel: &Path,
+        array: Arc<ShardedArray>,
+        shown: bool,
+    ) -> bool {
         match self.headless.lock().get_mut(rel) {
             Some(h) => {
-                h.zattrs = false;
+                h.array = array;
+                h.zattrs = shown;
+                h.attrs_written = shown;
                 true
             }
             None => false,
@@ -127,11 +143,19 @@ impl Unlinked {
         }
     }
 
-    /// Metadata file `file` of the array at `rel` was written: shown whole again.
+    /// Metadata file `file` of the array at `rel` was written: shown whole again, but
+    /// for a `.zattrs` unlinked while `.zarray` was gone (as a plain directory keeps it
+    /// gone; its attributes are stored empty).
     pub(super) fn meta_written(&self, rel: &Path, file: MetaFile) {
-        self.headless.lock().remove(rel);
-        if file == MetaFile::Zattrs {
-            self.zattrs.lock().remove(rel);
+        let headless = self.headless.lock().remove(rel);
+        match file {
+            MetaFile::Zattrs => {
+                self.zattrs.lock().remove(rel);
+            }
+            MetaFile::Zarray if headless.is_some_and(|h| !h.zattrs) => {
+                self.zattrs.lock().insert(rel.to_path_buf());
+            }
+            _ => {}
         }
     }
 
@@ -200,27 +224,47 @@ impl Unlinked {
         }
     }
 
-    /// Headless unsharded arrays holding a `.zattrs` written since their `.zarray` was
-    /// unlinked (stored only with the `.zarray` written back).
-    pub(super) fn plain_attrs_held(&self) -> Vec<PathBuf> {
-        let plain = self.plain.lock();
-        plain
-            .iter()
+    /// Headless arrays holding a `.zattrs` written since their `.zarray` was unlinked
+    /// (stored only with the `.zarray` written back), in path order.
+    pub(super) fn attrs_held(&self) -> Vec<PathBuf> {
+        let mut held: Vec<PathBuf> = (self.plain.lock().iter())
             .filter(|(_, h)| h.attrs_written)
             .map(|(rel, _)| rel.clone())
-            .collect()
+            .collect();
+        held.extend(
+            (self.headless.lock().iter())
+                .filter(|(_, h)| h.attrs_written)
+                .map(|(rel, _)| rel.clone()),
+        );
+        held.sort();
+        held
     }
 
-    /// `.zattrs` of the headless unsharded array at `rel` unlinked.
-    pub(super) fn hide_plain_zattrs(&self, rel: &Path) {
+    /// `.zattrs` of the headless unsharded array at `rel` unlinked: `doc` is its
+    /// document with the attributes emptied (stored so with the `.zarray` written back).
+    pub(super) fn hide_plain_zattrs(
+        &self,
+        rel: &Path,
+        doc: serde_json::Map<String, serde_json::Value>,
+    ) {
         if let Some(h) = self.plain.lock().get_mut(rel) {
             h.zattrs = false;
+            h.attrs_written = false;
+            h.doc = doc;
         }
     }
 
-    /// `rel` is no headless unsharded array any more (removed, or made anew).
+    /// `rel` is no headless unsharded array any more (removed).
     pub(super) fn forget_plain(&self, rel: &Path) {
         self.plain.lock().remove(rel);
+    }
+
+    /// The `.zarray` of the array at `rel` was written: no headless unsharded array
+    /// any more, and a `.zattrs` unlinked meanwhile stays gone, as on a plain directory.
+    pub(super) fn plain_written_back(&self, rel: &Path) {
+        if self.plain.lock().remove(rel).is_some_and(|h| !h.zattrs) {
+            self.zattrs.lock().insert(rel.to_path_buf());
+        }
     }
 
     /// Whether the group at `rel` still has the `.zmetadata` its `.zgroup` left.

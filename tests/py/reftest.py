@@ -218,31 +218,11 @@ KNOWN_OPEN = {
     # the .zmetadata its .zgroup left succeeding (new-v2-rmdir-over-left-zmetadata,
     # bb1f8b4). new-dir-rename-ebusy-pending-metadata is the design (42bf00d): DOCUMENTED
     # dir-rename-ebusy-pending-metadata.
-    # Found 2026-11-27 by the metadata-unlink ops against the debug build of main dac528d
-    # (/tmp/helper-bin/shardfs). STORE is what make_store makes (sub/vol: a sharded 6x6x6
-    # uint8 array, chunks 3x3x3, shards 6x6x3, uncompressed: a chunk is 27 bytes).
-    "new-v2-zattrs-brings-back-zarray": (
-        "NEW (v2 view): an array's .zarray unlinked, then its .zattrs written: .zarray is "
-        "back (the store's zarr.json written again), where a plain directory keeps it gone "
-        "(SEMANTICS: '`.zarray` written back makes the array whole again'; nothing says "
-        "`.zattrs` does). The generator writes no .zattrs into such an array while this "
-        "entry is here (met as a document cut short before the unlink, finished after).",
-        "shardfs mount STORE MNT -o format=v2; cd MNT; rm zs/.zarray; ls -A zs -> .zattrs 1 2 "
-        "3; printf '{\"a\": 1}' > zs/.zattrs (ok); ls -A zs -> .zarray .zattrs 1 2 3, and "
-        "zs/.zarray reads the old document; a later mount shows it too.",
-    ),
-    "new-v2-file-outside-grid-hidden": (
-        "NEW (v2 view, '/' keys): a file of its own in a key directory that a shrink then "
-        "leaves outside the grid is stored at the v2 path (vol/1/0/data.bin, not under the "
-        "store's c/), and a later mount does not show it. SEMANTICS 'What is stored': such a "
-        "file 'is stored, shown in a plain directory by a later mount'. (Seen on fresh seeds "
-        "v2 42 and 53; not from the metadata-unlink ops.)",
-        "shardfs mount STORE MNT -o format=v2; cd MNT/sub/vol; mkdir -p 1/0; echo hello > "
-        "1/0/data.bin; python3 -c 'import json; d=json.load(open(\".zarray\")); "
-        "d[\"shape\"]=[3,6,6]; open(\".zarray\",\"w\").write(json.dumps(d))'; ls 1/0 -> "
-        "data.bin; cd /; shardfs unmount MNT; STORE/sub/vol/1/0/data.bin exists; mount again: "
-        "ls -A MNT/sub/vol -> .zarray .zattrs 0 (no 1).",
-    ),
+    # Fixed on 2026-11-27 (thirteenth session), and so removed from here with the
+    # generator's avoidance: the v2 view's .zattrs written while a sharded array's .zarray
+    # was unlinked bringing the .zarray back (new-v2-zattrs-brings-back-zarray: it is held
+    # with the array now); a key directory a shrink left outside the grid not listed in the
+    # v2 view, where its files of their own were stored (new-v2-file-outside-grid-hidden).
     # --store s3 (found 2026-11-27 against main cee68eb): its plain-directory cases are fixed
     # (880440e: a directory stays when its last object goes; rmdir of one holding mkdir-made
     # ones is ENOTEMPTY); what was left (s3-emptied-dir-vanishes: key directories a shrink
@@ -1140,8 +1120,6 @@ class Gen:
         rng = self.rng
         if self.pending_half and rng.random() < 0.6:
             rel = rng.choice(sorted(self.pending_half))
-            if os.path.dirname(rel) in self.headless and "new-v2-zattrs-brings-back-zarray" in KNOWN_OPEN:
-                return None  # (KNOWN_OPEN: a .zattrs written there makes the array whole again)
             if (self.plain / rel).exists():
                 return self.meta_write(rel, self.pending_half[rel], "meta-finish")
             self.pending_half.pop(rel)
@@ -2196,6 +2174,11 @@ class Run:
                 why = "hardlink-two-inodes" if rel in self.linked else None
                 if live and why is None and self.was_outside(rel, arrays):
                     why = "keydir-outside-grid"
+                if why is None and self.fmt == "v2" and os.path.basename(rel).rstrip("~") in META_V2 \
+                        and self.v2_same(jload(bm), jload(bp)):
+                    # a backup of generated metadata (`mv .zarray .zarray~`) keeps the bytes
+                    # the view showed, which mean the same as those written (seed v2 3007)
+                    why = "v2-metadata-generated"
                 self.diff(Diff(where, f"bytes of {rel} ({cat})", f"{len(bm)}B", f"{len(bp)}B", why=why))
 
     def in_sharded_array(self, rel, arrays):
@@ -2212,9 +2195,6 @@ class Run:
         why = None
         if self.taint_of(rel):
             why = self.taint_of(rel)
-        elif self.fmt == "v2" and not live and sm is None and not self.s3 and self.was_outside(rel, arrays) \
-                and os.path.lexists(self.store / rel):
-            why = "new-v2-file-outside-grid-hidden"  # stored at the v2 path, not the store's key
         elif not live and self.headless_key(rel):
             why = "headless-array-shows-stored-files"
         elif self.fmt == "v2" and not live and self.stored_path_of_headless(rel, sm is None):
