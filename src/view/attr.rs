@@ -91,7 +91,8 @@ impl View {
                 // A group document the v3 view shows changed (one `stat` for both).
                 let len = match node {
                     Node::File { .. } => self
-                        .shown_group_doc(rel, Some(&m))
+                        .group_docs
+                        .shown(rel, Some(&m))
                         .map_or(m.len, |d| d.len() as u64),
                     _ => m.len,
                 };
@@ -116,7 +117,7 @@ impl View {
                 let m = self.stat_rel(array)?;
                 Attr::from_meta(ino, Kind::Dir, 0, &m)
             }
-            Node::Container(c) => self.container_attr(ino, c)?,
+            Node::Container(c) => self.containers.attr(ino, c)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }

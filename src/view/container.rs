@@ -96,9 +96,16 @@ impl ContainerNode {
     }
 }
 
-/// What was loaded, by store path, with the version of the file it was loaded from.
-#[derive(Default)]
+/// The containers of the tree: which store directories and files are containers, what
+/// they show (children, listings, attributes, reads), and what was loaded, by store path,
+/// with the version of the file it was loaded from. A part of the tree that owns its
+/// state and logic: the view asks it by node (issue 35).
 pub(super) struct Containers {
+    store: Arc<dyn Store>,
+    /// The store answers by request (object storage): a directory is listed once rather
+    /// than looked up three times.
+    by_request: bool,
+    format: ViewFormat,
     known: Mutex<HashMap<PathBuf, (Vec<Version>, Loaded)>>,
     /// Chunks read and checked lately, by container and chunk.
     checked: Mutex<std::collections::VecDeque<(CheckedKey, Arc<Vec<u8>>)>>,
@@ -187,11 +194,21 @@ fn read_only_dir(mut m: EntryMeta) -> EntryMeta {
     m
 }
 
-impl View {
+impl Containers {
+    pub(super) fn new(store: Arc<dyn Store>, format: ViewFormat) -> Containers {
+        Containers {
+            by_request: store.capabilities().reads == Reads::Requests,
+            store,
+            format,
+            known: Mutex::default(),
+            checked: Mutex::default(),
+        }
+    }
+
     /// A store directory shown as a container: a carray or a ctable rootdir. `Ok(None)`:
     /// it is none. Broken: `EIO`, logged once.
-    pub(super) fn container_dir(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
-        if self.caps.reads == Reads::Requests {
+    pub(super) fn dir(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
+        if self.by_request {
             // Object storage: one listing (kept by the store's listing cache) rather than
             // three lookups of names that are mostly not there, each a HEAD and a LIST.
             let may_be = self.store.list(rel)?.iter().any(|e| {
@@ -223,7 +240,7 @@ impl View {
             return Ok(None);
         }
         versions.push(m.version());
-        self.known_container(rel, versions, || {
+        self.known(rel, versions, || {
             if ctable {
                 load_ctable(self.store.as_ref(), rel, m)
             } else {
@@ -235,14 +252,14 @@ impl View {
 
     /// A store file shown as a container: a bloscpack file, named `*.blp` or `*.bp`.
     /// `Ok(None)`: it is none (another name, or no bloscpack magic).
-    pub(super) fn container_file(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
+    pub(super) fn file(&self, rel: &Path, m: &EntryMeta) -> Result<Option<Node>> {
         if !bloscpack_named(rel) || m.len < 4 {
             return Ok(None);
         }
-        if let Some((v, loaded)) = self.containers.known.lock().get(rel)
+        if let Some((v, loaded)) = self.known.lock().get(rel)
             && v == &[m.version()]
         {
-            return self.shown_loaded(rel, loaded.clone()).map(Some);
+            return shown(rel, loaded.clone()).map(Some);
         }
         let Some(file) = self.store.open(rel)? else {
             return Ok(None);
@@ -252,7 +269,7 @@ impl View {
         if &magic != bloscpack::MAGIC {
             return Ok(None);
         }
-        self.known_container(rel, vec![m.version()], || {
+        self.known(rel, vec![m.version()], || {
             load_bloscpack(self.store.as_ref(), rel, file.as_ref(), m)
         })
         .map(Some)
@@ -269,7 +286,7 @@ impl View {
         }
         let rel = dir.join(name);
         match self.store.stat(&rel) {
-            Ok(Some(m)) => match self.container_file(&rel, &m) {
+            Ok(Some(m)) => match self.file(&rel, &m) {
                 Ok(Some(_)) => Kind::Dir,
                 _ => kind,
             },
@@ -277,16 +294,16 @@ impl View {
         }
     }
 
-    fn known_container(
+    fn known(
         &self,
         rel: &Path,
         version: Vec<Version>,
         load: impl FnOnce() -> std::result::Result<ContainerNode, String>,
     ) -> Result<Node> {
-        if let Some((v, loaded)) = self.containers.known.lock().get(rel)
+        if let Some((v, loaded)) = self.known.lock().get(rel)
             && *v == version
         {
-            return self.shown_loaded(rel, loaded.clone());
+            return shown(rel, loaded.clone());
         }
         let loaded = match load() {
             Ok(node) => Loaded::Node(node),
@@ -295,34 +312,18 @@ impl View {
                 Loaded::Broken(why)
             }
         };
-        let mut known = self.containers.known.lock();
+        let mut known = self.known.lock();
         if known.len() >= KEPT {
             known.clear();
         }
         known.insert(rel.to_path_buf(), (version, loaded.clone()));
         drop(known);
-        match loaded {
-            Loaded::Node(n) => Ok(Node::Container(n)),
-            Loaded::Broken(why) => Err(ViewError::Container {
-                path: rel.to_path_buf(),
-                why,
-            }),
-        }
-    }
-
-    fn shown_loaded(&self, rel: &Path, loaded: Loaded) -> Result<Node> {
-        match loaded {
-            Loaded::Node(n) => Ok(Node::Container(n)),
-            Loaded::Broken(why) => Err(ViewError::Container {
-                path: rel.to_path_buf(),
-                why,
-            }),
-        }
+        shown(rel, loaded)
     }
 
     /// The bytes of a chunk file of the view: the stored frame, or the short last
     /// chunk re-encoded. Broken: `EIO` and one log line.
-    pub(super) fn container_chunk(&self, a: &ContainerArray, i: u64) -> Result<Arc<Vec<u8>>> {
+    pub(super) fn chunk(&self, a: &ContainerArray, i: u64) -> Result<Arc<Vec<u8>>> {
         // With the version of the container's file or directory: a replaced one is read anew.
         let key = (a.rel.clone(), i, a.meta.version());
         let res = if a.is_short(i) {
@@ -330,20 +331,14 @@ impl View {
                 Some(r) => r.clone(),
                 None => Err("no last chunk".to_string()),
             }
-        } else if let Some((_, b)) = self
-            .containers
-            .checked
-            .lock()
-            .iter()
-            .find(|(k, _)| *k == key)
-        {
+        } else if let Some((_, b)) = self.checked.lock().iter().find(|(k, _)| *k == key) {
             Ok(b.clone())
         } else {
             let res = stored_frame(self.store.as_ref(), a, i).map(Arc::new);
             if let Ok(b) = &res
                 && b.len() <= MAX_CHECKED_CHUNK
             {
-                let mut checked = self.containers.checked.lock();
+                let mut checked = self.checked.lock();
                 if checked.len() >= CHECKED_CHUNKS {
                     checked.pop_front();
                 }
@@ -361,7 +356,7 @@ impl View {
     }
 
     /// The size of a chunk file of the view (bcolz: the chunk file's, less its header).
-    fn container_chunk_len(&self, a: &ContainerArray, i: u64) -> Result<u64> {
+    fn chunk_len(&self, a: &ContainerArray, i: u64) -> Result<u64> {
         if a.is_short(i) {
             return Ok(match &a.last {
                 Some(Ok(b)) => b.len() as u64,
@@ -370,7 +365,8 @@ impl View {
         }
         match &a.source {
             Source::Bcolz => {
-                let m = self.stat_rel(&a.rel.join(bcolz::chunk_file(i)))?;
+                let m = (self.store.stat(&a.rel.join(bcolz::chunk_file(i))))?
+                    .ok_or(ViewError::NotFound)?;
                 Ok(m.len.saturating_sub(bcolz::CHUNK_HEADER_LEN as u64))
             }
             Source::Bloscpack { chunks, .. } => {
@@ -380,7 +376,7 @@ impl View {
     }
 
     /// The child `name` of a container directory.
-    pub(super) fn container_child(&self, c: &ContainerNode, name: &OsStr) -> Result<Option<Node>> {
+    pub(super) fn child(&self, c: &ContainerNode, name: &OsStr) -> Result<Option<Node>> {
         let v2 = self.format == ViewFormat::V2;
         Ok(match c {
             ContainerNode::Array(a) => {
@@ -410,7 +406,7 @@ impl View {
                 }
                 let rel = g.rel.join(name);
                 match self.store.stat(&rel)? {
-                    Some(m) if m.kind == EntryKind::Dir => self.container_dir(&rel, &m)?,
+                    Some(m) if m.kind == EntryKind::Dir => self.dir(&rel, &m)?,
                     _ => None,
                 }
             }
@@ -419,7 +415,7 @@ impl View {
     }
 
     /// The entries of a container directory.
-    pub(super) fn list_container(&self, c: &ContainerNode) -> Result<Vec<DirEntry>> {
+    pub(super) fn list(&self, c: &ContainerNode) -> Result<Vec<DirEntry>> {
         let entry = |name: String, kind| DirEntry {
             ino: 0,
             name: name.into(),
@@ -446,7 +442,7 @@ impl View {
     }
 
     /// The attributes of a container node.
-    pub(super) fn container_attr(&self, ino: u64, c: &ContainerNode) -> Result<Attr> {
+    pub(super) fn attr(&self, ino: u64, c: &ContainerNode) -> Result<Attr> {
         let file_meta = |m: &EntryMeta| EntryMeta {
             perm: m.perm & 0o444,
             ..*m
@@ -463,20 +459,31 @@ impl View {
                 Attr::from_meta(ino, Kind::File, len, &file_meta(&g.meta))
             }
             ContainerNode::Chunk(a, i) => {
-                let len = self.container_chunk_len(a, *i)?;
+                let len = self.chunk_len(a, *i)?;
                 Attr::from_meta(ino, Kind::File, len, &file_meta(&a.meta))
             }
         })
     }
 
     /// What reads of a container node are served from.
-    pub(super) fn container_reader(&self, c: &ContainerNode) -> Result<Handle> {
+    pub(super) fn reader(&self, c: &ContainerNode) -> Result<Handle> {
         Ok(match c {
             ContainerNode::Array(_) | ContainerNode::Group(_) => return Err(ViewError::IsDir),
             ContainerNode::ArrayMeta(a, f) => Handle::Bytes(a.doc(*f).ok_or(ViewError::NotFound)?),
             ContainerNode::GroupMeta(g, f) => Handle::Bytes(g.doc(*f).ok_or(ViewError::NotFound)?),
-            ContainerNode::Chunk(a, i) => Handle::Bytes(self.container_chunk(a, *i)?),
+            ContainerNode::Chunk(a, i) => Handle::Bytes(self.chunk(a, *i)?),
         })
+    }
+}
+
+/// A loaded container as a node, or why it cannot be read (`EIO`).
+fn shown(rel: &Path, loaded: Loaded) -> Result<Node> {
+    match loaded {
+        Loaded::Node(n) => Ok(Node::Container(n)),
+        Loaded::Broken(why) => Err(ViewError::Container {
+            path: rel.to_path_buf(),
+            why,
+        }),
     }
 }
 

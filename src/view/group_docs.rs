@@ -1,28 +1,49 @@
 //! Group metadata as the view shows it: the v3 view's group `zarr.json` whose stored
 //! `consolidated_metadata` describes sharded arrays, shown with their entries unsharded
-//! ([`View::shown_group_doc`], kept by the stored file's version), a stored group's
+//! ([`GroupDocs::shown`], kept by the stored file's version), a stored group's
 //! document, and the group files the view makes (v2 `.zgroup` and `.zattrs`, a draft
 //! store's `zarr.json`). Which names these files have is `resolve.rs`.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::format::{self, Node as MetaNode};
 use crate::store::EntryMeta;
 
+use super::resolve::read_small;
 use super::*;
 
-impl View {
+/// A group document as the v3 view shows it (`None`: as stored), with the version of the
+/// stored file it was made from.
+type ShownGroupDoc = ((u64, u64, std::time::SystemTime), Option<Arc<Vec<u8>>>);
+
+/// Group documents of the store, as read and as the v3 view shows them: a part of the
+/// tree that owns its cache (issue 35).
+pub(super) struct GroupDocs {
+    store: Arc<dyn Store>,
+    format: ViewFormat,
+    /// The v3 view: group documents whose stored `consolidated_metadata` is shown with
+    /// the sharded arrays' entries unsharded, by path, with the stored file's version
+    /// they were made from ([`GroupDocs::shown`]).
+    shown: Mutex<HashMap<PathBuf, ShownGroupDoc>>,
+}
+
+impl GroupDocs {
+    pub(super) fn new(store: Arc<dyn Store>, format: ViewFormat) -> GroupDocs {
+        GroupDocs {
+            store,
+            format,
+            shown: Mutex::default(),
+        }
+    }
+
     /// The v3 view: the `zarr.json` at store path `rel`, where it is a group's whose
     /// stored `consolidated_metadata` (zarr-python 3 and xarray write it, and read it
     /// instead of the hierarchy) describes sharded arrays, with their entries as the view
     /// shows those arrays: unsharded. `None`: shown as stored.
     /// `meta`: the file's, where the caller has it (else it is looked up).
-    pub(super) fn shown_group_doc(
-        &self,
-        rel: &Path,
-        meta: Option<&EntryMeta>,
-    ) -> Option<Arc<Vec<u8>>> {
+    pub(super) fn shown(&self, rel: &Path, meta: Option<&EntryMeta>) -> Option<Arc<Vec<u8>>> {
         if self.format != ViewFormat::V3 || rel.file_name()? != "zarr.json" {
             return None;
         }
@@ -30,16 +51,16 @@ impl View {
             Some(m) => m.version(),
             None => self.store.stat(rel).ok()??.version(),
         };
-        if let Some((v, doc)) = self.group_docs.lock().get(rel)
+        if let Some((v, doc)) = self.shown.lock().get(rel)
             && *v == version
         {
             return doc.clone();
         }
-        let bytes = self.read_small(rel).ok()??;
+        let bytes = read_small(self.store.as_ref(), rel).ok()??;
         let doc =
             format::metadata::map_consolidated(&bytes, |_, e| format::metadata::unsharded_entry(e))
                 .map(Arc::new);
-        let mut cache = self.group_docs.lock();
+        let mut cache = self.shown.lock();
         if cache.len() >= 256 {
             cache.clear();
         }
@@ -48,11 +69,11 @@ impl View {
     }
 
     /// The document of the group whose `zarr.json` is in store directory `rel`.
-    pub(super) fn store_group(
+    pub(super) fn stored(
         &self,
         rel: &Path,
     ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
-        let Some(bytes) = self.read_small(&rel.join("zarr.json"))? else {
+        let Some(bytes) = read_small(self.store.as_ref(), &rel.join("zarr.json"))? else {
             return Ok(None);
         };
         if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
@@ -60,7 +81,9 @@ impl View {
         }
         Ok(serde_json::from_slice(&bytes).ok())
     }
+}
 
+impl View {
     /// The bytes of a group's metadata file made by the view.
     pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
         use format::v2;
@@ -78,7 +101,7 @@ impl View {
         if let Some(bytes) = self.plain_meta(dir, file) {
             return bytes;
         }
-        let doc = self.store_group(dir)?.ok_or(ViewError::NotFound)?;
+        let doc = self.group_docs.stored(dir)?.ok_or(ViewError::NotFound)?;
         let rendered = match file {
             MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
             MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),

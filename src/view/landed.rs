@@ -232,7 +232,7 @@ impl View {
     /// The axis names that the OME-Zarr multiscale image in the parent group of store
     /// directory `dir` gives the array there, if it lists it.
     fn ome_axis_names(&self, dir: &Path) -> Option<Vec<String>> {
-        let parent = self.store_group(dir.parent()?).ok()??;
+        let parent = self.group_docs.stored(dir.parent()?).ok()??;
         let attrs = parent.get("attributes")?.as_object()?;
         format::ome::axis_names_of(attrs, &node_name(dir))
     }
@@ -242,7 +242,7 @@ impl View {
     /// through the v2 view, the image's arrays that have none get them (the arrays that are
     /// written later get them at creation, from [`Self::ome_axis_names`]).
     fn name_ome_dimensions(&self, dir: &Path) {
-        let Ok(Some(group)) = self.store_group(dir) else {
+        let Ok(Some(group)) = self.group_docs.stored(dir) else {
             return;
         };
         let Some(Value::Object(ome)) = group.get("attributes").and_then(|a| a.get("ome")) else {

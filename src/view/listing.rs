@@ -398,7 +398,7 @@ impl View {
         if self.has_zmetadata(rel)? {
             out.push(file(crate::format::v2::ZMETADATA.into()));
         }
-        if self.store_group(rel)?.is_some() {
+        if self.group_docs.stored(rel)?.is_some() {
             let hidden = self.zattrs_hidden(rel);
             out.extend(
                 self.format

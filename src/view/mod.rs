@@ -13,7 +13,13 @@
 //! # Files
 //!
 //! This file holds the [`View`], its errors, its configuration and the open-file
-//! [`Handle`]; the methods of `View` are spread over the files by what they own:
+//! [`Handle`]. Parts that own their state and their logic, which the view asks by
+//! method: `InodeTable`, `ArrayRegistry`, `ShardCache`, `Containers` (`container.rs`),
+//! `GroupDocs` (`group_docs.rs`), `PlainFills` (`plain.rs`), `CachePolicy`; the overlay's
+//! `Writer` and its owners (`Unlinked`, `KeptPaths`, `ArrayChoices`, `KeyDirs`,
+//! `TimesSet`, `AsWritten`, `PendingDocs`, `ScratchFiles`, `Staging`); the open files'
+//! `HandleTable`. The methods of `View` (what still needs several parts) are spread over
+//! the files by what they own:
 //! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
@@ -271,13 +277,6 @@ enum Handle {
     Discard(PathBuf),
 }
 
-/// A group document as the v3 view shows it (`None`: as stored), with the version of the
-/// stored file it was made from.
-type ShownGroupDoc = ((u64, u64, std::time::SystemTime), Option<Arc<Vec<u8>>>);
-
-/// A chunk of the fill value of an unsharded array, with the metadata it was made from.
-type PlainFillChunk = (serde_json::Map<String, serde_json::Value>, Arc<Vec<u8>>);
-
 /// Where a chunk's bytes are now.
 enum ChunkData {
     Shard(Arc<Shard>, ChunkRange),
@@ -344,13 +343,10 @@ pub struct View {
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
     draft: Option<draft::DraftState>,
-    /// The v2 view: chunks of the fill value of unsharded arrays, by array, with the
-    /// metadata they were made from ([`View::plain_fill_at`]).
-    plain_fills: Mutex<std::collections::HashMap<PathBuf, PlainFillChunk>>,
-    /// The v3 view: group documents whose stored `consolidated_metadata` is shown with
-    /// the sharded arrays' entries unsharded, by path, with the stored file's version
-    /// they were made from ([`View::shown_group_doc`]).
-    group_docs: Mutex<std::collections::HashMap<PathBuf, ShownGroupDoc>>,
+    /// The v2 view: chunks of the fill value of unsharded arrays.
+    plain_fills: plain::PlainFills,
+    /// Group documents as stored and as the v3 view shows them.
+    group_docs: group_docs::GroupDocs,
     /// The blosc containers met so far (`container`).
     containers: container::Containers,
 }
@@ -393,6 +389,8 @@ impl View {
         let root_meta = store
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
+        let containers = container::Containers::new(store.clone(), config.format);
+        let group_docs = group_docs::GroupDocs::new(store.clone(), config.format);
         let mut view = View {
             caps: store.capabilities(),
             shards: Arc::new(ShardCache::new(
@@ -411,9 +409,9 @@ impl View {
             counters: ReadCounters::default(),
             format: config.format,
             draft: None,
-            plain_fills: Mutex::default(),
-            group_docs: Mutex::default(),
-            containers: Default::default(),
+            plain_fills: Default::default(),
+            group_docs,
+            containers,
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
@@ -452,7 +450,8 @@ impl View {
         {
             // The store itself a bcolz rootdir.
             Node::Dir { rel } => view
-                .container_dir(&rel, &root_meta)
+                .containers
+                .dir(&rel, &root_meta)
                 .ok()
                 .flatten()
                 .unwrap_or(Node::Dir { rel }),
@@ -479,10 +478,7 @@ impl View {
 
     /// A small store file (metadata), `None` if absent.
     fn read_small(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
-        match self.store.open(rel)? {
-            Some(file) => Ok(Some(resolve::read_metadata(file.as_ref())?.0)),
-            None => Ok(None),
-        }
+        resolve::read_small(self.store.as_ref(), rel)
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -74,14 +74,14 @@ impl View {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::PlainFill { data, .. } => (Handle::Bytes(data), false),
-            Node::Container(ref c) => (self.container_reader(c)?, false),
+            Node::Container(ref c) => (self.containers.reader(c)?, false),
             Node::Consolidated { dir } => {
                 (Handle::Bytes(Arc::new(self.consolidated(&dir)?)), false)
             }
             Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
                 (Handle::Bytes(Arc::new(doc.bytes())), false)
             }
-            Node::File { rel } if let Some(doc) = self.shown_group_doc(&rel, None) => {
+            Node::File { rel } if let Some(doc) = self.group_docs.shown(&rel, None) => {
                 (Handle::Bytes(doc), false)
             }
             Node::File { rel } => (

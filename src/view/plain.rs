@@ -158,7 +158,7 @@ impl View {
         match kp? {
             format::KeyPath::Chunk(c) if in_grid(&c) => Some(Node::PlainFill {
                 rel: rel.to_path_buf(),
-                data: self.plain_fill_chunk(&array, &doc)?,
+                data: self.plain_fills.chunk(&array, &doc)?,
                 array,
             }),
             format::KeyPath::Dir(c) if in_grid(&c) => Some(Node::PlainFillDir {
@@ -167,38 +167,6 @@ impl View {
             }),
             _ => None,
         }
-    }
-
-    /// The chunk of the fill value of the unsharded array at `rel` with metadata `doc`
-    /// (encoded once per document: kept until the metadata changes).
-    fn plain_fill_chunk(&self, rel: &Path, doc: &Map<String, Value>) -> Option<Arc<Vec<u8>>> {
-        let mut cache = self.plain_fills.lock();
-        if let Some((d, data)) = cache.get(rel)
-            && d == doc
-        {
-            return Some(data.clone());
-        }
-        let chunks: Vec<u64> = doc
-            .get("chunk_grid")?
-            .get("configuration")?
-            .get("chunk_shape")?
-            .as_array()?
-            .iter()
-            .map(Value::as_u64)
-            .collect::<Option<_>>()?;
-        let codecs = doc.get("codecs")?.as_array()?;
-        let data = match v2::fill_chunk(doc, &chunks, codecs) {
-            Ok(d) => Arc::new(d),
-            Err(e) => {
-                log::warn!("{}: no chunk of the fill value: {e}", rel.display());
-                return None;
-            }
-        };
-        if cache.len() >= 64 {
-            cache.clear();
-        }
-        cache.insert(rel.to_path_buf(), (doc.clone(), data.clone()));
-        Some(data)
     }
 
     /// Make store directory `dir` and those missing above it (the key directories of a
@@ -414,5 +382,49 @@ impl View {
         if let Some(w) = &self.writer {
             w.unlinked.plain_written_back(rel);
         }
+    }
+}
+
+/// The v2 view: chunks of the fill value of unsharded arrays, by array, with the
+/// metadata they were made from ([`View::plain_fill_at`]).
+#[derive(Default)]
+pub(super) struct PlainFills {
+    chunks: parking_lot::Mutex<std::collections::HashMap<PathBuf, PlainFillChunk>>,
+}
+
+/// A chunk of the fill value of an unsharded array, with the metadata it was made from.
+type PlainFillChunk = (Map<String, Value>, Arc<Vec<u8>>);
+
+impl PlainFills {
+    /// The chunk of the fill value of the unsharded array at `rel` with metadata `doc`
+    /// (encoded once per document: kept until the metadata changes).
+    pub(super) fn chunk(&self, rel: &Path, doc: &Map<String, Value>) -> Option<Arc<Vec<u8>>> {
+        let mut cache = self.chunks.lock();
+        if let Some((d, data)) = cache.get(rel)
+            && d == doc
+        {
+            return Some(data.clone());
+        }
+        let chunks: Vec<u64> = doc
+            .get("chunk_grid")?
+            .get("configuration")?
+            .get("chunk_shape")?
+            .as_array()?
+            .iter()
+            .map(Value::as_u64)
+            .collect::<Option<_>>()?;
+        let codecs = doc.get("codecs")?.as_array()?;
+        let data = match v2::fill_chunk(doc, &chunks, codecs) {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                log::warn!("{}: no chunk of the fill value: {e}", rel.display());
+                return None;
+            }
+        };
+        if cache.len() >= 64 {
+            cache.clear();
+        }
+        cache.insert(rel.to_path_buf(), (doc.clone(), data.clone()));
+        Some(data)
     }
 }

@@ -22,7 +22,7 @@ impl View {
             Node::Dir { rel } => self.list_store(rel, |_| true)?,
             Node::DraftGroup { path } => self.list_draft_group(path),
             Node::ArrayDir { array } => self.list_array(array)?,
-            Node::Container(c) => self.list_container(c)?,
+            Node::Container(c) => self.containers.list(c)?,
             Node::KeyDir { array, coords } => {
                 let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
@@ -79,7 +79,7 @@ impl View {
                 let kind = match e.kind {
                     EntryKind::Dir => Kind::Dir,
                     // A bloscpack file is shown as a directory.
-                    EntryKind::File => self.listed_kind(rel, &e.name, Kind::File),
+                    EntryKind::File => self.containers.listed_kind(rel, &e.name, Kind::File),
                     EntryKind::Symlink => Kind::Symlink,
                     EntryKind::Other => return None,
                 };

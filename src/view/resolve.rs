@@ -93,7 +93,7 @@ impl View {
                 Err(ViewError::NotDir)
             }
             Node::PlainFillDir { rel, .. } => Ok(self.plain_fill_at(&rel.join(name))),
-            Node::Container(c) => self.container_child(c, name),
+            Node::Container(c) => self.containers.child(c, name),
             Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
             Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
@@ -183,7 +183,7 @@ impl View {
                 }
                 let is_group = file != MetaFile::Zarray
                     && !(file == MetaFile::Zattrs && self.zattrs_hidden(rel))
-                    && self.store_group(rel)?.is_some();
+                    && self.group_docs.stored(rel)?.is_some();
                 return Ok(is_group.then(|| Node::GroupMeta {
                     dir: rel.to_path_buf(),
                     file,
@@ -217,7 +217,7 @@ impl View {
         {
             return Ok(true);
         }
-        Ok(self.store_group(rel)?.is_some())
+        Ok(self.group_docs.stored(rel)?.is_some())
     }
 
     /// A child of a group of a draft store. One not known is looked for again in the
@@ -263,11 +263,15 @@ impl View {
             // A directory that is no Zarr node may be a bcolz rootdir.
             EntryKind::Dir => match self.classify(rel, m)? {
                 Some(Node::Dir { rel }) => {
-                    Some(self.container_dir(&rel, &m)?.unwrap_or(Node::Dir { rel }))
+                    Some(self.containers.dir(&rel, &m)?.unwrap_or(Node::Dir { rel }))
                 }
                 node => node,
             },
-            EntryKind::File => Some(self.container_file(&rel, &m)?.unwrap_or(Node::File { rel })),
+            EntryKind::File => Some(
+                self.containers
+                    .file(&rel, &m)?
+                    .unwrap_or(Node::File { rel }),
+            ),
             EntryKind::Symlink => Some(Node::Symlink { rel }),
             EntryKind::Other => None,
         })
@@ -413,6 +417,14 @@ impl View {
     pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
         let Some(w) = &self.writer else { return true };
         w.unlinked.meta_shown(&array.rel, file)
+    }
+}
+
+/// A small store file (metadata), `None` if absent.
+pub(super) fn read_small(store: &dyn Store, rel: &Path) -> io::Result<Option<Vec<u8>>> {
+    match store.open(rel)? {
+        Some(file) => Ok(Some(read_metadata(file.as_ref())?.0)),
+        None => Ok(None),
     }
 }
 
