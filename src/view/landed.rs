@@ -177,41 +177,7 @@ impl View {
                 v2::apply_zattrs(&mut group, data, None, &node_name(dir)).map_err(invalid)?;
                 group
             }
-            MetaFile::Zarray => {
-                let mut doc = v2::v3_from_zarray(data).map_err(invalid)?;
-                // The `.zarray` of an unsharded array written back after its unlink
-                // (`tar -x`, `cp --remove-destination`): the array is the store's again,
-                // its chunks where they are, at the store's keys, and unsharded. Before,
-                // it took the `.zarray`'s own keys (no `c/`), and its chunks were shown
-                // gone and read as the fill value until a remount (found by the
-                // reference test's metadata-unlink ops).
-                if let Some((keys, old)) = &headless_plain {
-                    doc.insert("chunk_key_encoding".into(), keys.store.to_json());
-                    // Its attributes, as its `.zattrs` showed them, and its dimension names
-                    // where the `.zarray` written has as many dimensions.
-                    if let Some(v) = old.get("attributes") {
-                        doc.insert("attributes".into(), v.clone());
-                    }
-                    let ndim = |d: &serde_json::Map<String, Value>, k: &str| {
-                        d.get(k).and_then(Value::as_array).map(Vec::len)
-                    };
-                    if let Some(v) = old.get("dimension_names")
-                        && ndim(old, "dimension_names") == ndim(&doc, "shape")
-                    {
-                        doc.insert("dimension_names".into(), v.clone());
-                    }
-                    self.writer()?.choices.keep_unsharded(dir);
-                }
-                if let Some(attrs) = group.remove("attributes") {
-                    doc.insert("attributes".into(), attrs);
-                }
-                if let Some(names) = self.ome_axis_names(dir)
-                    && doc.get("shape").and_then(Value::as_array).map(Vec::len) == Some(names.len())
-                {
-                    doc.insert("dimension_names".into(), names.into());
-                }
-                doc
-            }
+            MetaFile::Zarray => self.v3_of_zarray(dir, data, headless_plain.as_ref(), group)?,
             MetaFile::ZarrJson => return Err(invalid("zarr.json is adopted, not taken in".into())),
         };
         let mut bytes =
@@ -227,6 +193,50 @@ impl View {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The `zarr.json` of the array whose `.zarray` (`data`) was written in store
+    /// directory `dir`, over the group document `group` that was there (its attributes
+    /// kept); `headless_plain`: the unsharded array there whose `.zarray` was unlinked.
+    fn v3_of_zarray(
+        &self,
+        dir: &Path,
+        data: &[u8],
+        headless_plain: Option<&(format::v2::PlainKeys, serde_json::Map<String, Value>)>,
+        mut group: serde_json::Map<String, Value>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let mut doc = format::v2::v3_from_zarray(data).map_err(ViewError::Invalid)?;
+        // The `.zarray` of an unsharded array written back after its unlink (`tar -x`,
+        // `cp --remove-destination`): the array is the store's again, its chunks where
+        // they are, at the store's keys, and unsharded. Before, it took the `.zarray`'s
+        // own keys (no `c/`), and its chunks were shown gone and read as the fill value
+        // until a remount (found by the reference test's metadata-unlink ops).
+        if let Some((keys, old)) = headless_plain {
+            doc.insert("chunk_key_encoding".into(), keys.store.to_json());
+            // Its attributes, as its `.zattrs` showed them, and its dimension names where
+            // the `.zarray` written has as many dimensions.
+            if let Some(v) = old.get("attributes") {
+                doc.insert("attributes".into(), v.clone());
+            }
+            let ndim = |d: &serde_json::Map<String, Value>, k: &str| {
+                d.get(k).and_then(Value::as_array).map(Vec::len)
+            };
+            if let Some(v) = old.get("dimension_names")
+                && ndim(old, "dimension_names") == ndim(&doc, "shape")
+            {
+                doc.insert("dimension_names".into(), v.clone());
+            }
+            self.writer()?.choices.keep_unsharded(dir);
+        }
+        if let Some(attrs) = group.remove("attributes") {
+            doc.insert("attributes".into(), attrs);
+        }
+        if let Some(names) = self.ome_axis_names(dir)
+            && doc.get("shape").and_then(Value::as_array).map(Vec::len) == Some(names.len())
+        {
+            doc.insert("dimension_names".into(), names.into());
+        }
+        Ok(doc)
     }
 
     /// The axis names that the OME-Zarr multiscale image in the parent group of store

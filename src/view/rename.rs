@@ -102,23 +102,7 @@ impl View {
         let (from, to) = (ppath.join(name), npath.join(newname));
         let target = self.stored_child(&npath, &nnode, newname)?;
         container::refuse_writes(&[Some(&src), Some(&nnode), target.as_ref()])?;
-        if target.is_some() && noreplace {
-            return Err(ViewError::Exists);
-        }
-        self.writer()?;
-        if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = &target
-            && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
-            && !self.shows_empty(&to, t)?
-        {
-            // What the view shows in it counts, as on a plain directory (a `.zmetadata`
-            // left by an unlinked `.zgroup` has no file in the store).
-            return Err(ViewError::NotEmpty);
-        }
-        if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
-            // Refused before anything changed (`mv` then copies and unlinks): the copy
-            // at the new name was once made first, and stayed, though the rename failed.
-            return Err(ViewError::CrossDevice("moving metadata away".into()));
-        }
+        self.refuse_rename(&src, target.as_ref(), &to, noreplace)?;
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
             return self.rename_onto_consolidated(rel, dir, &from, to);
         }
@@ -168,6 +152,35 @@ impl View {
         };
         self.inodes.rename(&from, to, node);
         Ok(renamed)
+    }
+
+    /// The refusals of a rename of `src` onto `target` (at view path `to`) that come
+    /// before anything changes.
+    fn refuse_rename(
+        &self,
+        src: &Node,
+        target: Option<&Node>,
+        to: &Path,
+        noreplace: bool,
+    ) -> Result<()> {
+        if target.is_some() && noreplace {
+            return Err(ViewError::Exists);
+        }
+        self.writer()?;
+        if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = target
+            && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
+            && !self.shows_empty(to, t)?
+        {
+            // What the view shows in it counts, as on a plain directory (a `.zmetadata`
+            // left by an unlinked `.zgroup` has no file in the store).
+            return Err(ViewError::NotEmpty);
+        }
+        if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
+            // Refused before anything changed (`mv` then copies and unlinks): the copy
+            // at the new name was once made first, and stayed, though the rename failed.
+            return Err(ViewError::CrossDevice("moving metadata away".into()));
+        }
+        Ok(())
     }
 
     /// Whether the directory `node` at view path `path` lists nothing.
