@@ -86,7 +86,9 @@ impl View {
                 .any(|e| e.kind == EntryKind::Dir && e.name == root));
         }
         Ok(self.has_chunks_under(array, &[], false)?
-            || self.holds_kept_files(array, &[], &array.rel.join(root))?)
+            || self
+                .own
+                .holds_kept_files(array, &[], &array.rel.join(root))?)
     }
 
     /// Key directories of a nested encoding's first level that hold no chunk (not in
@@ -113,7 +115,9 @@ impl View {
                 continue;
             }
             if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
-                && self.key_dir_holds_files(array, &c, &array.rel.join(name))?
+                && self
+                    .own
+                    .key_dir_holds_files(array, &c, &array.rel.join(name))?
             {
                 out.push(DirEntry {
                     ino: 0,

@@ -15,7 +15,8 @@
 //! This file holds the [`View`], its errors, its configuration and the open-file
 //! [`Handle`]. Parts that own their state and their logic, which the view asks by
 //! method: `InodeTable`, `ArrayRegistry`, `ShardCache`, `Containers` (`container.rs`),
-//! `GroupDocs` (`group_docs.rs`), `PlainFills` (`plain.rs`), `CachePolicy`; the overlay's
+//! `GroupDocs` (`group_docs.rs`), `PlainFills` (`plain.rs`), `OwnFiles` (`own_files.rs`: the
+//! store's directories and files of their own in key directories), `CachePolicy`; the overlay's
 //! `Writer` and its owners (`Unlinked`, `KeptPaths`, `ArrayChoices`, `KeyDirs`,
 //! `TimesSet`, `AsWritten`, `PendingDocs`, `ScratchFiles`, `Staging`); the open files'
 //! `HandleTable`. The methods of `View` (what still needs several parts) are spread over
@@ -107,6 +108,7 @@ pub mod node;
 mod open;
 mod open_policy;
 mod ops;
+mod own_files;
 mod path_sets;
 mod pending_doc;
 mod plain;
@@ -349,6 +351,8 @@ pub struct View {
     group_docs: group_docs::GroupDocs,
     /// The blosc containers met so far (`container`).
     containers: container::Containers,
+    /// The store's directories and files of their own in arrays' key directories.
+    own: own_files::OwnFiles,
 }
 
 /// Where an array lives in the store.
@@ -391,6 +395,7 @@ impl View {
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
         let containers = container::Containers::new(store.clone(), config.format);
         let group_docs = group_docs::GroupDocs::new(store.clone(), config.format);
+        let own = own_files::OwnFiles::new(store.clone());
         let mut view = View {
             caps: store.capabilities(),
             shards: Arc::new(ShardCache::new(
@@ -412,6 +417,7 @@ impl View {
             plain_fills: Default::default(),
             group_docs,
             containers,
+            own,
         };
         let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
         if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {

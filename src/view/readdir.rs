@@ -31,10 +31,11 @@ impl View {
                 // Keys are listed above; a key directory with no chunk below is listed
                 // while files of their own lie in it, and one outside the grid is a plain
                 // directory, listed while it holds files.
-                keys.extend(self.kept_in_key_dir(&path, |n| {
+                keys.extend(self.own.kept_in_key_dir(&path, |n| {
                     match enc.child(ndim, Some(coords), n) {
                         Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
                         Some(format::KeyPath::Dir(c)) => !self
+                            .own
                             .key_dir_holds_files(array, &c, &path.join(n))
                             .unwrap_or(false),
                         Some(format::KeyPath::Chunk(_)) => true,

@@ -233,7 +233,7 @@ impl View {
                 self.flush_array(array)?;
                 // Empty directories the view does not show (shard directories a shrink
                 // emptied) go with it.
-                self.remove_empty_dirs(&array.rel)?;
+                self.own.remove_empty_dirs(&array.rel)?;
                 self.store.remove_dir(&array.rel)?;
             }
             Node::KeyDir { array, coords } => {
@@ -253,7 +253,7 @@ impl View {
                 // one at the key directory's own path, where files of their own lay
                 // (`super::kept`), once they were removed.
                 for dir in [store_dir, path.clone()] {
-                    self.remove_empty_dirs(&dir)?;
+                    self.own.remove_empty_dirs(&dir)?;
                     if self.store.list(&dir).is_ok_and(|d| d.is_empty()) {
                         self.store.remove_dir(&dir)?;
                     }

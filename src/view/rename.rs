@@ -296,7 +296,7 @@ impl View {
     /// directories: one rename in the store, never a copy held in memory meanwhile.
     fn move_own_file(&self, rel: &Path, to: &Path) -> Result<Node> {
         if let Some(dir) = to.parent() {
-            self.make_store_dirs(dir)?;
+            self.own.make_store_dirs(dir)?;
         }
         // Whatever had the name in memory is replaced.
         self.writer()?.scratch.remove(to);

@@ -296,7 +296,7 @@ impl View {
                     // Outside the grid (a shrink since): no chunk lies there, but files of
                     // their own stored there (`super::kept`) are shown in a plain
                     // directory, to be read and removed (`rm -rf` of the array).
-                    return Ok(self.has_files(&rel)?.then_some(Node::Dir { rel }));
+                    return Ok(self.own.has_files(&rel)?.then_some(Node::Dir { rel }));
                 }
                 // With no chunk below, it is there while files of its own lie in it, and
                 // where the v2 view serves chunks of the fill value (found, not listed).
@@ -327,7 +327,7 @@ impl View {
     /// chunks (staged, stored, or made by `mkdir`), or files of their own.
     fn stored_key_dir(&self, array: &ShardedArray, coords: &[u64], rel: &Path) -> Result<bool> {
         Ok(self.has_chunks_under(array, coords, true)?
-            || self.holds_kept_files(array, coords, rel)?)
+            || self.own.holds_kept_files(array, coords, rel)?)
     }
 
     /// Whether `node` is there only as the v2 view's fill value: a chunk of an array's
