@@ -1807,6 +1807,30 @@ fn an_arrays_metadata_unlinked_and_written_back_changed_shows_the_new_one() {
     m.unmount().unwrap();
 }
 
+/// `chmod` of an array's directory while its metadata is unlinked: `stat` shows the new
+/// mode at once, as on a plain directory, and the store has it. Before, the mount showed
+/// the mode of the unlink until the metadata came back, while the store had the new one
+/// (found by the reference test, v3 seeds 4007 and 4106).
+#[test]
+fn an_arrays_directory_chmodded_while_its_metadata_is_gone_shows_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let z = mnt.path().join("z");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    std::fs::remove_file(z.join("zarr.json")).unwrap();
+    for want in [0o700, 0o750] {
+        std::fs::set_permissions(&z, std::fs::Permissions::from_mode(want)).unwrap();
+        assert_eq!(mode(&z), want, "shown at once");
+        assert_eq!(mode(&store.path().join("z")), want, "stored");
+    }
+    m.unmount().unwrap();
+    assert_eq!(mode(&store.path().join("z")), 0o750);
+}
+
 /// An array's directory moved while its metadata is gone (`rm z/zarr.json; mv z y; mv
 /// y z`, or away for good): the chunk files move with it, as on a plain directory, and
 /// the metadata written back (at either name) has them all, also after a remount.

@@ -40,7 +40,7 @@ impl View {
             if w.choices.shown_as_stored(&rel) {
                 return Ok(Some(Node::Dir { rel }));
             }
-            if let Some(array) = w.unlinked.headless_array(&rel) {
+            if let Some(array) = w.unlinked.headless_array_now(&rel, &dir_meta) {
                 return Ok(Some(Node::ArrayDir { array }));
             }
         }

@@ -12,7 +12,7 @@ use crate::store::EntryMeta;
 pub type V2Docs = (Arc<Vec<u8>>, Arc<Vec<u8>>);
 
 /// A sharded array the view presents unsharded.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ShardedArray {
     /// The array's directory in the view; in a store of the final layout also its
     /// directory in the store.
@@ -56,16 +56,7 @@ impl ShardedArray {
             data_rel: rel.clone(),
             meta_rel: rel.join("zarr.json"),
             rel,
-            store_keys: self.store_keys,
-            shown_keys: self.shown_keys,
-            draft: false,
-            meta: self.meta.clone(),
-            layout: self.layout.clone(),
-            json: self.json.clone(),
-            v2: self.v2.clone(),
-            v2_fill: self.v2_fill.clone(),
-            dir_meta: self.dir_meta,
-            json_meta: self.json_meta,
+            ..self.clone()
         })
     }
 

@@ -64,6 +64,26 @@ impl Unlinked {
         self.headless.lock().get(rel).map(|h| h.array.clone())
     }
 
+    /// The array at `rel` whose metadata was unlinked, if it is one, with the attributes
+    /// its directory has now (`dir_meta`): `chmod`, `chown` and new names reach the
+    /// directory in the store meanwhile, and `stat` shows them, as on a plain directory.
+    /// Before, it showed those of the unlink (found by the reference test).
+    pub(super) fn headless_array_now(
+        &self,
+        rel: &Path,
+        dir_meta: &crate::store::EntryMeta,
+    ) -> Option<Arc<ShardedArray>> {
+        let mut headless = self.headless.lock();
+        let h = headless.get_mut(rel)?;
+        if h.array.dir_meta != *dir_meta {
+            h.array = Arc::new(ShardedArray {
+                dir_meta: *dir_meta,
+                ..(*h.array).clone()
+            });
+        }
+        Some(h.array.clone())
+    }
+
     /// The arrays at or below store path `dir` whose metadata was unlinked.
     pub(super) fn headless_under(&self, dir: &Path) -> Vec<Arc<ShardedArray>> {
         let headless = self.headless.lock();
