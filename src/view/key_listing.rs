@@ -102,7 +102,7 @@ impl View {
                     }));
                 }
             }
-            self.load_indexes_ahead(array, shards);
+            self.ahead.indexes(array, shards);
         }
         let mut below = prefix.to_vec();
         below.push(0);
@@ -142,7 +142,7 @@ impl View {
         };
         let mut coords = prefix.to_vec();
         coords.push(0);
-        self.load_indexes_ahead(
+        self.ahead.indexes(
             array,
             shard_coords
                 .iter()

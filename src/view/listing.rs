@@ -339,24 +339,6 @@ impl View {
         Ok(false)
     }
 
-    /// On object storage, the indexes of the `shards` a listing is about to read (when
-    /// more than one) are loaded side by side in the background, so that the listing's
-    /// reads of them one after another mostly wait for requests already in flight
-    /// (`ls -l` and `cp -r` of an array at 30 ms a request: one round trip or two per
-    /// shard, one after another, otherwise). Their chunks are not fetched.
-    pub(super) fn load_indexes_ahead(&self, array: &ShardedArray, shards: Vec<Vec<u64>>) {
-        if shards.len() < 2 || self.caps.reads != Reads::Requests {
-            return;
-        }
-        for s in shards {
-            self.shards.prefetch_index(
-                self.store.clone(),
-                array.shard_rel(&s),
-                array.layout.clone(),
-            );
-        }
-    }
-
     /// Reload a shard's index if its file changed since it was cached (a listing is where
     /// a reader first meets chunks written by someone else).
     pub(super) fn refresh_shard(&self, array: &ShardedArray, shard: &[u64]) -> Arc<Shard> {

@@ -16,7 +16,8 @@
 //! [`Handle`]. Parts that own their state and their logic, which the view asks by
 //! method: `InodeTable`, `ArrayRegistry`, `ShardCache`, `Containers` (`container.rs`),
 //! `GroupDocs` (`group_docs.rs`), `PlainFills` (`plain.rs`), `OwnFiles` (`own_files.rs`: the
-//! store's directories and files of their own in key directories), `CachePolicy`; the overlay's
+//! store's directories and files of their own in key directories), `ReadAhead`
+//! (`read_ahead.rs`), `CachePolicy`; the overlay's
 //! `Writer` and its owners (`Unlinked`, `KeptPaths`, `ArrayChoices`, `KeyDirs`,
 //! `TimesSet`, `AsWritten`, `PendingDocs`, `ScratchFiles`, `Staging`); the open files'
 //! `HandleTable`. The methods of `View` (what still needs several parts) are spread over
@@ -113,6 +114,7 @@ mod path_sets;
 mod pending_doc;
 mod plain;
 mod read;
+mod read_ahead;
 mod readdir;
 mod remove;
 mod rename;
@@ -333,6 +335,8 @@ pub struct View {
     arrays: resolve::ArrayRegistry,
     /// Decoded shard indices.
     shards: Arc<ShardCache>,
+    /// Loading ahead of readers (the next shards, a listing's indexes).
+    ahead: read_ahead::ReadAhead,
     /// Open files and directories.
     handles: handles::HandleTable,
     /// Handles of writes through descriptors the kernel opened, by inode.
@@ -393,19 +397,32 @@ impl View {
         let root_meta = store
             .stat(Path::new(""))?
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "store root vanished"))?;
-        let containers = container::Containers::new(store.clone(), config.format);
-        let group_docs = group_docs::GroupDocs::new(store.clone(), config.format);
-        let own = own_files::OwnFiles::new(store.clone());
+        let entry = resolve::read_small(store.as_ref(), Path::new("zarr.json"))
+            .ok()
+            .flatten();
+        let draft = entry.is_some_and(|b| format::draft::is_entry_point(&b));
+        let mut writer = writer;
+        if draft && writer.take().is_some() {
+            log::warn!(
+                "the store has the 2022 draft layout: it is mounted read-only (writes fail with EROFS)"
+            );
+        }
+        let caps = store.capabilities();
+        let mut shards = ShardCache::new(config.max_cached_shards, config.index_cache_bytes);
+        // A writable view recovers a shard's interrupted update before it reads the index
+        // (the mount walks the store for leftovers only in the background). A read-only
+        // view changes nothing: it reads a torn shard as it was before the update.
+        if !draft && let Commits::Append(records) = &caps.commits {
+            shards.set_load_hook(records.load_hook(writer.is_some(), store.clone())?);
+        }
+        let shards = Arc::new(shards);
         let mut view = View {
-            caps: store.capabilities(),
-            shards: Arc::new(ShardCache::new(
-                config.max_cached_shards,
-                config.index_cache_bytes,
-            )),
+            caps,
+            ahead: read_ahead::ReadAhead::new(store.clone(), shards.clone()),
+            shards,
             inodes: inode::InodeTable::new(Node::Dir {
                 rel: PathBuf::new(),
             }),
-            store,
             handles: Default::default(),
             implicit: Default::default(),
             cache: cache::CachePolicy::new(config.freshness),
@@ -415,17 +432,12 @@ impl View {
             format: config.format,
             draft: None,
             plain_fills: Default::default(),
-            group_docs,
-            containers,
-            own,
+            group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
+            containers: container::Containers::new(store.clone(), config.format),
+            own: own_files::OwnFiles::new(store.clone()),
+            store,
         };
-        let entry = view.read_small(Path::new("zarr.json")).ok().flatten();
-        if entry.is_some_and(|b| format::draft::is_entry_point(&b)) {
-            if view.writer.take().is_some() {
-                log::warn!(
-                    "the store has the 2022 draft layout: it is mounted read-only (writes fail with EROFS)"
-                );
-            }
+        if draft {
             let tree = view.load_draft_tree();
             log::info!(
                 "store of the 2022 draft layout: {} arrays, {} groups (read-only)",
@@ -440,15 +452,6 @@ impl View {
                 },
             );
             return Ok(view);
-        }
-        // A writable view recovers a shard's interrupted update before it reads the index
-        // (the mount walks the store for leftovers only in the background). A read-only
-        // view changes nothing: it reads a torn shard as it was before the update.
-        if let Commits::Append(records) = &view.caps.commits {
-            let hook = records.load_hook(view.writer.is_some(), view.store.clone())?;
-            Arc::get_mut(&mut view.shards)
-                .expect("the shard cache is not shared before the view is made")
-                .set_load_hook(hook);
         }
         let root = match view
             .classify_dir(PathBuf::new(), root_meta)

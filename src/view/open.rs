@@ -1,7 +1,7 @@
 //! Opening files: `open`, what a handle of each node kind reads from
 //! ([`View::reader`]) or writes to ([`View::open_for_write`]: a scratch file in an
-//! array, a store file elsewhere), loading the next shards ahead of a reader going
-//! forward, and the check that a store file's inode still has its name. The handle
+//! array, a store file elsewhere), and the check that a store file's inode still has
+//! its name (loading ahead of a reader going forward is `read_ahead.rs`). The handle
 //! table itself is `handles.rs`; reads through a handle are `read.rs`, closes
 //! `close.rs`, writes `ops.rs`.
 
@@ -9,14 +9,9 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::format::ChunkRange;
-use crate::store::shard::Shard;
-use crate::store::{EntryMeta, OpenMode, Reads, StoreFileRw};
+use crate::store::{EntryMeta, OpenMode, StoreFileRw};
 
 use super::*;
-
-/// How many shards after one read forward are loaded ahead.
-const SHARDS_AHEAD: usize = 3;
 
 impl View {
     /// Open a file for reading. `write` asks for write access.
@@ -98,7 +93,7 @@ impl View {
                 let array = self.current(&array);
                 match self.chunk_or_fill(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
-                        self.load_next_ahead(&array, &coords, &shard, range);
+                        self.ahead.after_open(&array, &coords, &shard, range);
                         let now = (range, shard.meta().map(EntryMeta::version));
                         let keep = at_open && self.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
@@ -137,114 +132,6 @@ impl View {
                 return Err(ViewError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
             }
         })
-    }
-
-    /// A reader going forward through a shard's file (a second chunk of it opened, at
-    /// `offset`, or object storage's read-ahead says so) most likely goes on into the next shards in C
-    /// order, as readers of chunk files in key order and zarr-python do: the
-    /// [`SHARDS_AHEAD`] shards after this one are loaded in the background, side by
-    /// side, each its index and (up to 8 MiB of) its bytes in one request, while this
-    /// one is read (a reader of chunk files in key order goes through a row of every
-    /// shard of a row of shards before it comes back to this one).
-    ///
-    /// The array's first chunk (all its coordinates 0) opened on object storage counts
-    /// as such a reader's start (`cp -r`, zarr-python 2 and readers of the chunk files
-    /// in key order start there): the rest of its shard is fetched in the background,
-    /// beside the chunk its reader fetches, and the next shards are loaded ahead at once,
-    /// not at the second chunk's open (issue 34: a round trip less in series before the
-    /// data flows). So does the first chunk opened of a shard whose shard before was read
-    /// through ([`View::after_read_through`]). Bounded: at most [`SHARDS_AHEAD`] + 1
-    /// shards, within the half of the read-ahead budget kept for loads ahead, once per
-    /// pass over the shard (a second pass over an array once the kernel dropped its
-    /// pages loads ahead as the first did). The cost: after a whole pass, a reader that
-    /// goes on to read a few chunks here and there has their shards claimed and loaded
-    /// ahead as a reader going through would (a shard before them was read through),
-    /// within the same bounds.
-    fn load_next_ahead(
-        &self,
-        array: &Arc<ShardedArray>,
-        coords: &[u64],
-        shard: &Arc<Shard>,
-        range: ChunkRange,
-    ) {
-        // The claim's flag first: after the first time in a pass over the shard, this
-        // is an atomic load and a lock of its file's read-ahead per open.
-        if shard.claimed_this_pass() {
-            return;
-        }
-        let requests = self.caps.reads == Reads::Requests;
-        let start =
-            requests && (coords.iter().all(|&c| c == 0) || self.after_read_through(array, coords));
-        if !(start || (requests && shard.opened_another(range.offset)) || shard.streaming())
-            || !shard.claim_next()
-        {
-            return;
-        }
-        if start {
-            self.shards
-                .fetch_rest(shard, range.offset..range.offset + range.nbytes);
-        }
-        let Some(loc) = array.layout.locate(coords) else {
-            return;
-        };
-        let counts = array.layout.shard_counts();
-        let mut next = loc.shard;
-        'ahead: for _ in 0..SHARDS_AHEAD {
-            let mut d = next.len();
-            loop {
-                let Some(prev) = d.checked_sub(1) else {
-                    break 'ahead; // past the last shard
-                };
-                d = prev;
-                next[d] += 1;
-                if next[d] < counts[d] {
-                    break;
-                }
-                next[d] = 0;
-            }
-            let rel = array.shard_rel(&next);
-            // Read through more often than this one: its reader went through it in
-            // this sweep already (backwards, or in another order), so it is not loaded
-            // again (a reader of the array in reverse key order moved 1.5 times its
-            // bytes; found by an adversarial tester).
-            if self
-                .shards
-                .peek(&rel)
-                .is_some_and(|s| s.pass() > shard.pass())
-            {
-                continue;
-            }
-            self.shards
-                .prefetch(self.store.clone(), rel, array.layout.clone());
-        }
-    }
-
-    /// Whether the shard before that of chunk `coords` (in C order) is cached and was
-    /// read through (it claimed the next shards): a reader that went through it (zarr-python
-    /// opening the chunks of several shards side by side) loaded this one itself, by its
-    /// index alone, before the load ahead came for it; its first chunk's open then starts
-    /// the rest of it, as the array's first chunk does, not the second chunk's read.
-    fn after_read_through(&self, array: &ShardedArray, coords: &[u64]) -> bool {
-        let Some(loc) = array.layout.locate(coords) else {
-            return false;
-        };
-        let counts = array.layout.shard_counts();
-        let mut prev = loc.shard;
-        let mut d = prev.len();
-        loop {
-            let Some(p) = d.checked_sub(1) else {
-                return false; // the first shard
-            };
-            d = p;
-            if prev[d] > 0 {
-                prev[d] -= 1;
-                break;
-            }
-            prev[d] = counts[d].saturating_sub(1);
-        }
-        self.shards
-            .peek(&array.shard_rel(&prev))
-            .is_some_and(|s| s.next_claimed())
     }
 
     /// A store file's inode reaches the store by its path: only while that path still
