@@ -1315,8 +1315,18 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     std::fs::write(a.join(".zarray"), &shown).unwrap();
     assert_eq!(names(), [".zarray", "0", "1"]);
     assert_eq!(std::fs::read(a.join("1")).unwrap(), [3, 4]);
-    m.unmount().unwrap();
     assert_eq!(stored("attributes").get("k"), None, "stored empty");
+    // One written after both were unlinked (`.zattrs` first) is listed, and stored with
+    // the `.zarray` written back (before, it stayed hidden, and zarr 2 wrote attributes
+    // over it: found by an adversarial tester).
+    std::fs::remove_file(a.join(".zarray")).unwrap();
+    std::fs::write(a.join(".zattrs"), br#"{"y": 2}"#).unwrap();
+    assert_eq!(names(), [".zattrs", "0", "1"]);
+    std::fs::write(a.join(".zarray"), &shown).unwrap();
+    assert_eq!(names(), [".zarray", ".zattrs", "0", "1"]);
+    assert_eq!(attrs(), serde_json::json!({"y": 2}));
+    m.unmount().unwrap();
+    assert_eq!(stored("attributes")["y"], 2);
     let mnt = tempfile::tempdir().unwrap();
     let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
     assert_eq!(std::fs::read(mnt.path().join("a/0")).unwrap(), [1, 2]);

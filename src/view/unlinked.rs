@@ -101,11 +101,13 @@ impl Unlinked {
     /// `array`'s metadata left the store (`file`, `.zarray` or `zarr.json`, was
     /// unlinked): its other names stay; `.zattrs` too after `.zarray`.
     pub(super) fn make_headless(&self, array: &Arc<ShardedArray>, file: MetaFile) {
+        // (not a `.zattrs` unlinked before)
+        let zattrs = file == MetaFile::Zarray && !self.zattrs.lock().contains(&array.rel);
         self.headless.lock().insert(
             array.rel.clone(),
             Headless {
                 array: array.clone(),
-                zattrs: file == MetaFile::Zarray,
+                zattrs,
                 attrs_written: false,
             },
         );
@@ -127,10 +129,16 @@ impl Unlinked {
                 h.array = array;
                 h.zattrs = shown;
                 h.attrs_written = shown;
-                true
             }
-            None => false,
+            None => return false,
         }
+        // Written: listed, also where it was unlinked before the `.zarray` was (before,
+        // it stayed hidden, and zarr 2 wrote attributes over the ones it was told were
+        // stored: found by an adversarial tester).
+        if shown {
+            self.zattrs.lock().remove(rel);
+        }
+        true
     }
 
     /// `.zattrs` of the array at `rel` unlinked (its store document emptied): not
@@ -172,8 +180,13 @@ impl Unlinked {
             MetaFile::Zattrs => {
                 self.zattrs.lock().remove(rel);
             }
-            MetaFile::Zarray if headless.is_some_and(|h| !h.zattrs) => {
-                self.zattrs.lock().insert(rel.to_path_buf());
+            MetaFile::Zarray if let Some(h) = headless => {
+                let mut hidden = self.zattrs.lock();
+                if h.zattrs {
+                    hidden.remove(rel);
+                } else {
+                    hidden.insert(rel.to_path_buf());
+                }
             }
             _ => {}
         }
