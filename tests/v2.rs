@@ -778,6 +778,95 @@ fn consolidated_metadata_is_made_from_the_hierarchy() {
     assert!(!store.path().join("g").exists(), "rm -rf emptied the store");
 }
 
+/// A group's `.zmetadata` unlinked is gone until made again, as on a plain directory: an
+/// `O_EXCL` create then works, and so `tar -x` of a group over itself ends, and a rename
+/// onto the name makes it too; it is the view's own again (made from the hierarchy, never
+/// stored). Before, unlinking it changed nothing, and `tar -x` looped forever on
+/// `EEXIST`, unlink, `EEXIST` (found by an adversarial tester).
+#[test]
+fn a_groups_zmetadata_unlinked_is_gone_until_made_again() {
+    use std::os::unix::fs::OpenOptionsExt;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mount = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let g = mnt.path().join("g");
+    std::fs::create_dir(&g).unwrap();
+    write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let names = || {
+        let mut n: Vec<String> = std::fs::read_dir(&g)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    let excl = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(g.join(".zmetadata"))
+    };
+    assert_eq!(names(), [".zattrs", ".zgroup", ".zmetadata"]);
+    assert_eq!(
+        excl().unwrap_err().kind(),
+        std::io::ErrorKind::AlreadyExists
+    );
+    std::fs::remove_file(g.join(".zmetadata")).unwrap();
+    assert_eq!(names(), [".zattrs", ".zgroup"], "gone");
+    assert!(!g.join(".zmetadata").exists());
+    // Made again by an `O_EXCL` create: the view's own again, what is written let go.
+    std::io::Write::write_all(&mut excl().unwrap(), b"{}").unwrap();
+    assert_eq!(names(), [".zattrs", ".zgroup", ".zmetadata"]);
+    let made: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(g.join(".zmetadata")).unwrap()).unwrap();
+    assert_eq!(made["zarr_consolidated_format"], 1, "{made}");
+    // ... or by a rename onto it (zarr 2's `consolidate_metadata`).
+    std::fs::remove_file(g.join(".zmetadata")).unwrap();
+    write_and_close(g.join(".zmetadata.tmp"), b"{}").unwrap();
+    std::fs::rename(g.join(".zmetadata.tmp"), g.join(".zmetadata")).unwrap();
+    assert_eq!(names(), [".zattrs", ".zgroup", ".zmetadata"]);
+    // `tar -x` of the group over itself ends, and changes nothing.
+    let tar = store.path().join("g.tar");
+    let st = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(mnt.path())
+        .arg("-cf")
+        .arg(&tar)
+        .arg("g")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut child = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(mnt.path())
+        .arg("-xf")
+        .arg(&tar)
+        .spawn()
+        .unwrap();
+    // (a generous bound, only so that a loop fails the test instead of hanging it)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.is_some_and(|s| s.success()), "tar -x: {status:?}");
+    assert_eq!(names(), [".zattrs", ".zgroup", ".zmetadata"]);
+    mount.unmount().unwrap();
+    assert!(!store.path().join("g/.zmetadata").exists(), "never stored");
+    assert!(!store.path().join("g/.zmetadata.tmp").exists());
+}
+
 /// Issue 38: in an array with dimension names (xarray's) and no `_FillValue` attribute,
 /// `.zarray` shows `fill_value: null` (xarray on zarr 2 masks nothing), and a chunk the
 /// store does not have reads, by its key, as a chunk of the v3 fill value: zarr 2 never

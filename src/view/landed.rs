@@ -116,7 +116,10 @@ impl View {
                 // Written again after its unlink: listed again.
                 MetaFile::Zattrs => w.unlinked.zattrs_shown(dir),
                 // A group or an array again: no `.zmetadata` left by an old `.zgroup`.
-                MetaFile::Zgroup | MetaFile::Zarray => w.unlinked.forget_zmetadata(dir),
+                MetaFile::Zgroup | MetaFile::Zarray => {
+                    w.unlinked.forget_zmetadata(dir);
+                    w.unlinked.zmetadata_made(dir);
+                }
                 MetaFile::ZarrJson => {}
             }
         }

@@ -41,6 +41,12 @@ impl View {
             return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
         }
         let (node, handle) = match &pnode {
+            // A group's `.zmetadata` unlinked and made again (`tar -x`): the view's own
+            // again, what is written to it let go.
+            Node::Dir { rel } if self.remakes_zmetadata(rel, name)? => (
+                Node::Consolidated { dir: rel.clone() },
+                Handle::Discard(rel.clone()),
+            ),
             Node::Dir { rel } => self.create_store_file(rel, name)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let parent = match &pnode {

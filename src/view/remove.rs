@@ -28,9 +28,10 @@ impl View {
             Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
             // Left to `only_fill` above.
             Node::PlainFill { .. } => return Ok(()),
-            // Made from the hierarchy, never stored: gone where the group is.
+            // Made from the hierarchy, never stored: not shown until made again.
             Node::Consolidated { dir } => {
                 w.unlinked.forget_zmetadata(dir);
+                w.unlinked.zmetadata_unlinked(dir);
             }
             Node::Scratch {
                 path,
@@ -210,6 +211,7 @@ impl View {
                 }
                 w.choices.forget_as_stored(rel);
                 w.unlinked.forget_zmetadata(rel);
+                w.unlinked.zmetadata_made(rel);
                 w.unlinked.zattrs_shown(rel);
             }
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {

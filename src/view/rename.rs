@@ -106,6 +106,11 @@ impl View {
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
             return self.rename_onto_consolidated(rel, dir, &from, to);
         }
+        if let (None, Node::File { rel }, Node::Dir { rel: dir }) = (&target, &src, &nnode)
+            && self.remakes_zmetadata(dir, newname)?
+        {
+            return self.rename_onto_consolidated(rel, dir, &from, to);
+        }
         let mut renamed = Renamed::Other;
         // A file of an array open for writing (a daemon's handle: `open_checks`): its
         // descriptors follow it to the new name ([`View::follow_rename`]).
@@ -209,6 +214,20 @@ impl View {
             },
         );
         Ok(Renamed::Other)
+    }
+
+    /// Whether `name` in store directory `dir` is the v2 view's `.zmetadata` of a group
+    /// whose `.zmetadata` was unlinked: made again now (the view's own again; what was
+    /// written to it is let go), not a file of the store.
+    pub(super) fn remakes_zmetadata(&self, dir: &Path, name: &OsStr) -> Result<bool> {
+        let remade = self.format == super::ViewFormat::V2
+            && name == crate::format::v2::ZMETADATA
+            && self.writer()?.unlinked.zmetadata_hidden(dir)
+            && self.group_docs.stored(dir)?.is_some();
+        if remade {
+            self.writer()?.unlinked.zmetadata_made(dir);
+        }
+        Ok(remade)
     }
 
     /// Whether `newname` in directory node `nnode` of an array names a file of its own

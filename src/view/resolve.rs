@@ -207,15 +207,17 @@ impl View {
             .is_some_and(|w| w.unlinked.zattrs_hidden(rel))
     }
 
-    /// Whether store directory `rel` has a `.zmetadata` in the v2 view: a group, or one
-    /// whose `.zgroup` was unlinked and whose `.zmetadata` was not yet.
+    /// Whether store directory `rel` has a `.zmetadata` in the v2 view: a group (but for
+    /// one whose `.zmetadata` was unlinked and not made again), or one whose `.zgroup` was
+    /// unlinked and whose `.zmetadata` was not yet.
     pub(super) fn has_zmetadata(&self, rel: &Path) -> Result<bool> {
-        if self
-            .writer
-            .as_ref()
-            .is_some_and(|w| w.unlinked.zmetadata_left(rel))
-        {
-            return Ok(true);
+        if let Some(w) = &self.writer {
+            if w.unlinked.zmetadata_left(rel) {
+                return Ok(true);
+            }
+            if w.unlinked.zmetadata_hidden(rel) {
+                return Ok(false);
+            }
         }
         Ok(self.group_docs.stored(rel)?.is_some())
     }

@@ -56,6 +56,12 @@ pub(super) struct Unlinked {
     /// there until it is unlinked too, or the directory goes (`rm -rf` lists it after
     /// `.zgroup`).
     zmetadata: Mutex<HashSet<PathBuf>>,
+    /// Groups of the v2 view whose `.zmetadata` (made from the hierarchy) was unlinked:
+    /// not shown until it is made again (`create`, a rename onto it) or the group's
+    /// `.zgroup` is written. Before, unlinking it changed nothing, and `tar -x` (an
+    /// `O_EXCL` create, `EEXIST`, unlink, create again) looped forever, as `git checkout`
+    /// failed (found by an adversarial tester).
+    zmetadata_gone: Mutex<HashSet<PathBuf>>,
 }
 
 impl Unlinked {
@@ -310,6 +316,22 @@ impl Unlinked {
         self.zmetadata.lock().insert(rel.to_path_buf());
     }
 
+    /// The `.zmetadata` of the group at `rel` was unlinked: not shown until made again.
+    pub(super) fn zmetadata_unlinked(&self, rel: &Path) {
+        self.zmetadata_gone.lock().insert(rel.to_path_buf());
+    }
+
+    /// Whether the `.zmetadata` of the group at `rel` was unlinked (and not made since).
+    pub(super) fn zmetadata_hidden(&self, rel: &Path) -> bool {
+        self.zmetadata_gone.lock().contains(rel)
+    }
+
+    /// The `.zmetadata` of the group at `rel` was made again (or its `.zgroup` written):
+    /// shown. Whether it had been unlinked.
+    pub(super) fn zmetadata_made(&self, rel: &Path) -> bool {
+        self.zmetadata_gone.lock().remove(rel)
+    }
+
     /// The `.zmetadata` left at `rel` is gone (unlinked, or its directory).
     pub(super) fn forget_zmetadata(&self, rel: &Path) {
         self.zmetadata.lock().remove(rel);
@@ -328,7 +350,7 @@ impl Unlinked {
             Some(Headless { array, ..h })
         });
         move_entries(&mut self.plain.lock(), rel, dst, Some);
-        for set in [&self.zattrs, &self.zmetadata] {
+        for set in [&self.zattrs, &self.zmetadata, &self.zmetadata_gone] {
             move_paths(&mut set.lock(), rel, dst);
         }
     }

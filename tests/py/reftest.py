@@ -101,6 +101,11 @@ DOCUMENTED = {
         'SEMANTICS "The tree, as clients use it"',
         "A later mount does not list key directories with nothing below.",
     ),
+    "v2-zmetadata-made-for-every-group": (
+        'SEMANTICS "`.zmetadata`"',
+        "Unlinked, it is gone until made again ... the unlink is not stored (there is nothing "
+        "to remove): a later mount makes one for the group again.",
+    ),
     "v2-metadata-generated": (
         'SEMANTICS "What clients\' own test suites meet"',
         "`.zarray` is generated from `zarr.json`, so its bytes (key order, spacing) are not "
@@ -144,12 +149,6 @@ DOCUMENTED = {
         "other names listed with it (`.zattrs`, chunks) stay until each is removed ... Until "
         "the metadata is written again the store holds the shards without it: a later mount "
         "shows the shard files as they are. [So a later mount shows no `.zattrs` there.]",
-    ),
-    "v2-zmetadata-unlink-changes-nothing": (
-        'SEMANTICS "Fill values in the v2 view" (`.zmetadata`)',
-        "`.zmetadata` of every group of the v2 view is made from the hierarchy below it ... "
-        "unlinking it changes nothing. [So an O_EXCL create after the unlink, as tar -x and "
-        "cp --remove-destination make, is EEXIST.]",
     ),
     "v2-zmetadata-left-not-stored": (
         'SEMANTICS "Fill values in the v2 view" (`.zmetadata`); "Known gaps of the v2 view"',
@@ -1744,14 +1743,16 @@ class Run:
                                "absent" if bm is None else bm[:60], bp[:60],
                                why="v2-unlink-zgroup-takes-zattrs", op=op, idx=idx))
         # a group of the v2 view has a .zmetadata (made from the hierarchy): where an op
-        # made a group, or unlinked its .zmetadata ("unlinking it changes nothing"), the
-        # twin gets one; one left by an unlinked .zgroup stays a plain file of the twin
-        dirs = set()
+        # wrote a group's .zgroup, the twin gets one; one the op unlinked last is gone until
+        # made again, as in the twin (SEMANTICS "`.zmetadata`": "unlinked, it is gone until
+        # made again"); one left by an unlinked .zgroup stays a plain file of the twin
+        shown = {}
         for st in op.steps:
             for path in (st.path, getattr(st, "rename", (None, None))[1]):
                 if path and os.path.basename(path) in (".zgroup", ".zmetadata"):
-                    dirs.add(os.path.dirname(path))
-        for d in sorted(dirs):
+                    gone = os.path.basename(path) == ".zmetadata" and st.desc.startswith("unlink ")
+                    shown[os.path.dirname(path)] = not gone
+        for d in sorted(d for d, yes in shown.items() if yes):
             zg, zm = self.plain / d / ".zgroup", self.plain / d / ".zmetadata"
             if zg.is_file() and not os.path.lexists(zm) and jload(zg.read_bytes()) is not None:
                 zm.write_bytes(jdump({"zarr_consolidated_format": 1, "metadata": {}}))
@@ -1782,10 +1783,6 @@ class Run:
         i = next(i for i in range(max(len(rm), len(rp))) if i >= len(rm) or i >= len(rp) or rm[i] != rp[i])
         step = op.steps[i] if i < len(op.steps) else None
         mr = rm[i] if i < len(rm) else None
-        if self.fmt == "v2" and mr == "EEXIST" and step is not None and step.call[0] in ("st_tar_create", "st_write") \
-                and os.path.basename(step.path) in MADE_V2 and (self.plain / os.path.dirname(step.path) / ".zgroup").is_file():
-            # an O_EXCL create of a group's .zmetadata: unlinking it changed nothing
-            return "v2-zmetadata-unlink-changes-nothing"
         if "bad" in op.info and mr == "EINVAL":
             # refused, as finding 5 wants: the twin becomes what the mount should now hold:
             # the key as it was before, and the source of a refused rename still there
@@ -2222,6 +2219,9 @@ class Run:
                 and jload((self.mnt / rel).read_bytes()) == {}:
             # unlinked (gone in that mount); a later mount shows one for every array
             why = "v2-zattrs-always-shown"
+        elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) in MADE_V2 \
+                and (self.plain / os.path.dirname(rel) / ".zgroup").is_file():
+            why = "v2-zmetadata-made-for-every-group"  # unlinked in the mount before
         elif self.fmt == "v2" and not live and sm is None and os.path.basename(rel) in MADE_V2 \
                 and not (self.plain / os.path.dirname(rel) / ".zgroup").is_file():
             why = "v2-zmetadata-left-not-stored"
