@@ -1898,6 +1898,81 @@ fn an_array_moved_while_its_metadata_is_gone_keeps_every_chunk() {
     assert_eq!(chunks_of(&mnt.path().join("y/c")), all, "after a remount");
 }
 
+/// `rm z/zarr.json`, the mount ends, and a later mount writes the same `zarr.json` back
+/// (a `tar -x` interrupted, `rm` now and `cp` later): the array has every chunk again.
+/// Meanwhile the store holds no `zarr.json` (no Zarr reader sees an array there), a
+/// read-only mount shows the shard files as they are, and a writable one shows the array
+/// as the mount that unlinked its metadata did (its chunks, waiting for the metadata).
+/// Before, a later mount showed the shard files, and the metadata written back took them
+/// in as the chunks of a new array: shards stored as chunks, unreadable (found by an
+/// adversarial tester).
+#[test]
+fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chunk() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let chunk = |i: u8| vec![i; usize::from(i) + 3];
+    let names = |dir: &Path| -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    let meta = {
+        let (mnt, m) = common::mount::mount_rw(store.path());
+        let z = mnt.path().join("z");
+        std::fs::create_dir(z.join("c")).unwrap();
+        for i in 0..8 {
+            std::fs::write(z.join(format!("c/{i}")), chunk(i)).unwrap();
+        }
+        let meta = std::fs::read(z.join("zarr.json")).unwrap();
+        std::fs::remove_file(z.join("zarr.json")).unwrap();
+        m.unmount().unwrap();
+        meta
+    };
+    assert!(!store.path().join("z/zarr.json").exists());
+    {
+        let ro = MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        };
+        let (mnt, m) = common::mount::mount_with(store.path(), &ro);
+        let c = mnt.path().join("z/c");
+        assert_eq!(names(&c), ["0", "1"], "read-only: the shard files");
+        m.unmount().unwrap();
+    }
+    let keys: Vec<String> = (0..8).map(|i| i.to_string()).collect();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let z = mnt.path().join("z");
+    assert_eq!(names(&z), ["c"], "no metadata, no file of shardfs's own");
+    assert_eq!(names(&z.join("c")), keys, "the chunks");
+    std::fs::write(z.join("zarr.json"), &meta).unwrap();
+    assert_eq!(names(&z), ["c", "zarr.json"]);
+    for i in 0..8u8 {
+        assert_eq!(std::fs::read(z.join(format!("c/{i}"))).unwrap(), chunk(i));
+    }
+    m.unmount().unwrap();
+    assert_eq!(
+        common::files_under(&store.path().join("z"))
+            .into_iter()
+            .filter(|f| f.contains("shardfs"))
+            .count(),
+        0,
+        "nothing of shardfs's own left"
+    );
+    let (mnt, _m) = common::mount::mount_rw(store.path());
+    for i in 0..8u8 {
+        assert_eq!(
+            std::fs::read(mnt.path().join(format!("z/c/{i}"))).unwrap(),
+            chunk(i),
+            "after a remount"
+        );
+    }
+}
+
 /// `rm a/zarr.json` then the same `zarr.json` written again (what `tar -x`, `git
 /// checkout` and `cp --remove-destination` do over an array): as on a plain directory,
 /// the chunk files and files of its own stay while the metadata is gone, with their

@@ -115,17 +115,30 @@ pub fn walk_keys(
     }
 }
 
+/// Where a sharded array's `zarr.json` goes when a writable mount unlinks it while the
+/// array's other names stay (`rm zarr.json`, `tar -x`, zarr 2's recursive removal): in
+/// the array's directory, under a name no Zarr reader looks for, so that the metadata
+/// written back, by this mount or a later one, takes the shards back as the array's
+/// (not as chunks of a new one). Removed with the metadata written back or the directory.
+pub const UNLINKED_META: &str = "zarr.json.shardfs-unlinked";
+
 /// Whether `name` is one of shardfs's own files beside the shards (a recovery record, a
 /// shard rewrite's or a metadata write's temporary file, the directory a new array's
-/// chunk files wait in): never shown as a file of the tree, and refused as a name to make.
+/// chunk files wait in, an unlinked array's metadata): never shown as a file of the
+/// tree, and refused as a name to make.
 pub fn is_internal(name: &std::ffi::OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
     };
     name == ".shardfs-ingest"
-        || [".shardfs-append", ".shardfs-tmp", ".shardfs-new"]
-            .iter()
-            .any(|s| name.ends_with(s))
+        || [
+            ".shardfs-append",
+            ".shardfs-tmp",
+            ".shardfs-new",
+            ".shardfs-unlinked",
+        ]
+        .iter()
+        .any(|s| name.ends_with(s))
 }
 
 /// One entry of a directory listing.

@@ -18,6 +18,9 @@ use super::*;
 pub(super) enum NotShown {
     /// Not an array, or not sharded: a plain directory.
     Plain,
+    /// No `zarr.json` at all: a plain directory, unless a writable mount unlinked the
+    /// metadata of the sharded array there ([`View::unlinked_array`]).
+    NoMetadata,
     /// An array the view cannot present; the reason is logged once.
     Unsupported(String),
     /// Its metadata could not be read now (the store failed: an outage): nothing is
@@ -41,7 +44,23 @@ impl View {
                 return Ok(Some(Node::Dir { rel }));
             }
             if let Some(array) = w.unlinked.headless_array_now(&rel, &dir_meta) {
-                return Ok(Some(Node::ArrayDir { array }));
+                if self.store.stat(&rel.join("zarr.json"))?.is_none() {
+                    return Ok(Some(Node::ArrayDir { array }));
+                }
+                // Its metadata is back in the store (written back through this mount,
+                // being taken in now, or by another): the array's again, loaded below.
+                let file = match self.format {
+                    ViewFormat::V2 => MetaFile::Zarray,
+                    ViewFormat::V3 => MetaFile::ZarrJson,
+                };
+                w.unlinked.meta_written(&rel, file);
+                match self
+                    .store
+                    .remove_file(&rel.join(crate::store::UNLINKED_META))
+                {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
             }
         }
         // The array known here, while its directory and `zarr.json` are as they were
@@ -74,6 +93,10 @@ impl View {
                 Some(Node::ArrayDir { array })
             }
             Err(NotShown::Plain) => Some(Node::Dir { rel }),
+            Err(NotShown::NoMetadata) => match self.unlinked_array(&rel, dir_meta)? {
+                Some(array) => Some(array),
+                None => Some(Node::Dir { rel }),
+            },
             Err(NotShown::Io(e)) => return Err(e.into()),
             Err(NotShown::Unsupported(why)) => {
                 let v2 = self.format == ViewFormat::V2;
@@ -97,6 +120,43 @@ impl View {
         rel: &Path,
         dir_meta: EntryMeta,
     ) -> std::result::Result<ShardedArray, NotShown> {
+        self.load_array_from(rel, &rel.join("zarr.json"), dir_meta)
+    }
+
+    /// A store directory whose sharded array's metadata a writable mount unlinked while
+    /// the array's other names stayed (kept at [`crate::store::UNLINKED_META`]): shown
+    /// by this writable mount as that one showed it, an array whose metadata is unlinked
+    /// ([`super::unlinked::Unlinked`]), so that the metadata written back takes the
+    /// shards back. `None`: it is none (a read-only mount shows the shard files).
+    fn unlinked_array(&self, rel: &Path, dir_meta: EntryMeta) -> Result<Option<Node>> {
+        let Some(w) = &self.writer else {
+            return Ok(None);
+        };
+        let kept = rel.join(crate::store::UNLINKED_META);
+        if self.store.stat(&kept)?.is_none() {
+            return Ok(None);
+        }
+        let array = match self.load_array_from(rel, &kept, dir_meta) {
+            Ok(array) => Arc::new(array),
+            Err(NotShown::Io(e)) => return Err(e.into()),
+            Err(_) => return Ok(None),
+        };
+        let file = match self.format {
+            ViewFormat::V2 => MetaFile::Zarray,
+            ViewFormat::V3 => MetaFile::ZarrJson,
+        };
+        w.unlinked.make_headless(&array, file);
+        Ok(Some(Node::ArrayDir { array }))
+    }
+
+    /// [`View::load_array`] from the document at `json_rel` (the array's metadata is
+    /// stored at `rel/zarr.json` all the same).
+    fn load_array_from(
+        &self,
+        rel: &Path,
+        from: &Path,
+        dir_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, NotShown> {
         let json_rel = rel.join("zarr.json");
         let unsupported = |e: String| NotShown::Unsupported(e);
         // A failing store (an errno, a short read of a file that changed) decides
@@ -108,8 +168,8 @@ impl View {
                 unsupported(e.to_string())
             }
         };
-        let Some(file) = self.store.open(&json_rel).map_err(failed)? else {
-            return Err(NotShown::Plain);
+        let Some(file) = self.store.open(from).map_err(failed)? else {
+            return Err(NotShown::NoMetadata);
         };
         let (bytes, json_meta) = read_metadata(file.as_ref()).map_err(failed)?;
         let meta = match format::metadata::parse(&bytes).map_err(|e| unsupported(e.to_string()))? {

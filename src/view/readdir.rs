@@ -75,7 +75,9 @@ impl View {
             .store
             .list(rel)?
             .into_iter()
-            .filter(|e| keep(&e.name))
+            // shardfs's own files (`store::is_internal`) are never shown, as no lookup
+            // finds them.
+            .filter(|e| keep(&e.name) && !crate::store::is_internal(&e.name))
             .filter_map(|e| {
                 let kind = match e.kind {
                     EntryKind::Dir => Kind::Dir,

@@ -117,7 +117,17 @@ impl View {
                 self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
                 let array = self.current(array);
                 self.flush_array(&array)?;
-                self.store.remove_file(&array.meta_rel)?;
+                // Kept under a hidden name, not removed: a later mount shows the array as
+                // this one does, and the metadata written back there takes the shards
+                // back. Before, a later mount showed the shard files, and the same
+                // metadata written back took them in as the chunks of a new array (found
+                // by an adversarial tester).
+                let kept = array.rel.join(crate::store::UNLINKED_META);
+                if array.draft {
+                    self.store.remove_file(&array.meta_rel)?;
+                } else {
+                    self.store.rename(&array.meta_rel, &kept)?;
+                }
                 w.unlinked.make_headless(&array, file);
                 self.inodes.detach(path);
                 Ok(())

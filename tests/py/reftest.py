@@ -140,8 +140,9 @@ DOCUMENTED = {
     ),
     "headless-array-shows-stored-files": (
         'SEMANTICS "The tree, as clients use it" (metadata unlinked)',
-        "Until the metadata is written again the store holds the shards without it: a later "
-        "mount shows the shard files as they are.",
+        "Until the metadata is written again the store holds the shards without it ... A "
+        "read-only mount shows the shard files as they are. The unsharded arrays of the v2 "
+        "view keep this only for the mount's lifetime.",
     ),
     "v2-headless-zattrs-not-stored": (
         'SEMANTICS "The tree, as clients use it" (v2 view, `.zarray` unlinked)',
