@@ -1060,6 +1060,44 @@ fn an_unlinked_zattrs_is_gone_until_written_again() {
     }
 }
 
+/// v2 view: an array's `.zattrs` unlinked, then a document cut short written at its name
+/// and refused at its `fsync` (`EINVAL`): rolled back to none, as the store has none, so
+/// the name is gone at once (not only from listings), and a whole document written next
+/// is taken in. Before, the file stayed, unlisted, and `cat` read `{}` through the
+/// kernel's entry until it expired (found by an adversarial tester).
+#[test]
+fn a_zattrs_unlinked_then_written_cut_short_is_gone_when_refused() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let a = mnt.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    std::fs::write(a.join(".zarray"), zarray).unwrap();
+    let zattrs = a.join(".zattrs");
+    std::fs::remove_file(&zattrs).unwrap();
+    let mut f = std::fs::File::create(&zattrs).unwrap();
+    f.write_all(br#"{"a":"#).unwrap();
+    let e = f.sync_all().expect_err("a document cut short is refused");
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    drop(f);
+    let e = std::fs::read(&zattrs).expect_err("gone, as the store has none");
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    let names: Vec<String> = std::fs::read_dir(&a)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!names.contains(&".zattrs".to_string()), "{names:?}");
+    std::fs::write(&zattrs, br#"{"b": 1}"#).unwrap();
+    assert_eq!(std::fs::read(&zattrs).unwrap(), br#"{"b": 1}"#);
+    m.unmount().unwrap();
+}
+
 /// v2 view: a group's `.zgroup` unlinked leaves its `.zmetadata` until that is
 /// unlinked too (`rm -rf` lists the directory after `.zgroup`); the directory moved
 /// meanwhile takes it along, as a plain directory would, and a new directory made at the
@@ -1233,6 +1271,12 @@ fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
     assert_eq!(attrs(), serde_json::json!({"k": 1}));
     std::fs::write(p.join(".zattrs"), br#"{"k": 2}"#).unwrap();
     assert_eq!(attrs(), serde_json::json!({"k": 2}));
+    // As written, and a file's mode (before: reformatted, and 0755 as the directory).
+    assert_eq!(std::fs::read(p.join(".zattrs")).unwrap(), br#"{"k": 2}"#);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(p.join(".zattrs")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o111, 0, "{mode:o}");
     // Held until `.zarray` comes back, and named meanwhile (`shardfs unmount` warns
     // from this if the mount ends first).
     let held = || -> serde_json::Value {

@@ -176,7 +176,14 @@ impl View {
         let m = match self.draft_tree() {
             Some(tree) => tree.file_meta,
             None => match self.store.stat(&dir.join("zarr.json"))? {
-                None if self.plain_keys(dir).is_some() => self.store.stat(dir)?,
+                // A headless unsharded array's `.zattrs`: the directory's owner and
+                // times, a file's mode (before, the directory's `x` bits too).
+                None if self.plain_keys(dir).is_some() => {
+                    self.store.stat(dir)?.map(|m| EntryMeta {
+                        perm: m.perm & 0o666,
+                        ..m
+                    })
+                }
                 m => m,
             },
         };

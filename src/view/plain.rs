@@ -262,8 +262,16 @@ impl View {
                 .as_ref()
                 .and_then(|w| w.unlinked.plain_doc(rel))
                 .unwrap_or_default();
+            // As its writer wrote it, while that is the document shown (before, a
+            // `.zattrs` written meanwhile read back reformatted: an adversarial tester).
+            let json = rel.join("zarr.json");
+            let rendered = Arc::new(v2::to_bytes(&v2::zattrs(&doc)));
             return Some(match file {
-                MetaFile::Zattrs => Ok(v2::to_bytes(&v2::zattrs(&doc))),
+                MetaFile::Zattrs => Ok(Arc::unwrap_or_clone(self.as_written(
+                    &json,
+                    MetaFile::Zattrs,
+                    rendered,
+                ))),
                 _ => Err(ViewError::NotFound),
             });
         };
