@@ -1949,11 +1949,39 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
     let z = mnt.path().join("z");
     assert_eq!(names(&z), ["c"], "no metadata, no file of shardfs's own");
     assert_eq!(names(&z.join("c")), keys, "the chunks");
+    // shardfs's own file is not found, nor made by a link (before, it could be renamed
+    // away, and the loss came back: found by an adversarial tester).
+    let own = z.join("zarr.json.shardfs-unlinked");
+    assert!(!own.exists());
+    std::fs::write(mnt.path().join("notes.txt"), b"x").unwrap();
+    assert!(std::fs::hard_link(mnt.path().join("notes.txt"), &own).is_err());
+    std::fs::remove_file(mnt.path().join("notes.txt")).unwrap();
+    // Its chunks written and removed meanwhile, as any array's (before the array was
+    // known to the chunk paths: ESTALE, and nothing stored; found by a reviewer).
+    let mut all: Vec<Option<Vec<u8>>> = (0..8).map(|i| Some(chunk(i))).collect();
+    std::fs::write(z.join("c/2"), b"written meanwhile").unwrap();
+    std::fs::File::open(z.join("c/2"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    all[2] = Some(b"written meanwhile".to_vec());
+    std::fs::remove_file(z.join("c/1")).unwrap();
+    all[1] = None;
     std::fs::write(z.join("zarr.json"), &meta).unwrap();
     assert_eq!(names(&z), ["c", "zarr.json"]);
-    for i in 0..8u8 {
-        assert_eq!(std::fs::read(z.join(format!("c/{i}"))).unwrap(), chunk(i));
-    }
+    let check = |z: &Path, when: &str| {
+        for (i, want) in all.iter().enumerate() {
+            match want {
+                Some(b) => assert_eq!(
+                    &std::fs::read(z.join(format!("c/{i}"))).unwrap(),
+                    b,
+                    "{when}"
+                ),
+                None => assert!(!z.join(format!("c/{i}")).exists(), "{when}"),
+            }
+        }
+    };
+    check(&z, "written back");
     m.unmount().unwrap();
     assert_eq!(
         common::files_under(&store.path().join("z"))
@@ -1963,14 +1991,37 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
         0,
         "nothing of shardfs's own left"
     );
-    let (mnt, _m) = common::mount::mount_rw(store.path());
-    for i in 0..8u8 {
-        assert_eq!(
-            std::fs::read(mnt.path().join(format!("z/c/{i}"))).unwrap(),
-            chunk(i),
-            "after a remount"
-        );
-    }
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let z = mnt.path().join("z");
+    check(&z, "after a remount");
+    // Unlinked again, and removed (`rm -rf`) by a later mount: nothing stays.
+    std::fs::remove_file(z.join("zarr.json")).unwrap();
+    m.unmount().unwrap();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let st = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(mnt.path().join("z"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    m.unmount().unwrap();
+    assert!(!store.path().join("z").exists(), "rm -rf emptied the store");
+    // The kept document beside metadata written by another route (a tool writing the
+    // store) goes when a writable mount meets that metadata: were it left, a later
+    // unlink of that metadata would bring the old array back over other files (found by
+    // a reviewer and an adversarial tester).
+    let z = store.path().join("z");
+    std::fs::create_dir(&z).unwrap();
+    std::fs::write(z.join("zarr.json.shardfs-unlinked"), &meta).unwrap();
+    std::fs::write(
+        z.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    assert_eq!(names(&mnt.path().join("z")), ["zarr.json"]);
+    m.unmount().unwrap();
+    assert!(!z.join("zarr.json.shardfs-unlinked").exists());
 }
 
 /// `rm a/zarr.json` then the same `zarr.json` written again (what `tar -x`, `git

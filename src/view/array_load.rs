@@ -44,22 +44,25 @@ impl View {
                 return Ok(Some(Node::Dir { rel }));
             }
             if let Some(array) = w.unlinked.headless_array_now(&rel, &dir_meta) {
+                let kept = rel.join(crate::store::UNLINKED_META);
                 if self.store.stat(&rel.join("zarr.json"))?.is_none() {
-                    return Ok(Some(Node::ArrayDir { array }));
-                }
-                // Its metadata is back in the store (written back through this mount,
-                // being taken in now, or by another): the array's again, loaded below.
-                let file = match self.format {
-                    ViewFormat::V2 => MetaFile::Zarray,
-                    ViewFormat::V3 => MetaFile::ZarrJson,
-                };
-                w.unlinked.meta_written(&rel, file);
-                match self
-                    .store
-                    .remove_file(&rel.join(crate::store::UNLINKED_META))
-                {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
+                    if self.store.stat(&kept)?.is_some() {
+                        return Ok(Some(Node::ArrayDir { array }));
+                    }
+                    // Neither: another mount removed the array (or made a plain directory
+                    // there): this mount's unlinked array goes too.
+                    w.unlinked.forget_headless(&rel);
+                } else {
+                    // Its metadata is back in the store (written back through this mount,
+                    // being taken in now, or by another): the array's again, loaded below.
+                    // The document kept at the unlink goes first (a failure leaves the
+                    // array unlinked here, to be tried again).
+                    remove_unlinked_meta(self.store.as_ref(), &kept)?;
+                    let file = match self.format {
+                        ViewFormat::V2 => MetaFile::Zarray,
+                        ViewFormat::V3 => MetaFile::ZarrJson,
+                    };
+                    w.unlinked.meta_written(&rel, file);
                 }
             }
         }
@@ -74,7 +77,18 @@ impl View {
         {
             return Ok(Some(Node::ArrayDir { array: known }));
         }
-        Ok(match self.load_array(&rel, dir_meta) {
+        let loaded = self.load_array(&rel, dir_meta);
+        // A document kept at an unlink (`store::UNLINKED_META`) beside metadata written
+        // by another route (a tool writing the store, another mount that had not looked
+        // again) would show the old array if this metadata went again: it goes now
+        // (found by a reviewer and an adversarial tester).
+        if self.writer.is_some() && !matches!(loaded, Err(NotShown::NoMetadata | NotShown::Io(_))) {
+            let kept = rel.join(crate::store::UNLINKED_META);
+            if self.store.stat(&kept)?.is_some() {
+                remove_unlinked_meta(self.store.as_ref(), &kept)?;
+            }
+        }
+        Ok(match loaded {
             Ok(array) => {
                 let array = Arc::new(array);
                 // Another mount made another array here: chunks staged for the one it
@@ -146,6 +160,9 @@ impl View {
             ViewFormat::V3 => MetaFile::ZarrJson,
         };
         w.unlinked.make_headless(&array, file);
+        // Known to the chunk paths as any array is (before, a chunk written, fsynced or
+        // removed in it got `ESTALE`: found by a reviewer).
+        self.arrays.insert(array.clone());
         Ok(Some(Node::ArrayDir { array }))
     }
 
@@ -282,5 +299,13 @@ impl View {
             dir_meta,
             json_meta,
         })
+    }
+}
+
+/// Remove the document kept at an unlink (`store::UNLINKED_META`); gone already is fine.
+fn remove_unlinked_meta(store: &dyn crate::store::Store, kept: &Path) -> Result<()> {
+    match store.remove_file(kept) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
     }
 }

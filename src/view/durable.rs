@@ -79,6 +79,16 @@ impl View {
                 }
                 None => return Some(array),
             },
+            // Another mount unlinked its metadata while its names stay: they are still
+            // the array's (`store::UNLINKED_META`), and so are the chunks staged here.
+            Ok(None)
+                if self
+                    .store
+                    .stat(&array.rel.join(crate::store::UNLINKED_META))
+                    .is_ok_and(|m| m.is_some()) =>
+            {
+                return Some(array);
+            }
             Ok(None) => {
                 "its metadata is gone from the store (another mount removed or moved the \
                  array): the chunks staged for it are not stored"

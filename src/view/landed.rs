@@ -329,8 +329,11 @@ impl View {
             }
             MetaFile::Zgroup => {
                 self.store.remove_file(&dir.join("zarr.json"))?;
+                // (not one unlinked before: it stays gone, and `rm -rf` of the group
+                // ends; found by an adversarial tester)
                 if self.format == ViewFormat::V2
                     && let Some(w) = &self.writer
+                    && !w.unlinked.zmetadata_hidden(dir)
                 {
                     w.unlinked.leave_zmetadata(dir);
                 }

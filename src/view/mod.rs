@@ -60,7 +60,8 @@
 //! 6. Leaves, nothing taken under them: `InodeTable::inner`, `ArrayRegistry::arrays`,
 //!    `HandleTable::files`/`dirs`/`landed_at_write`, `Staging::inner`, the `Writer`'s
 //!    sets and maps (`vdirs`, `choices`, `unlinked`'s tables, `as_written`, ...),
-//!    `Writer::invalidations`, `ShardCache` segments
+//!    `Writer::invalidations`, `GroupDocs::shown`, `PlainFills::chunks`,
+//!    `Containers::known`/`checked`, `ShardCache` segments
 //!    and `loading` (never both), `Shard::nested`, `ObjectFile::ahead`.
 //!
 //! Held across store I/O (the exceptions):

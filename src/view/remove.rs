@@ -123,11 +123,7 @@ impl View {
                 // metadata written back took them in as the chunks of a new array (found
                 // by an adversarial tester).
                 let kept = array.rel.join(crate::store::UNLINKED_META);
-                if array.draft {
-                    self.store.remove_file(&array.meta_rel)?;
-                } else {
-                    self.store.rename(&array.meta_rel, &kept)?;
-                }
+                self.store.rename(&array.meta_rel, &kept)?;
                 w.unlinked.make_headless(&array, file);
                 self.inodes.detach(path);
                 Ok(())
@@ -217,7 +213,15 @@ impl View {
                 }
                 match self.rmdir_plain(rel) {
                     Some(done) => done?,
-                    None => self.store.remove_dir(rel)?,
+                    None => {
+                        // A document kept at an unlink that reads as no array's goes
+                        // with its directory, which shows nothing else.
+                        let kept = rel.join(crate::store::UNLINKED_META);
+                        if self.store.stat(&kept)?.is_some() && self.store.list(rel)?.len() == 1 {
+                            self.store.remove_file(&kept)?;
+                        }
+                        self.store.remove_dir(rel)?
+                    }
                 }
                 w.choices.forget_as_stored(rel);
                 w.unlinked.forget_zmetadata(rel);

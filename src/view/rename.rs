@@ -328,6 +328,7 @@ impl View {
 
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
+        super::ops::refuse_internal(newname)?;
         let (_, src) = self.node(ino)?;
         let (npath, nnode) = self.node(newparent)?;
         let nnode = self.made_dir(newparent, nnode)?;
