@@ -1108,6 +1108,91 @@ fn a_zattrs_unlinked_then_written_cut_short_is_gone_when_refused() {
     m.unmount().unwrap();
 }
 
+/// v2 view: a group's `.zgroup` unlinked leaves its `.zattrs`, as on a plain directory,
+/// also for a later mount; a `.zattrs` written meanwhile is kept, and the `.zgroup`
+/// written back makes the group again with those attributes. So `tar -x` of a group over
+/// itself (its `.zattrs` first, then `.zgroup`: `EEXIST`, unlink, create) keeps them.
+/// Before, the unlink took the attributes along and `tar` exited 0 (found by an
+/// adversarial tester).
+#[test]
+fn a_groups_zgroup_unlinked_keeps_its_attributes() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let attrs = |g: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(g.join(".zattrs")).unwrap()).unwrap()
+    };
+    let names = |g: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(g)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    let stored = |key: &str| -> serde_json::Value {
+        common::json_file(&store.path().join("g/zarr.json"))["attributes"][key].clone()
+    };
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let g = mnt.path().join("g");
+        std::fs::create_dir(&g).unwrap();
+        write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        write_and_close(g.join(".zattrs"), br#"{"level": 1}"#).unwrap();
+        // tar -x of the group over itself.
+        let tar = store.path().join("../g.tar");
+        let tar = tar.as_path();
+        let run = |args: &[&str]| {
+            let st = std::process::Command::new("tar")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success(), "tar {args:?}");
+        };
+        run(&["-C", s(mnt.path()), "-cf", s(tar), "g/.zattrs", "g/.zgroup"]);
+        run(&["-C", s(mnt.path()), "-xf", s(tar)]);
+        std::fs::remove_file(tar).unwrap();
+        assert_eq!(
+            attrs(&g),
+            serde_json::json!({"level": 1}),
+            "tar -x kept them"
+        );
+        assert_eq!(stored("level"), 1);
+        // `.zgroup` unlinked: `.zattrs` stays; one written meanwhile is kept.
+        std::fs::remove_file(g.join(".zgroup")).unwrap();
+        std::fs::remove_file(g.join(".zmetadata")).unwrap();
+        assert_eq!(names(&g), [".zattrs"]);
+        write_and_close(g.join(".zattrs"), br#"{"level": 2}"#).unwrap();
+        assert_eq!(attrs(&g), serde_json::json!({"level": 2}));
+        assert!(
+            !store.path().join("g/zarr.json").exists(),
+            "no group meanwhile"
+        );
+        m.unmount().unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let g = mnt.path().join("g");
+    assert_eq!(names(&g), [".zattrs"], "a later mount");
+    assert_eq!(attrs(&g), serde_json::json!({"level": 2}));
+    write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    assert_eq!(names(&g), [".zattrs", ".zgroup", ".zmetadata"]);
+    assert_eq!(
+        attrs(&g),
+        serde_json::json!({"level": 2}),
+        "made again with them"
+    );
+    m.unmount().unwrap();
+    assert_eq!(stored("level"), 2);
+    assert_eq!(
+        common::files_under(&store.path().join("g")),
+        ["zarr.json".to_string()].into_iter().collect(),
+        "nothing of shardfs's own left"
+    );
+}
+
 /// v2 view: a group's `.zgroup` unlinked leaves its `.zmetadata` until that is
 /// unlinked too (`rm -rf` lists the directory after `.zgroup`); the directory moved
 /// meanwhile takes it along, as a plain directory would, and a new directory made at the

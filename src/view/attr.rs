@@ -184,6 +184,15 @@ impl View {
                         ..m
                     })
                 }
+                // A group's `.zattrs` left by its `.zgroup` (`GroupDocs::kept`): the
+                // kept document's.
+                None => self
+                    .store
+                    .stat(&dir.join(crate::store::UNLINKED_META))?
+                    .map(|m| EntryMeta {
+                        perm: m.perm & 0o666,
+                        ..m
+                    }),
                 m => m,
             },
         };

@@ -68,6 +68,42 @@ impl GroupDocs {
         doc
     }
 
+    /// The document of the group at store directory `rel` whose `.zgroup` a writable
+    /// mount of the v2 view unlinked (kept at [`crate::store::UNLINKED_META`]): its
+    /// `.zattrs` stays, as on a plain directory, and the `.zgroup` written back makes the
+    /// group again with its attributes. `None` where there is none, or the store has a
+    /// `zarr.json` there.
+    pub(super) fn kept(
+        &self,
+        rel: &Path,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>> {
+        if self.format != ViewFormat::V2 {
+            return Ok(None);
+        }
+        let kept = rel.join(crate::store::UNLINKED_META);
+        if self.store.stat(&kept)?.is_none() || self.store.stat(&rel.join("zarr.json"))?.is_some() {
+            return Ok(None);
+        }
+        let Some(bytes) = read_small(self.store.as_ref(), &kept)? else {
+            return Ok(None);
+        };
+        if !matches!(format::metadata::parse(&bytes), Ok(MetaNode::Group)) {
+            return Ok(None);
+        }
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
+    /// Whether the group at `rel` whose `.zgroup` was unlinked shows its `.zattrs`: where
+    /// it has attributes (a plain directory has no `.zattrs` where none was written,
+    /// while the view shows one for every group).
+    pub(super) fn kept_zattrs(&self, rel: &Path) -> Result<bool> {
+        Ok(self.kept(rel)?.is_some_and(|doc| {
+            doc.get("attributes")
+                .and_then(serde_json::Value::as_object)
+                .is_some_and(|a| !a.is_empty())
+        }))
+    }
+
     /// The document of the group whose `zarr.json` is in store directory `rel`.
     pub(super) fn stored(
         &self,
@@ -101,7 +137,14 @@ impl View {
         if let Some(bytes) = self.plain_meta(dir, file) {
             return bytes;
         }
-        let doc = self.group_docs.stored(dir)?.ok_or(ViewError::NotFound)?;
+        let doc = match self.group_docs.stored(dir)? {
+            Some(doc) => doc,
+            // Its `.zgroup` unlinked: its `.zattrs` stays (`GroupDocs::kept`).
+            None if file == MetaFile::Zattrs && !self.zattrs_hidden(dir) => {
+                self.group_docs.kept(dir)?.ok_or(ViewError::NotFound)?
+            }
+            None => return Err(ViewError::NotFound),
+        };
         let rendered = match file {
             MetaFile::Zgroup => v2::to_bytes(&v2::zgroup()),
             MetaFile::Zattrs => v2::to_bytes(&v2::zattrs(&doc)),

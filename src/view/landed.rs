@@ -160,7 +160,24 @@ impl View {
         if current.as_ref().is_some_and(|d| !is_group(d)) {
             return Err(invalid(format!("{} is already an array", dir.display())));
         }
-        let mut group = current.unwrap_or_else(|| {
+        // A group whose `.zgroup` was unlinked (`GroupDocs::kept`): a `.zattrs` written
+        // goes into the kept document (the directory stays no group, as on a plain
+        // directory), and the `.zgroup` written back makes the group again with it.
+        let kept = match current {
+            None => self.group_docs.kept(dir)?,
+            Some(_) => None,
+        };
+        if let (MetaFile::Zattrs, Some(mut doc)) = (file, kept.clone()) {
+            v2::apply_zattrs(&mut doc, data, None, &node_name(dir)).map_err(invalid)?;
+            let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
+                .map_err(|e| invalid(e.to_string()))?;
+            bytes.push(b'\n');
+            self.store
+                .write_atomically(&dir.join(crate::store::UNLINKED_META), &bytes)?;
+            return Ok(());
+        }
+        let had_kept = kept.is_some();
+        let mut group = current.or(kept).unwrap_or_else(|| {
             let Value::Object(m) = serde_json::json!({"zarr_format": 3, "node_type": "group"})
             else {
                 unreachable!()
@@ -187,6 +204,15 @@ impl View {
             serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
         bytes.push(b'\n');
         self.store.write_atomically(&json_path, &bytes)?;
+        if had_kept {
+            match self
+                .store
+                .remove_file(&dir.join(crate::store::UNLINKED_META))
+            {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
         match file {
             MetaFile::Zarray => {
                 self.plain_written_back(dir);
@@ -328,7 +354,15 @@ impl View {
                 return Ok(());
             }
             MetaFile::Zgroup => {
-                self.store.remove_file(&dir.join("zarr.json"))?;
+                // Kept, not removed (`GroupDocs::kept`): its `.zattrs` stays, and the
+                // `.zgroup` written back makes the group again with its attributes.
+                // Before, the unlink took the attributes along, and `tar -x` of a group
+                // (its `.zattrs` first, then `.zgroup`: `EEXIST`, unlink, create) lost
+                // them, exiting 0 (found by an adversarial tester).
+                self.store.rename(
+                    &dir.join("zarr.json"),
+                    &dir.join(crate::store::UNLINKED_META),
+                )?;
                 // (not one unlinked before: it stays gone, and `rm -rf` of the group
                 // ends; found by an adversarial tester)
                 if self.format == ViewFormat::V2

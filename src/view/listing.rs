@@ -384,8 +384,8 @@ impl View {
         if self.has_zmetadata(rel)? {
             out.push(file(crate::format::v2::ZMETADATA.into()));
         }
+        let hidden = self.zattrs_hidden(rel);
         if self.group_docs.stored(rel)?.is_some() {
-            let hidden = self.zattrs_hidden(rel);
             out.extend(
                 self.format
                     .group_files()
@@ -393,6 +393,9 @@ impl View {
                     .filter(|f| !(hidden && **f == super::MetaFile::Zattrs))
                     .map(|f| file(f.name().into())),
             );
+        } else if !hidden && self.group_docs.kept_zattrs(rel)? {
+            // Its `.zgroup` unlinked: its `.zattrs` stays, as on a plain directory.
+            out.push(file(super::MetaFile::Zattrs.name().into()));
         }
         Ok(out)
     }

@@ -206,9 +206,11 @@ impl View {
         let w = self.writer()?;
         match &node {
             Node::Dir { rel } => {
-                if w.unlinked.zmetadata_left(rel) {
-                    // It shows the `.zmetadata` its `.zgroup` left, as a plain directory
-                    // would hold it (`rm -rf` unlinks it first).
+                if w.unlinked.zmetadata_left(rel)
+                    || (!self.zattrs_hidden(rel) && self.group_docs.kept_zattrs(rel)?)
+                {
+                    // It shows the `.zmetadata` or `.zattrs` its `.zgroup` left, as a
+                    // plain directory would hold them (`rm -rf` unlinks them first).
                     return Err(ViewError::NotEmpty);
                 }
                 match self.rmdir_plain(rel) {

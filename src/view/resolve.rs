@@ -182,9 +182,12 @@ impl View {
                         rel: rel.join(name),
                     }));
                 }
+                let hidden = file == MetaFile::Zattrs && self.zattrs_hidden(rel);
                 let is_group = file != MetaFile::Zarray
-                    && !(file == MetaFile::Zattrs && self.zattrs_hidden(rel))
-                    && self.group_docs.stored(rel)?.is_some();
+                    && !hidden
+                    && (self.group_docs.stored(rel)?.is_some()
+                        // its `.zgroup` unlinked: its `.zattrs` stays
+                        || (file == MetaFile::Zattrs && self.group_docs.kept_zattrs(rel)?));
                 return Ok(is_group.then(|| Node::GroupMeta {
                     dir: rel.to_path_buf(),
                     file,

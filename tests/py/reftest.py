@@ -133,11 +133,6 @@ DOCUMENTED = {
         "commit with `EINVAL` (`fsync`, rename, `truncate` through the view); the chunk keeps "
         "what it had.",
     ),
-    "v2-unlink-zgroup-takes-zattrs": (
-        'SEMANTICS "Known gaps of the v2 view"',
-        "Unlinking a group's `.zgroup` takes its `.zattrs` along (both are made from the "
-        "group's `zarr.json`, which the unlink removes)",
-    ),
     "headless-array-shows-stored-files": (
         'SEMANTICS "The tree, as clients use it" (metadata unlinked)',
         "Until the metadata is written again the store holds the shards without it ... A "
@@ -1721,28 +1716,6 @@ class Run:
                 (self.plain / bak).write_bytes(bm)
                 self.diff(Diff(idx, f"bytes of {bak} (a backup of generated metadata)", f"{len(bm)}B",
                                f"{len(bp)}B", why="v2-metadata-generated", op=op, idx=idx))
-        d = op.info.get("zgroup_unlinked")
-        if d is not None and ok and (self.plain / d / ".zattrs").is_file():
-            # SEMANTICS "Known gaps of the v2 view": unlinking a group's .zgroup takes its
-            # .zattrs along (a .zgroup written back makes a group with no attributes):
-            # follow it in the twin, so that the trees stay comparable
-            za = join(d, ".zattrs")
-            bp = (self.plain / za).read_bytes()
-            try:
-                bm = (self.mnt / za).read_bytes()
-            except FileNotFoundError:
-                bm = None
-            except OSError as e:
-                bm = ename(e)
-            if bm is None or (isinstance(bm, bytes) and jload(bm) == {} and jload(bp) != {}
-                              and (self.plain / d / ".zgroup").is_file()):
-                if bm is None:
-                    (self.plain / za).unlink()
-                else:
-                    (self.plain / za).write_bytes(bm)
-                self.diff(Diff(idx, f"{za} after its .zgroup was unlinked",
-                               "absent" if bm is None else bm[:60], bp[:60],
-                               why="v2-unlink-zgroup-takes-zattrs", op=op, idx=idx))
         # a group of the v2 view has a .zmetadata (made from the hierarchy): where an op
         # wrote a group's .zgroup, the twin gets one; one the op unlinked last is gone until
         # made again, as in the twin (SEMANTICS "`.zmetadata`": "unlinked, it is gone until
