@@ -188,7 +188,16 @@ pub(crate) fn for_each_array_or_bad(
             Ok(Node::Group) => {}
             Err(e) => bad(dir.join("zarr.json"), e.to_string()),
         },
-        Ok(None) => {}
+        // An array whose metadata a writable mount unlinked while its other names stay
+        // (`store::UNLINKED_META`): its shards are walked with the document kept (before,
+        // `verify` and `info` left them out: found by an adversarial tester).
+        Ok(None) => {
+            if let Ok(Some(bytes)) = store.read_all(&dir.join(crate::store::UNLINKED_META))
+                && let Ok(Node::Array(meta)) = format::metadata::parse(&bytes)
+            {
+                return visit(dir, *meta);
+            }
+        }
         // A zarr.json that cannot be read (a directory, say): this one node is left
         // out, the rest of the store is still walked.
         Err(e) => log::warn!("{}/zarr.json: {e}", dir.display()),

@@ -1934,6 +1934,9 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
         meta
     };
     assert!(!store.path().join("z/zarr.json").exists());
+    // `verify` checks its shards with the document kept (before, it left them out).
+    let report = shardfs::maint::verify(store.path(), false, false).unwrap();
+    assert_eq!((report.arrays, report.shards_checked), (1, 2), "{report:?}");
     {
         let ro = MountOptions {
             read_only: true,
