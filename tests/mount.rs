@@ -1831,6 +1831,34 @@ fn an_arrays_directory_chmodded_while_its_metadata_is_gone_shows_its_mode() {
     assert_eq!(mode(&store.path().join("z")), 0o750);
 }
 
+/// An empty directory renamed onto an array's directory that shows nothing (its
+/// metadata unlinked, its chunks removed) replaces it, as on a plain directory (before,
+/// `ENOTEMPTY`: the kept metadata was still in the store; found by an adversarial tester).
+#[test]
+fn an_empty_directory_renamed_onto_an_emptied_array_whose_metadata_is_gone_replaces_it() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = zstd_array_z();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    let z = mnt.path().join("z");
+    std::fs::create_dir(z.join("c")).unwrap();
+    std::fs::write(z.join("c/0"), b"chunk").unwrap();
+    std::fs::remove_file(z.join("zarr.json")).unwrap();
+    std::fs::remove_file(z.join("c/0")).unwrap();
+    std::fs::remove_dir(z.join("c")).unwrap();
+    assert_eq!(std::fs::read_dir(&z).unwrap().count(), 0);
+    std::fs::create_dir(mnt.path().join("y")).unwrap();
+    std::fs::rename(mnt.path().join("y"), &z).unwrap();
+    assert_eq!(std::fs::read_dir(&z).unwrap().count(), 0);
+    m.unmount().unwrap();
+    assert_eq!(
+        common::files_under(&store.path().join("z")).len(),
+        0,
+        "nothing of shardfs's own left"
+    );
+}
+
 /// An array's directory moved while its metadata is gone (`rm z/zarr.json; mv z y; mv
 /// y z`, or away for good): the chunk files move with it, as on a plain directory, and
 /// the metadata written back (at either name) has them all, also after a remount.

@@ -261,6 +261,18 @@ impl View {
         {
             return Ok(Target::Meta(file));
         }
+        // The v2 view: an array's directory (also one whose `.zarray` is unlinked: its
+        // shards are still there) is no group. Before, a `.zgroup` written there (zarr 2's
+        // `open_group(mode="a")`) was stored as a file of its own, and the group and what
+        // was written into it were gone at the next mount (found by an adversarial tester).
+        if self.format == super::ViewFormat::V2
+            && parent.is_none()
+            && name == MetaFile::Zgroup.name()
+        {
+            return Ok(Target::Invalid(
+                "an array's directory is no group (remove the array first)".into(),
+            ));
+        }
         let Some(kp) = name
             .to_str()
             .and_then(|n| array.encoding().child(array.layout.ndim(), parent, n))

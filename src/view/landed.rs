@@ -119,6 +119,12 @@ impl View {
                 MetaFile::Zgroup | MetaFile::Zarray => {
                     w.unlinked.forget_zmetadata(dir);
                     w.unlinked.zmetadata_made(dir);
+                    // A group now where an unsharded array's `.zarray` was unlinked: shown
+                    // as one (before, its `.zgroup` was stored but not found until a
+                    // remount: found by an adversarial tester).
+                    if file == MetaFile::Zgroup {
+                        w.unlinked.forget_plain(dir);
+                    }
                 }
                 MetaFile::ZarrJson => {}
             }

@@ -207,6 +207,7 @@ impl View {
         match &node {
             Node::Dir { rel } => {
                 if w.unlinked.zmetadata_left(rel)
+                    || (self.format == ViewFormat::V2 && self.has_zmetadata(rel)?)
                     || (!self.zattrs_hidden(rel) && self.group_docs.kept_zattrs(rel)?)
                 {
                     // It shows the `.zmetadata` or `.zattrs` its `.zgroup` left, as a

@@ -174,11 +174,28 @@ impl View {
         self.writer()?;
         if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = target
             && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
-            && !self.shows_empty(to, t)?
         {
-            // What the view shows in it counts, as on a plain directory (a `.zmetadata`
-            // left by an unlinked `.zgroup` has no file in the store).
-            return Err(ViewError::NotEmpty);
+            if !self.shows_empty(to, t)? {
+                // What the view shows in it counts, as on a plain directory (a
+                // `.zmetadata` left by an unlinked `.zgroup` has no file in the store).
+                return Err(ViewError::NotEmpty);
+            }
+            // Empty as shown: metadata kept at an unlink there (`store::UNLINKED_META`)
+            // goes, as the directory does (before, the rename was `ENOTEMPTY`: found by
+            // an adversarial tester).
+            let rel = match t {
+                Node::ArrayDir { array } => &array.rel,
+                Node::Dir { rel } => rel,
+                _ => unreachable!("matched above"),
+            };
+            match self
+                .store
+                .remove_file(&rel.join(crate::store::UNLINKED_META))
+            {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+            self.writer()?.unlinked.forget_headless(rel);
         }
         if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
             // Refused before anything changed (`mv` then copies and unlinks): the copy

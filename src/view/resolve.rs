@@ -223,7 +223,8 @@ impl View {
                 return Ok(false);
             }
         }
-        Ok(self.group_docs.stored(rel)?.is_some())
+        // (one whose `.zgroup` was unlinked, also in a later mount: `GroupDocs::kept`)
+        Ok(self.group_docs.stored(rel)?.is_some() || self.group_docs.kept(rel)?.is_some())
     }
 
     /// A child of a group of a draft store. One not known is looked for again in the

@@ -2194,7 +2194,8 @@ class Run:
             # unlinked (gone in that mount); a later mount shows one for every array
             why = "v2-zattrs-always-shown"
         elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) in MADE_V2 \
-                and (self.plain / os.path.dirname(rel) / ".zgroup").is_file():
+                and ((self.plain / os.path.dirname(rel) / ".zgroup").is_file()
+                     or (not self.s3 and (self.store / os.path.dirname(rel) / "zarr.json.shardfs-unlinked").is_file())):
             why = "v2-zmetadata-made-for-every-group"  # unlinked in the mount before
         elif self.fmt == "v2" and not live and sm is None and os.path.basename(rel) in MADE_V2 \
                 and not (self.plain / os.path.dirname(rel) / ".zgroup").is_file():
