@@ -2044,6 +2044,13 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
     let z = store.path().join("z");
     std::fs::create_dir(&z).unwrap();
     std::fs::write(z.join("zarr.json.shardfs-unlinked"), &meta).unwrap();
+    // (kept at an unlink long before the metadata now there was written)
+    std::fs::File::options()
+        .write(true)
+        .open(z.join("zarr.json.shardfs-unlinked"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
     std::fs::write(
         z.join("zarr.json"),
         br#"{"zarr_format": 3, "node_type": "group"}"#,

@@ -80,19 +80,21 @@ impl View {
                 None => return Some(array),
             },
             // Another mount unlinked its metadata while its names stay: they are still
-            // the array's (`store::UNLINKED_META`), and so are the chunks staged here.
-            Ok(None)
-                if self
-                    .store
-                    .stat(&array.rel.join(crate::store::UNLINKED_META))
-                    .is_ok_and(|m| m.is_some()) =>
-            {
-                return Some(array);
-            }
-            Ok(None) => {
-                "its metadata is gone from the store (another mount removed or moved the \
-                 array): the chunks staged for it are not stored"
-            }
+            // the array's (`store::UNLINKED_META`), and so are the chunks staged here,
+            // unless the document kept is another array's (one made there since).
+            Ok(None) => match self.kept_array_now(&array) {
+                Some(Some(now)) if !replaced(&array, &now) => return Some(array),
+                Some(Some(_)) => {
+                    "another mount made another array at its path: the chunks staged for \
+                     the one it replaced are not stored"
+                }
+                // Not told (a read failed): kept, as for a failing stat below.
+                None => return Some(array),
+                Some(None) => {
+                    "its metadata is gone from the store (another mount removed or moved \
+                     the array): the chunks staged for it are not stored"
+                }
+            },
             Err(_) => return Some(array),
         };
         self.let_go_staged(&array.rel, why);
@@ -110,6 +112,22 @@ impl View {
             refused.pop_front();
         }
         refused.push_back((rel.display().to_string(), why.to_string()));
+    }
+
+    /// The array whose metadata another mount unlinked at `array`'s path, from the
+    /// document kept there: `Some(None)` where there is none (the array is gone), `None`
+    /// where that cannot be told (a store error).
+    fn kept_array_now(&self, array: &ShardedArray) -> Option<Option<Arc<ShardedArray>>> {
+        let kept = array.rel.join(crate::store::UNLINKED_META);
+        if self.store.stat(&kept).ok()?.is_none() {
+            return Some(None);
+        }
+        let dir_meta = self.store.stat(&array.rel).ok()??;
+        match self.load_array_from(&array.rel, &kept, dir_meta) {
+            Ok(now) => Some(Some(Arc::new(now))),
+            Err(super::array_load::NotShown::Io(_)) => None,
+            Err(_) => Some(None),
+        }
     }
 
     /// `array` as the store describes it now (`None` where that cannot be told: a read
