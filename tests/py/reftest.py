@@ -113,7 +113,8 @@ DOCUMENTED = {
     ),
     "v2-zattrs-always-shown": (
         'SEMANTICS "Known gaps of the v2 view"',
-        "the view shows a `.zattrs` for every array at once.",
+        "the view shows a `.zattrs` for every array (and every group) at once; one unlinked "
+        "is shown again, as `{}`, by a later mount",
     ),
     "v2-touch-generated-metadata": (
         'SEMANTICS "Known gaps of the v2 view"',
@@ -1722,10 +1723,14 @@ class Run:
         # made again"); one left by an unlinked .zgroup stays a plain file of the twin
         shown = {}
         for st in op.steps:
-            for path in (st.path, getattr(st, "rename", (None, None))[1]):
-                if path and os.path.basename(path) in (".zgroup", ".zmetadata"):
-                    gone = os.path.basename(path) == ".zmetadata" and st.desc.startswith("unlink ")
-                    shown[os.path.dirname(path)] = not gone
+            writes = st.call[0] in ("st_write", "st_tar_create")
+            for path, made in ((st.path, writes), (getattr(st, "rename", (None, None))[1], True)):
+                if not path or os.path.basename(path) not in (".zgroup", ".zmetadata"):
+                    continue
+                if os.path.basename(path) == ".zmetadata" and st.desc.startswith("unlink "):
+                    shown[os.path.dirname(path)] = False
+                elif made:  # (not a utime, read or fsync of it: seed v2 5010)
+                    shown[os.path.dirname(path)] = True
         for d in sorted(d for d, yes in shown.items() if yes):
             zg, zm = self.plain / d / ".zgroup", self.plain / d / ".zmetadata"
             if zg.is_file() and not os.path.lexists(zm) and jload(zg.read_bytes()) is not None:
@@ -2189,7 +2194,8 @@ class Run:
                 and os.path.dirname(rel) in self.headless:
             why = "v2-headless-zattrs-not-stored"
         elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) == ".zattrs" \
-                and os.path.dirname(rel) in arrays and os.path.dirname(rel) not in self.headless \
+                and (os.path.dirname(rel) in arrays or (self.plain / os.path.dirname(rel) / ".zgroup").is_file()) \
+                and os.path.dirname(rel) not in self.headless \
                 and jload((self.mnt / rel).read_bytes()) == {}:
             # unlinked (gone in that mount); a later mount shows one for every array
             why = "v2-zattrs-always-shown"
