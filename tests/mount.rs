@@ -1941,14 +1941,7 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
     }
     let store = zstd_array_z();
     let chunk = |i: u8| vec![i; usize::from(i) + 3];
-    let names = |dir: &Path| -> Vec<String> {
-        let mut n: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        n.sort();
-        n
-    };
+    let names = common::names;
     let meta = {
         let (mnt, m) = common::mount::mount_rw(store.path());
         let z = mnt.path().join("z");

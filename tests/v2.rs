@@ -795,14 +795,7 @@ fn a_groups_zmetadata_unlinked_is_gone_until_made_again() {
     let g = mnt.path().join("g");
     std::fs::create_dir(&g).unwrap();
     write_and_close(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
-    let names = || {
-        let mut n: Vec<String> = std::fs::read_dir(&g)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        n.sort();
-        n
-    };
+    let names = || common::names(&g);
     let excl = || {
         std::fs::OpenOptions::new()
             .write(true)
@@ -1123,14 +1116,7 @@ fn a_groups_zgroup_unlinked_keeps_its_attributes() {
     let attrs = |g: &Path| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(g.join(".zattrs")).unwrap()).unwrap()
     };
-    let names = |g: &Path| {
-        let mut n: Vec<String> = std::fs::read_dir(g)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        n.sort();
-        n
-    };
+    let names = common::names;
     let stored = |key: &str| -> serde_json::Value {
         common::json_file(&store.path().join("g/zarr.json"))["attributes"][key].clone()
     };
@@ -1454,14 +1440,7 @@ fn a_key_directory_a_shrink_leaves_outside_the_grid_is_listed_while_it_holds_fil
             "dimension_separator": "/"}}"#
         )
     };
-    let names = |d: &Path| {
-        let mut n: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        n.sort();
-        n
-    };
+    let names = common::names;
     {
         let mnt = tempfile::tempdir().unwrap();
         let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
@@ -1515,14 +1494,7 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
         doc.contains("sharding_indexed"),
         "sharded in the store: {doc}"
     );
-    let names = || {
-        let mut n: Vec<String> = std::fs::read_dir(&a)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        n.sort();
-        n
-    };
+    let names = || common::names(&a);
     let attrs = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(a.join(".zattrs")).unwrap()).unwrap()
     };

@@ -57,7 +57,7 @@ impl View {
                     // being taken in now, or by another): the array's again, loaded below.
                     // The document kept at the unlink goes first (a failure leaves the
                     // array unlinked here, to be tried again).
-                    remove_unlinked_meta(self.store.as_ref(), &kept)?;
+                    remove_unlinked_meta(self.store.as_ref(), &rel)?;
                     let file = match self.format {
                         ViewFormat::V2 => MetaFile::Zarray,
                         ViewFormat::V3 => MetaFile::ZarrJson,
@@ -92,7 +92,7 @@ impl View {
                 self.store.stat(&kept),
                 self.store.stat(&rel.join("zarr.json")),
             ) && j.mtime > k.mtime
-                && let Err(e) = remove_unlinked_meta(self.store.as_ref(), &kept)
+                && let Err(e) = remove_unlinked_meta(self.store.as_ref(), &rel)
             {
                 log::warn!("{}: left as it was: {e}", kept.display());
             }
@@ -311,9 +311,10 @@ impl View {
     }
 }
 
-/// Remove the document kept at an unlink (`store::UNLINKED_META`); gone already is fine.
-fn remove_unlinked_meta(store: &dyn crate::store::Store, kept: &Path) -> Result<()> {
-    match store.remove_file(kept) {
+/// Remove the document kept at an unlink in store directory `dir`
+/// (`store::UNLINKED_META`); gone already is fine.
+pub(super) fn remove_unlinked_meta(store: &dyn crate::store::Store, dir: &Path) -> Result<()> {
+    match store.remove_file(&dir.join(crate::store::UNLINKED_META)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
     }

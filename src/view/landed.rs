@@ -211,13 +211,7 @@ impl View {
         bytes.push(b'\n');
         self.store.write_atomically(&json_path, &bytes)?;
         if had_kept {
-            match self
-                .store
-                .remove_file(&dir.join(crate::store::UNLINKED_META))
-            {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
+            super::array_load::remove_unlinked_meta(self.store.as_ref(), dir)?;
         }
         match file {
             MetaFile::Zarray => {

@@ -188,13 +188,7 @@ impl View {
                 Node::Dir { rel } => rel,
                 _ => unreachable!("matched above"),
             };
-            match self
-                .store
-                .remove_file(&rel.join(crate::store::UNLINKED_META))
-            {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
+            super::array_load::remove_unlinked_meta(self.store.as_ref(), rel)?;
             self.writer()?.unlinked.forget_headless(rel);
         }
         if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {

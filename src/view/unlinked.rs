@@ -327,9 +327,9 @@ impl Unlinked {
     }
 
     /// The `.zmetadata` of the group at `rel` was made again (or its `.zgroup` written):
-    /// shown. Whether it had been unlinked.
-    pub(super) fn zmetadata_made(&self, rel: &Path) -> bool {
-        self.zmetadata_gone.lock().remove(rel)
+    /// shown.
+    pub(super) fn zmetadata_made(&self, rel: &Path) {
+        self.zmetadata_gone.lock().remove(rel);
     }
 
     /// The `.zmetadata` left at `rel` is gone (unlinked, or its directory).

@@ -114,6 +114,16 @@ pub fn venv_setup(venv: &str) -> String {
     }
 }
 
+/// The names in directory `dir` (a listing through a mount), sorted.
+pub fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Every regular file under `dir`, as `/`-separated paths relative to `dir`.
 pub fn files_under(dir: &Path) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
