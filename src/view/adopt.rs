@@ -27,6 +27,7 @@ impl View {
         }
         let json_path = dir.join("zarr.json");
         let bytes = self
+            .tree
             .store
             .read_all(&json_path)?
             .ok_or(ViewError::NotFound)?;
@@ -36,7 +37,7 @@ impl View {
         let Some(sharded) = self.sharded_document(dir, &meta)? else {
             return Ok(());
         };
-        let store = self.store.as_ref();
+        let store = self.tree.store.as_ref();
         // No name is made in the directory while it becomes an array (see `Writer::tree`).
         let _adopting = w.tree.write();
         let key_dirs = collect_key_dirs(store, dir, &meta);
@@ -84,7 +85,7 @@ impl View {
         dir: &Path,
         key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
     ) -> Vec<(Option<Vec<u64>>, PathBuf)> {
-        let store = self.store.as_ref();
+        let store = self.tree.store.as_ref();
         let (key_dirs, at_chunks): (Vec<_>, Vec<_>) = key_dirs
             .into_iter()
             .partition(|(coords, _)| coords.is_some());
@@ -95,7 +96,7 @@ impl View {
                     path.display()
                 );
             }
-            self.shards.invalidate(&path);
+            self.tree.shards.invalidate(&path);
         }
         if let Some(w) = &self.writer {
             w.vdirs.made_all(
@@ -117,10 +118,10 @@ impl View {
         array: &super::ShardedArray,
         key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
     ) {
-        let store = self.store.as_ref();
+        let store = self.tree.store.as_ref();
         for (_, path) in key_dirs.into_iter().rev() {
             let _ = store.remove_dir(&path);
-            self.shards.invalidate(&path);
+            self.tree.shards.invalidate(&path);
         }
         if let Some(w) = &self.writer {
             w.vdirs
@@ -136,7 +137,7 @@ impl View {
         moved: &[(Vec<u64>, PathBuf)],
         aside: &Path,
     ) -> Result<()> {
-        let (w, store) = (self.writer()?, self.store.as_ref());
+        let (w, store) = (self.writer()?, self.tree.store.as_ref());
         if !moved.is_empty() {
             for (coords, file) in moved {
                 w.staging.put(
@@ -159,7 +160,7 @@ impl View {
     fn sharded_document(&self, dir: &Path, meta: &format::ArrayMeta) -> Result<Option<Vec<u8>>> {
         let w = self.writer()?;
         if matches!(meta.presentation, format::Presentation::Sharded(_))
-            && self.arrays.get(dir).is_some()
+            && self.tree.arrays.get(dir).is_some()
         {
             // Taken in already (the same document landing twice: at its close, and
             // again at its release once the kernel opens files itself): it is the
@@ -172,7 +173,7 @@ impl View {
             // store as it is for the rest of this mount. Later mounts show it unsharded.
             if matches!(meta.presentation, format::Presentation::Sharded(_)) {
                 w.choices.show_as_stored(dir);
-                self.arrays.remove(dir);
+                self.tree.arrays.remove(dir);
                 self.refresh_subtree(dir);
             }
             return Ok(None);
@@ -210,7 +211,7 @@ impl View {
     fn refuse_new_array(&self, dir: &Path, why: String) -> ViewError {
         let json_path = dir.join("zarr.json");
         log::warn!("{}: refused: {why}", json_path.display());
-        if let Err(e) = self.store.remove_file(&json_path) {
+        if let Err(e) = self.tree.store.remove_file(&json_path) {
             return e.into();
         }
         if let Some(w) = &self.writer {
@@ -338,7 +339,7 @@ impl View {
     /// array's now, the array stays unsharded ([`View::adopt_new_array`]).
     pub(super) fn note_unsharded(&self, json: &Path) {
         let Some(w) = &self.writer else { return };
-        let Ok(Some(bytes)) = self.read_small(json) else {
+        let Ok(Some(bytes)) = self.tree.read_small(json) else {
             return;
         };
         if let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes)

@@ -45,8 +45,8 @@ impl View {
             }
             if let Some(array) = w.unlinked.headless_array_now(&rel, &dir_meta) {
                 let kept = rel.join(crate::store::UNLINKED_META);
-                if self.store.stat(&rel.join("zarr.json"))?.is_none() {
-                    if self.store.stat(&kept)?.is_some() {
+                if self.tree.store.stat(&rel.join("zarr.json"))?.is_none() {
+                    if self.tree.store.stat(&kept)?.is_some() {
                         return Ok(Some(Node::ArrayDir { array }));
                     }
                     // Neither: another mount removed the array (or made a plain directory
@@ -57,8 +57,8 @@ impl View {
                     // being taken in now, or by another): the array's again, loaded below.
                     // The document kept at the unlink goes first (a failure leaves the
                     // array unlinked here, to be tried again).
-                    remove_unlinked_meta(self.store.as_ref(), &rel)?;
-                    let file = match self.format {
+                    remove_unlinked_meta(self.tree.store.as_ref(), &rel)?;
+                    let file = match self.tree.format {
                         ViewFormat::V2 => MetaFile::Zarray,
                         ViewFormat::V3 => MetaFile::ZarrJson,
                     };
@@ -70,10 +70,10 @@ impl View {
         // when it was read (the same ETag on object storage; inode, size and times on a
         // disk): not read again. A revalidation of the array directory read its
         // `zarr.json` each time, and failed while an endpoint did not answer.
-        if let Some(known) = self.arrays.get(&rel)
+        if let Some(known) = self.tree.arrays.get(&rel)
             && !known.draft
             && known.dir_meta == dir_meta
-            && self.store.stat(&rel.join("zarr.json")).ok().flatten() == Some(known.json_meta)
+            && self.tree.store.stat(&rel.join("zarr.json")).ok().flatten() == Some(known.json_meta)
         {
             return Ok(Some(Node::ArrayDir { array: known }));
         }
@@ -89,10 +89,10 @@ impl View {
         if self.writer.is_some() && !matches!(loaded, Err(NotShown::NoMetadata | NotShown::Io(_))) {
             let kept = rel.join(crate::store::UNLINKED_META);
             if let (Ok(Some(k)), Ok(Some(j))) = (
-                self.store.stat(&kept),
-                self.store.stat(&rel.join("zarr.json")),
+                self.tree.store.stat(&kept),
+                self.tree.store.stat(&rel.join("zarr.json")),
             ) && j.mtime > k.mtime
-                && let Err(e) = remove_unlinked_meta(self.store.as_ref(), &rel)
+                && let Err(e) = remove_unlinked_meta(self.tree.store.as_ref(), &rel)
             {
                 log::warn!("{}: left as it was: {e}", kept.display());
             }
@@ -102,7 +102,7 @@ impl View {
                 let array = Arc::new(array);
                 // Another mount made another array here: chunks staged for the one it
                 // replaced must not go into it (see `View::array_to_flush`).
-                if let Some(old) = self.arrays.get(&rel)
+                if let Some(old) = self.tree.arrays.get(&rel)
                     && super::durable::replaced(&old, &array)
                     && self.writer.as_ref().is_some_and(|w| w.staging.holds(&rel))
                 {
@@ -112,7 +112,7 @@ impl View {
                          for the one it replaced are not stored",
                     );
                 }
-                self.arrays.insert(array.clone());
+                self.tree.arrays.insert(array.clone());
                 Some(Node::ArrayDir { array })
             }
             Err(NotShown::Plain) => Some(Node::Dir { rel }),
@@ -122,8 +122,8 @@ impl View {
             },
             Err(NotShown::Io(e)) => return Err(e.into()),
             Err(NotShown::Unsupported(why)) => {
-                let v2 = self.format == ViewFormat::V2;
-                if self.arrays.first_warning(&rel) {
+                let v2 = self.tree.format == ViewFormat::V2;
+                if self.tree.arrays.first_warning(&rel) {
                     if v2 {
                         log::warn!("{}: left out of the v2 view: {why}", rel.display());
                     } else {
@@ -156,7 +156,7 @@ impl View {
             return Ok(None);
         };
         let kept = rel.join(crate::store::UNLINKED_META);
-        if self.store.stat(&kept)?.is_none() {
+        if self.tree.store.stat(&kept)?.is_none() {
             return Ok(None);
         }
         let array = match self.load_array_from(rel, &kept, dir_meta) {
@@ -164,14 +164,14 @@ impl View {
             Err(NotShown::Io(e)) => return Err(e.into()),
             Err(_) => return Ok(None),
         };
-        let file = match self.format {
+        let file = match self.tree.format {
             ViewFormat::V2 => MetaFile::Zarray,
             ViewFormat::V3 => MetaFile::ZarrJson,
         };
         w.unlinked.make_headless(&array, file);
         // Known to the chunk paths as any array is (before, a chunk written, fsynced or
         // removed in it got `ESTALE`: found by a reviewer).
-        self.arrays.insert(array.clone());
+        self.tree.arrays.insert(array.clone());
         Ok(Some(Node::ArrayDir { array }))
     }
 
@@ -194,7 +194,7 @@ impl View {
                 unsupported(e.to_string())
             }
         };
-        let Some(file) = self.store.open(from).map_err(failed)? else {
+        let Some(file) = self.tree.store.open(from).map_err(failed)? else {
             return Err(NotShown::NoMetadata);
         };
         let (bytes, json_meta) = read_metadata(file.as_ref()).map_err(failed)?;
@@ -204,7 +204,7 @@ impl View {
         };
         let layout = match &meta.presentation {
             Presentation::Sharded(l) => l.clone(),
-            Presentation::Plain if self.format == ViewFormat::V2 => {
+            Presentation::Plain if self.tree.format == ViewFormat::V2 => {
                 // Shown with its chunk files passed through at v2 keys (`plain.rs`).
                 return match format::v2::plain_zarray(&meta.doc) {
                     Ok(_) => Err(NotShown::Plain),
@@ -244,13 +244,13 @@ impl View {
         dir_meta: EntryMeta,
         json_meta: EntryMeta,
     ) -> std::result::Result<ShardedArray, String> {
-        let json = self.as_written(
+        let json = self.tree_read().as_written(
             &src.meta_rel,
             MetaFile::ZarrJson,
             Arc::new(meta.unsharded_json(&layout)),
         );
         let mut v2_fill = None;
-        let (shown_keys, v2) = match self.format {
+        let (shown_keys, v2) = match self.tree.format {
             ViewFormat::V3 if src.draft => (
                 format::ChunkKeyEncoding {
                     kind: format::KeyKind::Default,
@@ -279,12 +279,12 @@ impl View {
                 (
                     keys,
                     Some((
-                        self.as_written(
+                        self.tree_read().as_written(
                             &src.meta_rel,
                             MetaFile::Zarray,
                             Arc::new(format::v2::to_bytes(&zarray)),
                         ),
-                        self.as_written(
+                        self.tree_read().as_written(
                             &src.meta_rel,
                             MetaFile::Zattrs,
                             Arc::new(format::v2::to_bytes(&zattrs)),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::TreeRead;
 use super::{MetaFile, View, write_api};
 
 /// At most this many documents, of at most this many bytes in all (none over an eighth
@@ -112,32 +113,6 @@ impl AsWritten {
 }
 
 impl View {
-    /// `rendered`, the view's document `file` of the array (or group) whose metadata is
-    /// stored at `meta_rel`, or the same document as a writer of this mount wrote it.
-    pub(super) fn as_written(
-        &self,
-        meta_rel: &Path,
-        file: MetaFile,
-        rendered: Arc<Vec<u8>>,
-    ) -> Arc<Vec<u8>> {
-        let Some(w) = &self.writer else {
-            return rendered;
-        };
-        let written = {
-            let kept = w.as_written.lock();
-            if kept.docs.is_empty() {
-                return rendered;
-            }
-            kept.docs
-                .get(&(meta_rel.to_path_buf(), file))
-                .map(|(_, b)| b.clone())
-        };
-        match written {
-            Some(bytes) if same_json(&bytes, &rendered) => bytes,
-            _ => rendered,
-        }
-    }
-
     /// A writer's document `file` of the array whose metadata is stored at `key.0`,
     /// about to be taken in: kept to be shown as written ([`View::as_written`]).
     pub(super) fn remember_as_written(&self, key: MetaKey, bytes: &[u8]) -> Remembered {
@@ -154,7 +129,7 @@ impl View {
         // (a writer's length) goes.
         for (meta_rel, file) in evicted {
             let shown = meta_rel.with_file_name(file.name());
-            if let Some(ino) = self.inodes.peek(&shown) {
+            if let Some(ino) = self.tree.inodes.peek(&shown) {
                 w.invalidate(write_api::Invalidation::Inode(ino));
             }
         }
@@ -183,6 +158,34 @@ impl View {
             if let Some(previous) = r.previous {
                 kept.put(r.key, previous);
             }
+        }
+    }
+}
+
+impl TreeRead<'_> {
+    /// `rendered`, the view's document `file` of the array (or group) whose metadata is
+    /// stored at `meta_rel`, or the same document as a writer of this mount wrote it.
+    pub(super) fn as_written(
+        &self,
+        meta_rel: &Path,
+        file: MetaFile,
+        rendered: Arc<Vec<u8>>,
+    ) -> Arc<Vec<u8>> {
+        let Some(w) = &self.writer else {
+            return rendered;
+        };
+        let written = {
+            let kept = w.as_written.lock();
+            if kept.docs.is_empty() {
+                return rendered;
+            }
+            kept.docs
+                .get(&(meta_rel.to_path_buf(), file))
+                .map(|(_, b)| b.clone())
+        };
+        match written {
+            Some(bytes) if same_json(&bytes, &rendered) => bytes,
+            _ => rendered,
         }
     }
 }

@@ -6,56 +6,53 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::Tree;
 use super::*;
 
 impl View {
     /// Resolve `name` in directory `parent` and count a kernel lookup of the result.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
-        let (path, node) = self.node(parent)?;
+        let (path, node) = self.tree.node(parent)?;
         let child = self.child(&path, &node, name)?.ok_or(ViewError::NotFound)?;
         let attr_node = child.clone();
-        let ino = self.inodes.intern(path.join(name), child);
+        let ino = self.tree.inodes.intern(path.join(name), child);
         match self.attr(ino, &attr_node) {
             Ok(a) => Ok(a),
             Err(e) => {
-                self.inodes.forget(ino, 1);
+                self.tree.inodes.forget(ino, 1);
                 Err(e)
             }
         }
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
-        self.inodes.forget(ino, n);
-        if self.inodes.get(ino).is_none() {
-            self.cache.forget(ino);
+        self.tree.inodes.forget(ino, n);
+        if self.tree.inodes.get(ino).is_none() {
+            self.tree.cache.forget(ino);
         }
     }
 
     /// A handle of `ino` was released; an inode the kernel forgot before goes with it.
     pub(super) fn let_go(&self, ino: u64) {
-        if self.inodes.let_go(ino) {
-            self.cache.forget(ino);
+        if self.tree.inodes.let_go(ino) {
+            self.tree.cache.forget(ino);
         }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let (_, node) = self.node(ino)?;
+        let (_, node) = self.tree.node(ino)?;
         self.attr(ino, &node)
     }
 
     pub fn readlink(&self, ino: u64) -> Result<PathBuf> {
-        match self.node(ino)?.1 {
-            Node::Symlink { rel } => Ok(self.store.read_link(&rel)?),
+        match self.tree.node(ino)?.1 {
+            Node::Symlink { rel } => Ok(self.tree.store.read_link(&rel)?),
             _ => Err(ViewError::Io(io::Error::from_raw_os_error(libc::EINVAL))),
         }
     }
 
     pub fn statfs(&self) -> Result<SpaceInfo> {
-        Ok(self.store.space()?)
-    }
-
-    pub(super) fn stat_rel(&self, rel: &Path) -> Result<EntryMeta> {
-        self.store.stat(rel)?.ok_or(ViewError::NotFound)
+        Ok(self.tree.store.space()?)
     }
 
     /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
@@ -69,7 +66,7 @@ impl View {
                 Node::Scratch { path, .. } => w.scratch.stat_at(path).map_or(a.mtime, |(_, m)| m),
                 _ => a.mtime,
             };
-            if let Some((path, _)) = self.inodes.get(ino)
+            if let Some((path, _)) = self.tree.inodes.get(ino)
                 && let Some(t) = w.times.shown(&path, own)
             {
                 a.atime = t.atime;
@@ -87,10 +84,11 @@ impl View {
                 Attr::from_meta(ino, Kind::File, m.len, &m)
             }
             Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
-                let m = self.stat_rel(rel)?;
+                let m = self.tree.stat_rel(rel)?;
                 // A group document the v3 view shows changed (one `stat` for both).
                 let len = match node {
                     Node::File { .. } => self
+                        .tree
                         .group_docs
                         .shown(rel, Some(&m))
                         .map_or(m.len, |d| d.len() as u64),
@@ -100,12 +98,12 @@ impl View {
             }
             // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
             Node::PlainFill { array, data, .. } => {
-                let mut m = self.stat_rel(array)?;
+                let mut m = self.tree.stat_rel(array)?;
                 m.perm &= 0o666;
                 Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
             }
             Node::Consolidated { dir } => {
-                let mut m = self.stat_rel(dir)?;
+                let mut m = self.tree.stat_rel(dir)?;
                 m.perm &= 0o666;
                 m.mtime = std::time::SystemTime::now();
                 Attr {
@@ -114,21 +112,21 @@ impl View {
                 }
             }
             Node::PlainFillDir { array, .. } => {
-                let m = self.stat_rel(array)?;
+                let m = self.tree.stat_rel(array)?;
                 Attr::from_meta(ino, Kind::Dir, 0, &m)
             }
-            Node::Container(c) => self.containers.attr(ino, c)?,
+            Node::Container(c) => self.tree.containers.attr(ino, c)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
             }
             Node::ArrayMeta { array, file } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 let len = array.meta_bytes(*file).len() as u64;
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }
             Node::GroupMeta { dir, file } => self.group_meta_attr(ino, dir, *file)?,
             Node::DraftGroup { .. } => {
-                let m = self.draft_tree().and_then(|t| t.dir_meta);
+                let m = self.tree.draft_tree().and_then(|t| t.dir_meta);
                 Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
             }
             Node::Chunk { array, coords } => self.chunk_attr(ino, array, coords)?,
@@ -159,7 +157,7 @@ impl View {
 
     /// The stats file's attributes: its size is that of the JSON made now.
     fn stats_attr(&self, ino: u64) -> Result<Attr> {
-        let mut m = self.stat_rel(Path::new(""))?;
+        let mut m = self.tree.stat_rel(Path::new(""))?;
         m.perm = 0o444;
         m.mtime = std::time::SystemTime::now();
         Ok(Attr {
@@ -172,14 +170,14 @@ impl View {
     /// group's `zarr.json` (in a draft store, of the root `zarr.json`; with none, where
     /// the directory is an unsharded array of the v2 view, of the directory).
     fn group_meta_attr(&self, ino: u64, dir: &Path, file: MetaFile) -> Result<Attr> {
-        let len = self.group_meta(dir, file)?.len() as u64;
-        let m = match self.draft_tree() {
+        let len = self.tree_read().group_meta(dir, file)?.len() as u64;
+        let m = match self.tree.draft_tree() {
             Some(tree) => tree.file_meta,
-            None => match self.store.stat(&dir.join("zarr.json"))? {
+            None => match self.tree.store.stat(&dir.join("zarr.json"))? {
                 // A headless unsharded array's `.zattrs`: the directory's owner and
                 // times, a file's mode (before, the directory's `x` bits too).
-                None if self.plain_keys(dir).is_some() => {
-                    self.store.stat(dir)?.map(|m| EntryMeta {
+                None if self.tree_read().plain_keys(dir).is_some() => {
+                    self.tree.store.stat(dir)?.map(|m| EntryMeta {
                         perm: m.perm & 0o666,
                         ..m
                     })
@@ -187,6 +185,7 @@ impl View {
                 // A group's `.zattrs` left by its `.zgroup` (`GroupDocs::kept`): the
                 // kept document's.
                 None => self
+                    .tree
                     .store
                     .stat(&dir.join(crate::store::UNLINKED_META))?
                     .map(|m| EntryMeta {
@@ -207,9 +206,11 @@ impl View {
     /// A chunk's attributes: its bytes as stored or staged (or the v2 view's fill
     /// value), with the times of its shard and the mode of the array's metadata.
     fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
-        let array = self.current(array);
+        let array = self.tree.current(array);
         let policy = self.open_policy();
-        let data = self.chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
+        let data =
+            self.tree_read()
+                .chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
         let mut m = match &data {
             ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
             ChunkData::Staged(_) => array.dir_meta,
@@ -218,8 +219,14 @@ impl View {
         // Kept for the next open to compare (daemon opens), or the next read (a read-only
         // mount where the kernel opens: `View::kernel_size_holds`).
         if policy.compares_size_at_open() || self.writer.is_none() {
-            self.cache.report_size(ino, data.len());
+            self.tree.cache.report_size(ino, data.len());
         }
         Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))
+    }
+}
+
+impl Tree {
+    pub(super) fn stat_rel(&self, rel: &Path) -> Result<EntryMeta> {
+        self.store.stat(rel)?.ok_or(ViewError::NotFound)
     }
 }

@@ -96,7 +96,7 @@ impl View {
                 // waits for the close that brings it (or for `release`).
                 Some(file)
                     if file != MetaFile::ZarrJson
-                        && self.store.stat(&rel)?.is_some_and(|m| m.len == 0) =>
+                        && self.tree.store.stat(&rel)?.is_some_and(|m| m.len == 0) =>
                 {
                     Ok(())
                 }
@@ -119,7 +119,7 @@ impl View {
         }
         if let Some(file) = self.lands_on_close(rel)
             && file != MetaFile::ZarrJson
-            && matches!(self.store.stat(rel), Ok(Some(_)))
+            && matches!(self.tree.store.stat(rel), Ok(Some(_)))
             && let Err(e) = self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
         {
             log::warn!("{}: not taken in at release: {e}", rel.display());
@@ -156,7 +156,7 @@ impl View {
         };
         let name = path.file_name().unwrap_or_default();
         Ok(matches!(
-            self.target(array, parent.as_deref(), name)?,
+            self.tree.target(array, parent.as_deref(), name)?,
             Target::Meta(_) | Target::Chunk(_)
         ))
     }
@@ -166,7 +166,7 @@ impl View {
     pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
         match rel.file_name().and_then(MetaFile::from_name)? {
             MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
-            f if self.format == super::ViewFormat::V2 => Some(f),
+            f if self.tree.format == super::ViewFormat::V2 => Some(f),
             _ => None,
         }
     }
@@ -217,13 +217,13 @@ impl View {
     ) -> Result<()> {
         let w = self.writer()?;
         let name = path.file_name().unwrap_or_default();
-        let back = match self.target(array, parent, name)? {
+        let back = match self.tree.target(array, parent, name)? {
             Target::Meta(file) => Node::ArrayMeta {
-                array: self.current(array),
+                array: self.tree.current(array),
                 file,
             },
             Target::Chunk(coords) => Node::Chunk {
-                array: self.current(array),
+                array: self.tree.current(array),
                 coords,
             },
             Target::Scratch | Target::Invalid(_) => return Ok(()),
@@ -233,7 +233,7 @@ impl View {
         // looks again and finds the chunk (`View::settled`), never a name with nothing.
         let mut table = w.scratch.lock();
         if table.is_closed(path) {
-            self.inodes.update(ino, back);
+            self.tree.inodes.update(ino, back);
             table.remove(path);
         }
         Ok(())
@@ -243,14 +243,14 @@ impl View {
     /// gone: it settled meanwhile (its last handle closed) into a chunk or metadata.
     /// `NotFound` if it is still a scratch node (the file was unlinked).
     pub(super) fn settled(&self, ino: u64) -> Result<Node> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         if !matches!(node, Node::Scratch { .. }) {
             return Ok(node);
         }
         // A lookup racing the settle may have put the scratch node back: ask the path.
         match self.resolve(&path)? {
             Some(now) if !matches!(now, Node::Scratch { .. }) => {
-                self.inodes.update(ino, now.clone());
+                self.tree.inodes.update(ino, now.clone());
                 Ok(now)
             }
             _ => Err(ViewError::NotFound),

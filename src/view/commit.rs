@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
+use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
 use super::writer::Writer;
@@ -54,15 +55,6 @@ impl View {
         Ok(())
     }
 
-    /// The key directory a path's parent is, for scratch nodes: `None` = array directory.
-    pub(super) fn parent_key(&self, path: &Path) -> Option<Vec<u64>> {
-        let parent = path.parent()?;
-        match self.inodes.peek(parent).and_then(|i| self.inodes.get(i)) {
-            Some((_, Node::KeyDir { coords, .. })) => Some(coords),
-            _ => None,
-        }
-    }
-
     /// A commit of `file` (at `path`, written for `array`, at `target`) that must not
     /// happen: `Some` with what to answer. A file renamed to where its descriptors could
     /// not follow ([`View::follow_rename`]) and written since: `ESTALE`. A chunk written
@@ -89,7 +81,7 @@ impl View {
         }
         drop(f);
         if !matches!(target, Target::Chunk(_))
-            || !super::durable::replaced(array, &self.current(array))
+            || !super::durable::replaced(array, &self.tree.current(array))
         {
             return None;
         }
@@ -118,7 +110,7 @@ impl View {
             return Ok(());
         };
         let name = path.file_name().unwrap_or_default();
-        let target = self.target(array, parent.as_deref(), name)?;
+        let target = self.tree.target(array, parent.as_deref(), name)?;
         if let Some(refused) = self.stale_commit(path, array, &target, file) {
             return refused;
         }
@@ -162,8 +154,8 @@ impl View {
             self.counters.refused.lock().retain(|(p, _)| *p != shown);
         }
         if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
-            let array = self.current(array);
-            if !self.meta_shown(&array, meta) {
+            let array = self.tree.current(array);
+            if !self.tree_read().meta_shown(&array, meta) {
                 // Unlinked before (`rm .zattrs`, then a document cut short written):
                 // rolled back to none, as the store has none. Before, the file stayed,
                 // unlisted, and read as the rendering of no attributes (`{}`) through
@@ -171,7 +163,7 @@ impl View {
                 let w = self.writer()?;
                 w.scratch.remove(path);
                 if let (Some(parent), Some(name)) = (
-                    path.parent().and_then(|p| self.inodes.peek(p)),
+                    path.parent().and_then(|p| self.tree.inodes.peek(p)),
                     path.file_name(),
                 ) {
                     w.invalidate(super::write_api::Invalidation::Entry {
@@ -218,6 +210,7 @@ impl View {
             // Stored by the write that made it whole.
             Some(doc) => doc.whole(),
             None => self
+                .tree
                 .store
                 .read_all(rel)?
                 .is_some_and(|b| super::pending_doc::whole_json(&b)),
@@ -241,52 +234,10 @@ impl View {
         else {
             return None;
         };
-        match self.target(array, None, path.file_name()?) {
-            Ok(Target::Meta(file)) => Some((self.current(array), file)),
+        match self.tree.target(array, None, path.file_name()?) {
+            Ok(Target::Meta(file)) => Some((self.tree.current(array), file)),
             _ => None,
         }
-    }
-
-    /// What a name in an array's namespace is, for a write.
-    pub(super) fn target(
-        &self,
-        array: &Arc<ShardedArray>,
-        parent: Option<&[u64]>,
-        name: &OsStr,
-    ) -> Result<Target> {
-        let array = self.current(array);
-        if parent.is_none()
-            && let Some(file) = MetaFile::from_name(name)
-            && self.format.array_files().contains(&file)
-        {
-            return Ok(Target::Meta(file));
-        }
-        // The v2 view: an array's directory (also one whose `.zarray` is unlinked: its
-        // shards are still there) is no group. Before, a `.zgroup` written there (zarr 2's
-        // `open_group(mode="a")`) was stored as a file of its own, and the group and what
-        // was written into it were gone at the next mount (found by an adversarial tester).
-        if self.format == super::ViewFormat::V2
-            && parent.is_none()
-            && name == MetaFile::Zgroup.name()
-        {
-            return Ok(Target::Invalid(
-                "an array's directory is no group (remove the array first)".into(),
-            ));
-        }
-        let Some(kp) = name
-            .to_str()
-            .and_then(|n| array.encoding().child(array.layout.ndim(), parent, n))
-        else {
-            return Ok(Target::Scratch);
-        };
-        Ok(match kp {
-            KeyPath::Chunk(c) if array.layout.chunk_in_grid(&c) => Target::Chunk(c),
-            KeyPath::Chunk(c) => Target::Invalid(format!(
-                "chunk {c:?} lies outside the grid {:?}",
-                array.layout.chunk_counts()
-            )),
-            KeyPath::Dir(_) => Target::Invalid("a chunk key directory, not a chunk".into()),
-        })
     }
 
     /// Write `data` at `name` in an array's namespace (commit a chunk, update the
@@ -300,9 +251,9 @@ impl View {
         data: Vec<u8>,
         closed: Option<u64>,
     ) -> Result<Node> {
-        match self.target(array, parent, name)? {
+        match self.tree.target(array, parent, name)? {
             Target::Meta(file) => {
-                let key = (self.current(array).meta_rel.clone(), file);
+                let key = (self.tree.current(array).meta_rel.clone(), file);
                 let written = self.remember_as_written(key, &data);
                 // The v2 view: a `.zattrs` written while `.zarray` is unlinked is held.
                 let held = match file {
@@ -326,7 +277,7 @@ impl View {
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.writable(&array)?;
                 self.commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
                 Ok(Node::Chunk { array, coords })
@@ -341,6 +292,7 @@ impl View {
                 // copy is this file's from now on (overwritten when this one is stored,
                 // removed with its name).
                 if self
+                    .tree
                     .store
                     .stat(path)?
                     .is_some_and(|m| m.kind == crate::store::EntryKind::File)
@@ -351,7 +303,7 @@ impl View {
                 drop(file);
                 Ok(Node::Scratch {
                     path: path.to_path_buf(),
-                    array: self.current(array),
+                    array: self.tree.current(array),
                     parent: parent.map(<[u64]>::to_vec),
                 })
             }
@@ -373,10 +325,10 @@ impl View {
             Node::KeyDir { array, coords } => (array, Some(coords.as_slice())),
             _ => return Ok(None),
         };
-        let Target::Chunk(coords) = self.target(array, parent, name)? else {
+        let Target::Chunk(coords) = self.tree.target(array, parent, name)? else {
             return Ok(None);
         };
-        let array = self.current(array);
+        let array = self.tree.current(array);
         self.writable(&array)?;
         // A length no chunk of the array can have is refused before anything moves:
         // the file stays as it was.
@@ -422,7 +374,7 @@ impl View {
         // Not while a directory is renamed (`View::rename_dir`): then the array may have
         // moved, and a chunk staged under its old path would be stored nowhere.
         let _committing = w.tree.read();
-        if self.arrays.get(&array.rel).is_none() {
+        if self.tree.arrays.get(&array.rel).is_none() {
             log::warn!(
                 "{}: chunk {coords:?} not committed: the array is no longer there (its \
                  directory was renamed or its metadata removed)",
@@ -458,5 +410,58 @@ impl View {
             self.flush_all()?;
         }
         Ok(())
+    }
+}
+
+impl Tree {
+    /// The key directory a path's parent is, for scratch nodes: `None` = array directory.
+    pub(super) fn parent_key(&self, path: &Path) -> Option<Vec<u64>> {
+        let parent = path.parent()?;
+        match self.inodes.peek(parent).and_then(|i| self.inodes.get(i)) {
+            Some((_, Node::KeyDir { coords, .. })) => Some(coords),
+            _ => None,
+        }
+    }
+
+    /// What a name in an array's namespace is, for a write.
+    pub(super) fn target(
+        &self,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+        name: &OsStr,
+    ) -> Result<Target> {
+        let array = self.current(array);
+        if parent.is_none()
+            && let Some(file) = MetaFile::from_name(name)
+            && self.format.array_files().contains(&file)
+        {
+            return Ok(Target::Meta(file));
+        }
+        // The v2 view: an array's directory (also one whose `.zarray` is unlinked: its
+        // shards are still there) is no group. Before, a `.zgroup` written there (zarr 2's
+        // `open_group(mode="a")`) was stored as a file of its own, and the group and what
+        // was written into it were gone at the next mount (found by an adversarial tester).
+        if self.format == super::ViewFormat::V2
+            && parent.is_none()
+            && name == MetaFile::Zgroup.name()
+        {
+            return Ok(Target::Invalid(
+                "an array's directory is no group (remove the array first)".into(),
+            ));
+        }
+        let Some(kp) = name
+            .to_str()
+            .and_then(|n| array.encoding().child(array.layout.ndim(), parent, n))
+        else {
+            return Ok(Target::Scratch);
+        };
+        Ok(match kp {
+            KeyPath::Chunk(c) if array.layout.chunk_in_grid(&c) => Target::Chunk(c),
+            KeyPath::Chunk(c) => Target::Invalid(format!(
+                "chunk {c:?} lies outside the grid {:?}",
+                array.layout.chunk_counts()
+            )),
+            KeyPath::Dir(_) => Target::Invalid("a chunk key directory, not a chunk".into()),
+        })
     }
 }

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde_json::{Map, Value};
 
+use super::Tree;
 use super::{Kind, ShardedArray, View};
 use crate::format::{self, Presentation, draft};
 use crate::store::{EntryKind, EntryMeta};
@@ -60,21 +61,16 @@ impl DraftState {
 }
 
 impl View {
-    /// The hierarchy of a draft store, as last read; `None` for other stores.
-    pub(super) fn draft_tree(&self) -> Option<Arc<DraftTree>> {
-        self.draft.as_ref().map(|d| d.tree.read().clone())
-    }
-
     /// Read the draft hierarchy again if it was read longer than `--ttl` ago (and no
     /// other thread is reading it now). Whether it was read.
     pub(super) fn refresh_draft(&self) -> bool {
-        let Some(state) = &self.draft else {
+        let Some(state) = &self.tree.draft else {
             return false;
         };
         let Some(mut read_at) = state.read_at.try_lock() else {
             return false;
         };
-        if read_at.elapsed() < self.cache.ttl() {
+        if read_at.elapsed() < self.tree.cache.ttl() {
             return false;
         }
         let tree = self.load_draft_tree();
@@ -86,12 +82,15 @@ impl View {
     /// Read the hierarchy of a draft store.
     pub(super) fn load_draft_tree(&self) -> DraftTree {
         let mut tree = DraftTree {
-            dir_meta: self.store.stat(Path::new("")).ok().flatten(),
-            file_meta: self.store.stat(Path::new("zarr.json")).ok().flatten(),
+            dir_meta: self.tree.store.stat(Path::new("")).ok().flatten(),
+            file_meta: self.tree.store.stat(Path::new("zarr.json")).ok().flatten(),
             ..Default::default()
         };
         let mut root = DraftGroup::default();
-        if let Some(attrs) = self.draft_group_attrs(Path::new("meta/root.group.json")) {
+        if let Some(attrs) = self
+            .tree
+            .draft_group_attrs(Path::new("meta/root.group.json"))
+        {
             root.attrs = attrs;
         }
         tree.groups.insert(PathBuf::new(), root);
@@ -99,21 +98,10 @@ impl View {
         tree
     }
 
-    fn draft_group_attrs(&self, rel: &Path) -> Option<Map<String, Value>> {
-        let bytes = self.read_small(rel).ok()??;
-        match draft::group_attributes(&bytes) {
-            Ok(a) => Some(a),
-            Err(why) => {
-                log::warn!("{}: group attributes not read: {why}", rel.display());
-                Some(Map::new())
-            }
-        }
-    }
-
     /// Add the children of the group at view path `path` (and below) to `tree`.
     fn walk_draft(&self, tree: &mut DraftTree, path: &Path) {
         let meta_dir = Path::new(draft::META_ROOT).join(path);
-        let Ok(entries) = self.store.list(&meta_dir) else {
+        let Ok(entries) = self.tree.store.list(&meta_dir) else {
             return;
         };
         let mut children = BTreeMap::new();
@@ -129,6 +117,7 @@ impl View {
             } else if let Some(stem) = name.strip_suffix(draft::GROUP_SUFFIX) {
                 let child = path.join(stem);
                 let attrs = self
+                    .tree
                     .draft_group_attrs(&meta_dir.join(name))
                     .unwrap_or_default();
                 tree.groups.entry(child).or_default().attrs = attrs;
@@ -142,7 +131,7 @@ impl View {
                     }
                     Err(why) => {
                         let meta = meta_dir.join(name);
-                        if self.arrays.first_warning(&meta) {
+                        if self.tree.arrays.first_warning(&meta) {
                             log::warn!("{}: array left out: {why}", meta.display())
                         }
                     }
@@ -154,10 +143,12 @@ impl View {
 
     fn load_draft_array(&self, path: &Path, meta_rel: &Path) -> Result<ShardedArray, String> {
         let bytes = self
+            .tree
             .read_small(meta_rel)
             .map_err(|e| e.to_string())?
             .ok_or("vanished")?;
         let json_meta = self
+            .tree
             .store
             .stat(meta_rel)
             .map_err(|e| e.to_string())?
@@ -176,6 +167,7 @@ impl View {
             }
         };
         let dir_meta = self
+            .tree
             .store
             .stat(Path::new(""))
             .map_err(|e| e.to_string())?
@@ -193,5 +185,23 @@ impl View {
             dir_meta,
             json_meta,
         )
+    }
+}
+
+impl Tree {
+    /// The hierarchy of a draft store, as last read; `None` for other stores.
+    pub(super) fn draft_tree(&self) -> Option<Arc<DraftTree>> {
+        self.draft.as_ref().map(|d| d.tree.read().clone())
+    }
+
+    fn draft_group_attrs(&self, rel: &Path) -> Option<Map<String, Value>> {
+        let bytes = self.read_small(rel).ok()??;
+        match draft::group_attributes(&bytes) {
+            Ok(a) => Some(a),
+            Err(why) => {
+                log::warn!("{}: group attributes not read: {why}", rel.display());
+                Some(Map::new())
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ impl View {
     /// committed: a chunk's `fsync` reports its own shard, not its neighbours'.
     fn flush_array_for(&self, array: &ShardedArray, shard: Option<&std::path::Path>) -> Result<()> {
         let Some(w) = &self.writer else { return Ok(()) };
-        let array = self.arrays.get(&array.rel);
+        let array = self.tree.arrays.get(&array.rel);
         let Some(array) = array else { return Ok(()) };
         let Some(array) = self.array_to_flush(array) else {
             return match shard {
@@ -34,10 +34,10 @@ impl View {
         // Each shard committed is cached as the commit left it (or dropped from the
         // cache): a read of it next does not read its index again.
         let flushed = w.flusher.flush_array_cached(
-            self.store.as_ref(),
+            self.tree.store.as_ref(),
             &w.staging,
             &target,
-            Some(&self.shards),
+            Some(&self.tree.shards),
         );
         let mut failed = flushed.failed.into_iter();
         let failure = match shard {
@@ -69,7 +69,7 @@ impl View {
         if !w.staging.holds(&array.rel) || w.unlinked.is_headless(&array.rel) {
             return Some(array);
         }
-        let why = match self.store.stat(&array.meta_rel) {
+        let why = match self.tree.store.stat(&array.meta_rel) {
             Ok(Some(m)) if m.version() == array.json_meta.version() => return Some(array),
             Ok(Some(_)) => match self.store_array_now(&array) {
                 Some(now) if !replaced(&array, &now) => return Some(now),
@@ -119,10 +119,10 @@ impl View {
     /// where that cannot be told (a store error).
     fn kept_array_now(&self, array: &ShardedArray) -> Option<Option<Arc<ShardedArray>>> {
         let kept = array.rel.join(crate::store::UNLINKED_META);
-        if self.store.stat(&kept).ok()?.is_none() {
+        if self.tree.store.stat(&kept).ok()?.is_none() {
             return Some(None);
         }
-        let dir_meta = self.store.stat(&array.rel).ok()??;
+        let dir_meta = self.tree.store.stat(&array.rel).ok()??;
         match self.load_array_from(&array.rel, &kept, dir_meta) {
             Ok(now) => Some(Some(Arc::new(now))),
             Err(super::array_load::NotShown::Io(_)) => None,
@@ -133,7 +133,7 @@ impl View {
     /// `array` as the store describes it now (`None` where that cannot be told: a read
     /// failed, or the directory is no array now, which a later flush tells).
     fn store_array_now(&self, array: &ShardedArray) -> Option<Arc<ShardedArray>> {
-        let dir_meta = self.store.stat(&array.rel).ok()??;
+        let dir_meta = self.tree.store.stat(&array.rel).ok()??;
         self.load_array(&array.rel, dir_meta).ok().map(Arc::new)
     }
 
@@ -150,7 +150,7 @@ impl View {
         let Some(w) = &self.writer else { return Ok(()) };
         let mut first_err = None;
         for rel in w.staging.arrays(None) {
-            let array = self.arrays.get(&rel);
+            let array = self.tree.arrays.get(&rel);
             if let Some(array) = array
                 && let Err(e) = self.flush_array(&array)
             {
@@ -169,7 +169,7 @@ impl View {
     pub fn flush_behind(&self, max: std::time::Duration) {
         let Some(w) = &self.writer else { return };
         for rel in w.staging.wait_due(max) {
-            if let Some(array) = self.arrays.get(&rel) {
+            if let Some(array) = self.tree.arrays.get(&rel) {
                 let _ = self.flush_array(&array);
             }
         }
@@ -180,7 +180,7 @@ impl View {
         let Some(w) = &self.writer else { return };
         let _ = self.keep_files(super::kept::Keep::Closed(idle));
         for rel in w.staging.arrays(Some(idle)) {
-            let array = self.arrays.get(&rel);
+            let array = self.tree.arrays.get(&rel);
             if let Some(array) = array {
                 let _ = self.flush_array(&array);
             }
@@ -202,10 +202,10 @@ impl View {
     /// `fsync` of a file: durable when it returns. A chunk still open for writing is
     /// committed with what it holds now (later writes commit again on close).
     pub fn fsync(&self, ino: u64) -> Result<()> {
-        let (_, node) = match self.node(ino) {
+        let (_, node) = match self.tree.node(ino) {
             // Retired while open (a chunk file taken into a new array, whose adoption
             // flushed it): whatever it became is made durable with everything else.
-            Err(ViewError::StaleInode(_)) if self.inodes.get_any(ino).is_some() => {
+            Err(ViewError::StaleInode(_)) if self.tree.inodes.get_any(ino).is_some() => {
                 return self.sync_all();
             }
             res => res?,
@@ -223,7 +223,7 @@ impl View {
                 ref path,
                 ref array,
                 ref parent,
-            } => match self.target(
+            } => match self.tree.target(
                 array,
                 parent.as_deref(),
                 path.file_name().unwrap_or_default(),
@@ -247,7 +247,7 @@ impl View {
             Node::Scratch { array, .. } | Node::ArrayMeta { array, .. } => self.flush_array(&array),
             Node::File { rel } => {
                 self.doc_finished(&rel)?;
-                Ok(self.store.sync_file(&rel)?)
+                Ok(self.tree.store.sync_file(&rel)?)
             }
             _ => Ok(()),
         }
@@ -256,7 +256,7 @@ impl View {
     /// `fsync` of a directory: an array's directory flushes the array; any other
     /// directory (the mount's root, a group) flushes everything.
     pub fn fsyncdir(&self, ino: u64) -> Result<()> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         match node {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 self.keep_files(super::kept::Keep::Under(&path))?;

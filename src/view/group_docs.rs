@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::format::{self, Node as MetaNode};
 use crate::store::EntryMeta;
 
+use super::TreeRead;
 use super::resolve::read_small;
 use super::*;
 
@@ -119,11 +120,11 @@ impl GroupDocs {
     }
 }
 
-impl View {
+impl TreeRead<'_> {
     /// The bytes of a group's metadata file made by the view.
     pub(super) fn group_meta(&self, dir: &Path, file: MetaFile) -> Result<Vec<u8>> {
         use format::v2;
-        if let Some(tree) = self.draft_tree() {
+        if let Some(tree) = self.tree.draft_tree() {
             let group = tree.groups.get(dir).ok_or(ViewError::NotFound)?;
             return Ok(match file {
                 MetaFile::ZarrJson => tree.group_json(dir).ok_or(ViewError::NotFound)?,
@@ -137,11 +138,11 @@ impl View {
         if let Some(bytes) = self.plain_meta(dir, file) {
             return bytes;
         }
-        let doc = match self.group_docs.stored(dir)? {
+        let doc = match self.tree.group_docs.stored(dir)? {
             Some(doc) => doc,
             // Its `.zgroup` unlinked: its `.zattrs` stays (`GroupDocs::kept`).
             None if file == MetaFile::Zattrs && !self.zattrs_hidden(dir) => {
-                self.group_docs.kept(dir)?.ok_or(ViewError::NotFound)?
+                self.tree.group_docs.kept(dir)?.ok_or(ViewError::NotFound)?
             }
             None => return Err(ViewError::NotFound),
         };

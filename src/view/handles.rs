@@ -130,7 +130,7 @@ impl View {
     pub(super) fn add_handle(&self, ino: u64, handle: Handle, keep_cache: bool) -> Opened {
         let no_flush = !self.commits_on_close(&handle);
         let fh = self.handles.insert(ino, handle);
-        self.inodes.hold(ino);
+        self.tree.inodes.hold(ino);
         Opened {
             fh,
             keep_cache,
@@ -161,10 +161,9 @@ impl View {
                     // let go here: `fstat` of a descriptor the kernel opened) is `ENOENT`.
                     None => Err(match e {
                         ViewError::NotFound
-                            if self
-                                .inodes
-                                .get(ino)
-                                .is_some_and(|(path, _)| self.inodes.peek(&path) == Some(ino)) =>
+                            if self.tree.inodes.get(ino).is_some_and(|(path, _)| {
+                                self.tree.inodes.peek(&path) == Some(ino)
+                            }) =>
                         {
                             ViewError::StaleInode(ino)
                         }

@@ -120,9 +120,9 @@ impl View {
         let set = self.set_times_shown(path);
         // The view path is the store path (the view shows the store's directories).
         if let Some(dir) = path.parent() {
-            self.own.make_store_dirs(dir)?;
+            self.tree.own.make_store_dirs(dir)?;
         }
-        self.store.write_atomically(path, &data)?;
+        self.tree.store.write_atomically(path, &data)?;
         kept.insert(path.to_path_buf());
         // Stored and closed: the store file is the file from now on, as for a later
         // mount; its memory goes back to the write buffer. (Open, it stays in memory
@@ -141,8 +141,8 @@ impl View {
                 drop(f);
                 table.remove(path);
                 kept.remove(path);
-                if let Some(ino) = self.inodes.peek(path) {
-                    self.inodes.update(
+                if let Some(ino) = self.tree.inodes.peek(path) {
+                    self.tree.inodes.update(
                         ino,
                         Node::File {
                             rel: path.to_path_buf(),
@@ -166,7 +166,7 @@ impl View {
         match self.resolve(path)? {
             Some(Node::Scratch { array, parent, .. }) => {
                 if !matches!(
-                    self.target(&array, parent.as_deref(), name)?,
+                    self.tree.target(&array, parent.as_deref(), name)?,
                     Target::Scratch
                 ) {
                     return Ok(false);
@@ -177,7 +177,11 @@ impl View {
             // a file, unless its name is a chunk key (a chunk opened before the shrink
             // and never written), which is never stored as a file, where a shard may go.
             None | Some(Node::File { .. }) => {
-                let node = self.inodes.peek(path).and_then(|i| self.inodes.get_any(i));
+                let node = self
+                    .tree
+                    .inodes
+                    .peek(path)
+                    .and_then(|i| self.tree.inodes.get_any(i));
                 if let Some((_, Node::Scratch { array, parent, .. })) = node
                     && name
                         .to_str()
@@ -212,7 +216,7 @@ impl View {
         let Some((array, rest)) = path
             .ancestors()
             .skip(1)
-            .find_map(|a| Some((self.arrays.get(a)?, path.strip_prefix(a).ok()?)))
+            .find_map(|a| Some((self.tree.arrays.get(a)?, path.strip_prefix(a).ok()?)))
         else {
             return false;
         };
@@ -242,7 +246,7 @@ impl View {
         if !w.kept_paths.remove(path) {
             return Ok(());
         }
-        match self.store.remove_file(path) {
+        match self.tree.store.remove_file(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             res => Ok(res?),
         }

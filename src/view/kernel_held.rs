@@ -42,7 +42,8 @@ impl View {
                 parent,
             } => {
                 let name = path.file_name().unwrap_or_default();
-                let Ok(super::node::Target::Chunk(_)) = self.target(array, parent.as_deref(), name)
+                let Ok(super::node::Target::Chunk(_)) =
+                    self.tree.target(array, parent.as_deref(), name)
                 else {
                     return None;
                 };
@@ -50,7 +51,7 @@ impl View {
             }
             _ => return None,
         };
-        self.current(array).layout.fixed_chunk_len
+        self.tree.current(array).layout.fixed_chunk_len
     }
 
     /// Metadata (an array's, or a store file taken in when closed) whose bytes are not
@@ -69,7 +70,7 @@ impl View {
                 Some(doc) => !doc.whole(),
                 None => {
                     self.lands_on_close(&rel).is_some()
-                        && !matches!(self.store.read_all(&rel), Ok(Some(b)) if super::pending_doc::whole_json(&b))
+                        && !matches!(self.tree.store.read_all(&rel), Ok(Some(b)) if super::pending_doc::whole_json(&b))
                 }
             },
             _ => false,
@@ -79,7 +80,7 @@ impl View {
     /// The path of the file of `handle` of `ino`, for a message: its inode's, or the
     /// one the handle was opened at (an inode retired since).
     pub(super) fn handle_path(&self, ino: u64, handle: Option<&Handle>) -> String {
-        if let Some((path, _)) = self.inodes.get(ino) {
+        if let Some((path, _)) = self.tree.inodes.get(ino) {
             return path.display().to_string();
         }
         match handle {
@@ -100,7 +101,7 @@ impl View {
             .held()
             .into_iter()
             .filter(|&(_, fh)| pick(fh))
-            .filter_map(|(ino, _)| self.inodes.get(ino))
+            .filter_map(|(ino, _)| self.tree.inodes.get(ino))
             .map(|(p, _)| p.display().to_string())
             .collect();
         out.sort();
@@ -156,7 +157,8 @@ impl View {
             return false;
         }
         let decodes = |array: &Arc<ShardedArray>| {
-            self.current(array)
+            self.tree
+                .current(array)
                 .layout
                 .fixed_chunk_len
                 .is_none_or(|want| f.data.len() as u64 == want)
@@ -172,7 +174,7 @@ impl View {
             } => {
                 path.file_name().is_some_and(|name| {
                     matches!(
-                        self.target(array, parent.as_deref(), name),
+                        self.tree.target(array, parent.as_deref(), name),
                         Ok(super::node::Target::Chunk(_))
                     )
                 }) && decodes(array)
@@ -188,7 +190,7 @@ impl View {
     pub(super) fn unlinked(&self, fh: u64) -> bool {
         match self.handles.get(fh) {
             Ok(Handle::Scratch { file, .. }) => file.lock().orphan,
-            Ok(Handle::StoreRw(_, rel)) => matches!(self.store.stat(&rel), Ok(None)),
+            Ok(Handle::StoreRw(_, rel)) => matches!(self.tree.store.stat(&rel), Ok(None)),
             _ => false,
         }
     }

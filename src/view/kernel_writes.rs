@@ -240,7 +240,7 @@ impl View {
     /// empty chunk first.
     pub fn set_size_ino(&self, ino: u64, size: u64) -> Result<Attr> {
         let gathers = self.writer.is_some()
-            && match self.node(ino).map(|(_, n)| n) {
+            && match self.tree.node(ino).map(|(_, n)| n) {
                 Ok(
                     Node::Chunk { .. }
                     | Node::ArrayMeta { .. }
@@ -337,8 +337,8 @@ impl View {
         };
         // A descriptor of a file unlinked or replaced since, whose handle is gone: not
         // whatever now has that name.
-        let (path, _) = self.node(ino)?;
-        if self.inodes.peek(&path) != Some(ino) {
+        let (path, _) = self.tree.node(ino)?;
+        if self.tree.inodes.peek(&path) != Some(ino) {
             return Err(ViewError::NotFound);
         }
         let fh = self.open(ino, true, truncate)?.fh;

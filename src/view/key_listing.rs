@@ -7,11 +7,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::TreeRead;
 use super::listing::{LISTS_IN_FLIGHT, TREE_LIST_MAX, file};
-use super::{DirEntry, Kind, Result, ShardedArray, View, ViewError};
+use super::{DirEntry, Kind, Result, ShardedArray, ViewError};
 use crate::store::{EntryKind, Reads};
 
-impl View {
+impl TreeRead<'_> {
     /// The children of the key directory with leading inner coordinates `prefix`.
     pub(super) fn list_keys(&self, array: &ShardedArray, prefix: &[u64]) -> Result<Vec<DirEntry>> {
         let layout = &array.layout;
@@ -28,7 +29,7 @@ impl View {
         }
         // A key directory may exist only in memory (made by mkdir, or holding staged
         // chunks): no store directory is then no shard.
-        let listed = match self.store.list(&dir) {
+        let listed = match self.tree.store.list(&dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             other => other?,
         };
@@ -59,14 +60,14 @@ impl View {
     /// LIST of every key below answers for all of them.
     fn list_tree_ahead(&self, array: &ShardedArray, dir: &Path) {
         let layout = &array.layout;
-        if layout.ndim() >= 2 && self.writer.is_none() && self.caps.reads == Reads::Requests {
+        if layout.ndim() >= 2 && self.writer.is_none() && self.tree.caps.reads == Reads::Requests {
             let shards = layout
                 .shard_counts()
                 .iter()
                 .try_fold(1u64, |n, &c| n.checked_mul(c));
             if shards.is_some_and(|n| n < TREE_LIST_MAX as u64) {
                 // Best effort: a failure is met again by the listing that follows.
-                let _ = self.store.list_tree(dir, TREE_LIST_MAX);
+                let _ = self.tree.store.list_tree(dir, TREE_LIST_MAX);
             }
         }
     }
@@ -84,7 +85,7 @@ impl View {
         let k = prefix.len();
         let ndim = layout.ndim();
         let mut out = Vec::new();
-        if k + 2 == ndim && self.caps.reads == Reads::Requests {
+        if k + 2 == ndim && self.tree.caps.reads == Reads::Requests {
             // The shards one level down, whose indexes say which key directories
             // hold chunks.
             // Their directories listed side by side (at 30 ms a request, `ls c` of
@@ -92,7 +93,7 @@ impl View {
             // below finds these listings kept).
             let mut shards = Vec::new();
             for group in shard_coords.chunks(LISTS_IN_FLIGHT) {
-                let listed = self.list_side_by_side(array, shard_prefix, group);
+                let listed = self.tree.list_side_by_side(array, shard_prefix, group);
                 for (sp, listed) in listed {
                     let Ok(listed) = listed else { continue };
                     shards.extend(listed.iter().filter_map(|e| {
@@ -102,7 +103,7 @@ impl View {
                     }));
                 }
             }
-            self.ahead.indexes(array, shards);
+            self.tree.ahead.indexes(array, shards);
         }
         let mut below = prefix.to_vec();
         below.push(0);
@@ -142,7 +143,7 @@ impl View {
         };
         let mut coords = prefix.to_vec();
         coords.push(0);
-        self.ahead.indexes(
+        self.tree.ahead.indexes(
             array,
             shard_coords
                 .iter()
@@ -152,7 +153,7 @@ impl View {
         for s in shard_coords {
             let mut shard = shard_prefix.to_vec();
             shard.push(s);
-            let shard = self.refresh_shard(array, &shard);
+            let shard = self.tree.refresh_shard(array, &shard);
             for i in layout.inner_range(k, s) {
                 coords[k] = i;
                 let stored = match staged.get(&coords) {

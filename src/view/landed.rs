@@ -16,7 +16,7 @@ impl View {
     /// `.zattrs` are taken into the directory's `zarr.json` and removed.
     pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
         self.unconsolidate_above(dir);
-        match (file, self.format) {
+        match (file, self.tree.format) {
             (MetaFile::ZarrJson, _) => {
                 self.store_consolidated(dir);
                 self.adopt_new_array(dir)
@@ -25,14 +25,18 @@ impl View {
             (_, ViewFormat::V2) => {
                 self.writer()?;
                 let path = dir.join(file.name());
-                let data = self.store.read_all(&path)?.ok_or(ViewError::NotFound)?;
+                let data = self
+                    .tree
+                    .store
+                    .read_all(&path)?
+                    .ok_or(ViewError::NotFound)?;
                 // Shown as written while it is the document shown (`View::as_written`).
                 let written = self.remember_as_written((dir.join("zarr.json"), file), &data);
                 let taken = self.take_in_v2(dir, file, &data);
                 if taken.is_err() {
                     self.forget_as_written(written);
                 }
-                self.store.remove_file(&path)?;
+                self.tree.store.remove_file(&path)?;
                 if let Err(e) = &taken {
                     log::warn!("{}: refused: {e}", dir.join(file.name()).display());
                 }
@@ -54,7 +58,7 @@ impl View {
         }
         for group in dir.ancestors().skip(1) {
             let json = group.join("zarr.json");
-            let Ok(Some(bytes)) = self.read_small(&json) else {
+            let Ok(Some(bytes)) = self.tree.read_small(&json) else {
                 continue;
             };
             let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(&bytes) else {
@@ -67,7 +71,7 @@ impl View {
             }
             doc.remove("consolidated_metadata");
             let out = serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
-            match self.store.write_atomically(&json, &out) {
+            match self.tree.store.write_atomically(&json, &out) {
                 Ok(()) => log::info!(
                     "{}: consolidated metadata dropped (the hierarchy below changed)",
                     json.display()
@@ -84,11 +88,14 @@ impl View {
     /// [`Self::unconsolidate_above`].
     fn store_consolidated(&self, dir: &Path) {
         let json = dir.join("zarr.json");
-        let Ok(Some(bytes)) = self.read_small(&json) else {
+        let Ok(Some(bytes)) = self.tree.read_small(&json) else {
             return;
         };
         let stored = crate::format::metadata::map_consolidated(&bytes, |key, _| {
-            let own = self.read_small(&dir.join(key).join("zarr.json")).ok()??;
+            let own = self
+                .tree
+                .read_small(&dir.join(key).join("zarr.json"))
+                .ok()??;
             match crate::format::metadata::parse(&own) {
                 Ok(crate::format::Node::Array(a))
                     if matches!(a.presentation, crate::format::Presentation::Sharded(_)) =>
@@ -99,7 +106,7 @@ impl View {
             }
         });
         if let Some(out) = stored
-            && let Err(e) = self.store.write_atomically(&json, &out)
+            && let Err(e) = self.tree.store.write_atomically(&json, &out)
         {
             log::warn!(
                 "{}: consolidated metadata stored as written: {e}",
@@ -155,7 +162,7 @@ impl View {
         let json_path = dir.join("zarr.json");
         let invalid = |why: String| ViewError::Invalid(why);
         let current: Option<serde_json::Map<String, Value>> =
-            match self.store.read_all(&json_path)? {
+            match self.tree.store.read_all(&json_path)? {
                 Some(b) => Some(
                     serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?,
                 ),
@@ -170,7 +177,7 @@ impl View {
         // goes into the kept document (the directory stays no group, as on a plain
         // directory), and the `.zgroup` written back makes the group again with it.
         let kept = match current {
-            None => self.group_docs.kept(dir)?,
+            None => self.tree.group_docs.kept(dir)?,
             Some(_) => None,
         };
         if let (MetaFile::Zattrs, Some(mut doc)) = (file, kept.clone()) {
@@ -178,7 +185,8 @@ impl View {
             let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
                 .map_err(|e| invalid(e.to_string()))?;
             bytes.push(b'\n');
-            self.store
+            self.tree
+                .store
                 .write_atomically(&dir.join(crate::store::UNLINKED_META), &bytes)?;
             return Ok(());
         }
@@ -209,9 +217,9 @@ impl View {
         let mut bytes =
             serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
         bytes.push(b'\n');
-        self.store.write_atomically(&json_path, &bytes)?;
+        self.tree.store.write_atomically(&json_path, &bytes)?;
         if had_kept {
-            super::array_load::remove_unlinked_meta(self.store.as_ref(), dir)?;
+            super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), dir)?;
         }
         match file {
             MetaFile::Zarray => {
@@ -271,7 +279,7 @@ impl View {
     /// The axis names that the OME-Zarr multiscale image in the parent group of store
     /// directory `dir` gives the array there, if it lists it.
     fn ome_axis_names(&self, dir: &Path) -> Option<Vec<String>> {
-        let parent = self.group_docs.stored(dir.parent()?).ok()??;
+        let parent = self.tree.group_docs.stored(dir.parent()?).ok()??;
         let attrs = parent.get("attributes")?.as_object()?;
         format::ome::axis_names_of(attrs, &node_name(dir))
     }
@@ -281,7 +289,7 @@ impl View {
     /// through the v2 view, the image's arrays that have none get them (the arrays that are
     /// written later get them at creation, from [`Self::ome_axis_names`]).
     fn name_ome_dimensions(&self, dir: &Path) {
-        let Ok(Some(group)) = self.group_docs.stored(dir) else {
+        let Ok(Some(group)) = self.tree.group_docs.stored(dir) else {
             return;
         };
         let Some(Value::Object(ome)) = group.get("attributes").and_then(|a| a.get("ome")) else {
@@ -300,14 +308,18 @@ impl View {
                 continue;
             };
             let rel = dir.join(path);
-            if let Some((mut doc, keys)) = self.plain_array(&rel) {
+            if let Some((mut doc, keys)) = self.tree.plain_array(&rel) {
                 // An unsharded array: its zarr.json gets the names directly.
                 if !doc.contains_key("dimension_names") && keys.ndim == names.len() {
                     doc.insert("dimension_names".into(), names.into());
                     let mut bytes =
                         serde_json::to_vec_pretty(&Value::Object(doc)).unwrap_or_default();
                     bytes.push(b'\n');
-                    if let Err(e) = self.store.write_atomically(&rel.join("zarr.json"), &bytes) {
+                    if let Err(e) = self
+                        .tree
+                        .store
+                        .write_atomically(&rel.join("zarr.json"), &bytes)
+                    {
                         log::warn!("{}: dimension names not set: {e}", rel.display());
                     }
                 }
@@ -343,7 +355,9 @@ impl View {
         }
         match file {
             MetaFile::Zattrs => {
-                self.store.write_atomically(&dir.join(file.name()), b"{}")?;
+                self.tree
+                    .store
+                    .write_atomically(&dir.join(file.name()), b"{}")?;
                 self.metadata_landed(dir, file)?;
                 // Not listed until written again, as on a plain directory (`tar -x`
                 // and `cp --remove-destination` create it anew with `O_EXCL`).
@@ -359,13 +373,13 @@ impl View {
                 // Before, the unlink took the attributes along, and `tar -x` of a group
                 // (its `.zattrs` first, then `.zgroup`: `EEXIST`, unlink, create) lost
                 // them, exiting 0 (found by an adversarial tester).
-                self.store.rename(
+                self.tree.store.rename(
                     &dir.join("zarr.json"),
                     &dir.join(crate::store::UNLINKED_META),
                 )?;
                 // (not one unlinked before: it stays gone, and `rm -rf` of the group
                 // ends; found by an adversarial tester)
-                if self.format == ViewFormat::V2
+                if self.tree.format == ViewFormat::V2
                     && let Some(w) = &self.writer
                     && !w.unlinked.zmetadata_hidden(dir)
                 {

@@ -15,6 +15,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::Tree;
+use super::TreeRead;
 use super::{DirEntry, Kind, Node, Result, ShardedArray, View, ViewError};
 use crate::store::shard::Shard;
 use crate::store::{EntryKind, Reads};
@@ -27,7 +29,7 @@ pub(super) const LISTS_IN_FLIGHT: usize = 16;
 /// page of an S3 LIST (1,000 keys), so that it is one request.
 pub(super) const TREE_LIST_MAX: usize = 999;
 
-impl View {
+impl TreeRead<'_> {
     pub(super) fn list_array(&self, array: &ShardedArray) -> Result<Vec<DirEntry>> {
         let enc = array.encoding();
         let ndim = array.layout.ndim();
@@ -36,7 +38,7 @@ impl View {
             Vec::new()
         } else {
             self.list_store(&array.rel, |name| {
-                !self.hidden_in_array(array, name)
+                !self.tree.hidden_in_array(array, name)
                     && name
                         .to_str()
                         .and_then(|n| enc.child(ndim, None, n))
@@ -44,7 +46,8 @@ impl View {
             })?
         };
         out.extend(
-            self.format
+            self.tree
+                .format
                 .array_files()
                 .iter()
                 .filter(|&&f| self.meta_shown(array, f))
@@ -67,7 +70,7 @@ impl View {
             let listed: std::collections::HashSet<std::ffi::OsString> =
                 keys.iter().map(|e| e.name.clone()).collect();
             out.extend(keys);
-            out.extend(self.kept_key_dirs(array, &listed)?);
+            out.extend(self.tree.kept_key_dirs(array, &listed)?);
         } else {
             out.extend(self.list_flat(array)?);
         }
@@ -76,10 +79,11 @@ impl View {
 
     /// Whether an array's listing shows its top key directory `root` (`c`).
     fn lists_root_key_dir(&self, array: &ShardedArray, root: &str) -> Result<bool> {
-        if self.writer.is_none() && self.caps.reads == Reads::Requests && !array.draft {
+        if self.writer.is_none() && self.tree.caps.reads == Reads::Requests && !array.draft {
             // Read-only object storage (see `has_chunks_under`): the top key directory
             // is listed where the store lists it, from the listing above.
             return Ok(self
+                .tree
                 .store
                 .list(&array.rel)?
                 .iter()
@@ -87,46 +91,9 @@ impl View {
         }
         Ok(self.has_chunks_under(array, &[], false)?
             || self
+                .tree
                 .own
                 .holds_kept_files(array, &[], &array.rel.join(root))?)
-    }
-
-    /// Key directories of a nested encoding's first level that hold no chunk (not in
-    /// `listed`) but files of their own (the store directory at their path:
-    /// `super::kept`), and those outside the grid that hold files. Before, one a shrink
-    /// left outside the grid was not listed here, though it was in a key directory
-    /// below: in the v2 view, whose keys start in the array's directory, its files were
-    /// stored and never listed (found by the reference test).
-    fn kept_key_dirs(
-        &self,
-        array: &ShardedArray,
-        listed: &std::collections::HashSet<std::ffi::OsString>,
-    ) -> Result<Vec<DirEntry>> {
-        let mut out = Vec::new();
-        if array.draft {
-            return Ok(out);
-        }
-        let (enc, ndim) = (array.encoding(), array.layout.ndim());
-        for e in self.store.list(&array.rel).unwrap_or_default() {
-            let Some(name) = e.name.to_str() else {
-                continue;
-            };
-            if e.kind != EntryKind::Dir || listed.contains(&e.name) {
-                continue;
-            }
-            if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
-                && self
-                    .own
-                    .key_dir_holds_files(array, &c, &array.rel.join(name))?
-            {
-                out.push(DirEntry {
-                    ino: 0,
-                    name: e.name,
-                    kind: Kind::Dir,
-                });
-            }
-        }
-        Ok(out)
     }
 
     /// Flat encodings (separator `.`): every stored chunk of every shard in the array
@@ -136,7 +103,7 @@ impl View {
         let enc = array.encoding();
         let layout = &array.layout;
         let mut out = Vec::new();
-        let listed = match self.store.list(&array.data_rel) {
+        let listed = match self.tree.store.list(&array.data_rel) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && array.draft => Vec::new(),
             other => other?,
         };
@@ -149,7 +116,7 @@ impl View {
                 Some(crate::format::KeyPath::Chunk(c)) if layout.shard_in_grid(&c) => c,
                 _ => continue,
             };
-            self.refresh_shard(array, &shard);
+            self.tree.refresh_shard(array, &shard);
             for coords in layout.chunks_of_shard(&shard) {
                 if self.stored(array, &coords)? {
                     out.push(file(enc.encode(&coords).into()));
@@ -201,32 +168,81 @@ impl View {
         // reading no index (`ls c` of a 4-shard array cost a LIST, then a HEAD and a GET
         // per shard, 3 round trips before `cp -r` read a byte), and so a listing shows
         // what a lookup finds.
-        let quick = lookup || (self.writer.is_none() && self.caps.reads == Reads::Requests);
-        if lookup && self.writer.is_none() && self.caps.reads == Reads::Requests {
+        let ro_requests = self.writer.is_none() && self.tree.caps.reads == Reads::Requests;
+        let quick = lookup || ro_requests;
+        if lookup && ro_requests {
             return Ok(true);
         }
         let layout = &array.layout;
         let mut shard = array.shard_prefix(prefix);
-        self.any_shard_below(array, &mut shard, &mut |view, shard| {
-            let inside = (0..prefix.len()).all(|d| {
-                let r = layout.inner_range(d, shard[d]);
-                r.start == prefix[d] && r.end == prefix[d] + 1
-            });
-            if quick
-                && staged.is_empty()
-                && (inside || (view.writer.is_none() && view.caps.reads == Reads::Requests))
-            {
-                return Ok(true);
+        self.tree
+            .any_shard_below(array, &mut shard, &mut |view, shard| {
+                let inside = (0..prefix.len()).all(|d| {
+                    let r = layout.inner_range(d, shard[d]);
+                    r.start == prefix[d] && r.end == prefix[d] + 1
+                });
+                if quick && staged.is_empty() && (inside || ro_requests) {
+                    return Ok(true);
+                }
+                let index = view.refresh_shard(array, shard);
+                Ok(layout.chunks_of_shard(shard).into_iter().any(|c| {
+                    c.starts_with(prefix)
+                        && !staged.contains_key(&c)
+                        && layout
+                            .locate(&c)
+                            .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
+                }))
+            })
+    }
+
+    /// Whether the chunk at `coords` is listed: stored, or in a shard that cannot be read.
+    fn stored(&self, array: &ShardedArray, coords: &[u64]) -> Result<bool> {
+        match self.chunk(array, coords, false) {
+            Ok(_) => Ok(true),
+            Err(ViewError::NotFound) => Ok(false),
+            Err(ViewError::Shard { .. }) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Tree {
+    /// Key directories of a nested encoding's first level that hold no chunk (not in
+    /// `listed`) but files of their own (the store directory at their path:
+    /// `super::kept`), and those outside the grid that hold files. Before, one a shrink
+    /// left outside the grid was not listed here, though it was in a key directory
+    /// below: in the v2 view, whose keys start in the array's directory, its files were
+    /// stored and never listed (found by the reference test).
+    fn kept_key_dirs(
+        &self,
+        array: &ShardedArray,
+        listed: &std::collections::HashSet<std::ffi::OsString>,
+    ) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        if array.draft {
+            return Ok(out);
+        }
+        let (enc, ndim) = (array.encoding(), array.layout.ndim());
+        for e in self.store.list(&array.rel).unwrap_or_default() {
+            let Some(name) = e.name.to_str() else {
+                continue;
+            };
+            if e.kind != EntryKind::Dir || listed.contains(&e.name) {
+                continue;
             }
-            let index = view.refresh_shard(array, shard);
-            Ok(layout.chunks_of_shard(shard).into_iter().any(|c| {
-                c.starts_with(prefix)
-                    && !staged.contains_key(&c)
-                    && layout
-                        .locate(&c)
-                        .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
-            }))
-        })
+            if let Some(crate::format::KeyPath::Dir(c)) = enc.child(ndim, None, name)
+                && self
+                    .own
+                    .key_dir_holds_files(array, &c, &array.rel.join(name))?
+            {
+                out.push(DirEntry {
+                    ino: 0,
+                    name: e.name,
+                    kind: Kind::Dir,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// The store's listings of the shard directories `prefix` + `s` for each `s` of
@@ -284,7 +300,7 @@ impl View {
         &self,
         array: &ShardedArray,
         shard: &mut Vec<u64>,
-        found: &mut dyn FnMut(&View, &[u64]) -> Result<bool>,
+        found: &mut dyn FnMut(&Tree, &[u64]) -> Result<bool>,
     ) -> Result<bool> {
         let layout = &array.layout;
         let k = shard.len();
@@ -346,32 +362,22 @@ impl View {
         self.shards
             .get(self.store.as_ref(), &rel, &array.layout, true)
     }
-
-    /// Whether the chunk at `coords` is listed: stored, or in a shard that cannot be read.
-    fn stored(&self, array: &ShardedArray, coords: &[u64]) -> Result<bool> {
-        match self.chunk(array, coords, false) {
-            Ok(_) => Ok(true),
-            Err(ViewError::NotFound) => Ok(false),
-            Err(ViewError::Shard { .. }) => Ok(true),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 impl View {
     /// A store directory in the v2 view: `zarr.json` hidden, `.zgroup` and `.zattrs` for
     /// a group, arrays without a v2 form left out.
     pub(super) fn list_v2_dir(&self, rel: &Path) -> Result<Vec<DirEntry>> {
-        if let Some(listing) = self.list_plain(rel) {
+        if let Some(listing) = self.tree_read().list_plain(rel) {
             return listing;
         }
         let mut out = Vec::new();
-        for e in self.list_store(rel, |n| {
+        for e in self.tree_read().list_store(rel, |n| {
             n != "zarr.json" && n != crate::format::v2::ZMETADATA
         })? {
             if e.kind == Kind::Dir {
                 let child = rel.join(&e.name);
-                let shown = match self.store.stat(&child)? {
+                let shown = match self.tree.store.stat(&child)? {
                     Some(m) => self.classify(child, m)?.is_some(),
                     None => false,
                 };
@@ -381,19 +387,20 @@ impl View {
             }
             out.push(e);
         }
-        if self.has_zmetadata(rel)? {
+        if self.tree_read().has_zmetadata(rel)? {
             out.push(file(crate::format::v2::ZMETADATA.into()));
         }
-        let hidden = self.zattrs_hidden(rel);
-        if self.group_docs.stored(rel)?.is_some() {
+        let hidden = self.tree_read().zattrs_hidden(rel);
+        if self.tree.group_docs.stored(rel)?.is_some() {
             out.extend(
-                self.format
+                self.tree
+                    .format
                     .group_files()
                     .iter()
                     .filter(|f| !(hidden && **f == super::MetaFile::Zattrs))
                     .map(|f| file(f.name().into())),
             );
-        } else if !hidden && self.group_docs.kept_zattrs(rel)? {
+        } else if !hidden && self.tree.group_docs.kept_zattrs(rel)? {
             // Its `.zgroup` unlinked: its `.zattrs` stays, as on a plain directory.
             out.push(file(super::MetaFile::Zattrs.name().into()));
         }
@@ -452,10 +459,10 @@ impl View {
     fn view_doc(&self, path: &Path) -> Result<Option<Vec<u8>>> {
         Ok(match self.resolve(path)? {
             Some(Node::ArrayMeta { array, file }) => {
-                Some(self.current(&array).meta_bytes(file).to_vec())
+                Some(self.tree.current(&array).meta_bytes(file).to_vec())
             }
-            Some(Node::GroupMeta { dir, file }) => Some(self.group_meta(&dir, file)?),
-            Some(Node::File { rel }) => self.read_small(&rel)?,
+            Some(Node::GroupMeta { dir, file }) => Some(self.tree_read().group_meta(&dir, file)?),
+            Some(Node::File { rel }) => self.tree.read_small(&rel)?,
             _ => None,
         })
     }
@@ -463,13 +470,14 @@ impl View {
     /// A group of a draft store: its metadata files, its groups and arrays.
     pub(super) fn list_draft_group(&self, path: &Path) -> Vec<DirEntry> {
         self.refresh_draft();
-        let Some(tree) = self.draft_tree() else {
+        let Some(tree) = self.tree.draft_tree() else {
             return Vec::new();
         };
         let Some(group) = tree.groups.get(path) else {
             return Vec::new();
         };
         let mut out: Vec<DirEntry> = self
+            .tree
             .format
             .group_files()
             .iter()

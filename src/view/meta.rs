@@ -31,7 +31,7 @@ impl View {
         bytes: &[u8],
     ) -> Result<Arc<ShardedArray>> {
         use crate::format::v2;
-        let array = self.current(array);
+        let array = self.tree.current(array);
         let invalid = |why: String| {
             log::warn!("{}/{}: refused: {why}", array.rel.display(), file.name());
             ViewError::Invalid(why)
@@ -121,7 +121,7 @@ impl View {
         {
             return Ok(None);
         }
-        self.arrays.insert(new.clone());
+        self.tree.arrays.insert(new.clone());
         Ok(Some(new))
     }
 
@@ -131,7 +131,7 @@ impl View {
         array: &Arc<ShardedArray>,
         bytes: &[u8],
     ) -> Result<Arc<ShardedArray>> {
-        let array = self.current(array);
+        let array = self.tree.current(array);
         let invalid = |why: String| {
             log::warn!("{}/zarr.json: refused: {why}", array.rel.display());
             ViewError::Invalid(why)
@@ -172,7 +172,7 @@ impl View {
             self.delete_outside(&array, layout.chunk_counts())?;
         }
         self.flush_array(&array)?;
-        self.store.write_atomically(&array.meta_rel, &out)?;
+        self.tree.store.write_atomically(&array.meta_rel, &out)?;
         self.unconsolidate_above(&array.rel);
         self.reload_array(&array.rel)
     }
@@ -198,19 +198,20 @@ impl View {
         // shown as the store's plain directory from now on, holding what is stored).
         self.keep_files(super::kept::Keep::Under(&array.rel))?;
         let mut gone = Vec::new();
-        self.any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
-            let index = view.refresh_shard(array, shard);
-            for c in layout.chunks_of_shard(shard) {
-                if outside(&c)
-                    && layout
-                        .locate(&c)
-                        .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
-                {
-                    gone.push(c);
+        self.tree
+            .any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
+                let index = view.refresh_shard(array, shard);
+                for c in layout.chunks_of_shard(shard) {
+                    if outside(&c)
+                        && layout
+                            .locate(&c)
+                            .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
+                    {
+                        gone.push(c);
+                    }
                 }
-            }
-            Ok(false)
-        })?;
+                Ok(false)
+            })?;
         if let Some(w) = &self.writer {
             for (c, exists) in w.staging.under(&array.rel, &[]) {
                 if exists && outside(&c) {
@@ -225,7 +226,7 @@ impl View {
     }
 
     pub(super) fn reload_array(&self, rel: &Path) -> Result<Arc<ShardedArray>> {
-        let dir_meta = self.stat_rel(rel)?;
+        let dir_meta = self.tree.stat_rel(rel)?;
         let node = self.classify_dir(rel.to_path_buf(), dir_meta)?;
         let Node::ArrayDir { array } = node else {
             return Err(ViewError::Invalid(format!(
@@ -242,11 +243,11 @@ impl View {
     pub(super) fn refresh_subtree(&self, rel: &Path) {
         let w = self.writer.as_ref();
         let (mut gone, mut kept, mut entries) = (Vec::new(), Vec::new(), Vec::new());
-        for (ino, path) in self.inodes.under(rel) {
-            let retired = match (self.resolve(&path), self.inodes.get(ino)) {
+        for (ino, path) in self.tree.inodes.under(rel) {
+            let retired = match (self.resolve(&path), self.tree.inodes.get(ino)) {
                 // Still there, as the same kind of file.
                 (Ok(Some(node)), Some((_, old))) if node.kind() == old.kind() => {
-                    self.inodes.update(ino, node);
+                    self.tree.inodes.update(ino, node);
                     false
                 }
                 // Gone, or now another kind: whatever the kernel does with the inode it
@@ -254,7 +255,7 @@ impl View {
                 // the store file its node names, which may now be something else (the
                 // shard stored at a plain chunk file's path).
                 (Ok(_), Some(_)) => {
-                    self.inodes.retire(ino);
+                    self.tree.inodes.retire(ino);
                     true
                 }
                 // Not known now (a store error): left as it was.
@@ -268,7 +269,7 @@ impl View {
             // fail operations already under way in it); its children change.
             if path.as_path() != rel
                 && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
-                && let Some(pino) = self.inodes.peek(parent)
+                && let Some(pino) = self.tree.inodes.peek(parent)
             {
                 entries.push((pino, name.to_os_string()));
             }

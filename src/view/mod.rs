@@ -20,8 +20,18 @@
 //! (`read_ahead.rs`), `CachePolicy`; the overlay's
 //! `Writer` and its owners (`Unlinked`, `KeptPaths`, `ArrayChoices`, `KeyDirs`,
 //! `TimesSet`, `AsWritten`, `PendingDocs`, `ScratchFiles`, `Staging`); the open files'
-//! `HandleTable`. The methods of `View` (what still needs several parts) are spread over
-//! the files by what they own:
+//! `HandleTable`. `View` holds three parts: the [`Tree`] (the tree's state, above), the
+//! overlay (`writer`) and the open files (`handles`, `implicit`). A file's methods sit
+//! in up to three blocks, by what they need:
+//! * `impl Tree`: the tree's state alone (`self.tree.current(array)`);
+//! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
+//!   `View::tree_read`): chunk lookups, listings, what metadata a directory shows;
+//! * `impl View`: what changes the overlay or the open files, and resolution itself,
+//!   since `array_load.rs:classify` reconciles the overlay with the store as it meets a
+//!   directory (an unlinked array whose metadata came back, or that another mount
+//!   removed; chunks staged for an array another mount replaced).
+//!
+//! The files, by the part they belong to:
 //! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
@@ -325,8 +335,24 @@ pub enum Renamed {
     Other,
 }
 
-/// The virtual tree over a store.
+/// The virtual tree over a store: a facade over its three parts, the [`Tree`] (what a
+/// name is), the overlay (`writer`: what this mount changed) and the open files
+/// (`handles`, `implicit`).
 pub struct View {
+    /// What a name is: inodes, resolution, the array registry, listings, caches.
+    tree: Tree,
+    /// Open files and directories.
+    handles: handles::HandleTable,
+    /// Handles of writes through descriptors the kernel opened, by inode.
+    implicit: kernel_writes::Implicits,
+    /// The overlay, what this mount changed; `None` for a read-only view.
+    writer: Option<Writer>,
+    counters: ReadCounters,
+}
+
+/// The tree: what a name is. It reads the overlay (passed in where needed) and never
+/// writes it; its parts own their state behind methods.
+pub(crate) struct Tree {
     store: Arc<dyn Store>,
     /// What the store is ([`Store::capabilities`]), asked once.
     caps: Capabilities,
@@ -338,15 +364,8 @@ pub struct View {
     shards: Arc<ShardCache>,
     /// Loading ahead of readers (the next shards, a listing's indexes).
     ahead: read_ahead::ReadAhead,
-    /// Open files and directories.
-    handles: handles::HandleTable,
-    /// Handles of writes through descriptors the kernel opened, by inode.
-    implicit: kernel_writes::Implicits,
     /// What the kernel may cache, and for how long.
     cache: cache::CachePolicy,
-    /// The write side; `None` for a read-only view.
-    writer: Option<Writer>,
-    counters: ReadCounters,
     format: ViewFormat,
     /// The hierarchy of a store of the 2022 draft layout.
     draft: Option<draft::DraftState>,
@@ -358,6 +377,14 @@ pub struct View {
     containers: container::Containers,
     /// The store's directories and files of their own in arrays' key directories.
     own: own_files::OwnFiles,
+}
+
+/// The tree as this mount shows it: the [`Tree`] and the overlay, read (a tree query
+/// never changes what the mount changed). Made per call by [`View::tree_read`].
+#[derive(Clone, Copy)]
+pub(crate) struct TreeRead<'a> {
+    tree: &'a Tree,
+    writer: Option<&'a Writer>,
 }
 
 /// Where an array lives in the store.
@@ -418,25 +445,27 @@ impl View {
         }
         let shards = Arc::new(shards);
         let mut view = View {
-            caps,
-            ahead: read_ahead::ReadAhead::new(store.clone(), shards.clone()),
-            shards,
-            inodes: inode::InodeTable::new(Node::Dir {
-                rel: PathBuf::new(),
-            }),
+            tree: Tree {
+                caps,
+                ahead: read_ahead::ReadAhead::new(store.clone(), shards.clone()),
+                shards,
+                inodes: inode::InodeTable::new(Node::Dir {
+                    rel: PathBuf::new(),
+                }),
+                cache: cache::CachePolicy::new(config.freshness),
+                arrays: Default::default(),
+                format: config.format,
+                draft: None,
+                plain_fills: Default::default(),
+                group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
+                containers: container::Containers::new(store.clone(), config.format),
+                own: own_files::OwnFiles::new(store.clone()),
+                store,
+            },
             handles: Default::default(),
             implicit: Default::default(),
-            cache: cache::CachePolicy::new(config.freshness),
-            arrays: Default::default(),
             writer,
             counters: ReadCounters::default(),
-            format: config.format,
-            draft: None,
-            plain_fills: Default::default(),
-            group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
-            containers: container::Containers::new(store.clone(), config.format),
-            own: own_files::OwnFiles::new(store.clone()),
-            store,
         };
         if draft {
             let tree = view.load_draft_tree();
@@ -445,8 +474,8 @@ impl View {
                 tree.arrays.len(),
                 tree.groups.len()
             );
-            view.draft = Some(draft::DraftState::new(tree));
-            view.inodes.update(
+            view.tree.draft = Some(draft::DraftState::new(tree));
+            view.tree.inodes.update(
                 ROOT_INO,
                 Node::DraftGroup {
                     path: PathBuf::new(),
@@ -460,6 +489,7 @@ impl View {
         {
             // The store itself a bcolz rootdir.
             Node::Dir { rel } => view
+                .tree
                 .containers
                 .dir(&rel, &root_meta)
                 .ok()
@@ -467,13 +497,21 @@ impl View {
                 .unwrap_or(Node::Dir { rel }),
             root => root,
         };
-        view.inodes.update(ROOT_INO, root);
+        view.tree.inodes.update(ROOT_INO, root);
         Ok(view)
+    }
+
+    /// The tree with the overlay, for the queries that read both.
+    fn tree_read(&self) -> TreeRead<'_> {
+        TreeRead {
+            tree: &self.tree,
+            writer: self.writer.as_ref(),
+        }
     }
 
     /// Whether the store has the 2022 draft layout.
     pub fn is_draft(&self) -> bool {
-        self.draft.is_some()
+        self.tree.draft.is_some()
     }
 
     /// Whether the view refuses writes (a read-only mount, or a draft store).
@@ -483,24 +521,26 @@ impl View {
 
     /// What the kernel may cache, and for how long.
     pub fn cache(&self) -> &cache::CachePolicy {
-        &self.cache
+        &self.tree.cache
     }
 
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.tree.store
+    }
+
+    /// Number of inodes the kernel currently holds.
+    pub fn live_inodes(&self) -> usize {
+        self.tree.inodes.len()
+    }
+}
+
+impl Tree {
     /// A small store file (metadata), `None` if absent.
     fn read_small(&self, rel: &Path) -> io::Result<Option<Vec<u8>>> {
         resolve::read_small(self.store.as_ref(), rel)
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
     fn node(&self, ino: u64) -> Result<(PathBuf, Node)> {
         self.inodes.get(ino).ok_or(ViewError::StaleInode(ino))
-    }
-
-    /// Number of inodes the kernel currently holds.
-    pub fn live_inodes(&self) -> usize {
-        self.inodes.len()
     }
 }

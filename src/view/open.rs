@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use crate::store::{EntryMeta, OpenMode, StoreFileRw};
 
+use super::TreeRead;
 use super::*;
 
 impl View {
@@ -24,7 +25,7 @@ impl View {
             // file (`O_CREAT`) or say `ENOENT`; before, an `open(O_CREAT)` of the name
             // got `ENOENT` while the kernel held the entry (found by the reference test
             // with `--open-checks`).
-            Err(ViewError::NotFound) if self.node(ino).is_ok_and(|(_, n)| chunk(&n)) => {
+            Err(ViewError::NotFound) if self.tree.node(ino).is_ok_and(|(_, n)| chunk(&n)) => {
                 Err(ViewError::StaleInode(ino))
             }
             res => res,
@@ -32,7 +33,7 @@ impl View {
     }
 
     fn open_node(&self, ino: u64, write: bool, truncate: bool) -> Result<Opened> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
         if write {
             let handle = self.open_for_write(ino, &path, &node, truncate)?;
@@ -55,7 +56,7 @@ impl View {
             Handle::Bytes(b) if chunk => Some(b.len() as u64),
             _ => None,
         };
-        let stale_size = len.is_some_and(|len| self.cache.report_size(ino, len));
+        let stale_size = len.is_some_and(|len| self.tree.cache.report_size(ino, len));
         Ok(Opened {
             stale_size: stale_size || meta,
             ..self.add_handle(ino, handle, keep_cache)
@@ -69,37 +70,45 @@ impl View {
         Ok(match node {
             Node::Stats => (Handle::Bytes(Arc::new(self.stats_json())), false),
             Node::PlainFill { data, .. } => (Handle::Bytes(data), false),
-            Node::Container(ref c) => (self.containers.reader(c)?, false),
+            Node::Container(ref c) => (self.tree.containers.reader(c)?, false),
             Node::Consolidated { dir } => {
                 (Handle::Bytes(Arc::new(self.consolidated(&dir)?)), false)
             }
             Node::File { rel } if let Some(doc) = self.pending_doc(&rel) => {
                 (Handle::Bytes(Arc::new(doc.bytes())), false)
             }
-            Node::File { rel } if let Some(doc) = self.group_docs.shown(&rel, None) => {
+            Node::File { rel } if let Some(doc) = self.tree.group_docs.shown(&rel, None) => {
                 (Handle::Bytes(doc), false)
             }
             Node::File { rel } => (
-                Handle::Store(self.store.open(&rel)?.ok_or(ViewError::NotFound)?.into()),
+                Handle::Store(
+                    self.tree
+                        .store
+                        .open(&rel)?
+                        .ok_or(ViewError::NotFound)?
+                        .into(),
+                ),
                 false,
             ),
-            Node::ArrayMeta { array, file } => {
-                (Handle::Bytes(self.current(&array).meta_bytes(file)), false)
-            }
-            Node::GroupMeta { ref dir, file } => {
-                (Handle::Bytes(Arc::new(self.group_meta(dir, file)?)), false)
-            }
+            Node::ArrayMeta { array, file } => (
+                Handle::Bytes(self.tree.current(&array).meta_bytes(file)),
+                false,
+            ),
+            Node::GroupMeta { ref dir, file } => (
+                Handle::Bytes(Arc::new(self.tree_read().group_meta(dir, file)?)),
+                false,
+            ),
             Node::Chunk { array, coords } => {
-                let array = self.current(&array);
-                match self.chunk_or_fill(&array, &coords, at_open)? {
+                let array = self.tree.current(&array);
+                match self.tree_read().chunk_or_fill(&array, &coords, at_open)? {
                     ChunkData::Shard(shard, range) => {
-                        self.ahead.after_open(&array, &coords, &shard, range);
+                        self.tree.ahead.after_open(&array, &coords, &shard, range);
                         let now = (range, shard.meta().map(EntryMeta::version));
-                        let keep = at_open && self.cache.keep_pages(ino, now);
+                        let keep = at_open && self.tree.cache.keep_pages(ino, now);
                         (Handle::Chunk { shard, range }, keep)
                     }
                     ChunkData::Staged(bytes) => {
-                        self.cache.not_served(ino);
+                        self.tree.cache.not_served(ino);
                         (Handle::Bytes(bytes), false)
                     }
                 }
@@ -146,7 +155,7 @@ impl View {
     ) -> Result<()> {
         if self.writer.is_some()
             && matches!(node, Node::File { .. } | Node::Symlink { .. })
-            && self.inodes.peek(path) != Some(ino)
+            && self.tree.inodes.peek(path) != Some(ino)
         {
             return Err(ViewError::NotFound);
         }
@@ -163,8 +172,8 @@ impl View {
         let w = self.writer()?;
         let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
             path: path.to_path_buf(),
-            array: self.current(array),
-            parent: self.parent_key(path),
+            array: self.tree.current(array),
+            parent: self.tree.parent_key(path),
         };
         let (file, node) = match node {
             Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
@@ -178,12 +187,12 @@ impl View {
                 return Ok(Handle::StoreRw(Arc::from(f), rel.clone()));
             }
             Node::Chunk { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.writable(&array)?;
                 let data = if truncate {
                     Vec::new()
                 } else {
-                    self.chunk_bytes(&array, coords)?
+                    self.tree_read().chunk_bytes(&array, coords)?
                 };
                 (
                     w.scratch.create(path, data, truncate, 1)?,
@@ -194,7 +203,7 @@ impl View {
                 let data = if truncate {
                     Vec::new()
                 } else {
-                    self.current(array).meta_bytes(*file).to_vec()
+                    self.tree.current(array).meta_bytes(*file).to_vec()
                 };
                 (
                     w.scratch.create(path, data, truncate, 1)?,
@@ -229,7 +238,7 @@ impl View {
                 )));
             }
         };
-        self.inodes.update(ino, node.clone());
+        self.tree.inodes.update(ino, node.clone());
         Ok(Handle::Scratch {
             ino,
             node,
@@ -251,9 +260,10 @@ impl View {
         if let Some(dir) = rel.parent() {
             self.make_plain_dirs(dir)?;
         }
-        self.store
+        self.tree
+            .store
             .write_atomically(rel, if truncate { &[] } else { data })?;
-        self.inodes.update(
+        self.tree.inodes.update(
             ino,
             Node::File {
                 rel: rel.to_path_buf(),
@@ -275,12 +285,14 @@ impl View {
         let data = if truncate {
             Vec::new()
         } else {
-            self.group_meta(dir, file)?
+            self.tree_read().group_meta(dir, file)?
         };
         let rel = dir.join(file.name());
-        let f = self.store.open_rw(&rel, OpenMode::Create, true)?;
+        let f = self.tree.store.open_rw(&rel, OpenMode::Create, true)?;
         f.write_all_at(&data, 0)?;
-        self.inodes.update(ino, Node::File { rel: rel.clone() });
+        self.tree
+            .inodes
+            .update(ino, Node::File { rel: rel.clone() });
         Ok(Handle::StoreRw(Arc::from(f), rel))
     }
 
@@ -295,18 +307,25 @@ impl View {
         let w = self.writer()?;
         if super::pending_doc::is_doc(rel) {
             self.note_unsharded(rel);
-            return Ok(Box::new(w.docs.open(&self.store, rel, truncate, false)?));
+            return Ok(Box::new(w.docs.open(
+                &self.tree.store,
+                rel,
+                truncate,
+                false,
+            )?));
         }
-        let v2_meta = self.format == super::ViewFormat::V2
+        let v2_meta = self.tree.format == super::ViewFormat::V2
             && rel.file_name().and_then(MetaFile::from_name).is_some();
         let mode = if v2_meta {
             OpenMode::Create
         } else {
             OpenMode::Existing
         };
-        Ok(self.store.open_rw(rel, mode, truncate)?)
+        Ok(self.tree.store.open_rw(rel, mode, truncate)?)
     }
+}
 
+impl TreeRead<'_> {
     pub(super) fn chunk_bytes(&self, array: &ShardedArray, coords: &[u64]) -> Result<Vec<u8>> {
         for attempt in 1.. {
             let (shard, range) = match self.chunk_or_fill(array, coords, true)? {
@@ -327,7 +346,7 @@ impl View {
                         "{}: changed by another writer; read again",
                         shard.rel().display()
                     );
-                    self.shards.invalidate(shard.rel());
+                    self.tree.shards.invalidate(shard.rel());
                 }
                 res => {
                     return res.map_err(|err| ViewError::Shard {

@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use super::Tree;
 use super::{Attr, Handle, Node, Opened, Result, View, ViewError, container};
 use crate::format::KeyPath;
 
@@ -29,14 +30,14 @@ impl View {
         let existing = match self.child(&ppath, &pnode, name)? {
             // Served where nothing is stored: `O_EXCL` makes the file (`tar x`, which
             // retries after an unlink, would otherwise never get it).
-            Some(n) if exclusive && self.is_fill(&path, &n)? => None,
+            Some(n) if exclusive && self.tree_read().is_fill(&path, &n)? => None,
             found => found,
         };
         if let Some(existing) = existing {
             if exclusive {
                 return Err(ViewError::Exists);
             }
-            let ino = self.inodes.intern(path.clone(), existing.clone());
+            let ino = self.tree.inodes.intern(path.clone(), existing.clone());
             let handle = self.open_for_write(ino, &path, &existing, truncate)?;
             return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
         }
@@ -54,7 +55,7 @@ impl View {
                     _ => None,
                 };
                 let (node, file) = self.create_scratch(&path, array, parent, name)?;
-                let ino = self.inodes.intern(path, node.clone());
+                let ino = self.tree.inodes.intern(path, node.clone());
                 let handle = Handle::Scratch {
                     ino,
                     node,
@@ -65,7 +66,7 @@ impl View {
             }
             _ => return Err(ViewError::NotDir),
         };
-        let ino = self.inodes.intern(path, node);
+        let ino = self.tree.inodes.intern(path, node);
         Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)))
     }
 
@@ -76,9 +77,9 @@ impl View {
         // A metadata document is stored once whole, not made empty now.
         let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
             let w = self.writer()?;
-            Box::new(w.docs.open(&self.store, &rel, true, true)?)
+            Box::new(w.docs.open(&self.tree.store, &rel, true, true)?)
         } else {
-            self.store.open_rw(&rel, OpenMode::CreateNew, false)?
+            self.tree.store.open_rw(&rel, OpenMode::CreateNew, false)?
         };
         Ok((
             Node::File { rel: rel.clone() },
@@ -98,11 +99,11 @@ impl View {
         Node,
         std::sync::Arc<parking_lot::Mutex<super::scratch::Scratch>>,
     )> {
-        let array = self.current(array);
+        let array = self.tree.current(array);
         self.writable(&array)?;
         // A file at a chunk key outside the grid (or at a key directory's name) could
         // never be committed: its bytes would be dropped at unmount.
-        if let Target::Invalid(why) = self.target(&array, parent.as_deref(), name)? {
+        if let Target::Invalid(why) = self.tree.target(&array, parent.as_deref(), name)? {
             log::warn!("{}: refused: {why}", path.display());
             return Err(ViewError::Invalid(why));
         }
@@ -179,7 +180,7 @@ impl View {
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> Result<Attr> {
-        let (_, node) = self.node(ino)?;
+        let (_, node) = self.tree.node(ino)?;
         container::refuse_writes(&[Some(&node)])?;
         let rel = match &node {
             Node::File { rel } | Node::Dir { rel } => Some(rel),
@@ -190,7 +191,7 @@ impl View {
             self.writer()?;
             match self.pending_doc(rel) {
                 Some(doc) => doc.set_mode_owner(mode, uid, gid)?,
-                None => self.store.set_mode_owner(rel, mode, uid, gid)?,
+                None => self.tree.store.set_mode_owner(rel, mode, uid, gid)?,
             }
             if let Node::ArrayDir { array } = &node {
                 // The array's directory attributes are kept with the array.
@@ -210,7 +211,7 @@ impl View {
         mtime: Option<std::time::SystemTime>,
     ) -> Result<Attr> {
         let w = self.writer()?;
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         container::refuse_writes(&[Some(&node)])?;
         // What was written before (with the kernel opening files, gathered and committed
         // a moment later) is committed first, as its close would have: the commit then
@@ -257,8 +258,8 @@ impl View {
     /// its inode meanwhile (then the inode table no longer knows the name; found by the
     /// reference test).
     fn mtime_at(&self, path: &Path) -> Option<std::time::SystemTime> {
-        let (ino, node) = match self.inodes.peek(path) {
-            Some(ino) => (ino, self.node(ino).ok()?.1),
+        let (ino, node) = match self.tree.inodes.peek(path) {
+            Some(ino) => (ino, self.tree.node(ino).ok()?.1),
             None => (0, self.resolve(path).ok()??),
         };
         self.own_mtime(ino, &node)
@@ -301,7 +302,7 @@ impl View {
     }
 
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
         let w = self.writer()?;
         match &node {
@@ -318,7 +319,7 @@ impl View {
                 // A metadata document: truncated as a whole document or refused, checked
                 // while this handle still holds it (the last one lets it go).
                 self.note_unsharded(rel);
-                let f = w.docs.open(&self.store, rel, false, false)?;
+                let f = w.docs.open(&self.tree.store, rel, false, false)?;
                 f.set_len(size)?;
                 if !f.whole() {
                     return Err(not_whole(rel));
@@ -333,7 +334,7 @@ impl View {
                 let table = w.scratch.lock();
                 let Some(file) = table.get(path) else {
                     drop(table);
-                    return match self.node(ino)? {
+                    return match self.tree.node(ino)? {
                         (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
                         _ => self.set_size(ino, size as u64),
                     };
@@ -341,14 +342,14 @@ impl View {
                 self.resize_scratch(&file, size)?;
             }
             Node::Chunk { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.writable(&array)?;
                 // Never more than a file may hold while staged (`truncate -s 1T` of a
                 // chunk must not try to allocate a terabyte).
                 if size > w.scratch.limit() {
                     return Err(ViewError::TooBig(w.scratch.limit()));
                 }
-                let mut data = self.chunk_bytes(&array, coords)?;
+                let mut data = self.tree_read().chunk_bytes(&array, coords)?;
                 data.resize(size as usize, 0);
                 self.commit_chunk(&array, coords.clone(), Some(data))?;
             }
@@ -393,12 +394,12 @@ impl View {
             Node::Dir { rel } => {
                 self.writer()?;
                 let rel = self.new_child_rel(rel, name)?;
-                self.store.create_dir(&rel)?;
-                let meta = self.stat_rel(&rel)?;
+                self.tree.store.create_dir(&rel)?;
+                let meta = self.tree.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)?
             }
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 let prefix = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.as_slice()),
                     _ => None,
@@ -421,12 +422,12 @@ impl View {
                     // nested in an array's directory, as zarr-python's tests make).
                     None if prefix.is_none()
                         && !array.draft
-                        && !self.hidden_in_array(&array, name) =>
+                        && !self.tree.hidden_in_array(&array, name) =>
                     {
                         self.writer()?;
                         let rel = array.rel.join(name);
-                        self.store.create_dir(&rel)?;
-                        let meta = self.stat_rel(&rel)?;
+                        self.tree.store.create_dir(&rel)?;
+                        let meta = self.tree.stat_rel(&rel)?;
                         self.classify_dir(rel, meta)?
                     }
                     _ => {
@@ -441,10 +442,26 @@ impl View {
             }
             _ => return Err(ViewError::NotDir),
         };
-        let ino = self.inodes.intern(ppath.join(name), node);
+        let ino = self.tree.inodes.intern(ppath.join(name), node);
         self.getattr(ino)
     }
 
+    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
+    pub(super) fn existing_child(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<(PathBuf, PathBuf, Node)> {
+        let (ppath, pnode) = self.tree.node(parent)?;
+        let node = self
+            .stored_child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let path = ppath.join(name);
+        Ok((ppath, path, node))
+    }
+}
+
+impl Tree {
     /// Whether `name` in directory `pnode` is a chunk key of an array (inside its grid
     /// or not).
     pub(super) fn is_chunk_key(&self, pnode: &Node, name: &OsStr) -> bool {
@@ -460,20 +477,6 @@ impl View {
             Some(KeyPath::Chunk(_))
         )
     }
-
-    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
-    pub(super) fn existing_child(
-        &self,
-        parent: u64,
-        name: &OsStr,
-    ) -> Result<(PathBuf, PathBuf, Node)> {
-        let (ppath, pnode) = self.node(parent)?;
-        let node = self
-            .stored_child(&ppath, &pnode, name)?
-            .ok_or(ViewError::NotFound)?;
-        let path = ppath.join(name);
-        Ok((ppath, path, node))
-    }
 }
 
 impl View {
@@ -481,20 +484,20 @@ impl View {
     /// that finished since the kernel looked it up may have made a store directory a
     /// key directory of a new array (the inode is updated too).
     fn fresh_parent(&self, parent: u64) -> Result<(PathBuf, Node)> {
-        let (path, node) = self.node(parent)?;
+        let (path, node) = self.tree.node(parent)?;
         let node = self.made_dir(parent, node)?;
         if !matches!(node, Node::Dir { .. }) || self.writer.is_none() {
             return Ok((path, node));
         }
         // Only an array at or above it changes what it is (an in-memory look, no I/O:
         // a plain tree costs nothing here).
-        if !path.ancestors().any(|a| self.arrays.get(a).is_some()) {
+        if !path.ancestors().any(|a| self.tree.arrays.get(a).is_some()) {
             return Ok((path, node));
         }
         match self.resolve(&path)? {
             Some(now) if now.kind() == node.kind() => {
                 if !matches!(now, Node::Dir { .. }) {
-                    self.inodes.update(parent, now.clone());
+                    self.tree.inodes.update(parent, now.clone());
                 }
                 Ok((path, now))
             }
@@ -509,11 +512,11 @@ impl View {
     /// value after an `unlink` or `rmdir`, which succeed (as a deleted chunk reads).
     pub(super) fn only_fill(&self, parent: u64, name: &OsStr) -> Result<bool> {
         // A stale directory is its caller's to answer.
-        let Ok((ppath, pnode)) = self.node(parent) else {
+        let Ok((ppath, pnode)) = self.tree.node(parent) else {
             return Ok(false);
         };
         let fill = match self.child(&ppath, &pnode, name) {
-            Ok(Some(n)) => self.is_fill(&ppath.join(name), &n)?,
+            Ok(Some(n)) => self.tree_read().is_fill(&ppath.join(name), &n)?,
             _ => false,
         };
         if fill {
@@ -530,7 +533,7 @@ impl View {
         };
         self.make_plain_dirs(&rel)?;
         let now = Node::Dir { rel };
-        self.inodes.update(ino, now.clone());
+        self.tree.inodes.update(ino, now.clone());
         Ok(now)
     }
 }

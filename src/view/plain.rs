@@ -10,33 +10,205 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::Tree;
+use super::TreeRead;
 use super::node::DirEntry;
 use super::{Kind, MetaFile, Node, Result, View, ViewError, ViewFormat};
 use crate::format::v2::{self, PlainEntry, PlainKeys, PlainName};
 use crate::format::{self, Presentation};
 
 impl View {
-    /// The `zarr.json` document in store directory `rel` when it is an unsharded array
-    /// with a v2 form, with its key translation (v2 view only).
-    pub(super) fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
-        if self.format != ViewFormat::V2 {
-            return None;
+    /// Like [`Self::dir_child_rel`], for a name about to be made: the key directory it
+    /// lies in (`c/`) is made first where missing.
+    pub(super) fn new_child_rel(&self, rel: &Path, name: &OsStr) -> Result<PathBuf> {
+        let child = self.tree_read().dir_child_rel(rel, name).ok_or_else(|| {
+            ViewError::Invalid(format!(
+                "{}: the v2 view of an unsharded array keeps this name for the store's keys",
+                rel.join(name).display()
+            ))
+        })?;
+        if let Some(parent) = child.parent()
+            && parent != rel
+            && self.tree.store.stat(parent)?.is_none()
+        {
+            self.writer()?;
+            self.tree.store.create_dir(parent)?;
         }
-        let bytes = self.read_small(&rel.join("zarr.json")).ok()??;
-        let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
-            return None;
-        };
-        if !matches!(meta.presentation, Presentation::Plain) {
-            return None;
-        }
-        let (_, keys) = v2::plain_zarray(&meta.doc).ok()?;
-        Some((meta.doc, keys))
+        Ok(child)
     }
 
+    /// A child of an unsharded array's directory in the v2 view; `None` when `rel` is no
+    /// such array.
+    pub(super) fn plain_child(&self, rel: &Path, name: &OsStr) -> Option<Result<Option<Node>>> {
+        let keys = self.tree_read().plain_keys(rel)?;
+        Some((|| {
+            if let Some(file) = MetaFile::from_name(name) {
+                if !self.tree.format.array_files().contains(&file) {
+                    return Ok(None);
+                }
+                // A v2 writer's own file (taken in when it is closed) wins.
+                if let Some(m) = self.tree.store.stat(&rel.join(name))?
+                    && m.kind == crate::store::EntryKind::File
+                {
+                    return Ok(Some(Node::File {
+                        rel: rel.join(name),
+                    }));
+                }
+                return Ok(self
+                    .tree_read()
+                    .plain_meta_shown(rel, file)
+                    .then(|| Node::GroupMeta {
+                        dir: rel.to_path_buf(),
+                        file,
+                    }));
+            }
+            let path = match name.to_str().map(|n| keys.store_name(n)) {
+                Some(PlainName::Key(p)) => rel.join(p),
+                Some(PlainName::Hidden) => return Ok(None),
+                Some(PlainName::AsIs) | None => rel.join(name),
+            };
+            let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
+                return Ok(None);
+            };
+            match self.store_child(dir, file)? {
+                None => Ok(self.tree_read().plain_fill_at(&path)),
+                found => Ok(found),
+            }
+        })())
+    }
+
+    /// Make store directory `dir` and those missing above it (the key directories of a
+    /// chunk written where the view served the fill value).
+    pub(super) fn make_plain_dirs(&self, dir: &Path) -> Result<()> {
+        self.writer()?;
+        let missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty())
+            .take_while(|d| !matches!(self.tree.store.stat(d), Ok(Some(_))))
+            .collect();
+        for d in missing.into_iter().rev() {
+            match self.tree.store.create_dir(d) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                res => res?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A `.zarray` or `.zattrs` written into the directory of the unsharded array at
+    /// `dir`: the attributes, or only the shape, change in its `zarr.json`. `None` when
+    /// `dir` is no such array.
+    pub(super) fn take_in_plain(
+        &self,
+        dir: &Path,
+        file: MetaFile,
+        data: &[u8],
+    ) -> Option<Result<()>> {
+        let (mut doc, keys) = self.tree.plain_array(dir)?;
+        let invalid = |why: String| ViewError::Invalid(why);
+        Some((|| {
+            match file {
+                MetaFile::Zattrs => {
+                    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+                    v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(invalid)?;
+                }
+                MetaFile::Zarray => {
+                    let (shown, _) = v2::plain_zarray(&doc).map_err(invalid)?;
+                    if !v2::same_but_shape(&v2::to_bytes(&shown), data).map_err(invalid)? {
+                        return Err(invalid(
+                            "only the shape of an array may change through .zarray".into(),
+                        ));
+                    }
+                    doc.insert(
+                        "shape".into(),
+                        v2::zarray_shape(data).map_err(invalid)?.into(),
+                    );
+                }
+                _ => return Err(invalid(format!("{} is an array", dir.display()))),
+            }
+            let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
+                .map_err(|e| invalid(e.to_string()))?;
+            bytes.push(b'\n');
+            self.tree
+                .store
+                .write_atomically(&dir.join("zarr.json"), &bytes)?;
+            Ok(())
+        })())
+    }
+
+    /// `unlink` of `.zarray` or `.zattrs` of the unsharded array at `dir`; `None` when
+    /// `dir` is no such array. As zarr 2 removes an array (recursively, from a listing
+    /// taken first, `.zarray` first), the metadata leaves the store at once and the
+    /// other names stay until each is removed.
+    pub(super) fn unlink_plain_meta(&self, dir: &Path, file: MetaFile) -> Option<Result<()>> {
+        let keys = self.tree_read().plain_keys(dir)?;
+        Some((|| {
+            let w = self.writer()?;
+            let headless = w.unlinked.is_plain_headless(dir);
+            match (file, headless) {
+                (MetaFile::Zarray, false) => {
+                    let doc = self
+                        .tree
+                        .plain_array(dir)
+                        .map(|(d, _)| d)
+                        .unwrap_or_default();
+                    self.tree.store.remove_file(&dir.join("zarr.json"))?;
+                    w.unlinked.make_plain_headless(dir, keys, doc);
+                }
+                (MetaFile::Zattrs, false) => {
+                    self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()))?;
+                    // Not listed until written again (see `Unlinked::zattrs`).
+                    w.unlinked.zattrs_unlinked(dir);
+                }
+                (MetaFile::Zattrs, true) => {
+                    let mut doc = w.unlinked.plain_doc(dir).unwrap_or_default();
+                    v2::apply_zattrs(
+                        &mut doc,
+                        b"{}",
+                        Some(keys.ndim),
+                        &super::landed::node_name(dir),
+                    )
+                    .map_err(ViewError::Invalid)?;
+                    w.unlinked.hide_plain_zattrs(dir, doc);
+                }
+                _ => return Err(ViewError::NotFound),
+            }
+            Ok(())
+        })())
+    }
+
+    /// `rmdir` of the directory of an unsharded array whose `.zarray` was unlinked:
+    /// once the view shows nothing in it, it goes with what is left of it in the store
+    /// (emptied key directories). `None` when `rel` is no such array.
+    pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
+        let w = self.writer.as_ref()?;
+        if !w.unlinked.is_plain_headless(rel) {
+            return None;
+        }
+        Some((|| {
+            let listed = self.tree_read().list_plain(rel).unwrap_or(Ok(Vec::new()))?;
+            if !listed.is_empty() {
+                return Err(ViewError::NotEmpty);
+            }
+            crate::store::remove_tree(&*self.tree.store, rel)?;
+            w.unlinked.forget_plain(rel);
+            Ok(())
+        })())
+    }
+
+    /// A `.zarray` was written at `rel`: it is no longer a headless unsharded array.
+    pub(super) fn plain_written_back(&self, rel: &Path) {
+        if let Some(w) = &self.writer {
+            w.unlinked.plain_written_back(rel);
+        }
+    }
+}
+
+impl TreeRead<'_> {
     /// The key translation of store directory `rel`, if it is an unsharded array of the
     /// v2 view (or was one, until `rmdir`).
     pub(super) fn plain_keys(&self, rel: &Path) -> Option<PlainKeys> {
-        if self.format != ViewFormat::V2 {
+        if self.tree.format != ViewFormat::V2 {
             return None;
         }
         if let Some(keys) = self
@@ -46,7 +218,7 @@ impl View {
         {
             return Some(keys);
         }
-        self.plain_array(rel).map(|(_, keys)| keys)
+        self.tree.plain_array(rel).map(|(_, keys)| keys)
     }
 
     /// The store path of child `name` of store directory `rel` as the view shows it:
@@ -63,67 +235,11 @@ impl View {
         }
     }
 
-    /// Like [`Self::dir_child_rel`], for a name about to be made: the key directory it
-    /// lies in (`c/`) is made first where missing.
-    pub(super) fn new_child_rel(&self, rel: &Path, name: &OsStr) -> Result<PathBuf> {
-        let child = self.dir_child_rel(rel, name).ok_or_else(|| {
-            ViewError::Invalid(format!(
-                "{}: the v2 view of an unsharded array keeps this name for the store's keys",
-                rel.join(name).display()
-            ))
-        })?;
-        if let Some(parent) = child.parent()
-            && parent != rel
-            && self.store.stat(parent)?.is_none()
-        {
-            self.writer()?;
-            self.store.create_dir(parent)?;
-        }
-        Ok(child)
-    }
-
-    /// A child of an unsharded array's directory in the v2 view; `None` when `rel` is no
-    /// such array.
-    pub(super) fn plain_child(&self, rel: &Path, name: &OsStr) -> Option<Result<Option<Node>>> {
-        let keys = self.plain_keys(rel)?;
-        Some((|| {
-            if let Some(file) = MetaFile::from_name(name) {
-                if !self.format.array_files().contains(&file) {
-                    return Ok(None);
-                }
-                // A v2 writer's own file (taken in when it is closed) wins.
-                if let Some(m) = self.store.stat(&rel.join(name))?
-                    && m.kind == crate::store::EntryKind::File
-                {
-                    return Ok(Some(Node::File {
-                        rel: rel.join(name),
-                    }));
-                }
-                return Ok(self.plain_meta_shown(rel, file).then(|| Node::GroupMeta {
-                    dir: rel.to_path_buf(),
-                    file,
-                }));
-            }
-            let path = match name.to_str().map(|n| keys.store_name(n)) {
-                Some(PlainName::Key(p)) => rel.join(p),
-                Some(PlainName::Hidden) => return Ok(None),
-                Some(PlainName::AsIs) | None => rel.join(name),
-            };
-            let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
-                return Ok(None);
-            };
-            match self.store_child(dir, file)? {
-                None => Ok(self.plain_fill_at(&path)),
-                found => Ok(found),
-            }
-        })())
-    }
-
     /// Store path `rel`, which the store does not have, where it is a chunk key (or a key
     /// directory) of the grid of an unsharded array at or above it that the v2 view
     /// serves chunks of the fill value for ([`crate::format::fill`]): that node.
     pub(super) fn plain_fill_at(&self, rel: &Path) -> Option<Node> {
-        if self.format != ViewFormat::V2 {
+        if self.tree.format != ViewFormat::V2 {
             return None;
         }
         // The nearest node above decides (an array holds no groups or arrays): one read
@@ -131,9 +247,9 @@ impl View {
         let array = rel
             .ancestors()
             .skip(1)
-            .find(|a| matches!(self.store.stat(&a.join("zarr.json")), Ok(Some(_))))?
+            .find(|a| matches!(self.tree.store.stat(&a.join("zarr.json")), Ok(Some(_))))?
             .to_path_buf();
-        let (doc, keys) = self.plain_array(&array)?;
+        let (doc, keys) = self.tree.plain_array(&array)?;
         let mut kp = None;
         for comp in rel.strip_prefix(&array).ok()?.components() {
             let parent = match &kp {
@@ -158,7 +274,7 @@ impl View {
         match kp? {
             format::KeyPath::Chunk(c) if in_grid(&c) => Some(Node::PlainFill {
                 rel: rel.to_path_buf(),
-                data: self.plain_fills.chunk(&array, &doc)?,
+                data: self.tree.plain_fills.chunk(&array, &doc)?,
                 array,
             }),
             format::KeyPath::Dir(c) if in_grid(&c) => Some(Node::PlainFillDir {
@@ -167,24 +283,6 @@ impl View {
             }),
             _ => None,
         }
-    }
-
-    /// Make store directory `dir` and those missing above it (the key directories of a
-    /// chunk written where the view served the fill value).
-    pub(super) fn make_plain_dirs(&self, dir: &Path) -> Result<()> {
-        self.writer()?;
-        let missing: Vec<&Path> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty())
-            .take_while(|d| !matches!(self.store.stat(d), Ok(Some(_))))
-            .collect();
-        for d in missing.into_iter().rev() {
-            match self.store.create_dir(d) {
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                res => res?,
-            }
-        }
-        Ok(())
     }
 
     /// Whether metadata file `file` of the unsharded array at `rel` is shown.
@@ -236,7 +334,7 @@ impl View {
                     PlainEntry::AsIs => out.push(e),
                 }
             }
-            for file in self.format.array_files() {
+            for file in self.tree.format.array_files() {
                 if self.plain_meta_shown(rel, *file) {
                     out.push(DirEntry {
                         ino: 0,
@@ -253,7 +351,7 @@ impl View {
     /// `rel` is no such array.
     pub(super) fn plain_meta(&self, rel: &Path, file: MetaFile) -> Option<Result<Vec<u8>>> {
         self.plain_keys(rel)?;
-        let Some((doc, _)) = self.plain_array(rel) else {
+        let Some((doc, _)) = self.tree.plain_array(rel) else {
             // Headless: only `.zattrs` is left, from the document the array had (before,
             // `{}`: the attributes were lost with zarr.json, also when `.zarray` was
             // written back; found by the reference test).
@@ -288,108 +386,24 @@ impl View {
             _ => Err(ViewError::NotFound),
         })
     }
+}
 
-    /// A `.zarray` or `.zattrs` written into the directory of the unsharded array at
-    /// `dir`: the attributes, or only the shape, change in its `zarr.json`. `None` when
-    /// `dir` is no such array.
-    pub(super) fn take_in_plain(
-        &self,
-        dir: &Path,
-        file: MetaFile,
-        data: &[u8],
-    ) -> Option<Result<()>> {
-        let (mut doc, keys) = self.plain_array(dir)?;
-        let invalid = |why: String| ViewError::Invalid(why);
-        Some((|| {
-            match file {
-                MetaFile::Zattrs => {
-                    let name = dir.file_name().unwrap_or_default().to_string_lossy();
-                    v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(invalid)?;
-                }
-                MetaFile::Zarray => {
-                    let (shown, _) = v2::plain_zarray(&doc).map_err(invalid)?;
-                    if !v2::same_but_shape(&v2::to_bytes(&shown), data).map_err(invalid)? {
-                        return Err(invalid(
-                            "only the shape of an array may change through .zarray".into(),
-                        ));
-                    }
-                    doc.insert(
-                        "shape".into(),
-                        v2::zarray_shape(data).map_err(invalid)?.into(),
-                    );
-                }
-                _ => return Err(invalid(format!("{} is an array", dir.display()))),
-            }
-            let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
-                .map_err(|e| invalid(e.to_string()))?;
-            bytes.push(b'\n');
-            self.store
-                .write_atomically(&dir.join("zarr.json"), &bytes)?;
-            Ok(())
-        })())
-    }
-
-    /// `unlink` of `.zarray` or `.zattrs` of the unsharded array at `dir`; `None` when
-    /// `dir` is no such array. As zarr 2 removes an array (recursively, from a listing
-    /// taken first, `.zarray` first), the metadata leaves the store at once and the
-    /// other names stay until each is removed.
-    pub(super) fn unlink_plain_meta(&self, dir: &Path, file: MetaFile) -> Option<Result<()>> {
-        let keys = self.plain_keys(dir)?;
-        Some((|| {
-            let w = self.writer()?;
-            let headless = w.unlinked.is_plain_headless(dir);
-            match (file, headless) {
-                (MetaFile::Zarray, false) => {
-                    let doc = self.plain_array(dir).map(|(d, _)| d).unwrap_or_default();
-                    self.store.remove_file(&dir.join("zarr.json"))?;
-                    w.unlinked.make_plain_headless(dir, keys, doc);
-                }
-                (MetaFile::Zattrs, false) => {
-                    self.take_in_plain(dir, file, b"{}").unwrap_or(Ok(()))?;
-                    // Not listed until written again (see `Unlinked::zattrs`).
-                    w.unlinked.zattrs_unlinked(dir);
-                }
-                (MetaFile::Zattrs, true) => {
-                    let mut doc = w.unlinked.plain_doc(dir).unwrap_or_default();
-                    v2::apply_zattrs(
-                        &mut doc,
-                        b"{}",
-                        Some(keys.ndim),
-                        &super::landed::node_name(dir),
-                    )
-                    .map_err(ViewError::Invalid)?;
-                    w.unlinked.hide_plain_zattrs(dir, doc);
-                }
-                _ => return Err(ViewError::NotFound),
-            }
-            Ok(())
-        })())
-    }
-
-    /// `rmdir` of the directory of an unsharded array whose `.zarray` was unlinked:
-    /// once the view shows nothing in it, it goes with what is left of it in the store
-    /// (emptied key directories). `None` when `rel` is no such array.
-    pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
-        let w = self.writer.as_ref()?;
-        if !w.unlinked.is_plain_headless(rel) {
+impl Tree {
+    /// The `zarr.json` document in store directory `rel` when it is an unsharded array
+    /// with a v2 form, with its key translation (v2 view only).
+    pub(super) fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
+        if self.format != ViewFormat::V2 {
             return None;
         }
-        Some((|| {
-            let listed = self.list_plain(rel).unwrap_or(Ok(Vec::new()))?;
-            if !listed.is_empty() {
-                return Err(ViewError::NotEmpty);
-            }
-            crate::store::remove_tree(&*self.store, rel)?;
-            w.unlinked.forget_plain(rel);
-            Ok(())
-        })())
-    }
-
-    /// A `.zarray` was written at `rel`: it is no longer a headless unsharded array.
-    pub(super) fn plain_written_back(&self, rel: &Path) {
-        if let Some(w) = &self.writer {
-            w.unlinked.plain_written_back(rel);
+        let bytes = self.read_small(&rel.join("zarr.json")).ok()??;
+        let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
+            return None;
+        };
+        if !matches!(meta.presentation, Presentation::Plain) {
+            return None;
         }
+        let (_, keys) = v2::plain_zarray(&meta.doc).ok()?;
+        Some((meta.doc, keys))
     }
 }
 

@@ -51,9 +51,9 @@ impl View {
     fn reader_anew(&self, ino: u64, e: &ViewError) -> Result<Handle> {
         if let ViewError::Shard { shard, .. } = e {
             log::debug!("{}: changed by another writer; read again", shard.display());
-            self.shards.invalidate(shard);
+            self.tree.shards.invalidate(shard);
         }
-        let (_, node) = self.node(ino)?;
+        let (_, node) = self.tree.node(ino)?;
         Ok(self.reader(ino, node, false)?.0)
     }
 
@@ -71,8 +71,8 @@ impl View {
                 res => return res,
             }
         }
-        let (path, node) = self.node(ino)?;
-        if self.writer.is_some() && self.inodes.peek(&path) != Some(ino) {
+        let (path, node) = self.tree.node(ino)?;
+        if self.writer.is_some() && self.tree.inodes.peek(&path) != Some(ino) {
             // Unlinked or replaced, and no handle of it held: not what has its name now.
             return Err(ViewError::NotFound);
         }
@@ -102,7 +102,7 @@ impl View {
                     let end = offset + data.len() as u64;
                     if data.len() < size as usize && known.is_some_and(|k| end < k) {
                         // The kernel takes a short read for the end: so must the check.
-                        self.cache.read_short(ino, end);
+                        self.tree.cache.read_short(ino, end);
                     }
                     return Ok(data);
                 }
@@ -131,7 +131,7 @@ impl View {
         if self.writer.is_some() {
             return Ok(None);
         }
-        let known = self.cache.reported_size(ino).unwrap_or(u64::MAX);
+        let known = self.tree.cache.reported_size(ino).unwrap_or(u64::MAX);
         if range.nbytes > known {
             return Err(ViewError::SizeStale(ino));
         }

@@ -11,30 +11,32 @@ use std::path::Path;
 use crate::format;
 use crate::store::EntryKind;
 
+use super::TreeRead;
 use super::*;
 
 impl View {
     /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let (path, node) = self.node(ino)?;
+        let (path, node) = self.tree.node(ino)?;
         let mut entries = match &node {
-            Node::Dir { rel } if self.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
-            Node::Dir { rel } => self.list_store(rel, |_| true)?,
+            Node::Dir { rel } if self.tree.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
+            Node::Dir { rel } => self.tree_read().list_store(rel, |_| true)?,
             Node::DraftGroup { path } => self.list_draft_group(path),
-            Node::ArrayDir { array } => self.list_array(array)?,
-            Node::Container(c) => self.containers.list(c)?,
+            Node::ArrayDir { array } => self.tree_read().list_array(array)?,
+            Node::Container(c) => self.tree.containers.list(c)?,
             Node::KeyDir { array, coords } => {
-                let mut keys = self.list_keys(array, coords)?;
+                let mut keys = self.tree_read().list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
                 let listed: HashSet<std::ffi::OsString> =
                     keys.iter().map(|e| e.name.clone()).collect();
                 // Keys are listed above; a key directory with no chunk below is listed
                 // while files of their own lie in it, and one outside the grid is a plain
                 // directory, listed while it holds files.
-                keys.extend(self.own.kept_in_key_dir(&path, |n| {
+                keys.extend(self.tree.own.kept_in_key_dir(&path, |n| {
                     match enc.child(ndim, Some(coords), n) {
                         Some(format::KeyPath::Dir(_)) if listed.contains(OsStr::new(n)) => true,
                         Some(format::KeyPath::Dir(c)) => !self
+                            .tree
                             .own
                             .key_dir_holds_files(array, &c, &path.join(n))
                             .unwrap_or(false),
@@ -47,7 +49,7 @@ impl View {
             _ => return Err(ViewError::NotDir),
         };
         if let Some(w) = &self.writer {
-            entries.extend(self.written_entries(&path, &node));
+            entries.extend(self.tree_read().written_entries(&path, &node));
             if let Node::Dir { rel } = &node {
                 entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
                     ino: 0,
@@ -60,11 +62,13 @@ impl View {
         entries.dedup_by(|a, b| a.name == b.name);
         for e in &mut entries {
             let child = path.join(&e.name);
-            e.ino = self.inodes.number(&child, e.kind);
+            e.ino = self.tree.inodes.number(&child, e.kind);
         }
         Ok(entries)
     }
+}
 
+impl TreeRead<'_> {
     /// Pass-through entries of a store directory that `keep` accepts.
     pub(super) fn list_store(
         &self,
@@ -72,6 +76,7 @@ impl View {
         keep: impl Fn(&OsStr) -> bool,
     ) -> Result<Vec<DirEntry>> {
         Ok(self
+            .tree
             .store
             .list(rel)?
             .into_iter()
@@ -82,7 +87,7 @@ impl View {
                 let kind = match e.kind {
                     EntryKind::Dir => Kind::Dir,
                     // A bloscpack file is shown as a directory.
-                    EntryKind::File => self.containers.listed_kind(rel, &e.name, Kind::File),
+                    EntryKind::File => self.tree.containers.listed_kind(rel, &e.name, Kind::File),
                     EntryKind::Symlink => Kind::Symlink,
                     EntryKind::Other => return None,
                 };
@@ -102,8 +107,8 @@ impl View {
             return Vec::new();
         };
         let (array, prefix) = match node {
-            Node::ArrayDir { array } => (self.current(array), None),
-            Node::KeyDir { array, coords } => (self.current(array), Some(coords.clone())),
+            Node::ArrayDir { array } => (self.tree.current(array), None),
+            Node::KeyDir { array, coords } => (self.tree.current(array), Some(coords.clone())),
             _ => return Vec::new(),
         };
         let entry = |name: String, kind| super::DirEntry {

@@ -18,7 +18,7 @@ impl View {
                 };
                 // Deleting what is not there is done; the stale entry goes.
                 self.writer()?;
-                self.inodes.detach(&stale);
+                self.tree.inodes.detach(&stale);
                 return Ok(());
             }
             other => other?,
@@ -47,7 +47,7 @@ impl View {
                 }
             }
             Node::Chunk { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.writable(&array)?;
                 self.commit_chunk(&array, coords.clone(), None)?;
                 // The key directory stays, empty, until it is removed itself (as on
@@ -65,7 +65,7 @@ impl View {
                 self.remove_store_file(rel)?;
                 // A key directory that held it stays, as any directory does when a file
                 // in it goes (it may have nothing else below it now).
-                if let Ok((_, Node::KeyDir { array, coords })) = self.node(parent) {
+                if let Ok((_, Node::KeyDir { array, coords })) = self.tree.node(parent) {
                     w.vdirs.made(&array.rel, coords);
                 }
             }
@@ -77,7 +77,7 @@ impl View {
                 return Err(ViewError::IsDir);
             }
         }
-        self.inodes.detach(&path);
+        self.tree.inodes.detach(&path);
         if MetaFile::from_name(name).is_some() {
             self.unconsolidate_above(&ppath);
         }
@@ -99,7 +99,7 @@ impl View {
                     self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
                     w.unlinked.zattrs_unlinked(&array.rel);
                 }
-                self.inodes.detach(path);
+                self.tree.inodes.detach(path);
                 Ok(())
             }
             MetaFile::Zarray | MetaFile::ZarrJson => {
@@ -115,7 +115,7 @@ impl View {
                 // adversarial tester). What this mount's descriptors wrote a moment ago
                 // is committed first, so that it is stored with the array.
                 self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.flush_array(&array)?;
                 // Kept under a hidden name, not removed: a later mount shows the array as
                 // this one does, and the metadata written back there takes the shards
@@ -123,27 +123,27 @@ impl View {
                 // metadata written back took them in as the chunks of a new array (found
                 // by an adversarial tester).
                 let kept = array.rel.join(crate::store::UNLINKED_META);
-                self.store.rename(&array.meta_rel, &kept)?;
+                self.tree.store.rename(&array.meta_rel, &kept)?;
                 w.unlinked.make_headless(&array, file);
-                self.inodes.detach(path);
+                self.tree.inodes.detach(path);
                 Ok(())
             }
             _ => {
                 // The array stops being one: make its chunks durable, then remove the
                 // metadata; the directory then shows the store as it is.
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.flush_array(&array)?;
-                self.store.remove_file(&array.meta_rel)?;
-                self.arrays.remove(&array.rel);
+                self.tree.store.remove_file(&array.meta_rel)?;
+                self.tree.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.forget_array(&array.rel);
-                self.inodes.update_path(
+                self.tree.inodes.update_path(
                     ppath,
                     Node::Dir {
                         rel: array.rel.clone(),
                     },
                 );
-                self.inodes.detach(path);
+                self.tree.inodes.detach(path);
                 self.refresh_subtree(&array.rel);
                 Ok(())
             }
@@ -157,10 +157,10 @@ impl View {
     /// then. Not one the v2 view serves as the fill value: that one is not stored, and
     /// was not deleted.
     fn chunk_deleted_here(&self, parent: u64, name: &OsStr) -> Option<PathBuf> {
-        let (ppath, pnode) = self.inodes.get_any(parent)?;
+        let (ppath, pnode) = self.tree.inodes.get_any(parent)?;
         let path = ppath.join(name);
-        (self.is_chunk_key(&pnode, name)
-            && self.inodes.known(&path)
+        (self.tree.is_chunk_key(&pnode, name)
+            && self.tree.inodes.known(&path)
             && matches!(self.child(&ppath, &pnode, name), Ok(None)))
         .then_some(path)
     }
@@ -172,7 +172,7 @@ impl View {
     /// files once `zarr.json` was gone, and its last `rmdir` was `ENOTEMPTY` (found by
     /// the reference test). A local store has none: it removes an emptied shard's file.
     fn remove_emptied_shards(&self, array: &ShardedArray, dir: &std::path::Path) -> Result<()> {
-        let Ok(entries) = self.store.list(dir) else {
+        let Ok(entries) = self.tree.store.list(dir) else {
             return Ok(());
         };
         for e in entries {
@@ -183,12 +183,13 @@ impl View {
             match e.kind {
                 crate::store::EntryKind::Dir => self.remove_emptied_shards(array, &rel)?,
                 crate::store::EntryKind::File => {
-                    let shard = self
-                        .shards
-                        .get(self.store.as_ref(), &rel, &array.layout, true);
+                    let shard =
+                        self.tree
+                            .shards
+                            .get(self.tree.store.as_ref(), &rel, &array.layout, true);
                     if shard.exists() && shard.index().is_ok_and(|i| i.stored() == 0) {
-                        self.store.remove_file(&rel)?;
-                        self.shards.invalidate(&rel);
+                        self.tree.store.remove_file(&rel)?;
+                        self.tree.shards.invalidate(&rel);
                     }
                 }
                 _ => {}
@@ -207,8 +208,10 @@ impl View {
         match &node {
             Node::Dir { rel } => {
                 if w.unlinked.zmetadata_left(rel)
-                    || (self.format == ViewFormat::V2 && self.has_zmetadata(rel)?)
-                    || (!self.zattrs_hidden(rel) && self.group_docs.kept_zattrs(rel)?)
+                    || (self.tree.format == ViewFormat::V2
+                        && self.tree_read().has_zmetadata(rel)?)
+                    || (!self.tree_read().zattrs_hidden(rel)
+                        && self.tree.group_docs.kept_zattrs(rel)?)
                 {
                     // It shows the `.zmetadata` or `.zattrs` its `.zgroup` left, as a
                     // plain directory would hold them (`rm -rf` unlinks them first).
@@ -220,10 +223,12 @@ impl View {
                         // A document kept at an unlink that reads as no array's goes
                         // with its directory, which shows nothing else.
                         let kept = rel.join(crate::store::UNLINKED_META);
-                        if self.store.stat(&kept)?.is_some() && self.store.list(rel)?.len() == 1 {
-                            self.store.remove_file(&kept)?;
+                        if self.tree.store.stat(&kept)?.is_some()
+                            && self.tree.store.list(rel)?.len() == 1
+                        {
+                            self.tree.store.remove_file(&kept)?;
                         }
-                        self.store.remove_dir(rel)?
+                        self.tree.store.remove_dir(rel)?
                     }
                 }
                 w.choices.forget_as_stored(rel);
@@ -232,19 +237,19 @@ impl View {
                 w.unlinked.zattrs_shown(rel);
             }
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
-                let ino = self.inodes.intern(path.clone(), node.clone());
+                let ino = self.tree.inodes.intern(path.clone(), node.clone());
                 let empty = self.readdir(ino).map(|e| e.is_empty());
-                self.inodes.forget(ino, 1);
+                self.tree.inodes.forget(ino, 1);
                 if !empty? {
                     return Err(ViewError::NotEmpty);
                 }
                 self.flush_array(array)?;
                 // What is left are emptied key directories (and shards of nothing).
-                crate::store::remove_tree(&*self.store, &array.rel)?;
+                crate::store::remove_tree(&*self.tree.store, &array.rel)?;
                 w.unlinked.forget_headless(&array.rel);
                 w.unlinked.zattrs_shown(&array.rel);
                 w.unlinked.forget_zmetadata(&array.rel);
-                self.arrays.remove(&array.rel);
+                self.tree.arrays.remove(&array.rel);
                 w.staging.discard(&array.rel);
                 w.vdirs.forget_array(&array.rel);
             }
@@ -252,15 +257,15 @@ impl View {
                 self.flush_array(array)?;
                 // Empty directories the view does not show (shard directories a shrink
                 // emptied) go with it.
-                self.own.remove_empty_dirs(&array.rel)?;
-                self.store.remove_dir(&array.rel)?;
+                self.tree.own.remove_empty_dirs(&array.rel)?;
+                self.tree.store.remove_dir(&array.rel)?;
             }
             Node::KeyDir { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 self.flush_array(&array)?;
-                let ino = self.inodes.intern(path.clone(), node.clone());
+                let ino = self.tree.inodes.intern(path.clone(), node.clone());
                 let empty = self.readdir(ino).map(|e| e.is_empty());
-                self.inodes.forget(ino, 1);
+                self.tree.inodes.forget(ino, 1);
                 if !empty? {
                     return Err(ViewError::NotEmpty);
                 }
@@ -272,15 +277,15 @@ impl View {
                 // one at the key directory's own path, where files of their own lay
                 // (`super::kept`), once they were removed.
                 for dir in [store_dir, path.clone()] {
-                    self.own.remove_empty_dirs(&dir)?;
-                    if self.store.list(&dir).is_ok_and(|d| d.is_empty()) {
-                        self.store.remove_dir(&dir)?;
+                    self.tree.own.remove_empty_dirs(&dir)?;
+                    if self.tree.store.list(&dir).is_ok_and(|d| d.is_empty()) {
+                        self.tree.store.remove_dir(&dir)?;
                     }
                 }
             }
             _ => return Err(ViewError::NotDir),
         }
-        self.inodes.detach(&path);
+        self.tree.inodes.detach(&path);
         self.unconsolidate_above(&path);
         Ok(())
     }

@@ -11,8 +11,8 @@ use super::*;
 impl View {
     /// The inode number this mount gave `name` in directory `parent`, if any.
     pub fn ino_at(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        let (path, _) = self.node(parent).ok()?;
-        self.inodes.peek(&path.join(name))
+        let (path, _) = self.tree.node(parent).ok()?;
+        self.tree.inodes.peek(&path.join(name))
     }
 
     /// Rename; `noreplace` fails if the target exists.
@@ -25,6 +25,7 @@ impl View {
         noreplace: bool,
     ) -> Result<Renamed> {
         let set = self
+            .tree
             .inodes
             .get(parent)
             .and_then(|(dir, _)| self.set_times_shown(&dir.join(name)));
@@ -34,10 +35,11 @@ impl View {
         // there, as on a plain directory. Before, with `open_checks`, that close stored
         // the old descriptor's bytes at the name, and the rename was undone (tests/mount.rs
         // `with_open_checks_a_rename_onto_a_chunk_open_for_writing_replaces_it`).
-        let to = (self.inodes.get(newparent))
+        let to = (self.tree.inodes.get(newparent))
             .map(|(dir, _)| dir.join(newname))
             .filter(|to| {
-                self.inodes
+                self.tree
+                    .inodes
                     .get(parent)
                     .is_none_or(|(p, _)| p.join(name) != *to)
             });
@@ -71,9 +73,10 @@ impl View {
         newname: &OsStr,
     ) {
         let Some(w) = &self.writer else { return };
-        let (Some((from, _)), Some((to, _))) =
-            (self.inodes.get(parent), self.inodes.get(newparent))
-        else {
+        let (Some((from, _)), Some((to, _))) = (
+            self.tree.inodes.get(parent),
+            self.tree.inodes.get(newparent),
+        ) else {
             return;
         };
         let (from, to) = (from.join(name), to.join(newname));
@@ -93,8 +96,8 @@ impl View {
         noreplace: bool,
     ) -> Result<Renamed> {
         refuse_internal(newname)?;
-        let (ppath, pnode) = self.node(parent)?;
-        let (npath, nnode) = self.node(newparent)?;
+        let (ppath, pnode) = self.tree.node(parent)?;
+        let (npath, nnode) = self.tree.node(newparent)?;
         let nnode = self.made_dir(newparent, nnode)?;
         let src = self
             .stored_child(&ppath, &pnode, name)?
@@ -155,7 +158,7 @@ impl View {
             Some(file) => self.follow_rename(file, &to, &nnode, node),
             None => node,
         };
-        self.inodes.rename(&from, to, node);
+        self.tree.inodes.rename(&from, to, node);
         Ok(renamed)
     }
 
@@ -188,7 +191,7 @@ impl View {
                 Node::Dir { rel } => rel,
                 _ => unreachable!("matched above"),
             };
-            super::array_load::remove_unlinked_meta(self.store.as_ref(), rel)?;
+            super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), rel)?;
             self.writer()?.unlinked.forget_headless(rel);
         }
         if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
@@ -201,9 +204,9 @@ impl View {
 
     /// Whether the directory `node` at view path `path` lists nothing.
     fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
-        let ino = self.inodes.intern(path.to_path_buf(), node.clone());
+        let ino = self.tree.inodes.intern(path.to_path_buf(), node.clone());
         let empty = self.readdir(ino).map(|e| e.is_empty());
-        self.inodes.forget(ino, 1);
+        self.tree.inodes.forget(ino, 1);
         empty
     }
 
@@ -217,7 +220,7 @@ impl View {
         to: PathBuf,
     ) -> Result<Renamed> {
         self.remove_store_file(rel)?;
-        self.inodes.rename(
+        self.tree.inodes.rename(
             from,
             to,
             Node::Consolidated {
@@ -231,10 +234,10 @@ impl View {
     /// whose `.zmetadata` was unlinked: made again now (the view's own again; what was
     /// written to it is let go), not a file of the store.
     pub(super) fn remakes_zmetadata(&self, dir: &Path, name: &OsStr) -> Result<bool> {
-        let remade = self.format == super::ViewFormat::V2
+        let remade = self.tree.format == super::ViewFormat::V2
             && name == crate::format::v2::ZMETADATA
             && self.writer()?.unlinked.zmetadata_hidden(dir)
-            && self.group_docs.stored(dir)?.is_some();
+            && self.tree.group_docs.stored(dir)?.is_some();
         if remade {
             self.writer()?.unlinked.zmetadata_made(dir);
         }
@@ -250,7 +253,7 @@ impl View {
             _ => return Ok(false),
         };
         Ok(matches!(
-            self.target(array, coords, newname)?,
+            self.tree.target(array, coords, newname)?,
             Target::Scratch
         ))
     }
@@ -305,7 +308,7 @@ impl View {
         if super::pending_doc::is_doc(&dst) {
             self.note_unsharded(&dst);
         }
-        self.store.rename(rel, &dst)?;
+        self.tree.store.rename(rel, &dst)?;
         // The inode moves with its file before metadata lands: the refresh of
         // the directory that the landing makes finds it at its new name (at the
         // old one it would resolve to nothing, and be retired).
@@ -313,12 +316,12 @@ impl View {
             Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
             _ => Node::File { rel: dst.clone() },
         };
-        self.inodes.rename(from, to.to_path_buf(), moved);
+        self.tree.inodes.rename(from, to.to_path_buf(), moved);
         if let Some(file) = MetaFile::from_name(newname) {
             self.metadata_landed(dst_dir, file)?;
         }
         let node = self.resolve(to)?.ok_or(ViewError::NotFound)?;
-        self.inodes.update_path(to, node);
+        self.tree.inodes.update_path(to, node);
         Ok(Renamed::Other)
     }
 
@@ -326,12 +329,12 @@ impl View {
     /// directories: one rename in the store, never a copy held in memory meanwhile.
     fn move_own_file(&self, rel: &Path, to: &Path) -> Result<Node> {
         if let Some(dir) = to.parent() {
-            self.own.make_store_dirs(dir)?;
+            self.tree.own.make_store_dirs(dir)?;
         }
         // Whatever had the name in memory is replaced.
         self.writer()?.scratch.remove(to);
         self.unkeep_file(to)?;
-        self.store.rename(rel, to)?;
+        self.tree.store.rename(rel, to)?;
         Ok(Node::File {
             rel: to.to_path_buf(),
         })
@@ -340,8 +343,8 @@ impl View {
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
         super::ops::refuse_internal(newname)?;
-        let (_, src) = self.node(ino)?;
-        let (npath, nnode) = self.node(newparent)?;
+        let (_, src) = self.tree.node(ino)?;
+        let (npath, nnode) = self.tree.node(newparent)?;
         let nnode = self.made_dir(newparent, nnode)?;
         let to = npath.join(newname);
         container::refuse_writes(&[Some(&src), Some(&nnode)])?;
@@ -353,7 +356,7 @@ impl View {
                 self.writer()?;
                 let dst = self.new_child_rel(dst_dir, newname)?;
                 self.only_whole_docs(&src, &dst)?;
-                self.store.hard_link(rel, &dst)?;
+                self.tree.store.hard_link(rel, &dst)?;
                 Node::File { rel: dst }
             }
             _ => {
@@ -361,21 +364,25 @@ impl View {
                 self.put_at(&nnode, newname, &to, data)?
             }
         };
-        let ino = self.inodes.intern(to, node);
+        let ino = self.tree.inodes.intern(to, node);
         self.getattr(ino)
     }
 
     pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
         match node {
-            Node::File { rel } => Ok(self.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
+            Node::File { rel } => Ok(self.tree.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
             Node::Scratch { path, .. } => self
                 .writer()?
                 .scratch
                 .bytes_at(path)
                 .ok_or(ViewError::NotFound),
-            Node::Chunk { array, coords } => self.chunk_bytes(&self.current(array), coords),
-            Node::ArrayMeta { array, file } => Ok(self.current(array).meta_bytes(*file).to_vec()),
-            Node::GroupMeta { dir, file } => self.group_meta(dir, *file),
+            Node::Chunk { array, coords } => self
+                .tree_read()
+                .chunk_bytes(&self.tree.current(array), coords),
+            Node::ArrayMeta { array, file } => {
+                Ok(self.tree.current(array).meta_bytes(*file).to_vec())
+            }
+            Node::GroupMeta { dir, file } => self.tree_read().group_meta(dir, *file),
             _ => Err(ViewError::CrossDevice("not a regular file".into())),
         }
     }
@@ -400,7 +407,7 @@ impl View {
                 if super::pending_doc::is_doc(&rel) {
                     self.note_unsharded(&rel);
                 }
-                self.store.write_atomically(&rel, &data)?;
+                self.tree.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
                     self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
                     return self.resolve(path)?.ok_or(ViewError::NotFound);
@@ -426,8 +433,8 @@ impl View {
         w.scratch.remove(path);
         self.unkeep_file(path)?;
         let name = path.file_name().unwrap_or_default();
-        if let Target::Chunk(coords) = self.target(array, parent, name)? {
-            let array = self.current(array);
+        if let Target::Chunk(coords) = self.tree.target(array, parent, name)? {
+            let array = self.tree.current(array);
             self.commit_chunk(&array, coords.clone(), None)?;
             w.vdirs.chunk_gone(&array.rel, &coords);
         }
@@ -468,7 +475,7 @@ impl View {
         };
         let node = Node::Scratch {
             path: to.to_path_buf(),
-            array: self.current(array),
+            array: self.tree.current(array),
             parent,
         };
         // The copy the rename made at the name (a file of its own): this file is it.
@@ -493,9 +500,10 @@ impl View {
                 // reference test).
                 let name = path.file_name().unwrap_or_default();
                 if matches!(
-                    self.target(array, parent.as_deref(), name),
+                    self.tree.target(array, parent.as_deref(), name),
                     Ok(Target::Scratch)
                 ) && self
+                    .tree
                     .store
                     .stat(path)?
                     .is_some_and(|m| m.kind == crate::store::EntryKind::File)
@@ -506,7 +514,7 @@ impl View {
             Node::Chunk { array, coords } => {
                 let same = matches!(now_at_target, Node::Chunk { array: a, coords: c } if a.rel == array.rel && c == coords);
                 if !same {
-                    self.commit_chunk(&self.current(array), coords.clone(), None)?;
+                    self.commit_chunk(&self.tree.current(array), coords.clone(), None)?;
                     // Its key directory stays, as when the chunk is unlinked.
                     self.writer()?.vdirs.chunk_gone(&array.rel, coords);
                 }
@@ -532,7 +540,7 @@ impl View {
         {
             w.choices.take_keep_unsharded(dir);
         }
-        match self.store.remove_file(rel) {
+        match self.tree.store.remove_file(rel) {
             Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             res => Ok(res?),
         }
@@ -548,7 +556,7 @@ impl View {
         let data = match src {
             Node::File { rel } => match self.pending_doc(rel) {
                 Some(doc) => doc.bytes(),
-                None => self.store.read_all(rel)?.unwrap_or_default(),
+                None => self.tree.store.read_all(rel)?.unwrap_or_default(),
             },
             _ => Vec::new(),
         };

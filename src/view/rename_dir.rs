@@ -25,7 +25,7 @@ impl View {
         dst: &Path,
     ) -> Result<Renamed> {
         let w = self.writer()?;
-        let one_step = self.caps.dir_renames == DirRenames::OneStep;
+        let one_step = self.tree.caps.dir_renames == DirRenames::OneStep;
         let rel = match src {
             Node::Dir { rel } if one_step => rel.clone(),
             Node::ArrayDir { array } if one_step && !array.draft => array.rel.clone(),
@@ -58,26 +58,26 @@ impl View {
         w.docs.drop_unfinished_under(&rel);
         for array in w.staging.arrays(None) {
             if array.starts_with(&rel)
-                && let Some(a) = self.arrays.get(&array)
+                && let Some(a) = self.tree.arrays.get(&array)
             {
                 self.flush_array(&a)?;
             }
         }
         self.keep_files(Keep::Under(from))?;
-        self.store.rename(&rel, dst)?;
+        self.tree.store.rename(&rel, dst)?;
         // This mount's state follows the directory to its new path.
         w.dir_moved(from, to, &rel, dst);
-        self.arrays.remove_under(&rel);
+        self.tree.arrays.remove_under(&rel);
         // Arrays below it whose metadata is unlinked are arrays at their new path still:
         // what is written into them is staged and stored there. Before, a chunk written
         // into one after the move was refused (`ESTALE` at `fsync`, and an unmount that
         // failed on it; found by the reference test).
         for array in w.unlinked.headless_under(dst) {
-            self.arrays.insert(array);
+            self.tree.arrays.insert(array);
         }
-        self.shards.invalidate_under(&rel);
+        self.tree.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
-        self.inodes.move_tree(from, to);
+        self.tree.inodes.move_tree(from, to);
         self.refresh_subtree(to);
         self.unconsolidate_above(from);
         self.unconsolidate_above(to);

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use crate::format::{self, KeyPath};
 use crate::store::EntryKind;
 
+use super::Tree;
+use super::TreeRead;
 use super::*;
 
 /// The array registry: the current metadata of every sharded array met so far, by store
@@ -50,7 +52,7 @@ impl ArrayRegistry {
 impl View {
     /// The node at a view path, walking from the root.
     pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
-        let (_, mut node) = self.node(super::ROOT_INO)?;
+        let (_, mut node) = self.tree.node(super::ROOT_INO)?;
         let mut cur = PathBuf::new();
         for part in path.iter() {
             match self.child(&cur, &node, part)? {
@@ -60,11 +62,6 @@ impl View {
             cur.push(part);
         }
         Ok(Some(node))
-    }
-
-    /// The newest metadata of `array` (it may have been rewritten since the node was made).
-    pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
-        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
     }
 
     /// The child node `name` of `node`, `None` if there is none.
@@ -83,7 +80,7 @@ impl View {
                 };
                 return Ok(Some(Node::Scratch {
                     path: child,
-                    array: self.current(array),
+                    array: self.tree.current(array),
                     parent,
                 }));
             }
@@ -92,41 +89,44 @@ impl View {
             Node::Stats | Node::PlainFill { .. } | Node::Consolidated { .. } => {
                 Err(ViewError::NotDir)
             }
-            Node::PlainFillDir { rel, .. } => Ok(self.plain_fill_at(&rel.join(name))),
-            Node::Container(c) => self.containers.child(c, name),
-            Node::Dir { rel } if self.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
+            Node::PlainFillDir { rel, .. } => Ok(self.tree_read().plain_fill_at(&rel.join(name))),
+            Node::Container(c) => self.tree.containers.child(c, name),
+            Node::Dir { rel } if self.tree.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
             Node::DraftGroup { path } => Ok(self.draft_child(path, name)),
             Node::ArrayDir { array } => {
-                let array = &self.current(array);
+                let array = &self.tree.current(array);
                 if let Some(file) = MetaFile::from_name(name)
-                    && self.format.array_files().contains(&file)
+                    && self.tree.format.array_files().contains(&file)
                 {
-                    return Ok(self.meta_shown(array, file).then(|| Node::ArrayMeta {
-                        array: array.clone(),
-                        file,
-                    }));
+                    return Ok(self
+                        .tree_read()
+                        .meta_shown(array, file)
+                        .then(|| Node::ArrayMeta {
+                            array: array.clone(),
+                            file,
+                        }));
                 }
                 let ndim = array.layout.ndim();
                 match name
                     .to_str()
                     .and_then(|n| array.encoding().child(ndim, None, n))
                 {
-                    Some(kp) => self.key_node(array, kp),
-                    None if array.draft || self.hidden_in_array(array, name) => Ok(None),
+                    Some(kp) => self.tree_read().key_node(array, kp),
+                    None if array.draft || self.tree.hidden_in_array(array, name) => Ok(None),
                     None => self.store_child(&array.rel, name),
                 }
             }
             Node::KeyDir { array, coords } => {
-                let array = &self.current(array);
+                let array = &self.tree.current(array);
                 let kp = name
                     .to_str()
                     .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
                 match kp {
-                    Some(kp) => self.key_node(array, kp),
+                    Some(kp) => self.tree_read().key_node(array, kp),
                     // A file of its own stored there (`super::kept`).
                     None if crate::store::is_internal(name) => Ok(None),
-                    None => Ok(match self.store.stat(&path.join(name))? {
+                    None => Ok(match self.tree.store.stat(&path.join(name))? {
                         Some(m) if m.kind == EntryKind::File => Some(Node::File {
                             rel: path.join(name),
                         }),
@@ -143,22 +143,6 @@ impl View {
         }
     }
 
-    /// Store entries of an array directory the view does not pass through: shard keys,
-    /// and the metadata files of the other Zarr version.
-    pub(super) fn hidden_in_array(&self, array: &ShardedArray, name: &OsStr) -> bool {
-        let ndim = array.layout.ndim();
-        let meta = match MetaFile::from_name(name) {
-            Some(MetaFile::ZarrJson) => true,
-            Some(_) => self.format == ViewFormat::V2,
-            None => false,
-        };
-        meta || crate::store::is_internal(name)
-            || name
-                .to_str()
-                .and_then(|n| array.store_keys.child(ndim, None, n))
-                .is_some()
-    }
-
     /// A child of a store directory in the v2 view: `zarr.json` is hidden; a group has
     /// `.zgroup` and `.zattrs`; arrays without a v2 form are left out.
     pub(super) fn v2_dir_child(&self, rel: &Path, name: &OsStr) -> Result<Option<Node>> {
@@ -167,27 +151,30 @@ impl View {
         }
         if name == format::v2::ZMETADATA {
             // Made for every group, whatever the store holds under that name.
-            return Ok(self.has_zmetadata(rel)?.then(|| Node::Consolidated {
-                dir: rel.to_path_buf(),
-            }));
+            return Ok(self
+                .tree_read()
+                .has_zmetadata(rel)?
+                .then(|| Node::Consolidated {
+                    dir: rel.to_path_buf(),
+                }));
         }
         match MetaFile::from_name(name) {
             Some(MetaFile::ZarrJson) => return Ok(None),
             Some(file) => {
                 // A v2 writer's own file (taken in when it is closed) wins.
-                if let Some(m) = self.store.stat(&rel.join(name))?
+                if let Some(m) = self.tree.store.stat(&rel.join(name))?
                     && m.kind == EntryKind::File
                 {
                     return Ok(Some(Node::File {
                         rel: rel.join(name),
                     }));
                 }
-                let hidden = file == MetaFile::Zattrs && self.zattrs_hidden(rel);
+                let hidden = file == MetaFile::Zattrs && self.tree_read().zattrs_hidden(rel);
                 let is_group = file != MetaFile::Zarray
                     && !hidden
-                    && (self.group_docs.stored(rel)?.is_some()
+                    && (self.tree.group_docs.stored(rel)?.is_some()
                         // its `.zgroup` unlinked: its `.zattrs` stays
-                        || (file == MetaFile::Zattrs && self.group_docs.kept_zattrs(rel)?));
+                        || (file == MetaFile::Zattrs && self.tree.group_docs.kept_zattrs(rel)?));
                 return Ok(is_group.then(|| Node::GroupMeta {
                     dir: rel.to_path_buf(),
                     file,
@@ -198,11 +185,73 @@ impl View {
         match self.store_child(rel, name)? {
             // A chunk (or key directory) of an unsharded array's grid the store has none
             // of, where the view serves chunks of the fill value.
-            None => Ok(self.plain_fill_at(&rel.join(name))),
+            None => Ok(self.tree_read().plain_fill_at(&rel.join(name))),
             found => Ok(found),
         }
     }
 
+    /// A child of a group of a draft store. One not known is looked for again in the
+    /// store's metadata, where that was read longer than `--ttl` ago.
+    pub(super) fn draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
+        self.tree.known_draft_child(path, name).or_else(|| {
+            self.refresh_draft()
+                .then(|| self.tree.known_draft_child(path, name))
+                .flatten()
+        })
+    }
+
+    pub(super) fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
+        // shardfs's own files are never found, as they are never listed (before, an
+        // unlinked array's kept metadata could be renamed away through its directory:
+        // found by an adversarial tester).
+        if crate::store::is_internal(name) {
+            return Ok(None);
+        }
+        let rel = dir.join(name);
+        if self.pending_doc(&rel).is_some() {
+            return Ok(Some(Node::File { rel }));
+        }
+        let Some(m) = self.tree.store.stat(&rel)? else {
+            return Ok(None);
+        };
+        Ok(match m.kind {
+            // A directory that is no Zarr node may be a bcolz rootdir.
+            EntryKind::Dir => match self.classify(rel, m)? {
+                Some(Node::Dir { rel }) => Some(
+                    self.tree
+                        .containers
+                        .dir(&rel, &m)?
+                        .unwrap_or(Node::Dir { rel }),
+                ),
+                node => node,
+            },
+            EntryKind::File => Some(
+                self.tree
+                    .containers
+                    .file(&rel, &m)?
+                    .unwrap_or(Node::File { rel }),
+            ),
+            EntryKind::Symlink => Some(Node::Symlink { rel }),
+            EntryKind::Other => None,
+        })
+    }
+
+    /// [`Self::child`], less what is there only as the v2 view's fill value
+    /// ([`Self::is_fill`]).
+    pub(super) fn stored_child(
+        &self,
+        path: &Path,
+        node: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        match self.child(path, node, name)? {
+            Some(n) if self.tree_read().is_fill(&path.join(name), &n)? => Ok(None),
+            found => Ok(found),
+        }
+    }
+}
+
+impl TreeRead<'_> {
     /// Whether the `.zattrs` of the group (or unsharded array) at `rel` was unlinked and
     /// is not shown until written again.
     pub(super) fn zattrs_hidden(&self, rel: &Path) -> bool {
@@ -224,70 +273,10 @@ impl View {
             }
         }
         // (one whose `.zgroup` was unlinked, also in a later mount: `GroupDocs::kept`)
-        Ok(self.group_docs.stored(rel)?.is_some() || self.group_docs.kept(rel)?.is_some())
-    }
-
-    /// A child of a group of a draft store. One not known is looked for again in the
-    /// store's metadata, where that was read longer than `--ttl` ago.
-    pub(super) fn draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
-        self.known_draft_child(path, name).or_else(|| {
-            self.refresh_draft()
-                .then(|| self.known_draft_child(path, name))
-                .flatten()
-        })
-    }
-
-    fn known_draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
-        let tree = self.draft_tree()?;
-        if let Some(file) = MetaFile::from_name(name)
-            && self.format.group_files().contains(&file)
-        {
-            return Some(Node::GroupMeta {
-                dir: path.to_path_buf(),
-                file,
-            });
-        }
-        let child = path.join(name);
-        if let Some(array) = tree.arrays.get(&child) {
-            return Some(Node::ArrayDir {
-                array: array.clone(),
-            });
-        }
-        tree.groups
-            .contains_key(&child)
-            .then_some(Node::DraftGroup { path: child })
-    }
-
-    pub(super) fn store_child(&self, dir: &Path, name: &OsStr) -> Result<Option<Node>> {
-        // shardfs's own files are never found, as they are never listed (before, an
-        // unlinked array's kept metadata could be renamed away through its directory:
-        // found by an adversarial tester).
-        if crate::store::is_internal(name) {
-            return Ok(None);
-        }
-        let rel = dir.join(name);
-        if self.pending_doc(&rel).is_some() {
-            return Ok(Some(Node::File { rel }));
-        }
-        let Some(m) = self.store.stat(&rel)? else {
-            return Ok(None);
-        };
-        Ok(match m.kind {
-            // A directory that is no Zarr node may be a bcolz rootdir.
-            EntryKind::Dir => match self.classify(rel, m)? {
-                Some(Node::Dir { rel }) => {
-                    Some(self.containers.dir(&rel, &m)?.unwrap_or(Node::Dir { rel }))
-                }
-                node => node,
-            },
-            EntryKind::File => Some(
-                self.containers
-                    .file(&rel, &m)?
-                    .unwrap_or(Node::File { rel }),
-            ),
-            EntryKind::Symlink => Some(Node::Symlink { rel }),
-            EntryKind::Other => None,
-        })
+        Ok(
+            self.tree.group_docs.stored(rel)?.is_some()
+                || self.tree.group_docs.kept(rel)?.is_some(),
+        )
     }
 
     /// A key path under an array: a key directory that has shards, or a stored chunk.
@@ -309,7 +298,7 @@ impl View {
                     // Outside the grid (a shrink since): no chunk lies there, but files of
                     // their own stored there (`super::kept`) are shown in a plain
                     // directory, to be read and removed (`rm -rf` of the array).
-                    return Ok(self.own.has_files(&rel)?.then_some(Node::Dir { rel }));
+                    return Ok(self.tree.own.has_files(&rel)?.then_some(Node::Dir { rel }));
                 }
                 // With no chunk below, it is there while files of its own lie in it, and
                 // where the v2 view serves chunks of the fill value (found, not listed).
@@ -340,7 +329,7 @@ impl View {
     /// chunks (staged, stored, or made by `mkdir`), or files of their own.
     fn stored_key_dir(&self, array: &ShardedArray, coords: &[u64], rel: &Path) -> Result<bool> {
         Ok(self.has_chunks_under(array, coords, true)?
-            || self.own.holds_kept_files(array, coords, rel)?)
+            || self.tree.own.holds_kept_files(array, coords, rel)?)
     }
 
     /// Whether `node` is there only as the v2 view's fill value: a chunk of an array's
@@ -352,30 +341,16 @@ impl View {
         Ok(match node {
             Node::PlainFill { .. } | Node::PlainFillDir { .. } => true,
             Node::Chunk { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 array.v2_fill.is_some()
                     && matches!(self.chunk(&array, coords, false), Err(ViewError::NotFound))
             }
             Node::KeyDir { array, coords } => {
-                let array = self.current(array);
+                let array = self.tree.current(array);
                 array.v2_fill.is_some() && !self.stored_key_dir(&array, coords, path)?
             }
             _ => false,
         })
-    }
-
-    /// [`Self::child`], less what is there only as the v2 view's fill value
-    /// ([`Self::is_fill`]).
-    pub(super) fn stored_child(
-        &self,
-        path: &Path,
-        node: &Node,
-        name: &OsStr,
-    ) -> Result<Option<Node>> {
-        match self.child(path, node, name)? {
-            Some(n) if self.is_fill(&path.join(name), &n)? => Ok(None),
-            found => Ok(found),
-        }
     }
 
     /// The shard and absolute byte range of a stored chunk; `NotFound` when empty.
@@ -395,8 +370,9 @@ impl View {
         let loc = array.layout.locate(coords).ok_or(ViewError::NotFound)?;
         let rel = array.shard_rel(&loc.shard);
         let shard = self
+            .tree
             .shards
-            .get(self.store.as_ref(), &rel, &array.layout, revalidate);
+            .get(self.tree.store.as_ref(), &rel, &array.layout, revalidate);
         match shard.chunk(&array.layout, &loc) {
             Ok(Some(range)) => Ok(ChunkData::Shard(shard, range)),
             Ok(None) => Err(ViewError::NotFound),
@@ -430,6 +406,50 @@ impl View {
     pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
         let Some(w) = &self.writer else { return true };
         w.unlinked.meta_shown(&array.rel, file)
+    }
+}
+
+impl Tree {
+    /// The newest metadata of `array` (it may have been rewritten since the node was made).
+    pub(super) fn current(&self, array: &Arc<ShardedArray>) -> Arc<ShardedArray> {
+        self.arrays.get(&array.rel).unwrap_or_else(|| array.clone())
+    }
+
+    /// Store entries of an array directory the view does not pass through: shard keys,
+    /// and the metadata files of the other Zarr version.
+    pub(super) fn hidden_in_array(&self, array: &ShardedArray, name: &OsStr) -> bool {
+        let ndim = array.layout.ndim();
+        let meta = match MetaFile::from_name(name) {
+            Some(MetaFile::ZarrJson) => true,
+            Some(_) => self.format == ViewFormat::V2,
+            None => false,
+        };
+        meta || crate::store::is_internal(name)
+            || name
+                .to_str()
+                .and_then(|n| array.store_keys.child(ndim, None, n))
+                .is_some()
+    }
+
+    fn known_draft_child(&self, path: &Path, name: &OsStr) -> Option<Node> {
+        let tree = self.draft_tree()?;
+        if let Some(file) = MetaFile::from_name(name)
+            && self.format.group_files().contains(&file)
+        {
+            return Some(Node::GroupMeta {
+                dir: path.to_path_buf(),
+                file,
+            });
+        }
+        let child = path.join(name);
+        if let Some(array) = tree.arrays.get(&child) {
+            return Some(Node::ArrayDir {
+                array: array.clone(),
+            });
+        }
+        tree.groups
+            .contains_key(&child)
+            .then_some(Node::DraftGroup { path: child })
     }
 }
 

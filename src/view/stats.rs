@@ -16,8 +16,8 @@ impl View {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut v = serde_json::json!({
-            "store": self.store.describe(),
-            "inodes": self.inodes.len(),
+            "store": self.tree.store.describe(),
+            "inodes": self.tree.inodes.len(),
             "read_requests": get(&c.read_requests),
             "refused": c.refused.lock().iter().map(|(path, why)| {
                 serde_json::json!({"path": path, "why": why})
@@ -32,13 +32,13 @@ impl View {
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),
             "chunk_bytes_read": get(&c.chunk_bytes_read),
-            "index_cache_hits": get(&self.shards.hits),
-            "index_cache_misses": get(&self.shards.misses),
-            "shards_loaded_ahead": get(&self.shards.prefetches),
+            "index_cache_hits": get(&self.tree.shards.hits),
+            "index_cache_misses": get(&self.tree.shards.misses),
+            "shards_loaded_ahead": get(&self.tree.shards.prefetches),
             "chunks_committed": get(&c.chunks_committed),
             "chunks_deleted": get(&c.chunks_deleted),
         });
-        let requests = self.store.requests();
+        let requests = self.tree.store.requests();
         if !requests.is_empty() {
             v["store_requests"] = requests
                 .into_iter()
@@ -109,7 +109,7 @@ impl View {
             .arrays(None)
             .into_iter()
             .filter_map(|rel| {
-                let array = self.arrays.get(&rel)?;
+                let array = self.tree.arrays.get(&rel)?;
                 let chunks = w.staging.under(&rel, &[]);
                 let enc = array.encoding();
                 let keys: Vec<String> = chunks.iter().take(8).map(|(c, _)| enc.encode(c)).collect();
