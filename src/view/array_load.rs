@@ -103,7 +103,7 @@ impl View {
                 // Another mount made another array here: chunks staged for the one it
                 // replaced must not go into it (see `View::array_to_flush`).
                 if let Some(old) = self.tree.arrays.get(&rel)
-                    && super::durable::replaced(&old, &array)
+                    && old.replaced_by(&array)
                     && self.writer.as_ref().is_some_and(|w| w.staging.holds(&rel))
                 {
                     self.let_go_staged(

@@ -81,7 +81,7 @@ impl View {
         }
         drop(f);
         if !matches!(target, Target::Chunk(_))
-            || !super::durable::replaced(array, &self.tree.current(array))
+            || !array.replaced_by(&self.tree.current(array))
         {
             return None;
         }

@@ -72,7 +72,7 @@ impl View {
         let why = match self.tree.store.stat(&array.meta_rel) {
             Ok(Some(m)) if m.version() == array.json_meta.version() => return Some(array),
             Ok(Some(_)) => match self.store_array_now(&array) {
-                Some(now) if !replaced(&array, &now) => return Some(now),
+                Some(now) if !array.replaced_by(&now) => return Some(now),
                 Some(_) => {
                     "another mount made another array at its path: the chunks staged for \
                      the one it replaced are not stored"
@@ -83,7 +83,7 @@ impl View {
             // the array's (`store::UNLINKED_META`), and so are the chunks staged here,
             // unless the document kept is another array's (one made there since).
             Ok(None) => match self.kept_array_now(&array) {
-                Some(Some(now)) if !replaced(&array, &now) => return Some(array),
+                Some(Some(now)) if !array.replaced_by(&now) => return Some(array),
                 Some(Some(_)) => {
                     "another mount made another array at its path: the chunks staged for \
                      the one it replaced are not stored"
@@ -265,18 +265,4 @@ impl View {
             _ => self.sync_all(),
         }
     }
-}
-
-/// Whether the array the store now describes at `old`'s path is another array than the
-/// one chunks were staged for: one of another layout (chunks that would land in other
-/// slots or shards, or be encoded otherwise: all but the shape must agree), or one in
-/// another directory (removed and made again: a disk gives the new one another inode).
-pub(super) fn replaced(old: &ShardedArray, now: &ShardedArray) -> bool {
-    let (a, b) = (&old.layout, &now.layout);
-    let same_placement = a.shard_shape == b.shard_shape
-        && a.levels == b.levels
-        && a.inner_codecs == b.inner_codecs
-        && a.fixed_chunk_len == b.fixed_chunk_len;
-    let (i, j) = (old.dir_meta.ino, now.dir_meta.ino);
-    !same_placement || (i != 0 && j != 0 && i != j)
 }

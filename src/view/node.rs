@@ -44,6 +44,21 @@ pub struct ShardedArray {
 }
 
 impl ShardedArray {
+    /// Whether `now`, the array the store now describes at this one's path, is another
+    /// array than the one chunks were staged for: one of another layout (chunks that
+    /// would land in other slots or shards, or be encoded otherwise: all but the shape
+    /// must agree), or one in another directory (removed and made again: a disk gives the
+    /// new one another inode).
+    pub(super) fn replaced_by(&self, now: &ShardedArray) -> bool {
+        let (a, b) = (&self.layout, &now.layout);
+        let same_placement = a.shard_shape == b.shard_shape
+            && a.levels == b.levels
+            && a.inner_codecs == b.inner_codecs
+            && a.fixed_chunk_len == b.fixed_chunk_len;
+        let (i, j) = (self.dir_meta.ino, now.dir_meta.ino);
+        !same_placement || (i != 0 && j != 0 && i != j)
+    }
+
     /// The array as it is after its directory (or one above it), store path `from`,
     /// moved to `to`; `None` for an array of the draft layout (never moved) or one not
     /// below `from`.
