@@ -80,9 +80,7 @@ impl View {
             ))));
         }
         drop(f);
-        if !matches!(target, Target::Chunk(_))
-            || !array.replaced_by(&self.tree.current(array))
-        {
+        if !matches!(target, Target::Chunk(_)) || !array.replaced_by(&self.tree.current(array)) {
             return None;
         }
         let mut f = file.lock();
