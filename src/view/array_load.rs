@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::format::{self, Node as MetaNode, Presentation};
 use crate::store::EntryMeta;
 
+use super::TreeRead;
 use super::resolve::read_metadata;
 use super::*;
 
@@ -77,7 +78,7 @@ impl View {
         {
             return Ok(Some(Node::ArrayDir { array: known }));
         }
-        let loaded = self.load_array(&rel, dir_meta);
+        let loaded = self.tree_read().load_array(&rel, dir_meta);
         // A document kept at an unlink (`store::UNLINKED_META`) beside metadata written
         // by another route (a tool writing the store, another mount that had not looked
         // again) would show the old array if this metadata went again: it goes now
@@ -138,14 +139,6 @@ impl View {
         })
     }
 
-    pub(super) fn load_array(
-        &self,
-        rel: &Path,
-        dir_meta: EntryMeta,
-    ) -> std::result::Result<ShardedArray, NotShown> {
-        self.load_array_from(rel, &rel.join("zarr.json"), dir_meta)
-    }
-
     /// A store directory whose sharded array's metadata a writable mount unlinked while
     /// the array's other names stayed (kept at [`crate::store::UNLINKED_META`]): shown
     /// by this writable mount as that one showed it, an array whose metadata is unlinked
@@ -159,7 +152,7 @@ impl View {
         if self.tree.store.stat(&kept)?.is_none() {
             return Ok(None);
         }
-        let array = match self.load_array_from(rel, &kept, dir_meta) {
+        let array = match self.tree_read().load_array_from(rel, &kept, dir_meta) {
             Ok(array) => Arc::new(array),
             Err(NotShown::Io(e)) => return Err(e.into()),
             Err(_) => return Ok(None),
@@ -173,6 +166,16 @@ impl View {
         // removed in it got `ESTALE`: found by a reviewer).
         self.tree.arrays.insert(array.clone());
         Ok(Some(Node::ArrayDir { array }))
+    }
+}
+
+impl TreeRead<'_> {
+    pub(super) fn load_array(
+        &self,
+        rel: &Path,
+        dir_meta: EntryMeta,
+    ) -> std::result::Result<ShardedArray, NotShown> {
+        self.load_array_from(rel, &rel.join("zarr.json"), dir_meta)
     }
 
     /// [`View::load_array`] from the document at `json_rel` (the array's metadata is
@@ -244,7 +247,7 @@ impl View {
         dir_meta: EntryMeta,
         json_meta: EntryMeta,
     ) -> std::result::Result<ShardedArray, String> {
-        let json = self.tree_read().as_written(
+        let json = self.as_written(
             &src.meta_rel,
             MetaFile::ZarrJson,
             Arc::new(meta.unsharded_json(&layout)),
@@ -279,12 +282,12 @@ impl View {
                 (
                     keys,
                     Some((
-                        self.tree_read().as_written(
+                        self.as_written(
                             &src.meta_rel,
                             MetaFile::Zarray,
                             Arc::new(format::v2::to_bytes(&zarray)),
                         ),
-                        self.tree_read().as_written(
+                        self.as_written(
                             &src.meta_rel,
                             MetaFile::Zattrs,
                             Arc::new(format::v2::to_bytes(&zattrs)),

@@ -7,6 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::Tree;
+use super::TreeRead;
 use super::*;
 
 impl View {
@@ -124,7 +125,7 @@ impl View {
                 let len = array.meta_bytes(*file).len() as u64;
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)
             }
-            Node::GroupMeta { dir, file } => self.group_meta_attr(ino, dir, *file)?,
+            Node::GroupMeta { dir, file } => self.tree_read().group_meta_attr(ino, dir, *file)?,
             Node::DraftGroup { .. } => {
                 let m = self.tree.draft_tree().and_then(|t| t.dir_meta);
                 Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
@@ -166,17 +167,40 @@ impl View {
         })
     }
 
+    /// A chunk's attributes: its bytes as stored or staged (or the v2 view's fill
+    /// value), with the times of its shard and the mode of the array's metadata.
+    fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
+        let array = self.tree.current(array);
+        let policy = self.open_policy();
+        let data =
+            self.tree_read()
+                .chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
+        let mut m = match &data {
+            ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
+            ChunkData::Staged(_) => array.dir_meta,
+        };
+        m.perm = array.json_meta.perm;
+        // Kept for the next open to compare (daemon opens), or the next read (a read-only
+        // mount where the kernel opens: `View::kernel_size_holds`).
+        if policy.compares_size_at_open() || self.writer.is_none() {
+            self.tree.cache.report_size(ino, data.len());
+        }
+        Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))
+    }
+}
+
+impl TreeRead<'_> {
     /// A group metadata file the view makes: its owner, mode and times are those of the
     /// group's `zarr.json` (in a draft store, of the root `zarr.json`; with none, where
     /// the directory is an unsharded array of the v2 view, of the directory).
     fn group_meta_attr(&self, ino: u64, dir: &Path, file: MetaFile) -> Result<Attr> {
-        let len = self.tree_read().group_meta(dir, file)?.len() as u64;
+        let len = self.group_meta(dir, file)?.len() as u64;
         let m = match self.tree.draft_tree() {
             Some(tree) => tree.file_meta,
             None => match self.tree.store.stat(&dir.join("zarr.json"))? {
                 // A headless unsharded array's `.zattrs`: the directory's owner and
                 // times, a file's mode (before, the directory's `x` bits too).
-                None if self.tree_read().plain_keys(dir).is_some() => {
+                None if self.plain_keys(dir).is_some() => {
                     self.tree.store.stat(dir)?.map(|m| EntryMeta {
                         perm: m.perm & 0o666,
                         ..m
@@ -201,27 +225,6 @@ impl View {
             len,
             &m.ok_or(ViewError::NotFound)?,
         ))
-    }
-
-    /// A chunk's attributes: its bytes as stored or staged (or the v2 view's fill
-    /// value), with the times of its shard and the mode of the array's metadata.
-    fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
-        let array = self.tree.current(array);
-        let policy = self.open_policy();
-        let data =
-            self.tree_read()
-                .chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
-        let mut m = match &data {
-            ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
-            ChunkData::Staged(_) => array.dir_meta,
-        };
-        m.perm = array.json_meta.perm;
-        // Kept for the next open to compare (daemon opens), or the next read (a read-only
-        // mount where the kernel opens: `View::kernel_size_holds`).
-        if policy.compares_size_at_open() || self.writer.is_none() {
-            self.tree.cache.report_size(ino, data.len());
-        }
-        Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))
     }
 }
 

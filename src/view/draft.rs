@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use super::Tree;
+use super::TreeRead;
 use super::{Kind, ShardedArray, View};
 use crate::format::{self, Presentation, draft};
 use crate::store::{EntryKind, EntryMeta};
@@ -124,7 +125,10 @@ impl View {
                 children.insert(OsString::from(stem), Kind::Dir);
             } else if let Some(stem) = name.strip_suffix(draft::ARRAY_SUFFIX) {
                 let child = path.join(stem);
-                match self.load_draft_array(&child, &meta_dir.join(name)) {
+                match self
+                    .tree_read()
+                    .load_draft_array(&child, &meta_dir.join(name))
+                {
                     Ok(array) => {
                         tree.arrays.insert(child, Arc::new(array));
                         children.insert(OsString::from(stem), Kind::Dir);
@@ -140,7 +144,9 @@ impl View {
         }
         tree.groups.entry(path.to_path_buf()).or_default().children = children;
     }
+}
 
+impl TreeRead<'_> {
     fn load_draft_array(&self, path: &Path, meta_rel: &Path) -> Result<ShardedArray, String> {
         let bytes = self
             .tree

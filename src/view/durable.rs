@@ -123,7 +123,10 @@ impl View {
             return Some(None);
         }
         let dir_meta = self.tree.store.stat(&array.rel).ok()??;
-        match self.load_array_from(&array.rel, &kept, dir_meta) {
+        match self
+            .tree_read()
+            .load_array_from(&array.rel, &kept, dir_meta)
+        {
             Ok(now) => Some(Some(Arc::new(now))),
             Err(super::array_load::NotShown::Io(_)) => None,
             Err(_) => Some(None),
@@ -134,7 +137,10 @@ impl View {
     /// failed, or the directory is no array now, which a later flush tells).
     fn store_array_now(&self, array: &ShardedArray) -> Option<Arc<ShardedArray>> {
         let dir_meta = self.tree.store.stat(&array.rel).ok()??;
-        self.load_array(&array.rel, dir_meta).ok().map(Arc::new)
+        self.tree_read()
+            .load_array(&array.rel, dir_meta)
+            .ok()
+            .map(Arc::new)
     }
 
     /// Make everything this mount holds durable: staged chunks and the files of their

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
 use super::{Node, Result, View};
@@ -199,7 +200,7 @@ impl View {
                 // left its key outside the grid was stored as a file of its own there,
                 // shown again by the grow after (found by the reference test, v2 seed
                 // 5000); it is refused at its commit instead, and named.
-                if self.names_a_chunk_key(path) {
+                if self.tree.names_a_chunk_key(path) {
                     return Ok(false);
                 }
             }
@@ -210,13 +211,30 @@ impl View {
         Ok(true)
     }
 
+    /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
+    /// the store, if one was stored.
+    pub(super) fn unkeep_file(&self, path: &Path) -> Result<()> {
+        let Some(w) = &self.writer else {
+            return Ok(());
+        };
+        if !w.kept_paths.remove(path) {
+            return Ok(());
+        }
+        match self.tree.store.remove_file(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            res => Ok(res?),
+        }
+    }
+}
+
+impl Tree {
     /// Whether view path `path` is a chunk key of an array known above it (in its grid
     /// or not): never a file of its own.
     fn names_a_chunk_key(&self, path: &Path) -> bool {
         let Some((array, rest)) = path
             .ancestors()
             .skip(1)
-            .find_map(|a| Some((self.tree.arrays.get(a)?, path.strip_prefix(a).ok()?)))
+            .find_map(|a| Some((self.arrays.get(a)?, path.strip_prefix(a).ok()?)))
         else {
             return false;
         };
@@ -235,20 +253,5 @@ impl View {
             }
         }
         false
-    }
-
-    /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
-    /// the store, if one was stored.
-    pub(super) fn unkeep_file(&self, path: &Path) -> Result<()> {
-        let Some(w) = &self.writer else {
-            return Ok(());
-        };
-        if !w.kept_paths.remove(path) {
-            return Ok(());
-        }
-        match self.tree.store.remove_file(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            res => Ok(res?),
-        }
     }
 }

@@ -106,14 +106,15 @@ impl View {
             draft: held.draft,
         };
         let new = Arc::new(
-            self.build_array(
-                src,
-                *meta,
-                held.layout.clone(),
-                held.dir_meta,
-                held.json_meta,
-            )
-            .map_err(invalid)?,
+            self.tree_read()
+                .build_array(
+                    src,
+                    *meta,
+                    held.layout.clone(),
+                    held.dir_meta,
+                    held.json_meta,
+                )
+                .map_err(invalid)?,
         );
         if !w
             .unlinked
