@@ -1023,6 +1023,31 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
     m.unmount();
 }
 
+/// The same cold chunk from a fresh writable mount, which also asks whether the array's
+/// metadata was unlinked by a mount before (the document an unlink keeps,
+/// `zarr.json.shardfs-unlinked`): in one GET, which finds nothing, not a HEAD and then a
+/// LIST (is it a directory?), two round trips in series for every array a writable mount
+/// met (`find` of a bucket of two arrays at 30 ms a request: 582 ms, now 526 ms; 272 ms
+/// read-only).
+#[test]
+fn a_writable_mount_asks_for_a_kept_document_in_one_get_not_a_head_and_a_list() {
+    let Some(s3) = S3Test::start() else { return };
+    s3.upload_fixture("zarr_basic", "bucket/data");
+    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", &[]);
+    let before = store_requests(&mnt);
+    std::fs::metadata(mnt.join("index_start/zarr.json")).unwrap();
+    let chunk = "index_start/c/1/1";
+    let got = std::fs::read(mnt.join(chunk)).unwrap();
+    let after = store_requests(&mnt);
+    assert_eq!(
+        got,
+        std::fs::read(common::fixtures().join("zarr_basic.twin").join(chunk)).unwrap()
+    );
+    let heads = |r: &serde_json::Value| r["head"].as_u64().unwrap();
+    assert_eq!(heads(&after), heads(&before), "{before} -> {after}");
+    m.unmount();
+}
+
 /// A commit keeps the index it wrote (issue 35): its PUT's answer names the new
 /// version's ETag, which is the version a cached index is checked against, so a chunk of
 /// the shard read right after this mount's commit of it moves that chunk alone, with no

@@ -186,7 +186,7 @@ pub(super) fn is_metadata(rel: &Path) -> bool {
         matches!(
             n,
             "zarr.json" | ".zarray" | ".zattrs" | ".zgroup" | ".zmetadata"
-        )
+        ) || n == crate::store::UNLINKED_META
     })
 }
 
