@@ -7,13 +7,17 @@ behind scripts/s3_proxy.py), each read three times through a fresh mount with
 with times), printing when each chunk file's read began and ended (ms after the first
 open) and the mount's request counts; then zarr-python 3 + obstore reading the bucket
 directly, three times. Compare the two by hand: where the reader waits, and on which
-request. Run as root (it mounts), with the venv's Python:
+request. Last, `find` of the whole bucket (both arrays) through a fresh read-only and a
+fresh writable mount, taking turns, 5 each: the median and the mount's requests (a
+writable mount also asks, per directory, for the document an unlink keeps). Run as root
+(it mounts), with the venv's Python:
 
     .venv/bin/python scripts/s3_timeline.py OUT_DIR
 
 (`SHARDFS=` and `S3S_FS=` name other binaries, as for bench_s3_latency.py.)
 """
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,3 +58,29 @@ for name in ("B", "A"):
     for rep in range(3):
         t = b.timed(lambda n=name: b.zarr.open_array(b.obstore_store(proxy, n))[:])
         print(f"{name} obstore direct rep {rep}: {t * 1e3:.0f} ms", flush=True)
+
+
+def find_once(opts: str) -> tuple[float, dict]:
+    mnt = Path(tempfile.mkdtemp(dir=base))
+    subprocess.run([str(b.BIN), "mount", f"s3://{b.BUCKET}", str(mnt), "-o", opts],
+                   env=b.env_for(proxy), check=True)
+    try:
+        s0 = json.loads((mnt / ".shardfs-stats").read_bytes())["store_requests"]
+        t = time.monotonic()
+        subprocess.run(["find", str(mnt)], check=True, stdout=subprocess.DEVNULL)
+        dt = time.monotonic() - t
+        s1 = json.loads((mnt / ".shardfs-stats").read_bytes())["store_requests"]
+        return dt, {k: s1[k] - s0[k] for k in ("get", "head", "list")}
+    finally:
+        subprocess.run([str(b.BIN), "unmount", str(mnt)], check=True)
+
+
+times: dict[str, list[float]] = {"ro": [], "rw": []}
+asked: dict[str, dict] = {}
+for _ in range(5):
+    for opts in ("ro", "rw"):
+        dt, asked[opts] = find_once(opts)
+        times[opts].append(dt)
+for opts in ("ro", "rw"):
+    print(f"find of the bucket, -o {opts}: median {statistics.median(times[opts]) * 1e3:.0f} ms "
+          f"(of 5), requests {asked[opts]}", flush=True)
