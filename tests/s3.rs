@@ -1005,8 +1005,18 @@ fn a_local_cache_serves_a_second_mount_and_never_a_replaced_shard() {
 #[test]
 fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
     let Some(s3) = S3Test::start() else { return };
+    let (before, after) = cold_chunk_requests(&s3, &["-o", "ro"]);
+    assert!(
+        round_trips(&after) - round_trips(&before) <= 3,
+        "{before} -> {after}"
+    );
+}
+
+/// A fresh mount of `zarr_basic` with `args`: `stat` of an array's `zarr.json`, then one
+/// chunk read (checked against the twin); the mount's requests before and after.
+fn cold_chunk_requests(s3: &S3Test, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
     s3.upload_fixture("zarr_basic", "bucket/data");
-    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", &["-o", "ro"]);
+    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", args);
     let before = store_requests(&mnt);
     std::fs::metadata(mnt.join("index_start/zarr.json")).unwrap();
     let chunk = "index_start/c/1/1";
@@ -1016,11 +1026,8 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
         got,
         std::fs::read(common::fixtures().join("zarr_basic.twin").join(chunk)).unwrap()
     );
-    assert!(
-        round_trips(&after) - round_trips(&before) <= 3,
-        "{before} -> {after}"
-    );
     m.unmount();
+    (before, after)
 }
 
 /// The same cold chunk from a fresh writable mount, which also asks whether the array's
@@ -1032,20 +1039,9 @@ fn a_cold_chunk_below_the_prefix_takes_three_round_trips_with_its_metadata() {
 #[test]
 fn a_writable_mount_asks_for_a_kept_document_in_one_get_not_a_head_and_a_list() {
     let Some(s3) = S3Test::start() else { return };
-    s3.upload_fixture("zarr_basic", "bucket/data");
-    let (mnt, m) = s3.mount_dir("s3://bucket/data", "m", &[]);
-    let before = store_requests(&mnt);
-    std::fs::metadata(mnt.join("index_start/zarr.json")).unwrap();
-    let chunk = "index_start/c/1/1";
-    let got = std::fs::read(mnt.join(chunk)).unwrap();
-    let after = store_requests(&mnt);
-    assert_eq!(
-        got,
-        std::fs::read(common::fixtures().join("zarr_basic.twin").join(chunk)).unwrap()
-    );
+    let (before, after) = cold_chunk_requests(&s3, &[]);
     let heads = |r: &serde_json::Value| r["head"].as_u64().unwrap();
     assert_eq!(heads(&after), heads(&before), "{before} -> {after}");
-    m.unmount();
 }
 
 /// A commit keeps the index it wrote (issue 35): its PUT's answer names the new

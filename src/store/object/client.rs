@@ -180,7 +180,8 @@ impl BucketStore {
     }
 }
 
-/// Whether `rel` names a Zarr metadata file (read whole, and small).
+/// Whether `rel` names a Zarr metadata file, or the document an unlink keeps
+/// ([`crate::store::UNLINKED_META`]): read whole, and small (opened with one GET).
 pub(super) fn is_metadata(rel: &Path) -> bool {
     rel.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
         matches!(
