@@ -1,6 +1,7 @@
 //! Loading arrays: what a store directory is (a presentable sharded array, or a plain
-//! directory: [`View::classify`]), reading an array's `zarr.json`
-//! ([`View::load_array`]) and making the array the view shows ([`View::build_array`]),
+//! directory: [`TreeRead::classify`]), reading an array's `zarr.json`
+//! ([`TreeRead::load_array`]) and making the array the view shows
+//! ([`TreeRead::build_array`]),
 //! kept in the array registry. The registry itself, and which node a name is, are
 //! `resolve.rs`; a draft store's arrays are found in `draft.rs`.
 
@@ -13,6 +14,7 @@ use crate::store::EntryMeta;
 
 use super::Tree;
 use super::TreeRead;
+use super::reconcile::Reconcile;
 use super::resolve::read_metadata;
 use super::*;
 
@@ -21,7 +23,7 @@ pub(super) enum NotShown {
     /// Not an array, or not sharded: a plain directory.
     Plain,
     /// No `zarr.json` at all: a plain directory, unless a writable mount unlinked the
-    /// metadata of the sharded array there ([`View::unlinked_array`]).
+    /// metadata of the sharded array there ([`TreeRead::unlinked_array`]).
     NoMetadata,
     /// An array the view cannot present; the reason is logged once.
     Unsupported(String),
@@ -31,7 +33,7 @@ pub(super) enum NotShown {
     Io(io::Error),
 }
 
-impl View {
+impl TreeRead<'_> {
     /// What a store directory is: a presentable sharded array, or a plain directory.
     pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
         Ok(self
@@ -39,33 +41,30 @@ impl View {
             .unwrap_or(Node::Dir { rel }))
     }
 
-    /// Like [`View::classify_dir`]; `None` for an array the v2 view leaves out.
+    /// Like [`Self::classify_dir`]; `None` for an array the v2 view leaves out.
+    ///
+    /// Where the overlay is stale about `rel` (an array whose metadata it holds unlinked
+    /// and the store has back, or has no more; chunks staged for an array another mount
+    /// replaced; an unlinked array it has not met), this fails with
+    /// [`ViewError::Stale`]: the facade reconciles the overlay and asks again
+    /// (`reconcile.rs`).
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
-        if let Some(w) = &self.writer {
+        if let Some(w) = self.writer {
             if w.choices.shown_as_stored(&rel) {
                 return Ok(Some(Node::Dir { rel }));
             }
-            if let Some(array) = w.unlinked.headless_array_now(&rel, &dir_meta) {
-                let kept = rel.join(crate::store::UNLINKED_META);
-                if self.tree.store.stat(&rel.join("zarr.json"))?.is_none() {
-                    if self.tree.store.stat(&kept)?.is_some() {
-                        return Ok(Some(Node::ArrayDir { array }));
-                    }
-                    // Neither: another mount removed the array (or made a plain directory
-                    // there): this mount's unlinked array goes too.
-                    w.unlinked.forget_headless(&rel);
-                } else {
-                    // Its metadata is back in the store (written back through this mount,
-                    // being taken in now, or by another): the array's again, loaded below.
-                    // The document kept at the unlink goes first (a failure leaves the
-                    // array unlinked here, to be tried again).
-                    remove_unlinked_meta(self.tree.store.as_ref(), &rel)?;
-                    let file = match self.tree.format {
-                        ViewFormat::V2 => MetaFile::Zarray,
-                        ViewFormat::V3 => MetaFile::ZarrJson,
-                    };
-                    w.unlinked.meta_written(&rel, file);
+            if let Some(array) = w.unlinked.headless_array(&rel) {
+                if array.dir_meta != dir_meta {
+                    return Err(Reconcile::HeadlessDirMeta { rel, dir_meta }.into());
                 }
+                let kept = rel.join(crate::store::UNLINKED_META);
+                if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
+                    return Err(Reconcile::MetaBack { rel }.into());
+                }
+                if self.tree.store.stat(&kept)?.is_some() {
+                    return Ok(Some(Node::ArrayDir { array }));
+                }
+                return Err(Reconcile::HeadlessGone { rel }.into());
             }
         }
         // The array known here, while its directory and `zarr.json` are as they were
@@ -79,25 +78,24 @@ impl View {
         {
             return Ok(Some(Node::ArrayDir { array: known }));
         }
-        let loaded = self.tree_read().load_array(&rel, dir_meta);
+        let loaded = self.load_array(&rel, dir_meta);
         // A document kept at an unlink (`store::UNLINKED_META`) beside metadata written
         // by another route (a tool writing the store, another mount that had not looked
-        // again) would show the old array if this metadata went again: it goes now
-        // (found by a reviewer and an adversarial tester).
+        // again) would show the old array if this metadata went again: it goes, once
+        // this query is answered (`Tree::stale_kept`; found by a reviewer and an
+        // adversarial tester).
         // Only one older than that metadata: on object storage an unlink puts the kept
         // document before it deletes `zarr.json`, and a lookup between the two must not
-        // take it (a reviewer's finding). Best effort: a failure is logged, and the
-        // lookup goes on.
-        if self.writer.is_some() && !matches!(loaded, Err(NotShown::NoMetadata | NotShown::Io(_))) {
-            let kept = rel.join(crate::store::UNLINKED_META);
-            if let (Ok(Some(k)), Ok(Some(j))) = (
+        // take it (a reviewer's finding).
+        if self.writer.is_some()
+            && !matches!(loaded, Err(NotShown::NoMetadata | NotShown::Io(_)))
+            && let (Ok(Some(k)), Ok(Some(j))) = (
                 self.tree.kept_meta(&rel),
                 self.tree.store.stat(&rel.join("zarr.json")),
-            ) && j.mtime > k.mtime
-                && let Err(e) = remove_unlinked_meta(self.tree.store.as_ref(), &rel)
-            {
-                log::warn!("{}: left as it was: {e}", kept.display());
-            }
+            )
+            && j.mtime > k.mtime
+        {
+            self.tree.stale_kept.lock().push(rel.clone());
         }
         Ok(match loaded {
             Ok(array) => {
@@ -106,13 +104,9 @@ impl View {
                 // replaced must not go into it (see `View::array_to_flush`).
                 if let Some(old) = self.tree.arrays.get(&rel)
                     && old.replaced_by(&array)
-                    && self.writer.as_ref().is_some_and(|w| w.staging.holds(&rel))
+                    && self.writer.is_some_and(|w| w.staging.holds(&rel))
                 {
-                    self.let_go_staged(
-                        &rel,
-                        "another mount made another array at its path: the chunks staged \
-                         for the one it replaced are not stored",
-                    );
+                    return Err(Reconcile::Replaced { rel }.into());
                 }
                 self.tree.arrays.insert(array.clone());
                 Some(Node::ArrayDir { array })
@@ -144,33 +138,25 @@ impl View {
     /// the array's other names stayed (kept at [`crate::store::UNLINKED_META`]): shown
     /// by this writable mount as that one showed it, an array whose metadata is unlinked
     /// ([`super::unlinked::Unlinked`]), so that the metadata written back takes the
-    /// shards back. `None`: it is none (a read-only mount shows the shard files).
+    /// shards back: the overlay takes it in ([`Reconcile::Unlinked`]). `None`: it is
+    /// none (a read-only mount shows the shard files).
     fn unlinked_array(&self, rel: &Path, dir_meta: EntryMeta) -> Result<Option<Node>> {
-        let Some(w) = &self.writer else {
+        if self.writer.is_none() {
             return Ok(None);
-        };
+        }
         let kept = rel.join(crate::store::UNLINKED_META);
         if self.tree.kept_meta(rel)?.is_none() {
             return Ok(None);
         }
-        let array = match self.tree_read().load_array_from(rel, &kept, dir_meta) {
-            Ok(array) => Arc::new(array),
-            Err(NotShown::Io(e)) => return Err(e.into()),
-            Err(_) => return Ok(None),
-        };
-        let file = match self.tree.format {
-            ViewFormat::V2 => MetaFile::Zarray,
-            ViewFormat::V3 => MetaFile::ZarrJson,
-        };
-        w.unlinked.make_headless(&array, file);
-        // Known to the chunk paths as any array is (before, a chunk written, fsynced or
-        // removed in it got `ESTALE`: found by a reviewer).
-        self.tree.arrays.insert(array.clone());
-        Ok(Some(Node::ArrayDir { array }))
+        match self.load_array_from(rel, &kept, dir_meta) {
+            Ok(array) => Err(Reconcile::Unlinked {
+                array: Arc::new(array),
+            }
+            .into()),
+            Err(NotShown::Io(e)) => Err(e.into()),
+            Err(_) => Ok(None),
+        }
     }
-}
-
-impl TreeRead<'_> {
     pub(super) fn load_array(
         &self,
         rel: &Path,
@@ -179,7 +165,7 @@ impl TreeRead<'_> {
         self.load_array_from(rel, &rel.join("zarr.json"), dir_meta)
     }
 
-    /// [`View::load_array`] from the document at `json_rel` (the array's metadata is
+    /// [`Self::load_array`] from the document at `json_rel` (the array's metadata is
     /// stored at `rel/zarr.json` all the same).
     pub(super) fn load_array_from(
         &self,

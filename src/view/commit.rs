@@ -265,8 +265,8 @@ impl View {
                 }
                 .inspect_err(|_| self.forget_as_written(written))?;
                 // An array whose metadata was unlinked has it again: shown whole again
-                // (the load after the write, `View::classify`, found it in the store and
-                // let the unlinked array go). Before, the v2 view left `.zarray` written
+                // (the load after the write found it in the store, and the facade let the
+                // unlinked array go: `reconcile.rs`). Before, the v2 view left `.zarray` written
                 // back unlisted until a remount, and `rm zarr.json` and a changed one
                 // written back showed the old one (found by the reference test).
                 if let Some(w) = &self.writer {

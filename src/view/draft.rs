@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::Tree;
 use super::TreeRead;
-use super::{Kind, ShardedArray, View};
+use super::{Kind, ShardedArray};
 use crate::format::{self, Presentation, draft};
 use crate::store::{EntryKind, EntryMeta};
 
@@ -61,7 +61,7 @@ impl DraftState {
     }
 }
 
-impl View {
+impl TreeRead<'_> {
     /// Read the draft hierarchy again if it was read longer than `--ttl` ago (and no
     /// other thread is reading it now). Whether it was read.
     pub(super) fn refresh_draft(&self) -> bool {
@@ -125,10 +125,7 @@ impl View {
                 children.insert(OsString::from(stem), Kind::Dir);
             } else if let Some(stem) = name.strip_suffix(draft::ARRAY_SUFFIX) {
                 let child = path.join(stem);
-                match self
-                    .tree_read()
-                    .load_draft_array(&child, &meta_dir.join(name))
-                {
+                match self.load_draft_array(&child, &meta_dir.join(name)) {
                     Ok(array) => {
                         tree.arrays.insert(child, Arc::new(array));
                         children.insert(OsString::from(stem), Kind::Dir);
@@ -144,9 +141,7 @@ impl View {
         }
         tree.groups.entry(path.to_path_buf()).or_default().children = children;
     }
-}
 
-impl TreeRead<'_> {
     fn load_draft_array(&self, path: &Path, meta_rel: &Path) -> Result<ShardedArray, String> {
         let bytes = self
             .tree

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::Tree;
 use super::TreeRead;
-use super::{DirEntry, Kind, Node, Result, ShardedArray, View, ViewError};
+use super::{DirEntry, Kind, Node, Result, ShardedArray, ViewError};
 use crate::store::shard::Shard;
 use crate::store::{EntryKind, Reads};
 
@@ -364,15 +364,15 @@ impl Tree {
     }
 }
 
-impl View {
+impl TreeRead<'_> {
     /// A store directory in the v2 view: `zarr.json` hidden, `.zgroup` and `.zattrs` for
     /// a group, arrays without a v2 form left out.
     pub(super) fn list_v2_dir(&self, rel: &Path) -> Result<Vec<DirEntry>> {
-        if let Some(listing) = self.tree_read().list_plain(rel) {
+        if let Some(listing) = self.list_plain(rel) {
             return listing;
         }
         let mut out = Vec::new();
-        for e in self.tree_read().list_store(rel, |n| {
+        for e in self.list_store(rel, |n| {
             n != "zarr.json" && n != crate::format::v2::ZMETADATA
         })? {
             if e.kind == Kind::Dir {
@@ -387,10 +387,10 @@ impl View {
             }
             out.push(e);
         }
-        if self.tree_read().has_zmetadata(rel)? {
+        if self.has_zmetadata(rel)? {
             out.push(file(crate::format::v2::ZMETADATA.into()));
         }
-        let hidden = self.tree_read().zattrs_hidden(rel);
+        let hidden = self.zattrs_hidden(rel);
         if self.tree.group_docs.stored(rel)?.is_some() {
             out.extend(
                 self.tree
@@ -461,7 +461,7 @@ impl View {
             Some(Node::ArrayMeta { array, file }) => {
                 Some(self.tree.current(&array).meta_bytes(file).to_vec())
             }
-            Some(Node::GroupMeta { dir, file }) => Some(self.tree_read().group_meta(&dir, file)?),
+            Some(Node::GroupMeta { dir, file }) => Some(self.group_meta(&dir, file)?),
             Some(Node::File { rel }) => self.tree.read_small(&rel)?,
             _ => None,
         })

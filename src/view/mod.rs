@@ -25,13 +25,16 @@
 //! in up to three blocks, by what they need:
 //! * `impl Tree`: the tree's state alone (`self.tree.current(array)`);
 //! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
-//!   `View::tree_read`): chunk lookups, listings, what metadata a directory shows;
-//! * `impl View`: what changes the overlay or the open files, and resolution itself,
-//!   since `array_load.rs:classify` reconciles the overlay with the store as it meets a
-//!   directory (an unlinked array whose metadata came back, or that another mount
-//!   removed; chunks staged for an array another mount replaced).
+//!   `View::tree_read`): resolution, chunk lookups, listings, what metadata a directory
+//!   shows. Where a query meets a directory the overlay is stale about (an unlinked
+//!   array whose metadata came back, or that another mount removed; chunks staged for
+//!   an array another mount replaced), it fails with `ViewError::Stale`, and the facade
+//!   (`reconcile.rs`: `View::in_tree`) reconciles the overlay and asks again;
+//! * `impl View`: what changes the overlay or the open files.
 //!
 //! The files, by the part they belong to:
+//! * the facade's side of the tree's queries: `reconcile.rs` (the overlay reconciled
+//!   with the store before the tree reads it);
 //! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
@@ -127,6 +130,8 @@ mod plain;
 mod read;
 mod read_ahead;
 mod readdir;
+mod reconcile;
+
 mod remove;
 mod rename;
 mod rename_dir;
@@ -190,6 +195,10 @@ pub enum ViewError {
     Shard { shard: PathBuf, err: ShardError },
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// A tree query met a directory the overlay is stale about: never an answer, the
+    /// facade reconciles the overlay and asks again (`reconcile.rs`).
+    #[error("the overlay is stale: {0:?}")]
+    Stale(Box<reconcile::Reconcile>),
     #[error("{0}")]
     Invalid(String),
     #[error("directory not empty")]
@@ -236,6 +245,7 @@ impl ViewError {
             ViewError::TooBig(_) => libc::EFBIG,
             ViewError::Flush(e) => e.errno(),
             ViewError::Container { .. } => libc::EIO,
+            ViewError::Stale(_) => libc::EIO,
         }
     }
 }
@@ -377,6 +387,10 @@ pub(crate) struct Tree {
     containers: container::Containers,
     /// The store's directories and files of their own in arrays' key directories.
     own: own_files::OwnFiles,
+    /// Store directories whose kept document (`store::UNLINKED_META`) a query found
+    /// older than the metadata beside it: removed by the facade once the query is
+    /// answered (`reconcile.rs`).
+    stale_kept: Mutex<Vec<PathBuf>>,
 }
 
 /// The tree as this mount shows it: the [`Tree`] and the overlay, read (a tree query
@@ -460,6 +474,7 @@ impl View {
                 group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
                 containers: container::Containers::new(store.clone(), config.format),
                 own: own_files::OwnFiles::new(store.clone()),
+                stale_kept: Mutex::new(Vec::new()),
                 store,
             },
             handles: Default::default(),
@@ -468,7 +483,7 @@ impl View {
             counters: ReadCounters::default(),
         };
         if draft {
-            let tree = view.load_draft_tree();
+            let tree = view.tree_read().load_draft_tree();
             log::info!(
                 "store of the 2022 draft layout: {} arrays, {} groups (read-only)",
                 tree.arrays.len(),

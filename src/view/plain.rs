@@ -37,46 +37,6 @@ impl View {
         Ok(child)
     }
 
-    /// A child of an unsharded array's directory in the v2 view; `None` when `rel` is no
-    /// such array.
-    pub(super) fn plain_child(&self, rel: &Path, name: &OsStr) -> Option<Result<Option<Node>>> {
-        let keys = self.tree_read().plain_keys(rel)?;
-        Some((|| {
-            if let Some(file) = MetaFile::from_name(name) {
-                if !self.tree.format.array_files().contains(&file) {
-                    return Ok(None);
-                }
-                // A v2 writer's own file (taken in when it is closed) wins.
-                if let Some(m) = self.tree.store.stat(&rel.join(name))?
-                    && m.kind == crate::store::EntryKind::File
-                {
-                    return Ok(Some(Node::File {
-                        rel: rel.join(name),
-                    }));
-                }
-                return Ok(self
-                    .tree_read()
-                    .plain_meta_shown(rel, file)
-                    .then(|| Node::GroupMeta {
-                        dir: rel.to_path_buf(),
-                        file,
-                    }));
-            }
-            let path = match name.to_str().map(|n| keys.store_name(n)) {
-                Some(PlainName::Key(p)) => rel.join(p),
-                Some(PlainName::Hidden) => return Ok(None),
-                Some(PlainName::AsIs) | None => rel.join(name),
-            };
-            let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
-                return Ok(None);
-            };
-            match self.store_child(dir, file)? {
-                None => Ok(self.tree_read().plain_fill_at(&path)),
-                found => Ok(found),
-            }
-        })())
-    }
-
     /// Make store directory `dir` and those missing above it (the key directories of a
     /// chunk written where the view served the fill value).
     pub(super) fn make_plain_dirs(&self, dir: &Path) -> Result<()> {
@@ -205,6 +165,43 @@ impl View {
 }
 
 impl TreeRead<'_> {
+    /// A child of an unsharded array's directory in the v2 view; `None` when `rel` is no
+    /// such array.
+    pub(super) fn plain_child(&self, rel: &Path, name: &OsStr) -> Option<Result<Option<Node>>> {
+        let keys = self.plain_keys(rel)?;
+        Some((|| {
+            if let Some(file) = MetaFile::from_name(name) {
+                if !self.tree.format.array_files().contains(&file) {
+                    return Ok(None);
+                }
+                // A v2 writer's own file (taken in when it is closed) wins.
+                if let Some(m) = self.tree.store.stat(&rel.join(name))?
+                    && m.kind == crate::store::EntryKind::File
+                {
+                    return Ok(Some(Node::File {
+                        rel: rel.join(name),
+                    }));
+                }
+                return Ok(self.plain_meta_shown(rel, file).then(|| Node::GroupMeta {
+                    dir: rel.to_path_buf(),
+                    file,
+                }));
+            }
+            let path = match name.to_str().map(|n| keys.store_name(n)) {
+                Some(PlainName::Key(p)) => rel.join(p),
+                Some(PlainName::Hidden) => return Ok(None),
+                Some(PlainName::AsIs) | None => rel.join(name),
+            };
+            let (Some(dir), Some(file)) = (path.parent(), path.file_name()) else {
+                return Ok(None);
+            };
+            match self.store_child(dir, file)? {
+                None => Ok(self.plain_fill_at(&path)),
+                found => Ok(found),
+            }
+        })())
+    }
+
     /// The key translation of store directory `rel`, if it is an unsharded array of the
     /// v2 view (or was one, until `rmdir`).
     pub(super) fn plain_keys(&self, rel: &Path) -> Option<PlainKeys> {

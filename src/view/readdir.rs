@@ -14,18 +14,18 @@ use crate::store::EntryKind;
 use super::TreeRead;
 use super::*;
 
-impl View {
+impl TreeRead<'_> {
     /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let (path, node) = self.tree.node(ino)?;
         let mut entries = match &node {
             Node::Dir { rel } if self.tree.format == ViewFormat::V2 => self.list_v2_dir(rel)?,
-            Node::Dir { rel } => self.tree_read().list_store(rel, |_| true)?,
+            Node::Dir { rel } => self.list_store(rel, |_| true)?,
             Node::DraftGroup { path } => self.list_draft_group(path),
-            Node::ArrayDir { array } => self.tree_read().list_array(array)?,
+            Node::ArrayDir { array } => self.list_array(array)?,
             Node::Container(c) => self.tree.containers.list(c)?,
             Node::KeyDir { array, coords } => {
-                let mut keys = self.tree_read().list_keys(array, coords)?;
+                let mut keys = self.list_keys(array, coords)?;
                 let (enc, ndim) = (array.encoding(), array.layout.ndim());
                 let listed: HashSet<std::ffi::OsString> =
                     keys.iter().map(|e| e.name.clone()).collect();
@@ -49,7 +49,7 @@ impl View {
             _ => return Err(ViewError::NotDir),
         };
         if let Some(w) = &self.writer {
-            entries.extend(self.tree_read().written_entries(&path, &node));
+            entries.extend(self.written_entries(&path, &node));
             if let Node::Dir { rel } = &node {
                 entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
                     ino: 0,
@@ -66,9 +66,7 @@ impl View {
         }
         Ok(entries)
     }
-}
 
-impl TreeRead<'_> {
     /// Pass-through entries of a store directory that `keep` accepts.
     pub(super) fn list_store(
         &self,

@@ -49,7 +49,7 @@ impl ArrayRegistry {
     }
 }
 
-impl View {
+impl TreeRead<'_> {
     /// The node at a view path, walking from the root.
     pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
         let (_, mut node) = self.tree.node(super::ROOT_INO)?;
@@ -89,7 +89,7 @@ impl View {
             Node::Stats | Node::PlainFill { .. } | Node::Consolidated { .. } => {
                 Err(ViewError::NotDir)
             }
-            Node::PlainFillDir { rel, .. } => Ok(self.tree_read().plain_fill_at(&rel.join(name))),
+            Node::PlainFillDir { rel, .. } => Ok(self.plain_fill_at(&rel.join(name))),
             Node::Container(c) => self.tree.containers.child(c, name),
             Node::Dir { rel } if self.tree.format == ViewFormat::V2 => self.v2_dir_child(rel, name),
             Node::Dir { rel } => self.store_child(rel, name),
@@ -99,20 +99,17 @@ impl View {
                 if let Some(file) = MetaFile::from_name(name)
                     && self.tree.format.array_files().contains(&file)
                 {
-                    return Ok(self
-                        .tree_read()
-                        .meta_shown(array, file)
-                        .then(|| Node::ArrayMeta {
-                            array: array.clone(),
-                            file,
-                        }));
+                    return Ok(self.meta_shown(array, file).then(|| Node::ArrayMeta {
+                        array: array.clone(),
+                        file,
+                    }));
                 }
                 let ndim = array.layout.ndim();
                 match name
                     .to_str()
                     .and_then(|n| array.encoding().child(ndim, None, n))
                 {
-                    Some(kp) => self.tree_read().key_node(array, kp),
+                    Some(kp) => self.key_node(array, kp),
                     None if array.draft || self.tree.hidden_in_array(array, name) => Ok(None),
                     None => self.store_child(&array.rel, name),
                 }
@@ -123,7 +120,7 @@ impl View {
                     .to_str()
                     .and_then(|n| array.encoding().child(array.layout.ndim(), Some(coords), n));
                 match kp {
-                    Some(kp) => self.tree_read().key_node(array, kp),
+                    Some(kp) => self.key_node(array, kp),
                     // A file of its own stored there (`super::kept`).
                     None if crate::store::is_internal(name) => Ok(None),
                     None => Ok(match self.tree.store.stat(&path.join(name))? {
@@ -151,12 +148,9 @@ impl View {
         }
         if name == format::v2::ZMETADATA {
             // Made for every group, whatever the store holds under that name.
-            return Ok(self
-                .tree_read()
-                .has_zmetadata(rel)?
-                .then(|| Node::Consolidated {
-                    dir: rel.to_path_buf(),
-                }));
+            return Ok(self.has_zmetadata(rel)?.then(|| Node::Consolidated {
+                dir: rel.to_path_buf(),
+            }));
         }
         match MetaFile::from_name(name) {
             Some(MetaFile::ZarrJson) => return Ok(None),
@@ -169,7 +163,7 @@ impl View {
                         rel: rel.join(name),
                     }));
                 }
-                let hidden = file == MetaFile::Zattrs && self.tree_read().zattrs_hidden(rel);
+                let hidden = file == MetaFile::Zattrs && self.zattrs_hidden(rel);
                 let is_group = file != MetaFile::Zarray
                     && !hidden
                     && (self.tree.group_docs.stored(rel)?.is_some()
@@ -185,7 +179,7 @@ impl View {
         match self.store_child(rel, name)? {
             // A chunk (or key directory) of an unsharded array's grid the store has none
             // of, where the view serves chunks of the fill value.
-            None => Ok(self.tree_read().plain_fill_at(&rel.join(name))),
+            None => Ok(self.plain_fill_at(&rel.join(name))),
             found => Ok(found),
         }
     }
@@ -208,7 +202,7 @@ impl View {
             return Ok(None);
         }
         let rel = dir.join(name);
-        if self.pending_doc(&rel).is_some() {
+        if self.writer.is_some_and(|w| w.docs.get(&rel).is_some()) {
             return Ok(Some(Node::File { rel }));
         }
         let Some(m) = self.tree.store.stat(&rel)? else {
@@ -245,13 +239,11 @@ impl View {
         name: &OsStr,
     ) -> Result<Option<Node>> {
         match self.child(path, node, name)? {
-            Some(n) if self.tree_read().is_fill(&path.join(name), &n)? => Ok(None),
+            Some(n) if self.is_fill(&path.join(name), &n)? => Ok(None),
             found => Ok(found),
         }
     }
-}
 
-impl TreeRead<'_> {
     /// Whether the `.zattrs` of the group (or unsharded array) at `rel` was unlinked and
     /// is not shown until written again.
     pub(super) fn zattrs_hidden(&self, rel: &Path) -> bool {

@@ -1,0 +1,163 @@
+//! The facade's side of the tree's queries: the overlay reconciled with the store
+//! before the tree reads it.
+//!
+//! The tree reads the overlay and never writes it. Where it meets a directory the
+//! overlay is stale about (another mount, or a tool, changed the store), the query
+//! fails with [`ViewError::Stale`], saying what it met ([`Reconcile`]); the facade,
+//! [`View::in_tree`], brings the overlay up to date and asks again. Each reconciliation
+//! changes the overlay so that the same directory is no more stale: an answer comes
+//! after a round or two. Resolution must see the overlay reconciled while it walks:
+//! `resolve("z/zarr.json")` after `z`'s metadata came back needs `z` no more unlinked
+//! before it asks whether `zarr.json` is shown (applied after the query, it would
+//! answer `ENOENT`).
+//!
+//! Queries with a facade here are those that may meet a store directory for the first
+//! time: resolution (`resolve`, `child`, `stored_child`, `classify_dir`), listings
+//! (`readdir`) and the v2 view's `.zmetadata` (`consolidated`).
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::store::EntryMeta;
+
+use super::array_load::remove_unlinked_meta;
+use super::node::ShardedArray;
+use super::{DirEntry, MetaFile, Node, Result, TreeRead, View, ViewError, ViewFormat};
+
+/// What the tree met that the overlay is stale about, at store directory `rel`.
+#[derive(Debug)]
+pub enum Reconcile {
+    /// An array whose metadata this mount holds unlinked, whose directory changed
+    /// (`chmod`, a new name): the overlay's copy takes the directory's attributes now.
+    HeadlessDirMeta { rel: PathBuf, dir_meta: EntryMeta },
+    /// An array whose metadata this mount holds unlinked, with metadata in the store
+    /// again (written back through this mount, being taken in, or by another): the
+    /// document kept at the unlink goes (a failure leaves it unlinked, to be tried
+    /// again), and the array is its metadata's again.
+    MetaBack { rel: PathBuf },
+    /// An array whose metadata this mount holds unlinked, with neither metadata nor the
+    /// kept document in the store: another mount removed the array (or made a plain
+    /// directory there); this mount's unlinked array goes too.
+    HeadlessGone { rel: PathBuf },
+    /// Another mount made another array at `rel`: the chunks this mount staged for the
+    /// one it replaced are not stored (see `View::array_to_flush`).
+    Replaced { rel: PathBuf },
+    /// An array whose metadata a writable mount unlinked (its document kept), met for
+    /// the first time: this mount holds it unlinked too.
+    Unlinked { array: Arc<ShardedArray> },
+}
+
+impl From<Reconcile> for ViewError {
+    fn from(r: Reconcile) -> Self {
+        ViewError::Stale(Box::new(r))
+    }
+}
+
+/// Reconciliations one query may ask for before it fails: a query meets few stale
+/// directories, and each is reconciled once; more means the store keeps changing under
+/// it.
+const ROUNDS: usize = 64;
+
+impl View {
+    /// Answer tree query `query`, reconciling the overlay with the store wherever the
+    /// query finds it stale, and asking again.
+    pub(super) fn in_tree<T>(&self, query: impl Fn(TreeRead<'_>) -> Result<T>) -> Result<T> {
+        for _ in 0..ROUNDS {
+            let answer = query(self.tree_read());
+            self.drop_stale_kept();
+            match answer {
+                Err(ViewError::Stale(what)) => self.reconcile(*what)?,
+                answer => return answer,
+            }
+        }
+        Err(ViewError::Io(std::io::Error::other(format!(
+            "the store kept changing under a lookup ({ROUNDS} reconciliations)"
+        ))))
+    }
+
+    fn reconcile(&self, what: Reconcile) -> Result<()> {
+        log::debug!("reconciling the overlay: {what:?}");
+        let Some(w) = &self.writer else {
+            // A read-only mount has no overlay; the tree asks nothing of it.
+            return Err(ViewError::Io(std::io::Error::other(format!(
+                "a read-only mount was asked to reconcile {what:?}"
+            ))));
+        };
+        let meta_file = match self.tree.format {
+            ViewFormat::V2 => MetaFile::Zarray,
+            ViewFormat::V3 => MetaFile::ZarrJson,
+        };
+        match what {
+            Reconcile::HeadlessDirMeta { rel, dir_meta } => {
+                w.unlinked.headless_array_now(&rel, &dir_meta);
+            }
+            Reconcile::MetaBack { rel } => {
+                remove_unlinked_meta(self.tree.store.as_ref(), &rel)?;
+                w.unlinked.meta_written(&rel, meta_file);
+            }
+            Reconcile::HeadlessGone { rel } => w.unlinked.forget_headless(&rel),
+            Reconcile::Replaced { rel } => self.let_go_staged(
+                &rel,
+                "another mount made another array at its path: the chunks staged for the \
+                 one it replaced are not stored",
+            ),
+            Reconcile::Unlinked { array } => {
+                w.unlinked.make_headless(&array, meta_file);
+                // Known to the chunk paths as any array is (before, a chunk written,
+                // fsynced or removed in it got `ESTALE`: found by a reviewer).
+                self.tree.arrays.insert(array);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove the documents kept at an unlink that the tree found older than the
+    /// metadata beside them (`TreeRead::classify`). Best effort: a failure is logged, and
+    /// the query's answer stands.
+    fn drop_stale_kept(&self) {
+        let stale = std::mem::take(&mut *self.tree.stale_kept.lock());
+        for rel in stale {
+            if let Err(e) = remove_unlinked_meta(self.tree.store.as_ref(), &rel) {
+                let kept = rel.join(crate::store::UNLINKED_META);
+                log::warn!("{}: left as it was: {e}", kept.display());
+            }
+        }
+    }
+
+    /// The node at a view path, walking from the root.
+    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
+        self.in_tree(|t| t.resolve(path))
+    }
+
+    /// The child node `name` of `node`, `None` if there is none.
+    pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        self.in_tree(|t| t.child(path, node, name))
+    }
+
+    /// [`TreeRead::stored_child`]: the child, less what is there only as the v2 view's
+    /// fill value.
+    pub(super) fn stored_child(
+        &self,
+        path: &Path,
+        node: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        self.in_tree(|t| t.stored_child(path, node, name))
+    }
+
+    /// What a store directory is: a presentable sharded array, or a plain directory.
+    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
+        self.in_tree(|t| t.classify_dir(rel.clone(), dir_meta))
+    }
+
+    /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        self.in_tree(|t| t.readdir(ino))
+    }
+
+    /// `.zmetadata` of the group at `dir` (the v2 view; [`TreeRead::consolidated`]).
+    pub(super) fn consolidated(&self, dir: &Path) -> Result<Vec<u8>> {
+        self.in_tree(|t| t.consolidated(dir))
+    }
+}
