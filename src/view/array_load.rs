@@ -49,11 +49,11 @@ impl TreeRead<'_> {
     /// [`ViewError::Stale`]: the facade reconciles the overlay and asks again
     /// (`reconcile.rs`).
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
-        if let Some(w) = self.writer {
-            if w.choices.shown_as_stored(&rel) {
+        if let Some(w) = self.overlay {
+            if w.shown_as_stored(&rel) {
                 return Ok(Some(Node::Dir { rel }));
             }
-            if let Some(array) = w.unlinked.headless_array(&rel) {
+            if let Some(array) = w.headless_array(&rel) {
                 if array.dir_meta != dir_meta {
                     return Err(Reconcile::HeadlessDirMeta { rel, dir_meta }.into());
                 }
@@ -87,7 +87,7 @@ impl TreeRead<'_> {
         // Only one older than that metadata: on object storage an unlink puts the kept
         // document before it deletes `zarr.json`, and a lookup between the two must not
         // take it (a reviewer's finding).
-        if self.writer.is_some()
+        if self.overlay.is_some()
             && !matches!(loaded, Err(NotShown::NoMetadata | NotShown::Io(_)))
             && let (Ok(Some(k)), Ok(Some(j))) = (
                 self.tree.kept_meta(&rel),
@@ -104,7 +104,7 @@ impl TreeRead<'_> {
                 // replaced must not go into it (see `View::array_to_flush`).
                 if let Some(old) = self.tree.arrays.get(&rel)
                     && old.replaced_by(&array)
-                    && self.writer.is_some_and(|w| w.staging.holds(&rel))
+                    && self.overlay.is_some_and(|w| w.holds_staged(&rel))
                 {
                     return Err(Reconcile::Replaced { rel }.into());
                 }
@@ -141,7 +141,7 @@ impl TreeRead<'_> {
     /// shards back: the overlay takes it in ([`Reconcile::Unlinked`]). `None`: it is
     /// none (a read-only mount shows the shard files).
     fn unlinked_array(&self, rel: &Path, dir_meta: EntryMeta) -> Result<Option<Node>> {
-        if self.writer.is_none() {
+        if self.overlay.is_none() {
             return Ok(None);
         }
         let kept = rel.join(crate::store::UNLINKED_META);

@@ -49,6 +49,16 @@ pub(super) struct Remembered {
 }
 
 impl AsWritten {
+    /// The document kept for `file` at `meta_rel`.
+    pub(super) fn doc(&self, meta_rel: &Path, file: MetaFile) -> Option<Arc<Vec<u8>>> {
+        if self.docs.is_empty() {
+            return None;
+        }
+        self.docs
+            .get(&(meta_rel.to_path_buf(), file))
+            .map(|(_, b)| b.clone())
+    }
+
     fn take(&mut self, key: &MetaKey) -> Option<Kept> {
         let old = self.docs.remove(key)?;
         self.held -= old.1.len();
@@ -171,19 +181,10 @@ impl TreeRead<'_> {
         file: MetaFile,
         rendered: Arc<Vec<u8>>,
     ) -> Arc<Vec<u8>> {
-        let Some(w) = &self.writer else {
+        let Some(w) = &self.overlay else {
             return rendered;
         };
-        let written = {
-            let kept = w.as_written.lock();
-            if kept.docs.is_empty() {
-                return rendered;
-            }
-            kept.docs
-                .get(&(meta_rel.to_path_buf(), file))
-                .map(|(_, b)| b.clone())
-        };
-        match written {
+        match w.as_written(meta_rel, file) {
             Some(bytes) if same_json(&bytes, &rendered) => bytes,
             _ => rendered,
         }

@@ -60,7 +60,7 @@ impl TreeRead<'_> {
     /// LIST of every key below answers for all of them.
     fn list_tree_ahead(&self, array: &ShardedArray, dir: &Path) {
         let layout = &array.layout;
-        if layout.ndim() >= 2 && self.writer.is_none() && self.tree.caps.reads == Reads::Requests {
+        if layout.ndim() >= 2 && self.overlay.is_none() && self.tree.caps.reads == Reads::Requests {
             let shards = layout
                 .shard_counts()
                 .iter()
@@ -137,8 +137,8 @@ impl TreeRead<'_> {
         // The last level: every chunk's state comes from the staged chunks under this
         // prefix (read once) or else from its shard's index (looked up once per shard),
         // not from a lookup per chunk.
-        let staged: HashMap<Vec<u64>, bool> = match &self.writer {
-            Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
+        let staged: HashMap<Vec<u64>, bool> = match &self.overlay {
+            Some(w) => w.staged_under(&array.rel, prefix).into_iter().collect(),
             None => HashMap::new(),
         };
         let mut coords = prefix.to_vec();

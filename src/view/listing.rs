@@ -79,7 +79,7 @@ impl TreeRead<'_> {
 
     /// Whether an array's listing shows its top key directory `root` (`c`).
     fn lists_root_key_dir(&self, array: &ShardedArray, root: &str) -> Result<bool> {
-        if self.writer.is_none() && self.tree.caps.reads == Reads::Requests && !array.draft {
+        if self.overlay.is_none() && self.tree.caps.reads == Reads::Requests && !array.draft {
             // Read-only object storage (see `has_chunks_under`): the top key directory
             // is listed where the store lists it, from the listing above.
             return Ok(self
@@ -150,9 +150,9 @@ impl TreeRead<'_> {
         prefix: &[u64],
         lookup: bool,
     ) -> Result<bool> {
-        let staged: HashMap<Vec<u64>, bool> = match &self.writer {
+        let staged: HashMap<Vec<u64>, bool> = match &self.overlay {
             Some(w) if w.has_keys_under(array, prefix) => return Ok(true),
-            Some(w) => w.staging.under(&array.rel, prefix).into_iter().collect(),
+            Some(w) => w.staged_under(&array.rel, prefix).into_iter().collect(),
             None => HashMap::new(),
         };
         // The lookup of a key directory in the grid (the caller checked) on a read-only
@@ -168,7 +168,7 @@ impl TreeRead<'_> {
         // reading no index (`ls c` of a 4-shard array cost a LIST, then a HEAD and a GET
         // per shard, 3 round trips before `cp -r` read a byte), and so a listing shows
         // what a lookup finds.
-        let ro_requests = self.writer.is_none() && self.tree.caps.reads == Reads::Requests;
+        let ro_requests = self.overlay.is_none() && self.tree.caps.reads == Reads::Requests;
         let quick = lookup || ro_requests;
         if lookup && ro_requests {
             return Ok(true);

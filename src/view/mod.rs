@@ -25,7 +25,8 @@
 //! in up to three blocks, by what they need:
 //! * `impl Tree`: the tree's state alone (`self.tree.current(array)`);
 //! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
-//!   `View::tree_read`): resolution, chunk lookups, listings, what metadata a directory
+//!   `View::tree_read`; it holds the overlay as an `OverlayRead`, the `Writer`'s queries
+//!   only, so the tree cannot change it): resolution, chunk lookups, listings, what metadata a directory
 //!   shows. Where a query meets a directory the overlay is stale about (an unlinked
 //!   array whose metadata came back, or that another mount removed; chunks staged for
 //!   an array another mount replaced), it fails with `ViewError::Stale`, and the facade
@@ -39,7 +40,8 @@
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
 //!   `plain.rs`, `draft.rs`, `container.rs`, `cache.rs`, `stats.rs`;
-//! * the overlay, what this mount changed: `writer.rs` (its state), `path_sets.rs` (files
+//! * the overlay, what this mount changed: `writer.rs` (its state), `overlay_read.rs`
+//!   (the overlay as the tree reads it), `path_sets.rs` (files
 //!   kept as files of their own, arrays shown as stored or kept unsharded), `scratch.rs` (the
 //!   in-memory files and the room they take), `key_dirs.rs`
 //!   (key directories shown without chunks), `set_times.rs`, `commit.rs`
@@ -123,6 +125,7 @@ pub mod node;
 mod open;
 mod open_policy;
 mod ops;
+mod overlay_read;
 mod own_files;
 mod path_sets;
 mod pending_doc;
@@ -398,7 +401,8 @@ pub(crate) struct Tree {
 #[derive(Clone, Copy)]
 pub(crate) struct TreeRead<'a> {
     tree: &'a Tree,
-    writer: Option<&'a Writer>,
+    /// What this mount changed, read only; `None` on a read-only mount.
+    overlay: Option<overlay_read::OverlayRead<'a>>,
 }
 
 /// Where an array lives in the store.
@@ -520,7 +524,7 @@ impl View {
     fn tree_read(&self) -> TreeRead<'_> {
         TreeRead {
             tree: &self.tree,
-            writer: self.writer.as_ref(),
+            overlay: self.writer.as_ref().map(overlay_read::OverlayRead::new),
         }
     }
 

@@ -208,11 +208,7 @@ impl TreeRead<'_> {
         if self.tree.format != ViewFormat::V2 {
             return None;
         }
-        if let Some(keys) = self
-            .writer
-            .as_ref()
-            .and_then(|w| w.unlinked.plain_keys(rel))
-        {
+        if let Some(keys) = self.overlay.as_ref().and_then(|w| w.plain_keys(rel)) {
             return Some(keys);
         }
         self.tree.plain_array(rel).map(|(_, keys)| keys)
@@ -284,13 +280,13 @@ impl TreeRead<'_> {
 
     /// Whether metadata file `file` of the unsharded array at `rel` is shown.
     fn plain_meta_shown(&self, rel: &Path, file: MetaFile) -> bool {
-        let Some(w) = &self.writer else {
+        let Some(w) = &self.overlay else {
             return true;
         };
-        if file == MetaFile::Zattrs && w.unlinked.zattrs_hidden(rel) {
+        if file == MetaFile::Zattrs && w.zattrs_hidden(rel) {
             return false;
         }
-        match w.unlinked.plain_zattrs(rel) {
+        match w.plain_zattrs(rel) {
             Some(zattrs) => file == MetaFile::Zattrs && zattrs,
             None => true,
         }
@@ -353,9 +349,9 @@ impl TreeRead<'_> {
             // `{}`: the attributes were lost with zarr.json, also when `.zarray` was
             // written back; found by the reference test).
             let doc = self
-                .writer
+                .overlay
                 .as_ref()
-                .and_then(|w| w.unlinked.plain_doc(rel))
+                .and_then(|w| w.plain_doc(rel))
                 .unwrap_or_default();
             // As its writer wrote it, while that is the document shown (before, a
             // `.zattrs` written meanwhile read back reformatted: an adversarial tester).

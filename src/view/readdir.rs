@@ -48,10 +48,10 @@ impl TreeRead<'_> {
             }
             _ => return Err(ViewError::NotDir),
         };
-        if let Some(w) = &self.writer {
+        if let Some(w) = &self.overlay {
             entries.extend(self.written_entries(&path, &node));
             if let Node::Dir { rel } = &node {
-                entries.extend(w.docs.new_in(rel).into_iter().map(|name| DirEntry {
+                entries.extend(w.new_docs_in(rel).into_iter().map(|name| DirEntry {
                     ino: 0,
                     name,
                     kind: Kind::File,
@@ -101,7 +101,7 @@ impl TreeRead<'_> {
     /// Entries that exist only in memory: scratch files, key directories made by mkdir,
     /// staged chunks in shards that do not exist yet.
     pub(super) fn written_entries(&self, path: &Path, node: &Node) -> Vec<super::DirEntry> {
-        let Some(w) = &self.writer else {
+        let Some(w) = &self.overlay else {
             return Vec::new();
         };
         let (array, prefix) = match node {
@@ -115,8 +115,7 @@ impl TreeRead<'_> {
             kind,
         };
         let mut out: Vec<_> = w
-            .scratch
-            .names_in(path)
+            .scratch_names_in(path)
             .into_iter()
             .map(|n| entry(n.to_string_lossy().into_owned(), Kind::File))
             .collect();
@@ -126,14 +125,12 @@ impl TreeRead<'_> {
         let p = prefix.clone().unwrap_or_default();
         let counts = array.layout.chunk_counts();
         let mut keys: Vec<(Vec<u64>, bool)> = w
-            .vdirs
-            .of_array(&array.rel, counts)
+            .key_dirs_of(&array.rel, counts)
             .into_iter()
             .map(|c| (c, false))
             .collect();
         keys.extend(
-            w.staging
-                .under(&array.rel, &p)
+            w.staged_under(&array.rel, &p)
                 .into_iter()
                 .filter(|(_, exists)| *exists)
                 .map(|(c, _)| (c, true)),

@@ -70,10 +70,10 @@ impl TreeRead<'_> {
             return Ok(Some(Node::Stats));
         }
         if let (Some(w), Node::ArrayDir { array } | Node::KeyDir { array, .. }) =
-            (&self.writer, node)
+            (&self.overlay, node)
         {
             let child = path.join(name);
-            if w.scratch.len_at(&child).is_some() {
+            if w.scratch_len(&child).is_some() {
                 let parent = match node {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
@@ -202,7 +202,7 @@ impl TreeRead<'_> {
             return Ok(None);
         }
         let rel = dir.join(name);
-        if self.writer.is_some_and(|w| w.docs.get(&rel).is_some()) {
+        if self.overlay.is_some_and(|w| w.doc_pending(&rel)) {
             return Ok(Some(Node::File { rel }));
         }
         let Some(m) = self.tree.store.stat(&rel)? else {
@@ -247,20 +247,18 @@ impl TreeRead<'_> {
     /// Whether the `.zattrs` of the group (or unsharded array) at `rel` was unlinked and
     /// is not shown until written again.
     pub(super) fn zattrs_hidden(&self, rel: &Path) -> bool {
-        self.writer
-            .as_ref()
-            .is_some_and(|w| w.unlinked.zattrs_hidden(rel))
+        self.overlay.as_ref().is_some_and(|w| w.zattrs_hidden(rel))
     }
 
     /// Whether store directory `rel` has a `.zmetadata` in the v2 view: a group (but for
     /// one whose `.zmetadata` was unlinked and not made again), or one whose `.zgroup` was
     /// unlinked and whose `.zmetadata` was not yet.
     pub(super) fn has_zmetadata(&self, rel: &Path) -> Result<bool> {
-        if let Some(w) = &self.writer {
-            if w.unlinked.zmetadata_left(rel) {
+        if let Some(w) = &self.overlay {
+            if w.zmetadata_left(rel) {
                 return Ok(true);
             }
-            if w.unlinked.zmetadata_hidden(rel) {
+            if w.zmetadata_hidden(rel) {
                 return Ok(false);
             }
         }
@@ -353,9 +351,9 @@ impl TreeRead<'_> {
         revalidate: bool,
     ) -> Result<ChunkData> {
         if let Some(staged) = self
-            .writer
+            .overlay
             .as_ref()
-            .and_then(|w| w.staging.get(&array.rel, coords))
+            .and_then(|w| w.staged(&array.rel, coords))
         {
             return staged.map(ChunkData::Staged).ok_or(ViewError::NotFound);
         }
@@ -396,8 +394,8 @@ impl TreeRead<'_> {
     /// (then `.zattrs` only until it is unlinked too), nor `.zattrs` after it was unlinked
     /// until it is written again.
     pub(super) fn meta_shown(&self, array: &ShardedArray, file: MetaFile) -> bool {
-        let Some(w) = &self.writer else { return true };
-        w.unlinked.meta_shown(&array.rel, file)
+        let Some(w) = &self.overlay else { return true };
+        w.meta_shown(&array.rel, file)
     }
 }
 
