@@ -77,8 +77,8 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
         ),
         (
             "held_attributes",
-            "its array's .zarray was unlinked and never written back: the unmount \
-             cannot store it (an array's attributes are stored with its .zarray)",
+            "its unsharded array's .zarray was unlinked and never written back: the \
+             unmount cannot store it (an array's attributes are stored with its .zarray)",
         ),
         (
             "pending_chunks",

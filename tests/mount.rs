@@ -2053,6 +2053,23 @@ fn an_arrays_metadata_unlinked_and_written_back_by_a_later_mount_keeps_every_chu
     assert_eq!(names(&mnt.path().join("z")), ["zarr.json"]);
     m.unmount().unwrap();
     assert!(!z.join("zarr.json.shardfs-unlinked").exists());
+    // Only one older than that metadata: on object storage an unlink puts the kept
+    // document before it deletes `zarr.json`, and a lookup between the two must not take
+    // it (a reviewer's finding).
+    std::fs::write(z.join("zarr.json.shardfs-unlinked"), &meta).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(z.join("zarr.json"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600))
+        .unwrap();
+    let (mnt, m) = common::mount::mount_rw(store.path());
+    assert_eq!(names(&mnt.path().join("z")), ["zarr.json"]);
+    m.unmount().unwrap();
+    assert!(
+        z.join("zarr.json.shardfs-unlinked").exists(),
+        "a kept document newer than the metadata stays"
+    );
 }
 
 /// `rm a/zarr.json` then the same `zarr.json` written again (what `tar -x`, `git

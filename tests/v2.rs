@@ -1469,7 +1469,8 @@ fn a_key_directory_a_shrink_leaves_outside_the_grid_is_listed_while_it_holds_fil
 }
 
 /// v2 view, a sharded array: a `.zattrs` written while `.zarray` is unlinked is held with
-/// the array (named by `held_attributes`), `.zarray` stays gone meanwhile, and the
+/// the array (and stored in the document kept at the unlink, so `held_attributes` names
+/// nothing), `.zarray` stays gone meanwhile, and the
 /// `.zarray` written back stores it; a `.zattrs` unlinked meanwhile stays gone with the
 /// `.zarray` written back, its attributes stored empty. Before, a `.zattrs` written there
 /// stored the old metadata again: `.zarray` was back, where a plain directory keeps it gone
@@ -1515,7 +1516,13 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
         "nothing stored meanwhile"
     );
     assert_eq!(attrs(), serde_json::json!({"k": 1}));
-    assert_eq!(held(), serde_json::json!(["a/.zattrs"]));
+    // Stored at once, in the document kept at the unlink: nothing held only in memory.
+    assert_eq!(held(), serde_json::json!([]));
+    let kept: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(store.path().join("a/zarr.json.shardfs-unlinked")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kept["attributes"]["k"], 1, "in the kept document");
     std::fs::write(a.join(".zarray"), &shown).unwrap();
     assert_eq!(held(), serde_json::json!([]), "stored with the .zarray");
     assert_eq!(names(), [".zarray", ".zattrs", "0", "1"]);
@@ -1551,6 +1558,72 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
     assert_eq!(std::fs::read(mnt.path().join("a/0")).unwrap(), [1, 2]);
     assert_eq!(std::fs::read(mnt.path().join("a/1")).unwrap(), [3, 4]);
+}
+
+/// v2 view: a `.zattrs` written (or unlinked) while a sharded array's `.zarray` is
+/// unlinked is in the store when the mount ends: a later mount shows it, and the
+/// `.zarray` written back there stores it. Before, it lived only in that mount's memory
+/// (named by `shardfs unmount`, and lost).
+#[test]
+fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_outlives_the_mount() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let stored_attrs = || -> serde_json::Value {
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(store.path().join("a/zarr.json")).unwrap())
+                .unwrap();
+        doc["attributes"].clone()
+    };
+    let shown = {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let a = mnt.path().join("a");
+        std::fs::create_dir(&a).unwrap();
+        std::fs::write(a.join(".zarray"), zarray).unwrap();
+        std::fs::write(a.join("0"), [1u8, 2]).unwrap();
+        let shown = std::fs::read(a.join(".zarray")).unwrap();
+        std::fs::remove_file(a.join(".zarray")).unwrap();
+        std::fs::write(a.join(".zattrs"), br#"{"k": 1}"#).unwrap();
+        m.unmount().unwrap();
+        shown
+    };
+    assert!(
+        !store.path().join("a/zarr.json").exists(),
+        ".zarray stays gone"
+    );
+    {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let a = mnt.path().join("a");
+        assert_eq!(common::names(&a), [".zattrs", "0"], "a later mount");
+        let attrs: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(a.join(".zattrs")).unwrap()).unwrap();
+        assert_eq!(attrs, serde_json::json!({"k": 1}), "a later mount");
+        assert_eq!(std::fs::read(a.join("0")).unwrap(), [1, 2]);
+        std::fs::write(a.join(".zarray"), &shown).unwrap();
+        assert_eq!(
+            stored_attrs()["k"],
+            1,
+            "stored with the .zarray written back"
+        );
+        // Unlinked, both: a later mount shows no `.zattrs`, as a plain directory.
+        std::fs::remove_file(a.join(".zarray")).unwrap();
+        std::fs::remove_file(a.join(".zattrs")).unwrap();
+        m.unmount().unwrap();
+    }
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let a = mnt.path().join("a");
+    assert_eq!(common::names(&a), ["0"], "a later mount");
+    std::fs::write(a.join(".zarray"), &shown).unwrap();
+    assert_eq!(common::names(&a), [".zarray", "0"]);
+    assert_eq!(std::fs::read(a.join("0")).unwrap(), [1, 2]);
+    assert_eq!(stored_attrs().get("k"), None, "stored without them");
+    m.unmount().unwrap();
 }
 
 /// v2 view: `.zarray` unlinked and written back (`tar -x`, `cp --remove-destination`):

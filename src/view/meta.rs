@@ -67,8 +67,12 @@ impl View {
 
     /// `.zattrs` written (`Some(bytes)`) or unlinked (`None`) in the v2 view while the
     /// sharded array's `.zarray` is unlinked: its attributes are held with it, stored
-    /// with the `.zarray` written back; nothing reaches the store now, as a plain
-    /// directory keeps `.zarray` gone. `None` when the array is not headless.
+    /// with the `.zarray` written back; no `zarr.json` reaches the store now, as a plain
+    /// directory keeps `.zarray` gone. They are stored at once in the document kept at the
+    /// unlink (`store::UNLINKED_META`), where a later mount takes them from (before, they
+    /// lived only in memory, and a mount that ended first lost them: named by `shardfs
+    /// unmount`, but lost). A `.zattrs` unlinked leaves the kept document without
+    /// `attributes`: a later mount shows none. `None` when the array is not headless.
     pub(super) fn hold_headless_attrs(
         &self,
         array: &ShardedArray,
@@ -94,10 +98,15 @@ impl View {
             &name,
         )
         .map_err(invalid)?;
-        let bytes = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        let bytes =
+            serde_json::to_vec(&Value::Object(doc.clone())).map_err(|e| invalid(e.to_string()))?;
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Err(invalid("its metadata would no longer be an array's".into()));
         };
+        let mut kept_doc = doc;
+        if zattrs.is_none() {
+            kept_doc.remove("attributes");
+        }
         let src = super::ArraySource {
             rel: held.rel.clone(),
             data_rel: held.data_rel.clone(),
@@ -116,10 +125,23 @@ impl View {
                 )
                 .map_err(invalid)?,
         );
+        let mut kept = serde_json::to_vec_pretty(&Value::Object(kept_doc))
+            .map_err(|e| invalid(e.to_string()))?;
+        kept.push(b'\n');
+        self.tree
+            .store
+            .write_atomically(&held.rel.join(crate::store::UNLINKED_META), &kept)?;
         if !w
             .unlinked
             .set_headless_attrs(&held.rel, new.clone(), zattrs.is_some())
         {
+            // No more headless meanwhile (its metadata written back, or the array
+            // removed): the document just kept must not stay beside it.
+            if let Err(e) =
+                super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), &held.rel)
+            {
+                log::warn!("{}: left as it was: {e}", held.rel.display());
+            }
             return Ok(None);
         }
         self.tree.arrays.insert(new.clone());

@@ -103,6 +103,11 @@ impl View {
                  one it replaced are not stored",
             ),
             Reconcile::Unlinked { array } => {
+                // The v2 view: a `.zattrs` unlinked while `.zarray` was left the kept
+                // document without attributes (`View::hold_headless_attrs`): none shown.
+                if meta_file == MetaFile::Zarray && !array.meta.doc.contains_key("attributes") {
+                    w.unlinked.zattrs_unlinked(&array.rel);
+                }
                 w.unlinked.make_headless(&array, meta_file);
                 // Known to the chunk paths as any array is (before, a chunk written,
                 // fsynced or removed in it got `ESTALE`: found by a reviewer).

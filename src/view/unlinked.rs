@@ -21,9 +21,6 @@ struct Headless {
     array: Arc<ShardedArray>,
     /// `.zattrs` is still listed.
     zattrs: bool,
-    /// A `.zattrs` was written since the unlink: held here until `.zarray` is written
-    /// back (named by the unmount if none is).
-    attrs_written: bool,
 }
 
 /// The same for an unsharded array of the v2 view (see `view/plain.rs`), with the
@@ -114,7 +111,6 @@ impl Unlinked {
             Headless {
                 array: array.clone(),
                 zattrs,
-                attrs_written: false,
             },
         );
     }
@@ -134,7 +130,6 @@ impl Unlinked {
             Some(h) => {
                 h.array = array;
                 h.zattrs = shown;
-                h.attrs_written = shown;
             }
             None => return false,
         }
@@ -263,18 +258,15 @@ impl Unlinked {
         }
     }
 
-    /// Headless arrays holding a `.zattrs` written since their `.zarray` was unlinked
-    /// (stored only with the `.zarray` written back), in path order.
+    /// Headless unsharded arrays holding a `.zattrs` written since their `.zarray` was
+    /// unlinked (stored only with the `.zarray` written back), in path order. A sharded
+    /// array's are stored at once, in the document kept at the unlink
+    /// (`View::hold_headless_attrs`).
     pub(super) fn attrs_held(&self) -> Vec<PathBuf> {
         let mut held: Vec<PathBuf> = (self.plain.lock().iter())
             .filter(|(_, h)| h.attrs_written)
             .map(|(rel, _)| rel.clone())
             .collect();
-        held.extend(
-            (self.headless.lock().iter())
-                .filter(|(_, h)| h.attrs_written)
-                .map(|(rel, _)| rel.clone()),
-        );
         held.sort();
         held
     }
