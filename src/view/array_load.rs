@@ -54,17 +54,7 @@ impl TreeRead<'_> {
                 return Ok(Some(Node::Dir { rel }));
             }
             if let Some(array) = w.headless_array(&rel) {
-                if array.dir_meta != dir_meta {
-                    return Err(Reconcile::HeadlessDirMeta { rel, dir_meta }.into());
-                }
-                let kept = rel.join(crate::store::UNLINKED_META);
-                if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
-                    return Err(Reconcile::MetaBack { rel }.into());
-                }
-                if self.tree.store.stat(&kept)?.is_some() {
-                    return Ok(Some(Node::ArrayDir { array }));
-                }
-                return Err(Reconcile::HeadlessGone { rel }.into());
+                return self.headless(array, rel, dir_meta);
             }
         }
         // The array known here, while its directory and `zarr.json` are as they were
@@ -132,6 +122,32 @@ impl TreeRead<'_> {
                 (!v2).then_some(Node::Dir { rel })
             }
         })
+    }
+
+    /// Store directory `rel`, whose array's metadata this mount holds unlinked (`array`):
+    /// that array while the store has the document kept at the unlink and no metadata;
+    /// else the overlay is stale ([`Reconcile`]).
+    fn headless(
+        &self,
+        array: Arc<ShardedArray>,
+        rel: PathBuf,
+        dir_meta: EntryMeta,
+    ) -> Result<Option<Node>> {
+        if array.dir_meta != dir_meta {
+            return Err(Reconcile::HeadlessDirMeta { rel, dir_meta }.into());
+        }
+        if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
+            return Err(Reconcile::MetaBack { rel }.into());
+        }
+        if self
+            .tree
+            .store
+            .stat(&rel.join(crate::store::UNLINKED_META))?
+            .is_some()
+        {
+            return Ok(Some(Node::ArrayDir { array }));
+        }
+        Err(Reconcile::HeadlessGone { rel }.into())
     }
 
     /// A store directory whose sharded array's metadata a writable mount unlinked while

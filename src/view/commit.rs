@@ -152,40 +152,53 @@ impl View {
             self.counters.refused.lock().retain(|(p, _)| *p != shown);
         }
         if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
-            let array = self.tree.current(array);
-            if !self.tree_read().meta_shown(&array, meta) {
-                // Unlinked before (`rm .zattrs`, then a document cut short written):
-                // rolled back to none, as the store has none. Before, the file stayed,
-                // unlisted, and read as the rendering of no attributes (`{}`) through
-                // the kernel's entry until it expired (found by an adversarial tester).
-                let w = self.writer()?;
-                w.scratch.remove(path);
-                if let (Some(parent), Some(name)) = (
-                    path.parent().and_then(|p| self.tree.inodes.peek(p)),
-                    path.file_name(),
-                ) {
-                    w.invalidate(super::write_api::Invalidation::Entry {
-                        parent,
-                        name: name.to_os_string(),
-                    });
-                }
-                return put.map(|_| ());
-            }
-            // A refused metadata write is rolled back: the file holds the stored
-            // document again, for its writer and every later reader.
-            let mut f = file.lock();
-            let stored = array.meta_bytes(meta).to_vec();
-            let w = self.writer()?;
-            let (old, new) = (f.data.len() as u64, stored.len() as u64);
-            if new > old {
-                w.scratch.reserve(new - old)?;
-            } else {
-                w.scratch.unreserve(old - new);
-            }
-            f.data = stored;
-            f.modified = std::time::SystemTime::now();
+            self.roll_back_refused_meta(path, array, meta, file)?;
         }
         put.map(|_| ())
+    }
+
+    /// A metadata write of scratch file `path` (document `meta` of `array`) that was
+    /// refused: rolled back to what the store has.
+    fn roll_back_refused_meta(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        meta: MetaFile,
+        file: &Arc<Mutex<Scratch>>,
+    ) -> Result<()> {
+        let array = self.tree.current(array);
+        if !self.tree_read().meta_shown(&array, meta) {
+            // Unlinked before (`rm .zattrs`, then a document cut short written):
+            // rolled back to none, as the store has none. Before, the file stayed,
+            // unlisted, and read as the rendering of no attributes (`{}`) through
+            // the kernel's entry until it expired (found by an adversarial tester).
+            let w = self.writer()?;
+            w.scratch.remove(path);
+            if let (Some(parent), Some(name)) = (
+                path.parent().and_then(|p| self.tree.inodes.peek(p)),
+                path.file_name(),
+            ) {
+                w.invalidate(super::write_api::Invalidation::Entry {
+                    parent,
+                    name: name.to_os_string(),
+                });
+            }
+            return Ok(());
+        }
+        // A refused metadata write is rolled back: the file holds the stored
+        // document again, for its writer and every later reader.
+        let mut f = file.lock();
+        let stored = array.meta_bytes(meta).to_vec();
+        let w = self.writer()?;
+        let (old, new) = (f.data.len() as u64, stored.len() as u64);
+        if new > old {
+            w.scratch.reserve(new - old)?;
+        } else {
+            w.scratch.unreserve(old - new);
+        }
+        f.data = stored;
+        f.modified = std::time::SystemTime::now();
+        Ok(())
     }
 
     /// Metadata written as a store file (`zarr.json` in a store directory; `.zarray`,

@@ -161,18 +161,7 @@ impl View {
         }
         let json_path = dir.join("zarr.json");
         let invalid = |why: String| ViewError::Invalid(why);
-        let current: Option<serde_json::Map<String, Value>> =
-            match self.tree.store.read_all(&json_path)? {
-                Some(b) => Some(
-                    serde_json::from_slice(&b).map_err(|e| invalid(format!("zarr.json: {e}")))?,
-                ),
-                None => None,
-            };
-        let is_group =
-            |d: &serde_json::Map<String, Value>| d.get("node_type") == Some(&"group".into());
-        if current.as_ref().is_some_and(|d| !is_group(d)) {
-            return Err(invalid(format!("{} is already an array", dir.display())));
-        }
+        let current = self.stored_group_doc(dir)?;
         // A group whose `.zgroup` was unlinked (`GroupDocs::kept`): a `.zattrs` written
         // goes into the kept document (the directory stays no group, as on a plain
         // directory), and the `.zgroup` written back makes the group again with it.
@@ -182,13 +171,8 @@ impl View {
         };
         if let (MetaFile::Zattrs, Some(mut doc)) = (file, kept.clone()) {
             v2::apply_zattrs(&mut doc, data, None, &node_name(dir)).map_err(invalid)?;
-            let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
-                .map_err(|e| invalid(e.to_string()))?;
-            bytes.push(b'\n');
-            self.tree
-                .store
-                .write_atomically(&dir.join(crate::store::UNLINKED_META), &bytes)?;
-            return Ok(());
+            let kept_at = dir.join(crate::store::UNLINKED_META);
+            return write_doc(self.tree.store.as_ref(), &kept_at, doc);
         }
         let had_kept = kept.is_some();
         let mut group = current.or(kept).unwrap_or_else(|| {
@@ -214,10 +198,7 @@ impl View {
             MetaFile::Zarray => self.v3_of_zarray(dir, data, headless_plain.as_ref(), group)?,
             MetaFile::ZarrJson => return Err(invalid("zarr.json is adopted, not taken in".into())),
         };
-        let mut bytes =
-            serde_json::to_vec_pretty(&Value::Object(out)).map_err(|e| invalid(e.to_string()))?;
-        bytes.push(b'\n');
-        self.tree.store.write_atomically(&json_path, &bytes)?;
+        write_doc(self.tree.store.as_ref(), &json_path, out)?;
         if had_kept {
             super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), dir)?;
         }
@@ -230,6 +211,23 @@ impl View {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The group document stored at `dir` (`zarr.json`), if any; `EINVAL` where it is an
+    /// array's, or no JSON.
+    fn stored_group_doc(&self, dir: &Path) -> Result<Option<serde_json::Map<String, Value>>> {
+        let Some(b) = self.tree.store.read_all(&dir.join("zarr.json"))? else {
+            return Ok(None);
+        };
+        let doc: serde_json::Map<String, Value> = serde_json::from_slice(&b)
+            .map_err(|e| ViewError::Invalid(format!("zarr.json: {e}")))?;
+        if doc.get("node_type") != Some(&"group".into()) {
+            return Err(ViewError::Invalid(format!(
+                "{} is already an array",
+                dir.display()
+            )));
+        }
+        Ok(Some(doc))
     }
 
     /// The `zarr.json` of the array whose `.zarray` (`data`) was written in store
@@ -399,4 +397,18 @@ pub(super) fn node_name(dir: &Path) -> String {
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned()
+}
+
+/// Store JSON document `doc` at store path `path` (written whole, in one step), as
+/// shardfs writes the documents it makes: indented, with a final newline.
+pub(super) fn write_doc(
+    store: &dyn crate::store::Store,
+    path: &Path,
+    doc: serde_json::Map<String, Value>,
+) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(doc))
+        .map_err(|e| ViewError::Invalid(e.to_string()))?;
+    bytes.push(b'\n');
+    store.write_atomically(path, &bytes)?;
+    Ok(())
 }

@@ -125,12 +125,8 @@ impl View {
                 )
                 .map_err(invalid)?,
         );
-        let mut kept = serde_json::to_vec_pretty(&Value::Object(kept_doc))
-            .map_err(|e| invalid(e.to_string()))?;
-        kept.push(b'\n');
-        self.tree
-            .store
-            .write_atomically(&held.rel.join(crate::store::UNLINKED_META), &kept)?;
+        let kept_at = held.rel.join(crate::store::UNLINKED_META);
+        super::landed::write_doc(self.tree.store.as_ref(), &kept_at, kept_doc)?;
         if !w
             .unlinked
             .set_headless_attrs(&held.rel, new.clone(), zattrs.is_some())

@@ -396,6 +396,35 @@ pub(crate) struct Tree {
     stale_kept: Mutex<Vec<PathBuf>>,
 }
 
+impl Tree {
+    /// The tree of `store`, its caches empty, its root not yet classified.
+    fn new(
+        store: Arc<dyn Store>,
+        config: &ViewConfig,
+        caps: Capabilities,
+        shards: Arc<ShardCache>,
+    ) -> Tree {
+        Tree {
+            caps,
+            ahead: read_ahead::ReadAhead::new(store.clone(), shards.clone()),
+            shards,
+            inodes: inode::InodeTable::new(Node::Dir {
+                rel: PathBuf::new(),
+            }),
+            cache: cache::CachePolicy::new(config.freshness),
+            arrays: Default::default(),
+            format: config.format,
+            draft: None,
+            plain_fills: Default::default(),
+            group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
+            containers: container::Containers::new(store.clone(), config.format),
+            own: own_files::OwnFiles::new(store.clone()),
+            stale_kept: Mutex::new(Vec::new()),
+            store,
+        }
+    }
+}
+
 /// The tree as this mount shows it: the [`Tree`] and the overlay, read (a tree query
 /// never changes what the mount changed). Made per call by [`View::tree_read`].
 #[derive(Clone, Copy)]
@@ -463,24 +492,7 @@ impl View {
         }
         let shards = Arc::new(shards);
         let mut view = View {
-            tree: Tree {
-                caps,
-                ahead: read_ahead::ReadAhead::new(store.clone(), shards.clone()),
-                shards,
-                inodes: inode::InodeTable::new(Node::Dir {
-                    rel: PathBuf::new(),
-                }),
-                cache: cache::CachePolicy::new(config.freshness),
-                arrays: Default::default(),
-                format: config.format,
-                draft: None,
-                plain_fills: Default::default(),
-                group_docs: group_docs::GroupDocs::new(store.clone(), config.format),
-                containers: container::Containers::new(store.clone(), config.format),
-                own: own_files::OwnFiles::new(store.clone()),
-                stale_kept: Mutex::new(Vec::new()),
-                store,
-            },
+            tree: Tree::new(store, &config, caps, shards),
             handles: Default::default(),
             implicit: Default::default(),
             writer,

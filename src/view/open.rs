@@ -189,26 +189,20 @@ impl View {
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
                 self.writable(&array)?;
-                let data = if truncate {
-                    Vec::new()
-                } else {
-                    self.tree_read().chunk_bytes(&array, coords)?
+                let data = match truncate {
+                    true => Vec::new(),
+                    false => self.tree_read().chunk_bytes(&array, coords)?,
                 };
-                (
-                    w.scratch.create(path, data, truncate, 1)?,
-                    scratch_node(&array),
-                )
+                let file = w.scratch.create(path, data, truncate, 1)?;
+                (file, scratch_node(&array))
             }
             Node::ArrayMeta { array, file } => {
-                let data = if truncate {
-                    Vec::new()
-                } else {
-                    self.tree.current(array).meta_bytes(*file).to_vec()
+                let data = match truncate {
+                    true => Vec::new(),
+                    false => self.tree.current(array).meta_bytes(*file).to_vec(),
                 };
-                (
-                    w.scratch.create(path, data, truncate, 1)?,
-                    scratch_node(array),
-                )
+                let file = w.scratch.create(path, data, truncate, 1)?;
+                (file, scratch_node(array))
             }
             Node::GroupMeta { dir, file } => {
                 return self.open_group_meta_for_write(ino, dir, *file, truncate);
@@ -233,9 +227,7 @@ impl View {
                 return Err(ViewError::IsDir);
             }
             Node::Symlink { .. } => {
-                return Err(ViewError::Io(std::io::Error::from_raw_os_error(
-                    libc::ELOOP,
-                )));
+                return Err(std::io::Error::from_raw_os_error(libc::ELOOP).into());
             }
         };
         self.tree.inodes.update(ino, node.clone());

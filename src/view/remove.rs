@@ -206,41 +206,9 @@ impl View {
         container::refuse_writes(&[Some(&node)])?;
         let w = self.writer()?;
         match &node {
-            Node::Dir { rel } => {
-                if w.unlinked.zmetadata_left(rel)
-                    || (self.tree.format == ViewFormat::V2
-                        && self.tree_read().has_zmetadata(rel)?)
-                    || (!self.tree_read().zattrs_hidden(rel)
-                        && self.tree.group_docs.kept_zattrs(rel)?)
-                {
-                    // It shows the `.zmetadata` or `.zattrs` its `.zgroup` left, as a
-                    // plain directory would hold them (`rm -rf` unlinks them first).
-                    return Err(ViewError::NotEmpty);
-                }
-                match self.rmdir_plain(rel) {
-                    Some(done) => done?,
-                    None => {
-                        // A document kept at an unlink that reads as no array's goes
-                        // with its directory, which shows nothing else.
-                        let kept = rel.join(crate::store::UNLINKED_META);
-                        if self.tree.store.stat(&kept)?.is_some()
-                            && self.tree.store.list(rel)?.len() == 1
-                        {
-                            self.tree.store.remove_file(&kept)?;
-                        }
-                        self.tree.store.remove_dir(rel)?
-                    }
-                }
-                w.choices.forget_as_stored(rel);
-                w.unlinked.forget_zmetadata(rel);
-                w.unlinked.zmetadata_made(rel);
-                w.unlinked.zattrs_shown(rel);
-            }
+            Node::Dir { rel } => self.rmdir_store_dir(rel)?,
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
-                let ino = self.tree.inodes.intern(path.clone(), node.clone());
-                let empty = self.readdir(ino).map(|e| e.is_empty());
-                self.tree.inodes.forget(ino, 1);
-                if !empty? {
+                if !self.shows_empty(&path, &node)? {
                     return Err(ViewError::NotEmpty);
                 }
                 self.flush_array(array)?;
@@ -260,33 +228,71 @@ impl View {
                 self.tree.own.remove_empty_dirs(&array.rel)?;
                 self.tree.store.remove_dir(&array.rel)?;
             }
-            Node::KeyDir { array, coords } => {
-                let array = self.tree.current(array);
-                self.flush_array(&array)?;
-                let ino = self.tree.inodes.intern(path.clone(), node.clone());
-                let empty = self.readdir(ino).map(|e| e.is_empty());
-                self.tree.inodes.forget(ino, 1);
-                if !empty? {
-                    return Err(ViewError::NotEmpty);
-                }
-                // The parent stays until it is removed itself.
-                w.vdirs.removed(&array.rel, coords);
-                let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
-                self.remove_emptied_shards(&array, &store_dir)?;
-                // The store directory goes only when no shard is left in it; so does the
-                // one at the key directory's own path, where files of their own lay
-                // (`super::kept`), once they were removed.
-                for dir in [store_dir, path.clone()] {
-                    self.tree.own.remove_empty_dirs(&dir)?;
-                    if self.tree.store.list(&dir).is_ok_and(|d| d.is_empty()) {
-                        self.tree.store.remove_dir(&dir)?;
-                    }
-                }
-            }
+            Node::KeyDir { array, coords } => self.rmdir_key_dir(&path, &node, array, coords)?,
             _ => return Err(ViewError::NotDir),
         }
         self.tree.inodes.detach(&path);
         self.unconsolidate_above(&path);
+        Ok(())
+    }
+
+    /// `rmdir` of a store directory (no array's).
+    fn rmdir_store_dir(&self, rel: &Path) -> Result<()> {
+        let w = self.writer()?;
+        if w.unlinked.zmetadata_left(rel)
+            || (self.tree.format == ViewFormat::V2 && self.tree_read().has_zmetadata(rel)?)
+            || (!self.tree_read().zattrs_hidden(rel) && self.tree.group_docs.kept_zattrs(rel)?)
+        {
+            // It shows the `.zmetadata` or `.zattrs` its `.zgroup` left, as a plain
+            // directory would hold them (`rm -rf` unlinks them first).
+            return Err(ViewError::NotEmpty);
+        }
+        match self.rmdir_plain(rel) {
+            Some(done) => done?,
+            None => {
+                // A document kept at an unlink that reads as no array's goes with its
+                // directory, which shows nothing else.
+                let kept = rel.join(crate::store::UNLINKED_META);
+                if self.tree.store.stat(&kept)?.is_some() && self.tree.store.list(rel)?.len() == 1 {
+                    self.tree.store.remove_file(&kept)?;
+                }
+                self.tree.store.remove_dir(rel)?
+            }
+        }
+        w.choices.forget_as_stored(rel);
+        w.unlinked.forget_zmetadata(rel);
+        w.unlinked.zmetadata_made(rel);
+        w.unlinked.zattrs_shown(rel);
+        Ok(())
+    }
+
+    /// `rmdir` of key directory `coords` of `array` (at view path `path`).
+    fn rmdir_key_dir(
+        &self,
+        path: &Path,
+        node: &Node,
+        array: &Arc<ShardedArray>,
+        coords: &[u64],
+    ) -> Result<()> {
+        let w = self.writer()?;
+        let array = self.tree.current(array);
+        self.flush_array(&array)?;
+        if !self.shows_empty(path, node)? {
+            return Err(ViewError::NotEmpty);
+        }
+        // The parent stays until it is removed itself.
+        w.vdirs.removed(&array.rel, coords);
+        let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
+        self.remove_emptied_shards(&array, &store_dir)?;
+        // The store directory goes only when no shard is left in it; so does the one at
+        // the key directory's own path, where files of their own lay (`super::kept`), once
+        // they were removed.
+        for dir in [store_dir, path.to_path_buf()] {
+            self.tree.own.remove_empty_dirs(&dir)?;
+            if self.tree.store.list(&dir).is_ok_and(|d| d.is_empty()) {
+                self.tree.store.remove_dir(&dir)?;
+            }
+        }
         Ok(())
     }
 }

@@ -203,7 +203,7 @@ impl View {
     }
 
     /// Whether the directory `node` at view path `path` lists nothing.
-    fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
+    pub(super) fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
         let ino = self.tree.inodes.intern(path.to_path_buf(), node.clone());
         let empty = self.readdir(ino).map(|e| e.is_empty());
         self.tree.inodes.forget(ino, 1);
