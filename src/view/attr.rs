@@ -136,7 +136,7 @@ impl View {
             // then they see what those hold, as in any local file system.
             Node::Scratch { .. }
                 if !self.open_policy().shows_pending_writes()
-                    && let Some((array, file)) = self.pending_meta(node) =>
+                    && let Some((array, file)) = self.tree.pending_meta(node) =>
             {
                 let len = array.meta_bytes(file).len() as u64;
                 Attr::from_meta(ino, Kind::File, len, &array.json_meta)

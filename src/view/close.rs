@@ -5,6 +5,7 @@
 //! file is taken in. Whether a close commits anything decides `FOPEN_NOFLUSH`. The
 //! commits themselves are `commit.rs`; the handle table is `handles.rs`.
 
+use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
 use super::*;
@@ -20,7 +21,7 @@ impl View {
         } else {
             Ok(())
         };
-        let Some((ino, handle)) = self.handles.remove(fh) else {
+        let Some((ino, handle)) = self.open.handles.remove(fh) else {
             return flushed;
         };
         self.let_go(ino);
@@ -62,7 +63,7 @@ impl View {
     /// `close` returns — `release` comes later, asynchronously, and a writer like
     /// `cp -r` would already be creating the chunk files.
     pub fn flush_handle(&self, fh: u64) -> Result<()> {
-        let handle = self.handles.get(fh).ok();
+        let handle = self.open.handles.get(fh).ok();
         match handle {
             Some(Handle::Scratch {
                 node,
@@ -71,7 +72,7 @@ impl View {
                 ..
             }) => {
                 if self.open_policy().lands_metadata_at_write() {
-                    self.handles.take_landed(fh);
+                    self.open.handles.take_landed(fh);
                 }
                 self.commit_scratch(&node, &file)
             }
@@ -88,9 +89,9 @@ impl View {
             Some(Handle::StoreRw(_, rel)) if self.pending_doc(&rel).is_some_and(|d| !d.whole()) => {
                 self.doc_finished(&rel)
             }
-            Some(Handle::StoreRw(_, rel)) => match self.lands_on_close(&rel) {
+            Some(Handle::StoreRw(_, rel)) => match self.tree.lands_on_close(&rel) {
                 // Taken in at a write already (`View::land_at_write`).
-                Some(_) if self.handles.take_landed(fh) => Ok(()),
+                Some(_) if self.open.handles.take_landed(fh) => Ok(()),
                 // A shell's redirection (`echo ... > .zattrs`) closes a duplicate of the
                 // still-empty file before it writes: v2 metadata with nothing in it yet
                 // waits for the close that brings it (or for `release`).
@@ -114,10 +115,10 @@ impl View {
         // this one (asynchronously), and the file may be that writer's, still being
         // written (zarr 2 writing a group's `.zattrs` twice through fsspec: the second
         // close found it taken in and gone, `ENOENT`).
-        if self.handles.writes_to(rel) {
+        if self.open.handles.writes_to(rel) {
             return;
         }
-        if let Some(file) = self.lands_on_close(rel)
+        if let Some(file) = self.tree.lands_on_close(rel)
             && file != MetaFile::ZarrJson
             && matches!(self.tree.store.stat(rel), Ok(Some(_)))
             && let Err(e) = self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
@@ -136,7 +137,7 @@ impl View {
                 node, writes: true, ..
             } => self.commits(node).unwrap_or(true),
             Handle::Scratch { writes: false, .. } => false,
-            Handle::StoreRw(_, rel) => self.lands_on_close(rel).is_some(),
+            Handle::StoreRw(_, rel) => self.tree.lands_on_close(rel).is_some(),
             Handle::Store(_) | Handle::Bytes(_) | Handle::Chunk { .. } | Handle::Discard(_) => {
                 false
             }
@@ -159,16 +160,6 @@ impl View {
             self.tree.target(array, parent.as_deref(), name)?,
             Target::Meta(_) | Target::Chunk(_)
         ))
-    }
-
-    /// The metadata file a written store file is, if closing it changes the tree:
-    /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
-    pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
-        match rel.file_name().and_then(MetaFile::from_name)? {
-            MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
-            f if self.tree.format == super::ViewFormat::V2 => Some(f),
-            _ => None,
-        }
     }
 
     /// The last handle of a scratch file closed: anything still uncommitted is
@@ -254,6 +245,18 @@ impl View {
                 Ok(now)
             }
             _ => Err(ViewError::NotFound),
+        }
+    }
+}
+
+impl Tree {
+    /// The metadata file a written store file is, if closing it changes the tree:
+    /// `zarr.json` (a new array) and, in the v2 view, `.zarray`, `.zattrs`, `.zgroup`.
+    pub(super) fn lands_on_close(&self, rel: &Path) -> Option<MetaFile> {
+        match rel.file_name().and_then(MetaFile::from_name)? {
+            MetaFile::ZarrJson => Some(MetaFile::ZarrJson),
+            f if self.format == super::ViewFormat::V2 => Some(f),
+            _ => None,
         }
     }
 }

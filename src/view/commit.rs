@@ -210,11 +210,11 @@ impl View {
     /// metadata taken in, as after the `flush` of a mount that asks at open. A refusal is
     /// this write's error.
     pub(super) fn land_at_write(&self, fh: u64, rel: &Path) -> Result<()> {
-        let Some(file) = self.lands_on_close(rel) else {
+        let Some(file) = self.tree.lands_on_close(rel) else {
             return Ok(());
         };
         self.writer()?;
-        if self.handles.landed(fh) {
+        if self.open.handles.landed(fh) {
             return Ok(());
         }
         let whole = match self.pending_doc(rel) {
@@ -229,26 +229,8 @@ impl View {
         if !whole {
             return Ok(()); // not whole yet
         }
-        self.handles.mark_landed(fh);
+        self.open.handles.mark_landed(fh);
         self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
-    }
-
-    /// The array metadata file that scratch node `node` is a pending write of: until its
-    /// last close accepts it, every other reader sees the stored document (a refused
-    /// write is never seen; an accepted one is seen from its close on).
-    pub(super) fn pending_meta(&self, node: &Node) -> Option<(Arc<ShardedArray>, MetaFile)> {
-        let Node::Scratch {
-            path,
-            array,
-            parent: None,
-        } = node
-        else {
-            return None;
-        };
-        match self.tree.target(array, None, path.file_name()?) {
-            Ok(Target::Meta(file)) => Some((self.tree.current(array), file)),
-            _ => None,
-        }
     }
 
     /// Write `data` at `name` in an array's namespace (commit a chunk, update the
@@ -425,6 +407,24 @@ impl View {
 }
 
 impl Tree {
+    /// The array metadata file that scratch node `node` is a pending write of: until its
+    /// last close accepts it, every other reader sees the stored document (a refused
+    /// write is never seen; an accepted one is seen from its close on).
+    pub(super) fn pending_meta(&self, node: &Node) -> Option<(Arc<ShardedArray>, MetaFile)> {
+        let Node::Scratch {
+            path,
+            array,
+            parent: None,
+        } = node
+        else {
+            return None;
+        };
+        match self.target(array, None, path.file_name()?) {
+            Ok(Target::Meta(file)) => Some((self.current(array), file)),
+            _ => None,
+        }
+    }
+
     /// The key directory a path's parent is, for scratch nodes: `None` = array directory.
     pub(super) fn parent_key(&self, path: &Path) -> Option<Vec<u64>> {
         let parent = path.parent()?;

@@ -197,7 +197,7 @@ impl View {
     /// where its descriptors could not follow it ([`View::follow_rename`]) and written
     /// since answers `ESTALE` (what was written is stored nowhere).
     pub fn fsync_file(&self, ino: u64, fh: u64) -> Result<()> {
-        if let Ok(super::Handle::Scratch { node, file, .. }) = self.handles.get(fh)
+        if let Ok(super::Handle::Scratch { node, file, .. }) = self.open.handles.get(fh)
             && file.lock().renamed_away
         {
             self.commit_scratch(&node, &file)?;

@@ -9,6 +9,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
 
+/// The open files, the view's third part (beside the tree and the overlay): the handle
+/// table, and the handles held for writes through descriptors the kernel opened, with
+/// what they hold (`kernel_held.rs`). What it asks of the tree is passed in
+/// ([`TreeRead`]).
+#[derive(Default)]
+pub(super) struct OpenFiles {
+    pub(super) handles: HandleTable,
+    /// Handles of writes through descriptors the kernel opened, by inode.
+    pub(super) implicit: super::kernel_writes::Implicits,
+}
+
 /// The handle table: open files and open directories, by file handle.
 #[derive(Default)]
 pub(super) struct HandleTable {
@@ -129,7 +140,7 @@ impl View {
     /// A new handle of `ino` reading from or writing to `handle`.
     pub(super) fn add_handle(&self, ino: u64, handle: Handle, keep_cache: bool) -> Opened {
         let no_flush = !self.commits_on_close(&handle);
-        let fh = self.handles.insert(ino, handle);
+        let fh = self.open.handles.insert(ino, handle);
         self.tree.inodes.hold(ino);
         Opened {
             fh,
@@ -141,7 +152,7 @@ impl View {
 
     /// A copy of handle `fh`, taken out of the table's lock.
     pub(super) fn handle(&self, fh: u64) -> Result<Handle> {
-        self.handles.get(fh)
+        self.open.handles.get(fh)
     }
 
     /// Attributes of `ino`, also when it was unlinked while open (`fstat`): such a file
@@ -151,8 +162,8 @@ impl View {
         match self.getattr(ino) {
             // Unlinked, or retired (taken into a new array) while open.
             Err(e @ (ViewError::NotFound | ViewError::StaleInode(_))) => {
-                let handle = fh.and_then(|fh| self.handles.get(fh).ok());
-                match handle.or_else(|| self.handles.any_of(ino)) {
+                let handle = fh.and_then(|fh| self.open.handles.get(fh).ok());
+                match handle.or_else(|| self.open.handles.any_of(ino)) {
                     Some(handle) => self.unlinked_attr(ino, &handle),
                     // The file this inode still names here is gone (removed by another
                     // mount or program): stale, so that a call by path (`open(O_CREAT)`,
@@ -199,8 +210,8 @@ impl View {
     /// `ftruncate` through handle `fh` (or `truncate` of the name, without one).
     pub fn set_size_open(&self, ino: u64, size: u64, fh: Option<u64>) -> Result<Attr> {
         let handle = fh
-            .and_then(|fh| self.handles.get(fh).ok())
-            .or_else(|| self.handles.any_of(ino));
+            .and_then(|fh| self.open.handles.get(fh).ok())
+            .or_else(|| self.open.handles.any_of(ino));
         if let Some(Handle::StoreRw(f, _)) = &handle {
             // The open file itself, whatever its name is now.
             f.set_len(size)?;
@@ -234,15 +245,15 @@ impl View {
             },
         ];
         entries.extend(self.readdir(ino)?);
-        Ok(self.handles.insert_dir(entries))
+        Ok(self.open.handles.insert_dir(entries))
     }
 
     /// The listing of an open directory; `readdir` continues it at its offset.
     pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
-        self.handles.dir(fh)
+        self.open.handles.dir(fh)
     }
 
     pub fn releasedir(&self, fh: u64) {
-        self.handles.remove_dir(fh);
+        self.open.handles.remove_dir(fh);
     }
 }

@@ -1,6 +1,6 @@
 //! Writes through descriptors the kernel opened (a writable mount with kernel opens):
 //! the daemon hears of no open or close of them, so their bytes gather in a handle it
-//! holds per inode (`View::implicit`, [`Implicits`]), committed as a close
+//! holds per inode (`OpenFiles::implicit`, [`Implicits`]), committed as a close
 //! would commit them at `fsync`, before a rename or link, at unmount, or when idle
 //! ([`KernelCommit`]).
 
@@ -57,7 +57,7 @@ pub(super) struct Implicit {
 
 /// Writes through descriptors the kernel opened without asking (a writable mount with
 /// kernel opens): the handle each written inode's bytes gather in, by inode
-/// (`View::implicit`).
+/// (`OpenFiles::implicit`).
 ///
 /// With the table's length as last left, read by `shardfs stats` without the table's
 /// lock, which is held across store I/O: a stats read must answer during an outage.
@@ -163,7 +163,7 @@ impl View {
     /// writer's bytes and not the document the view now shows, are the caller's to drop.
     pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
         let end = offset.saturating_add(data.len() as u64);
-        if let Some(fh) = self.implicit.fh(ino)
+        if let Some(fh) = self.open.implicit.fh(ino)
             && self.whole_chunk_outgrown(fh, end)
         {
             self.commit_earlier_writer(ino);
@@ -180,8 +180,8 @@ impl View {
         let (n, fh) = res?;
         // A write of `.zmetadata` of the v2 view is let go at once: the kernel's pages
         // and size of it are the writer's bytes, not the document the view makes.
-        let landed =
-            matches!(self.handles.get(fh), Ok(Handle::Discard(_))) || self.handles.landed(fh);
+        let landed = matches!(self.open.handles.get(fh), Ok(Handle::Discard(_)))
+            || self.open.handles.landed(fh);
         if landed {
             self.commit_kernel_writes(KernelCommit::Of(ino))?;
         }
@@ -192,7 +192,7 @@ impl View {
     fn write_held(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, u64)> {
         let fh = self.implicit_begin(ino, false)?;
         let res = self.write(fh, offset, data);
-        self.implicit.end(ino);
+        self.open.implicit.end(ino);
         res.map(|n| (n, fh))
     }
 
@@ -203,7 +203,7 @@ impl View {
     /// waits for: kept for `shardfs stats` and the unmount.
     pub(super) fn commit_earlier_writer(&self, ino: u64) {
         if let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino)) {
-            let path = self.handle_path(ino, None);
+            let path = self.open.handle_path(self.tree_read(), ino, None);
             let mut refused = self.counters.refused.lock();
             if refused.len() == REFUSALS_KEPT {
                 refused.pop_front();
@@ -219,7 +219,7 @@ impl View {
     /// append's refusal let the whole chunk go, though its close had returned 0 (found
     /// by the reference test).
     fn whole_chunk_outgrown(&self, fh: u64, end: u64) -> bool {
-        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
+        let Ok(Handle::Scratch { node, file, .. }) = self.open.handles.get(fh) else {
             return false;
         };
         // The cheap part first, on every write: only a write past the end of bytes
@@ -231,7 +231,7 @@ impl View {
             }
             f.data.len() as u64
         };
-        self.fixed_chunk_len(&node) == Some(len)
+        self.tree.fixed_chunk_len(&node) == Some(len)
     }
 
     /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
@@ -256,9 +256,10 @@ impl View {
             return self.set_size_open(ino, size, None);
         }
         if self
+            .open
             .implicit
             .fh(ino)
-            .is_some_and(|fh| size == 0 || self.gathered_whole(fh, size))
+            .is_some_and(|fh| size == 0 || self.open.gathered_whole(self.tree_read(), fh, size))
         {
             // What was written before this truncate to nothing (`O_TRUNC` of a new
             // open: the writer before it closed its file, unheard), or before a
@@ -269,7 +270,7 @@ impl View {
         }
         let fh = self.implicit_begin(ino, size == 0)?;
         let res = self.set_size_open(ino, size, Some(fh));
-        self.implicit.end(ino);
+        self.open.implicit.end(ino);
         res
     }
 
@@ -278,13 +279,13 @@ impl View {
     /// any descriptor, and it is committed as those are (the kernel may send no release
     /// for it: none comes for files created once it opens files itself).
     pub fn adopt_created(&self, ino: u64, fh: u64) {
-        let mut t = self.implicit.0.lock();
+        let mut t = self.open.implicit.0.lock();
         if t.held.contains_key(&ino) {
             // An existing file (`O_CREAT` without `O_EXCL`) already being written: its
             // writes gather in the handle they gather in; this one shares its bytes.
             // Let go without what a close does (commit, take in): the writes go on.
             drop(t);
-            if let Some((ino, handle)) = self.handles.remove(fh) {
+            if let Some((ino, handle)) = self.open.handles.remove(fh) {
                 self.let_go(ino);
                 if let Handle::Scratch { file, .. } = handle {
                     let mut f = file.lock();
@@ -301,14 +302,14 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
-        self.implicit.counted(&t.held);
+        self.open.implicit.counted(&t.held);
     }
 
     /// The kernel released handle `fh` of `ino` (with kernel opens: a file created before
     /// the kernel began to open files itself, the only ones it sends a release for):
     /// committed as the daemon's own are.
     pub fn release_created(&self, ino: u64, fh: u64) -> Result<()> {
-        let ours = self.implicit.fh(ino) == Some(fh);
+        let ours = self.open.implicit.fh(ino) == Some(fh);
         if ours {
             self.commit_kernel_writes(KernelCommit::Of(ino))
         } else {
@@ -322,7 +323,7 @@ impl View {
         // Opened under the table's lock: two first writes must not open two handles
         // (the second open of a chunk would replace the first one's scratch file).
         let mut t = loop {
-            let mut t = self.implicit.0.lock();
+            let mut t = self.open.implicit.0.lock();
             if let Some(i) = t.held.get_mut(&ino) {
                 i.users += 1;
                 return Ok(i.fh);
@@ -350,7 +351,7 @@ impl View {
                 last: std::time::Instant::now(),
             },
         );
-        self.implicit.counted(&t.held);
+        self.open.implicit.counted(&t.held);
         Ok(fh)
     }
 
@@ -367,7 +368,7 @@ impl View {
         let mut targets: Option<Vec<u64>> = None;
         loop {
             let (taken, busy) = {
-                let mut t = self.implicit.0.lock();
+                let mut t = self.open.implicit.0.lock();
                 if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
                     return first_err;
                 }
@@ -412,13 +413,13 @@ impl View {
                         held.remove(&ino);
                         *committing.entry(ino).or_default() += 1;
                         let mark = Committing {
-                            table: &self.implicit,
+                            table: &self.open.implicit,
                             ino,
                         };
                         (ino, fh, mark)
                     })
                     .collect();
-                self.implicit.counted(held);
+                self.open.implicit.counted(held);
                 (taken, busy)
             };
             for (ino, fh, mark) in taken {
@@ -452,7 +453,7 @@ impl View {
     ) -> bool {
         let unlinked = |fh: u64| match unlinked_now {
             Some(set) => set.contains(&ino),
-            None => self.unlinked(fh),
+            None => self.open.unlinked(self.tree_read(), fh),
         };
         match which {
             KernelCommit::Of(_) | KernelCommit::All => true,
@@ -461,12 +462,14 @@ impl View {
             // and the unmount let it go.
             KernelCommit::Settled { except } => {
                 except != Some(ino)
-                    && !self.unfinished(h.fh)
-                    && !self.untouched(h.fh)
-                    && !self.unlinked(h.fh)
+                    && !self.open.unfinished(self.tree_read(), h.fh)
+                    && !self.open.untouched(h.fh)
+                    && !self.open.unlinked(self.tree_read(), h.fh)
             }
             KernelCommit::Full { except } => {
-                except != Some(ino) && !self.unfinished(h.fh) && !self.untouched(h.fh)
+                except != Some(ino)
+                    && !self.open.unfinished(self.tree_read(), h.fh)
+                    && !self.open.untouched(h.fh)
             }
             KernelCommit::Idle => {
                 let e = h.last.elapsed();
@@ -474,9 +477,10 @@ impl View {
                 // mid-chunk); refused, named (`refused`), its room in the write buffer
                 // given back.
                 e >= KERNEL_WRITE_IDLE
-                    && (!self.unfinished(h.fh)
-                        || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(h.fh)))
-                    && !self.untouched(h.fh)
+                    && (!self.open.unfinished(self.tree_read(), h.fh)
+                        || (e >= KERNEL_UNLINKED_IDLE
+                            && !self.open.partial_metadata(self.tree_read(), h.fh)))
+                    && !self.open.untouched(h.fh)
                     && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
                     || over.contains(&ino)
             }
@@ -489,15 +493,15 @@ impl View {
     /// no request asked for.
     fn commit_kernel_write(&self, which: KernelCommit, ino: u64, fh: u64) -> Result<()> {
         // Kept for a message only: a path is made only if the commit fails.
-        let held = self.handles.get(fh).ok();
+        let held = self.open.handles.get(fh).ok();
         let released = self.release(fh);
         if released.is_ok() && !self.counters.refused.lock().is_empty() {
             // Committed now: an earlier refusal of the same file is no longer true.
-            let path = self.handle_path(ino, held.as_ref());
+            let path = self.open.handle_path(self.tree_read(), ino, held.as_ref());
             self.counters.refused.lock().retain(|(p, _)| *p != path);
         }
         if let Err(e) = released {
-            let path = self.handle_path(ino, held.as_ref());
+            let path = self.open.handle_path(self.tree_read(), ino, held.as_ref());
             log::warn!("{path}: a commit of a file written with kernel opens: {e}");
             if !matches!(which, KernelCommit::Of(_)) {
                 // No request waits for this one (its file's `fsync` would hear
@@ -530,7 +534,7 @@ impl View {
         }
         let unlinked: HashSet<u64> = map
             .iter()
-            .filter(|(_, h)| h.users == 0 && self.unlinked(h.fh))
+            .filter(|(_, h)| h.users == 0 && self.open.unlinked(self.tree_read(), h.fh))
             .map(|(ino, _)| *ino)
             .collect();
         let mut idle: Vec<(std::time::Instant, u64)> = unlinked
@@ -547,6 +551,9 @@ impl View {
     /// Handles the daemon holds for writes through descriptors the kernel opened
     /// (`shardfs stats`: `kernel_write_handles`).
     pub(super) fn kernel_write_handles(&self) -> usize {
-        self.implicit.1.load(std::sync::atomic::Ordering::Relaxed)
+        self.open
+            .implicit
+            .1
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -20,17 +20,20 @@
 //! (`read_ahead.rs`), `CachePolicy`; the overlay's
 //! `Writer` and its owners (`Unlinked`, `KeptPaths`, `ArrayChoices`, `KeyDirs`,
 //! `TimesSet`, `AsWritten`, `PendingDocs`, `ScratchFiles`, `Staging`); the open files'
-//! `HandleTable`. `View` holds three parts: the [`Tree`] (the tree's state, above), the
-//! overlay (`writer`) and the open files (`handles`, `implicit`). A file's methods sit
-//! in up to three blocks, by what they need:
+//! `OpenFiles` (`handles.rs`: the `HandleTable` and the handles held for writes through
+//! descriptors the kernel opened). `View` holds three parts: the [`Tree`] (the tree's
+//! state, above), the overlay (`writer`) and the open files (`open`). A file's methods
+//! sit in up to four blocks, by what they need:
 //! * `impl Tree`: the tree's state alone (`self.tree.current(array)`);
 //! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
 //!   `View::tree_read`; it holds the overlay as an `OverlayRead`, the `Writer`'s queries
-//!   only, so the tree cannot change it): resolution, chunk lookups, listings, what metadata a directory
-//!   shows. Where a query meets a directory the overlay is stale about (an unlinked
+//!   only, so the tree cannot change it): resolution, chunk lookups, listings, what
+//!   metadata a directory shows. Where a query meets a directory the overlay is stale about (an unlinked
 //!   array whose metadata came back, or that another mount removed; chunks staged for
 //!   an array another mount replaced), it fails with `ViewError::Stale`, and the facade
 //!   (`reconcile.rs`: `View::in_tree`) reconciles the overlay and asks again;
+//! * `impl OpenFiles`: what the open files hold, with the tree read passed in
+//!   (`kernel_held.rs`);
 //! * `impl View`: what changes the overlay or the open files.
 //!
 //! The files, by the part they belong to:
@@ -61,7 +64,7 @@
 //!    exclusive in `adopt_new_array`, `rename_dir`: nothing is made or staged while a
 //!    directory becomes an array or moves. parking_lot's RwLock is fair: never take it
 //!    twice in one thread (a writer queued in between would deadlock it).
-//! 2. `View::implicit` (handles of writes through descriptors the kernel
+//! 2. `OpenFiles::implicit` (handles of writes through descriptors the kernel
 //!    opened) or `Writer::kept_paths` (`KeptPaths::hold`: files of their own being
 //!    stored), never both.
 //! 3. The `Flusher::locks` per-array serial lock, then `Flusher::packed` or
@@ -83,7 +86,7 @@
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
 //!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
 //!   commit.rs:`commit_chunk_closed` when the write buffer is full.
-//! * `View::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
+//! * `OpenFiles::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
 //!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
 //!   store files under it (`partial_metadata`, `unlinked`).
 //! * `Writer::kept_paths` (`KeptPaths::hold`): kept.rs:`keep_file`, until the file is
@@ -350,14 +353,13 @@ pub enum Renamed {
 
 /// The virtual tree over a store: a facade over its three parts, the [`Tree`] (what a
 /// name is), the overlay (`writer`: what this mount changed) and the open files
-/// (`handles`, `implicit`).
+/// (`open`).
 pub struct View {
     /// What a name is: inodes, resolution, the array registry, listings, caches.
     tree: Tree,
-    /// Open files and directories.
-    handles: handles::HandleTable,
-    /// Handles of writes through descriptors the kernel opened, by inode.
-    implicit: kernel_writes::Implicits,
+    /// The open files: handles, and those held for writes through descriptors the
+    /// kernel opened.
+    open: handles::OpenFiles,
     /// The overlay, what this mount changed; `None` for a read-only view.
     writer: Option<Writer>,
     counters: ReadCounters,
@@ -493,8 +495,7 @@ impl View {
         let shards = Arc::new(shards);
         let mut view = View {
             tree: Tree::new(store, &config, caps, shards),
-            handles: Default::default(),
-            implicit: Default::default(),
+            open: Default::default(),
             writer,
             counters: ReadCounters::default(),
         };

@@ -113,7 +113,7 @@ impl View {
                     }
                 }
             }
-            Node::Scratch { .. } if let Some((array, file)) = self.pending_meta(&node) => {
+            Node::Scratch { .. } if let Some((array, file)) = self.tree.pending_meta(&node) => {
                 (Handle::Bytes(array.meta_bytes(file)), false)
             }
             Node::Scratch { ref path, .. } => {

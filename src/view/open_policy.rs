@@ -129,7 +129,7 @@ impl PolicyCell {
 impl View {
     /// Who opens files on this view: decided once (FUSE `init`), see [`OpenPolicy`].
     pub fn open_policy(&self) -> OpenPolicy {
-        self.handles.policy.get()
+        self.open.handles.policy.get()
     }
 
     /// Decide who opens files, once: FUSE `init` sets [`OpenPolicy::KernelOpens`] when
@@ -137,7 +137,7 @@ impl View {
     /// for good, without it) the daemon opens. A later call that would change the policy
     /// is refused, and logged.
     pub fn set_open_policy(&self, policy: OpenPolicy) {
-        if !self.handles.policy.set(policy) {
+        if !self.open.handles.policy.set(policy) {
             log::warn!(
                 "open policy {policy:?} refused: the view's is {:?}",
                 self.open_policy()

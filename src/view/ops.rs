@@ -145,7 +145,7 @@ impl View {
                 f.modified = std::time::SystemTime::now();
                 self.stamp_write(&mut f, w);
                 let whole = self.open_policy().lands_metadata_at_write()
-                    && self.pending_meta(&node).is_some()
+                    && self.tree.pending_meta(&node).is_some()
                     && super::pending_doc::whole_json(&f.data);
                 drop(f);
                 if whole {
@@ -153,7 +153,7 @@ impl View {
                     // makes it a whole document (as `View::land_at_write` takes in store
                     // files), so the writer's next step (chunks of a grown grid) finds
                     // it applied; a refusal is this write's error.
-                    self.handles.mark_landed(fh);
+                    self.open.handles.mark_landed(fh);
                     self.commit_scratch(&node, &file)?;
                 }
             }
@@ -218,7 +218,7 @@ impl View {
         // changes nothing the times were set on. Before, it gave the file a new mtime,
         // and the times `cp -p` and `rsync -a` set went with it (found by an adversarial
         // tester).
-        if self.open_policy().gathers_writes() && self.implicit.fh(ino).is_some() {
+        if self.open_policy().gathers_writes() && self.open.implicit.fh(ino).is_some() {
             self.commit_earlier_writer(ino);
         }
         let now = self.getattr(ino)?;

@@ -110,6 +110,17 @@ impl<'a> OverlayRead<'a> {
         self.0.docs.get(rel).is_some()
     }
 
+    /// Whether the document being written at store path `rel` is whole (`None`: none is
+    /// being written there).
+    pub(super) fn doc_whole(&self, rel: &Path) -> Option<bool> {
+        self.0.docs.get(rel).map(|doc| doc.whole())
+    }
+
+    /// The store paths of documents being written that are not yet whole.
+    pub(super) fn unfinished_docs(&self) -> Vec<std::path::PathBuf> {
+        self.0.docs.unfinished()
+    }
+
     /// The names of documents being written in store directory `dir`, not yet stored.
     pub(super) fn new_docs_in(&self, dir: &Path) -> Vec<OsString> {
         self.0.docs.new_in(dir)

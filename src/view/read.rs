@@ -20,9 +20,9 @@ impl View {
         for attempt in 1.. {
             match self.read_from(&handle, offset, size) {
                 Err(e) if attempt < CHUNK_READ_ATTEMPTS && Self::read_again(&e, offset) => {
-                    let ino = self.handles.ino_of(fh)?;
+                    let ino = self.open.handles.ino_of(fh)?;
                     handle = self.reader_anew(ino, &e)?;
-                    self.handles.replace(fh, handle.clone());
+                    self.open.handles.replace(fh, handle.clone());
                 }
                 res => return res,
             }
@@ -62,7 +62,7 @@ impl View {
     /// checked, puts it.
     pub fn read_ino(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         if self.writer.is_some()
-            && let Some(fh) = self.implicit.fh(ino)
+            && let Some(fh) = self.open.implicit.fh(ino)
         {
             // This mount's writes through a descriptor the kernel opened, not yet
             // committed. Committed meanwhile: read what they became.

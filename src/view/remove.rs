@@ -38,7 +38,7 @@ impl View {
                 array,
                 parent,
             } => {
-                let metadata = self.pending_meta(&node).is_some();
+                let metadata = self.tree.pending_meta(&node).is_some();
                 self.unname_scratch(path, array, parent.as_deref())?;
                 if metadata {
                     // A write of the array's metadata not yet taken in (cut short): it

@@ -480,7 +480,7 @@ impl View {
         };
         // The copy the rename made at the name (a file of its own): this file is it.
         w.scratch.lock().put_renamed(to, &file);
-        self.handles.retarget(&file, &node);
+        self.open.handles.retarget(&file, &node);
         node
     }
 
