@@ -541,6 +541,86 @@ fn a_chunk_written_for_an_array_another_mount_replaced_is_not_stored_in_the_new_
     }
 }
 
+/// The same, where B holds the array's metadata unlinked (`rm a/zarr.json` in B before
+/// its chunk) and A replaced it, its new metadata in the store or unlinked in turn: B's
+/// chunk is refused and named, not packed into the new array by the old layout, and B
+/// shows the new array once its TTL has passed. Before, a mount holding an array
+/// unlinked flushed its chunks by the layout it held, whatever the store now had there,
+/// and showed that layout until it ended (a reviewer's finding).
+#[test]
+fn a_chunk_written_into_an_unlinked_array_another_mount_replaced_is_not_stored_in_the_new_one() {
+    if !common::can_mount() {
+        return;
+    }
+    // Unsharded, written through A: A stores it with shards of its own choosing (one
+    // shard of all 16 chunks), another layout than the old one's 4 chunks a shard.
+    let other = serde_json::to_vec(&json!({
+        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    }))
+    .unwrap();
+    for unlinked_again in [false, true] {
+        let store = tempfile::tempdir().unwrap();
+        fs::create_dir(store.path().join("a")).unwrap();
+        fs::write(store.path().join("a/zarr.json"), array_doc()).unwrap();
+        let (ma, a) = mount_unflushed(store.path());
+        let (mb, b) = mount_unflushed_with(store.path(), false);
+        fs::create_dir_all(mb.path().join("a/c")).unwrap();
+        fs::remove_file(mb.path().join("a/zarr.json")).unwrap();
+        write_close(&mb.path().join("a/c/1"), b"BBBB", false);
+        std::thread::sleep(Duration::from_millis(300));
+        let st = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(ma.path().join("a"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fs::create_dir(ma.path().join("a")).unwrap();
+        fs::write(ma.path().join("a/zarr.json"), &other).unwrap();
+        fs::create_dir_all(ma.path().join("a/c")).unwrap();
+        write_close(&ma.path().join("a/c/2"), b"AAAA", true);
+        if unlinked_again {
+            fs::remove_file(ma.path().join("a/zarr.json")).unwrap();
+        }
+        flush(ma.path());
+        let _ = fs::File::open(mb.path()).and_then(|f| f.sync_all());
+        let stats: serde_json::Value =
+            serde_json::from_slice(&fs::read(mb.path().join(".shardfs-stats")).unwrap()).unwrap();
+        assert!(
+            stats["refused"].to_string().contains("another array"),
+            "unlinked again {unlinked_again}: {stats}"
+        );
+        if unlinked_again {
+            // B shows the array as the document kept now describes it, once its TTL
+            // (1 s with open_checks) has passed: A's chunk, by the new layout.
+            std::thread::sleep(Duration::from_millis(1100));
+            assert_eq!(fs::read(mb.path().join("a/c/2")).unwrap(), b"AAAA");
+        }
+        let _ = b.unmount();
+        a.unmount().unwrap();
+        if unlinked_again {
+            fs::rename(
+                store.path().join("a/zarr.json.shardfs-unlinked"),
+                store.path().join("a/zarr.json"),
+            )
+            .unwrap();
+        }
+        let fresh = tempfile::tempdir().unwrap();
+        let _c = Mount::new(store.path(), fresh.path(), &MountOptions::default()).unwrap();
+        assert_eq!(
+            fs::read(fresh.path().join("a/c/2")).unwrap(),
+            b"AAAA",
+            "unlinked again {unlinked_again}"
+        );
+        assert!(
+            !fresh.path().join("a/c/1").exists(),
+            "unlinked again {unlinked_again}: B's chunk is not in the new array"
+        );
+    }
+}
+
 /// The other side of the two tests above: another mount changing only the array's
 /// shape (a grow) replaces nothing. A chunk staged in B before A's grow is stored, in
 /// the array as it is now.

@@ -125,8 +125,8 @@ impl TreeRead<'_> {
     }
 
     /// Store directory `rel`, whose array's metadata this mount holds unlinked (`array`):
-    /// that array while the store has the document kept at the unlink and no metadata;
-    /// else the overlay is stale ([`Reconcile`]).
+    /// that array while the store has the document kept at the unlink, as it was read,
+    /// and no metadata; else the overlay is stale ([`Reconcile`]).
     fn headless(
         &self,
         array: Arc<ShardedArray>,
@@ -139,15 +139,27 @@ impl TreeRead<'_> {
         if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
             return Err(Reconcile::MetaBack { rel }.into());
         }
-        if self
-            .tree
-            .store
-            .stat(&rel.join(crate::store::UNLINKED_META))?
-            .is_some()
-        {
-            return Ok(Some(Node::ArrayDir { array }));
+        let kept = rel.join(crate::store::UNLINKED_META);
+        let Some(k) = self.tree.store.stat(&kept)? else {
+            return Err(Reconcile::HeadlessGone { rel }.into());
+        };
+        // Another document kept there since the one held was read (another mount wrote
+        // the metadata back, replaced the array, and unlinked it again): the array is
+        // that one now. Before, this mount kept showing, and flushing by, the one it held.
+        if k.version() != array.json_meta.version() {
+            match self.load_array_from(&rel, &kept, dir_meta) {
+                Ok(now) if now.json_meta.version() != array.json_meta.version() => {
+                    return Err(Reconcile::HeadlessChanged {
+                        array: Arc::new(now),
+                    }
+                    .into());
+                }
+                Err(NotShown::Io(e)) => return Err(e.into()),
+                // The same document, or one that is no array's: the one held stays.
+                Ok(_) | Err(_) => {}
+            }
         }
-        Err(Reconcile::HeadlessGone { rel }.into())
+        Ok(Some(Node::ArrayDir { array }))
     }
 
     /// A store directory whose sharded array's metadata a writable mount unlinked while

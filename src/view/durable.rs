@@ -65,8 +65,11 @@ impl View {
             return Some(array);
         };
         // Nothing staged (a directory's `fsync`, a flush before an unlink): nothing to
-        // place, no store request, nothing to name.
-        if !w.staging.holds(&array.rel) || w.unlinked.is_headless(&array.rel) {
+        // place, no store request, nothing to name. An array whose metadata this mount
+        // holds unlinked is looked at as any other (the document kept at the unlink says
+        // what it is now): before, its chunks were placed by the layout held, whatever
+        // another mount had made there since.
+        if !w.staging.holds(&array.rel) {
             return Some(array);
         }
         let why = match self.tree.store.stat(&array.meta_rel) {

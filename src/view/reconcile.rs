@@ -40,6 +40,11 @@ pub enum Reconcile {
     /// kept document in the store: another mount removed the array (or made a plain
     /// directory there); this mount's unlinked array goes too.
     HeadlessGone { rel: PathBuf },
+    /// An array whose metadata this mount holds unlinked, whose kept document is
+    /// another now (`array`, read from it): held from now on (the attributes of its
+    /// `.zattrs` as they were), the chunks staged for the one held let go if it is
+    /// another array (see [`Reconcile::Replaced`]).
+    HeadlessChanged { array: Arc<ShardedArray> },
     /// Another mount made another array at `rel`: the chunks this mount staged for the
     /// one it replaced are not stored (see `View::array_to_flush`).
     Replaced { rel: PathBuf },
@@ -53,6 +58,10 @@ impl From<Reconcile> for ViewError {
         ViewError::Stale(Box::new(r))
     }
 }
+
+/// Why chunks staged for an array another mount replaced are let go.
+const REPLACED: &str = "another mount made another array at its path: the chunks staged for \
+                        the one it replaced are not stored";
 
 /// Reconciliations one query may ask for before it fails: a query meets few stale
 /// directories, and each is reconciled once; more means the store keeps changing under
@@ -97,11 +106,17 @@ impl View {
                 w.unlinked.meta_written(&rel, meta_file);
             }
             Reconcile::HeadlessGone { rel } => w.unlinked.forget_headless(&rel),
-            Reconcile::Replaced { rel } => self.let_go_staged(
-                &rel,
-                "another mount made another array at its path: the chunks staged for the \
-                 one it replaced are not stored",
-            ),
+            Reconcile::HeadlessChanged { array } => {
+                if let Some(held) = w.unlinked.headless_array(&array.rel)
+                    && held.replaced_by(&array)
+                    && w.staging.holds(&array.rel)
+                {
+                    self.let_go_staged(&array.rel, REPLACED);
+                }
+                w.unlinked.headless_changed(&array);
+                self.tree.arrays.insert(array);
+            }
+            Reconcile::Replaced { rel } => self.let_go_staged(&rel, REPLACED),
             Reconcile::Unlinked { array } => {
                 // The v2 view: a `.zattrs` unlinked while `.zarray` was left the kept
                 // document without attributes (`View::hold_headless_attrs`): none shown.

@@ -87,6 +87,14 @@ impl Unlinked {
         Some(h.array.clone())
     }
 
+    /// The headless array at `array.rel` is `array` now (its kept document changed in
+    /// the store); whether its `.zattrs` is listed stays as it was.
+    pub(super) fn headless_changed(&self, array: &Arc<ShardedArray>) {
+        if let Some(h) = self.headless.lock().get_mut(&array.rel) {
+            h.array = array.clone();
+        }
+    }
+
     /// The arrays at or below store path `dir` whose metadata was unlinked.
     pub(super) fn headless_under(&self, dir: &Path) -> Vec<Arc<ShardedArray>> {
         let headless = self.headless.lock();
