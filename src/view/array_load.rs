@@ -329,15 +329,6 @@ impl TreeRead<'_> {
     }
 }
 
-/// Remove the document kept at an unlink in store directory `dir`
-/// (`store::UNLINKED_META`); gone already is fine.
-pub(super) fn remove_unlinked_meta(store: &dyn crate::store::Store, dir: &Path) -> Result<()> {
-    match store.remove_file(&dir.join(crate::store::UNLINKED_META)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
 impl Tree {
     /// The document kept at an unlink in store directory `rel`
     /// ([`crate::store::UNLINKED_META`]), if any: opened, not `stat`ed. On object

@@ -200,7 +200,7 @@ impl View {
         };
         write_doc(self.tree.store.as_ref(), &json_path, out)?;
         if had_kept {
-            super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), dir)?;
+            super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), dir)?;
         }
         match file {
             MetaFile::Zarray => {

@@ -134,7 +134,7 @@ impl View {
             // No more headless meanwhile (its metadata written back, or the array
             // removed): the document just kept must not stay beside it.
             if let Err(e) =
-                super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), &held.rel)
+                super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), &held.rel)
             {
                 log::warn!("{}: left as it was: {e}", held.rel.display());
             }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use crate::store::EntryMeta;
 
-use super::array_load::remove_unlinked_meta;
 use super::node::ShardedArray;
+use super::unlinked::remove_unlinked_meta;
 use super::{DirEntry, MetaFile, Node, Result, TreeRead, View, ViewError, ViewFormat};
 
 /// What the tree met that the overlay is stale about, at store directory `rel`.

@@ -191,7 +191,7 @@ impl View {
                 Node::Dir { rel } => rel,
                 _ => unreachable!("matched above"),
             };
-            super::array_load::remove_unlinked_meta(self.tree.store.as_ref(), rel)?;
+            super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), rel)?;
             self.writer()?.unlinked.forget_headless(rel);
         }
         if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {

@@ -355,3 +355,15 @@ impl Unlinked {
         }
     }
 }
+
+/// Remove the document kept at an unlink in store directory `dir`
+/// (`store::UNLINKED_META`); gone already is fine.
+pub(super) fn remove_unlinked_meta(
+    store: &dyn crate::store::Store,
+    dir: &Path,
+) -> super::Result<()> {
+    match store.remove_file(&dir.join(crate::store::UNLINKED_META)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
