@@ -85,7 +85,7 @@ impl TreeRead<'_> {
             )
             && j.mtime > k.mtime
         {
-            self.tree.stale_kept.lock().push(rel.clone());
+            self.tree.stale_kept.lock().push((rel.clone(), k.version()));
         }
         Ok(match loaded {
             Ok(array) => {

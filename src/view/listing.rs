@@ -372,13 +372,23 @@ impl TreeRead<'_> {
             return listing;
         }
         let mut out = Vec::new();
+        // Children the overlay is stale about, reconciled all at once before the listing
+        // is asked again (see `reconcile.rs`).
+        let mut stale = Vec::new();
         for e in self.list_store(rel, |n| {
             n != "zarr.json" && n != crate::format::v2::ZMETADATA
         })? {
             if e.kind == Kind::Dir {
                 let child = rel.join(&e.name);
                 let shown = match self.tree.store.stat(&child)? {
-                    Some(m) => self.classify(child, m)?.is_some(),
+                    Some(m) => match self.classify(child, m) {
+                        Ok(node) => node.is_some(),
+                        Err(ViewError::Stale(r)) => {
+                            stale.push(*r);
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    },
                     None => false,
                 };
                 if !shown {
@@ -386,6 +396,9 @@ impl TreeRead<'_> {
                 }
             }
             out.push(e);
+        }
+        if !stale.is_empty() {
+            return Err(super::reconcile::Reconcile::Many(stale).into());
         }
         if self.has_zmetadata(rel)? {
             out.push(file(crate::format::v2::ZMETADATA.into()));

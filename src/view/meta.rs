@@ -71,8 +71,7 @@ impl View {
     /// directory keeps `.zarray` gone. They are stored at once in the document kept at the
     /// unlink (`store::UNLINKED_META`), where a later mount takes them from (before, they
     /// lived only in memory, and a mount that ended first lost them: named by `shardfs
-    /// unmount`, but lost). A `.zattrs` unlinked leaves the kept document without
-    /// `attributes`: a later mount shows none. `None` when the array is not headless.
+    /// unmount`, but lost); unlinked, stored empty. `None` when the array is not headless.
     pub(super) fn hold_headless_attrs(
         &self,
         array: &ShardedArray,
@@ -82,6 +81,15 @@ impl View {
         let Some(w) = &self.writer else {
             return Ok(None);
         };
+        if !w.unlinked.is_headless(&array.rel) {
+            return Ok(None);
+        }
+        // The overlay reconciled with the store first: another mount may have written
+        // the metadata back, removed the array, or kept another array's document there
+        // (a reviewer's finding: that document was overwritten by the one held here).
+        if let Some(dir_meta) = self.tree.store.stat(&array.rel)? {
+            self.classify_dir(array.rel.clone(), dir_meta)?;
+        }
         let Some(held) = w.unlinked.headless_array(&array.rel) else {
             return Ok(None);
         };
@@ -103,10 +111,23 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Err(invalid("its metadata would no longer be an array's".into()));
         };
-        let mut kept_doc = doc;
-        if zattrs.is_none() {
-            kept_doc.remove("attributes");
+        // Only over the document the array held was read from: one the store has kept
+        // since (between the look above and now) is another mount's to change.
+        let kept_at = held.rel.join(crate::store::UNLINKED_META);
+        match self.tree.store.stat(&kept_at)? {
+            Some(k) if k.version() == held.json_meta.version() => {}
+            _ => {
+                log::warn!(
+                    "{}/.zattrs: not stored: the array's kept document changed meanwhile",
+                    held.rel.display()
+                );
+                return Err(std::io::Error::from_raw_os_error(libc::ESTALE).into());
+            }
         }
+        super::landed::write_doc(self.tree.store.as_ref(), &kept_at, doc)?;
+        // Held as read from the document now kept (else the next look would take it for
+        // another one, and read it again).
+        let json_meta = self.tree.store.stat(&kept_at)?.unwrap_or(held.json_meta);
         let src = super::ArraySource {
             rel: held.rel.clone(),
             data_rel: held.data_rel.clone(),
@@ -116,17 +137,9 @@ impl View {
         };
         let new = Arc::new(
             self.tree_read()
-                .build_array(
-                    src,
-                    *meta,
-                    held.layout.clone(),
-                    held.dir_meta,
-                    held.json_meta,
-                )
+                .build_array(src, *meta, held.layout.clone(), held.dir_meta, json_meta)
                 .map_err(invalid)?,
         );
-        let kept_at = held.rel.join(crate::store::UNLINKED_META);
-        super::landed::write_doc(self.tree.store.as_ref(), &kept_at, kept_doc)?;
         if !w
             .unlinked
             .set_headless_attrs(&held.rel, new.clone(), zattrs.is_some())

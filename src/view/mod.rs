@@ -393,9 +393,9 @@ pub(crate) struct Tree {
     /// The store's directories and files of their own in arrays' key directories.
     own: own_files::OwnFiles,
     /// Store directories whose kept document (`store::UNLINKED_META`) a query found
-    /// older than the metadata beside it: removed by the facade once the query is
-    /// answered (`reconcile.rs`).
-    stale_kept: Mutex<Vec<PathBuf>>,
+    /// older than the metadata beside it, with that document's version: removed by the
+    /// facade once the query is answered, if it is still so (`reconcile.rs`).
+    stale_kept: Mutex<Vec<(PathBuf, Version)>>,
 }
 
 impl Tree {
@@ -426,6 +426,9 @@ impl Tree {
         }
     }
 }
+
+/// A store file's version ([`crate::store::EntryMeta::version`]).
+type Version = (u64, u64, std::time::SystemTime);
 
 /// The tree as this mount shows it: the [`Tree`] and the overlay, read (a tree query
 /// never changes what the mount changed). Made per call by [`View::tree_read`].

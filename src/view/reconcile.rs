@@ -51,6 +51,26 @@ pub enum Reconcile {
     /// An array whose metadata a writable mount unlinked (its document kept), met for
     /// the first time: this mount holds it unlinked too.
     Unlinked { array: Arc<ShardedArray> },
+    /// Several, met by one listing (all of a directory's children are looked at before
+    /// the listing is asked again).
+    Many(Vec<Reconcile>),
+}
+
+impl Reconcile {
+    /// The store directories it is about, for telling a reconciliation that changed
+    /// nothing (the same asked again and again) from progress.
+    fn dirs(&self) -> Vec<PathBuf> {
+        match self {
+            Reconcile::HeadlessDirMeta { rel, .. }
+            | Reconcile::MetaBack { rel }
+            | Reconcile::HeadlessGone { rel }
+            | Reconcile::Replaced { rel } => vec![rel.clone()],
+            Reconcile::HeadlessChanged { array } | Reconcile::Unlinked { array } => {
+                vec![array.rel.clone()]
+            }
+            Reconcile::Many(all) => all.iter().flat_map(Reconcile::dirs).collect(),
+        }
+    }
 }
 
 impl From<Reconcile> for ViewError {
@@ -63,29 +83,43 @@ impl From<Reconcile> for ViewError {
 const REPLACED: &str = "another mount made another array at its path: the chunks staged for \
                         the one it replaced are not stored";
 
-/// Reconciliations one query may ask for before it fails: a query meets few stale
-/// directories, and each is reconciled once; more means the store keeps changing under
-/// it.
-const ROUNDS: usize = 64;
+/// Times one query may find the same directory stale before it fails: each
+/// reconciliation makes its directory current, so more means the store keeps changing
+/// under the query. (A query may meet any number of stale directories: a listing of a
+/// directory of many arrays that a mount left unlinked. Before, 64 reconciliations in
+/// all were allowed, and such a listing failed with EIO: a reviewer's finding.)
+const SAME_DIR_ROUNDS: usize = 8;
 
 impl View {
     /// Answer tree query `query`, reconciling the overlay with the store wherever the
     /// query finds it stale, and asking again.
     pub(super) fn in_tree<T>(&self, query: impl Fn(TreeRead<'_>) -> Result<T>) -> Result<T> {
-        for _ in 0..ROUNDS {
+        let mut seen: std::collections::HashMap<PathBuf, usize> = Default::default();
+        loop {
             let answer = query(self.tree_read());
             self.drop_stale_kept();
-            match answer {
-                Err(ViewError::Stale(what)) => self.reconcile(*what)?,
-                answer => return answer,
+            let Err(ViewError::Stale(what)) = answer else {
+                return answer;
+            };
+            for dir in what.dirs() {
+                let n = seen.entry(dir.clone()).or_default();
+                *n += 1;
+                if *n > SAME_DIR_ROUNDS {
+                    return Err(ViewError::Io(std::io::Error::other(format!(
+                        "{}: the store kept changing under a lookup ({SAME_DIR_ROUNDS} \
+                         reconciliations)",
+                        dir.display()
+                    ))));
+                }
             }
+            self.reconcile(*what)?;
         }
-        Err(ViewError::Io(std::io::Error::other(format!(
-            "the store kept changing under a lookup ({ROUNDS} reconciliations)"
-        ))))
     }
 
     fn reconcile(&self, what: Reconcile) -> Result<()> {
+        if let Reconcile::Many(all) = what {
+            return all.into_iter().try_for_each(|r| self.reconcile(r));
+        }
         log::debug!("reconciling the overlay: {what:?}");
         let Some(w) = &self.writer else {
             // A read-only mount has no overlay; the tree asks nothing of it.
@@ -117,11 +151,17 @@ impl View {
                 self.tree.arrays.insert(array);
             }
             Reconcile::Replaced { rel } => self.let_go_staged(&rel, REPLACED),
+            // (taken apart above)
+            Reconcile::Many(_) => {}
             Reconcile::Unlinked { array } => {
-                // The v2 view: a `.zattrs` unlinked while `.zarray` was left the kept
-                // document without attributes (`View::hold_headless_attrs`): none shown.
-                if meta_file == MetaFile::Zarray && !array.meta.doc.contains_key("attributes") {
-                    w.unlinked.zattrs_unlinked(&array.rel);
+                // Chunks staged for another array this mount knew at that path (another
+                // mount replaced it and unlinked the new one's metadata) are not the new
+                // one's (a reviewer's finding: they were packed into its shards).
+                if let Some(old) = self.tree.arrays.get(&array.rel)
+                    && old.replaced_by(&array)
+                    && w.staging.holds(&array.rel)
+                {
+                    self.let_go_staged(&array.rel, REPLACED);
                 }
                 w.unlinked.make_headless(&array, meta_file);
                 // Known to the chunk paths as any array is (before, a chunk written,
@@ -133,13 +173,28 @@ impl View {
     }
 
     /// Remove the documents kept at an unlink that the tree found older than the
-    /// metadata beside them (`TreeRead::classify`). Best effort: a failure is logged, and
-    /// the query's answer stands.
+    /// metadata beside them (`TreeRead::classify`), each if it still is that document,
+    /// still older than the metadata, and no array this mount holds unlinked (another
+    /// unlink since, here or in another mount, kept a document of its own there: a
+    /// reviewer's finding). Best effort: a failure is logged, and the query's answer
+    /// stands.
     fn drop_stale_kept(&self) {
         let stale = std::mem::take(&mut *self.tree.stale_kept.lock());
-        for rel in stale {
-            if let Err(e) = remove_unlinked_meta(self.tree.store.as_ref(), &rel) {
-                let kept = rel.join(crate::store::UNLINKED_META);
+        let store = self.tree.store.as_ref();
+        for (rel, version) in stale {
+            let kept = rel.join(crate::store::UNLINKED_META);
+            let still = match (store.stat(&kept), store.stat(&rel.join("zarr.json"))) {
+                (Ok(Some(k)), Ok(Some(j))) => k.version() == version && j.mtime > k.mtime,
+                _ => false,
+            };
+            let held = self
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.unlinked.is_headless(&rel));
+            if still
+                && !held
+                && let Err(e) = remove_unlinked_meta(store, &rel)
+            {
                 log::warn!("{}: left as it was: {e}", kept.display());
             }
         }

@@ -2198,8 +2198,10 @@ class Run:
             # shows it, so a difference there is one)
             why = "v2-headless-zattrs-not-stored"
         elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) == ".zattrs" \
-                and (os.path.dirname(rel) in arrays or (self.plain / os.path.dirname(rel) / ".zgroup").is_file()) \
-                and os.path.dirname(rel) not in self.headless \
+                and (((os.path.dirname(rel) in arrays or (self.plain / os.path.dirname(rel) / ".zgroup").is_file())
+                      and os.path.dirname(rel) not in self.headless)
+                     # a sharded array whose .zarray is unlinked: its kept document holds them, empty
+                     or (os.path.dirname(rel) in self.headless and os.path.dirname(rel) not in self.unsharded)) \
                 and jload((self.mnt / rel).read_bytes()) == {}:
             # unlinked (gone in that mount); a later mount shows one for every array
             why = "v2-zattrs-always-shown"
