@@ -111,19 +111,8 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Err(invalid("its metadata would no longer be an array's".into()));
         };
-        // Only over the document the array held was read from: one the store has kept
-        // since (between the look above and now) is another mount's to change.
         let kept_at = held.rel.join(crate::store::UNLINKED_META);
-        match self.tree.store.stat(&kept_at)? {
-            Some(k) if k.version() == held.json_meta.version() => {}
-            _ => {
-                log::warn!(
-                    "{}/.zattrs: not stored: the array's kept document changed meanwhile",
-                    held.rel.display()
-                );
-                return Err(std::io::Error::from_raw_os_error(libc::ESTALE).into());
-            }
-        }
+        self.kept_as_held(&held, &kept_at)?;
         super::landed::write_doc(self.tree.store.as_ref(), &kept_at, doc)?;
         // Held as read from the document now kept (else the next look would take it for
         // another one, and read it again).
@@ -155,6 +144,22 @@ impl View {
         }
         self.tree.arrays.insert(new.clone());
         Ok(Some(new))
+    }
+
+    /// `Ok` if the document kept at `kept_at` is the one the array `held` (unlinked
+    /// here) was read from; `ESTALE` if the store has kept another since (between a look
+    /// and now): that one is another mount's to change.
+    fn kept_as_held(&self, held: &ShardedArray, kept_at: &Path) -> Result<()> {
+        match self.tree.store.stat(kept_at)? {
+            Some(k) if k.version() == held.json_meta.version() => Ok(()),
+            _ => {
+                log::warn!(
+                    "{}/.zattrs: not stored: the array's kept document changed meanwhile",
+                    held.rel.display()
+                );
+                Err(std::io::Error::from_raw_os_error(libc::ESTALE).into())
+            }
+        }
     }
 
     /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
