@@ -508,6 +508,51 @@ fn files_unlinked_through_the_mount_stay_unlinked_in_the_bucket() {
     }
 }
 
+/// v2 view on object storage: a `.zattrs` written while a sharded array's `.zarray` is
+/// unlinked is stored in the document the unlink keeps (a copy on object storage, so
+/// another version than the metadata it came from), and a later mount shows it and
+/// stores it with the `.zarray` written back (as `tests/v2.rs`
+/// `a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_outlives_the_mount` on a
+/// disk).
+#[test]
+fn a_zattrs_held_with_an_unlinked_zarray_is_stored_in_the_bucket() {
+    let Some(s3) = S3Test::start() else { return };
+    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let v2 = ["--format", "v2"];
+    let (w, mw) = s3.mount_dir("s3://bucket/v2", "w", &v2);
+    let a = w.join("a");
+    std::fs::create_dir(&a).unwrap();
+    std::fs::write(a.join(".zarray"), zarray).unwrap();
+    std::fs::write(a.join("0"), [1u8, 2]).unwrap();
+    let shown = std::fs::read(a.join(".zarray")).unwrap();
+    std::fs::remove_file(a.join(".zarray")).unwrap();
+    std::fs::write(a.join(".zattrs"), br#"{"k": 1}"#).unwrap();
+    std::fs::write(a.join(".zattrs"), br#"{"k": 2}"#).unwrap();
+    assert_eq!(common::names(&a), [".zattrs", "0"]);
+    mw.unmount();
+    let keys = s3.tool(&["keys", "--from", "bucket/v2"]);
+    assert!(
+        keys.contains("a/zarr.json.shardfs-unlinked") && !keys.contains("a/zarr.json\n"),
+        "{keys}"
+    );
+    let (w, mw) = s3.mount_dir("s3://bucket/v2", "w2", &v2);
+    let a = w.join("a");
+    assert_eq!(common::names(&a), [".zattrs", "0"], "a later mount");
+    let attrs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join(".zattrs")).unwrap()).unwrap();
+    assert_eq!(attrs, serde_json::json!({"k": 2}));
+    assert_eq!(std::fs::read(a.join("0")).unwrap(), [1, 2]);
+    std::fs::write(a.join(".zarray"), &shown).unwrap();
+    mw.unmount();
+    let local = s3.tmp().join("downloaded");
+    s3.tool(&["download", "--from", "bucket/v2", local.to_str().unwrap()]);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(local.join("a/zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"]["k"], 2, "{doc}");
+    assert!(!local.join("a/zarr.json.shardfs-unlinked").exists());
+}
+
 /// `rm -rf` of a sharded array through an S3 mount leaves nothing of it in the bucket,
 /// and a directory emptied by unlinks stays until its `rmdir` (so `rm -r` of plain
 /// directories works too). Before, the array's emptied shards stayed as index-only
