@@ -76,11 +76,6 @@ fn refusals(mountpoint: &std::path::Path) -> Vec<String> {
              the document it had",
         ),
         (
-            "held_attributes",
-            "its unsharded array's .zarray was unlinked and never written back: the \
-             unmount cannot store it (an array's attributes are stored with its .zarray)",
-        ),
-        (
             "pending_chunks",
             "is not a length its array's chunks can have: the unmount refuses it, and the \
              store keeps the chunk it had",

@@ -1359,15 +1359,14 @@ fn an_unsharded_arrays_zarray_unlinked_and_written_back_keeps_its_chunks() {
         &std::fs::metadata(p.join(".zattrs")).unwrap().permissions(),
     );
     assert_eq!(mode & 0o111, 0, "{mode:o}");
-    // Held until `.zarray` comes back, and named meanwhile (`shardfs unmount` warns
-    // from this if the mount ends first).
-    let held = || -> serde_json::Value {
-        let stats = std::fs::read(mnt.path().join(".shardfs-stats")).unwrap();
-        serde_json::from_slice::<serde_json::Value>(&stats).unwrap()["held_attributes"].clone()
-    };
-    assert_eq!(held(), serde_json::json!(["plain/.zattrs"]));
+    // Held until `.zarray` comes back, and stored meanwhile in the document kept at the
+    // unlink (before, only in this mount's memory: lost if the mount ended first).
+    let kept = a.join("zarr.json.shardfs-unlinked");
+    let kept_doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&kept).unwrap()).unwrap();
+    assert_eq!(kept_doc["attributes"], serde_json::json!({"k": 2}));
     std::fs::write(p.join(".zarray"), &zarray).unwrap();
-    assert_eq!(held(), serde_json::json!([]), "stored with the .zarray");
+    assert!(!kept.exists(), "stored with the .zarray");
     assert_eq!(attrs(), serde_json::json!({"k": 2}), "written back");
     assert_eq!(listing(), [".zarray", ".zattrs", "0", "1"], "written back");
     for i in 0..2u8 {
@@ -1469,8 +1468,8 @@ fn a_key_directory_a_shrink_leaves_outside_the_grid_is_listed_while_it_holds_fil
 }
 
 /// v2 view, a sharded array: a `.zattrs` written while `.zarray` is unlinked is held with
-/// the array (and stored in the document kept at the unlink, so `held_attributes` names
-/// nothing), `.zarray` stays gone meanwhile, and the
+/// the array (and stored in the document kept at the unlink), `.zarray` stays gone
+/// meanwhile, and the
 /// `.zarray` written back stores it; a `.zattrs` unlinked meanwhile stays gone with the
 /// `.zarray` written back, its attributes stored empty. Before, a `.zattrs` written there
 /// stored the old metadata again: `.zarray` was back, where a plain directory keeps it gone
@@ -1499,10 +1498,6 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     let attrs = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(a.join(".zattrs")).unwrap()).unwrap()
     };
-    let held = || -> serde_json::Value {
-        let stats = std::fs::read(mnt.path().join(".shardfs-stats")).unwrap();
-        serde_json::from_slice::<serde_json::Value>(&stats).unwrap()["held_attributes"].clone()
-    };
     let shown = std::fs::read(a.join(".zarray")).unwrap();
     std::fs::remove_file(a.join(".zarray")).unwrap();
     std::fs::write(a.join(".zattrs"), br#"{"k": 1}"#).unwrap();
@@ -1517,14 +1512,12 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     );
     assert_eq!(attrs(), serde_json::json!({"k": 1}));
     // Stored at once, in the document kept at the unlink: nothing held only in memory.
-    assert_eq!(held(), serde_json::json!([]));
     let kept: serde_json::Value = serde_json::from_slice(
         &std::fs::read(store.path().join("a/zarr.json.shardfs-unlinked")).unwrap(),
     )
     .unwrap();
     assert_eq!(kept["attributes"]["k"], 1, "in the kept document");
     std::fs::write(a.join(".zarray"), &shown).unwrap();
-    assert_eq!(held(), serde_json::json!([]), "stored with the .zarray");
     assert_eq!(names(), [".zarray", ".zattrs", "0", "1"]);
     assert_eq!(attrs(), serde_json::json!({"k": 1}));
     let stored = |key: &str| -> serde_json::Value {
@@ -1538,7 +1531,6 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     std::fs::remove_file(a.join(".zarray")).unwrap();
     std::fs::remove_file(a.join(".zattrs")).unwrap();
     assert_eq!(names(), ["0", "1"]);
-    assert_eq!(held(), serde_json::json!([]), "nothing held");
     std::fs::write(a.join(".zarray"), &shown).unwrap();
     assert_eq!(names(), [".zarray", "0", "1"]);
     assert_eq!(std::fs::read(a.join("1")).unwrap(), [3, 4]);
@@ -1558,6 +1550,60 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
     let _m = Mount::new(store.path(), mnt.path(), &v2_options(true)).unwrap();
     assert_eq!(std::fs::read(mnt.path().join("a/0")).unwrap(), [1, 2]);
     assert_eq!(std::fs::read(mnt.path().join("a/1")).unwrap(), [3, 4]);
+}
+
+/// v2 view, an unsharded array of the store: `.zarray` unlinked by one mount (the
+/// document kept under shardfs's own name, with a `.zattrs` written since) and written
+/// back through a later one takes the chunks at the store's keys back, with the
+/// attributes. Before, the document lived only in the first mount's memory: the later
+/// mount showed a plain directory (the store's `c/...`), and the `.zarray` written back
+/// made an array of the fill value, its chunks unread and its attributes lost.
+#[test]
+fn an_unsharded_arrays_zarray_unlinked_by_a_mount_is_taken_back_by_a_later_one() {
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    let a = store.path().join("plain");
+    std::fs::create_dir_all(a.join("c/1")).unwrap();
+    std::fs::write(
+        a.join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+            "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {"x": 1}}"#,
+    )
+    .unwrap();
+    std::fs::write(a.join("c/0"), [1u8, 2]).unwrap();
+    std::fs::write(a.join("c/1/x.txt"), b"not a chunk").unwrap();
+    let zarray = {
+        let mnt = tempfile::tempdir().unwrap();
+        let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+        let p = mnt.path().join("plain");
+        let zarray = std::fs::read(p.join(".zarray")).unwrap();
+        std::fs::remove_file(p.join(".zarray")).unwrap();
+        std::fs::write(p.join(".zattrs"), br#"{"y": 2}"#).unwrap();
+        m.unmount().unwrap();
+        zarray
+    };
+    assert!(!a.join("zarr.json").exists(), "no metadata meanwhile");
+    let mnt = tempfile::tempdir().unwrap();
+    let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
+    let p = mnt.path().join("plain");
+    assert_eq!(common::names(&p), [".zattrs", "0", "1"], "a later mount");
+    let attrs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join(".zattrs")).unwrap()).unwrap();
+    assert_eq!(attrs, serde_json::json!({"y": 2}));
+    std::fs::write(p.join(".zarray"), &zarray).unwrap();
+    assert_eq!(common::names(&p), [".zarray", ".zattrs", "0", "1"]);
+    assert_eq!(std::fs::read(p.join("0")).unwrap(), [1, 2]);
+    m.unmount().unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"], serde_json::json!({"y": 2}));
+    assert_eq!(doc["chunk_key_encoding"]["name"], "default", "{doc}");
+    assert_eq!(std::fs::read(a.join("c/0")).unwrap(), [1, 2]);
+    assert!(!a.join("zarr.json.shardfs-unlinked").exists());
 }
 
 /// v2 view: a `.zattrs` written (or unlinked) while a sharded array's `.zarray` is

@@ -56,6 +56,9 @@ impl TreeRead<'_> {
             if let Some(array) = w.headless_array(&rel) {
                 return self.headless(array, rel, dir_meta);
             }
+            if w.is_plain_headless(&rel) {
+                return self.plain_headless(rel);
+            }
         }
         // The array known here, while its directory and `zarr.json` are as they were
         // when it was read (the same ETag on object storage; inode, size and times on a
@@ -182,8 +185,37 @@ impl TreeRead<'_> {
             }
             .into()),
             Err(NotShown::Io(e)) => Err(e.into()),
+            // An unsharded array of the v2 view whose `.zarray` was unlinked.
+            Err(NotShown::Plain) => match self.tree.plain_array_in(&kept) {
+                Some((doc, keys)) => Err(Reconcile::UnlinkedPlain {
+                    rel: rel.to_path_buf(),
+                    keys,
+                    doc,
+                }
+                .into()),
+                None => Ok(None),
+            },
             Err(_) => Ok(None),
         }
+    }
+
+    /// Store directory `rel`, an unsharded array of the v2 view whose `.zarray` this
+    /// mount holds unlinked: a plain directory that the v2 view shows with the array's
+    /// names (`plain.rs`), while the store has the document kept at the unlink and no
+    /// metadata; else the overlay is stale ([`Reconcile`]).
+    fn plain_headless(&self, rel: PathBuf) -> Result<Option<Node>> {
+        if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
+            return Err(Reconcile::PlainMetaBack { rel }.into());
+        }
+        if self
+            .tree
+            .store
+            .stat(&rel.join(crate::store::UNLINKED_META))?
+            .is_none()
+        {
+            return Err(Reconcile::PlainGone { rel }.into());
+        }
+        Ok(Some(Node::Dir { rel }))
     }
     pub(super) fn load_array(
         &self,

@@ -151,7 +151,12 @@ impl View {
             // group's).
             let name = node_name(dir);
             v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(ViewError::Invalid)?;
-            if self.writer()?.unlinked.set_plain_doc(dir, doc) {
+            let w = self.writer()?;
+            if w.unlinked.is_plain_headless(dir) {
+                let kept = dir.join(crate::store::UNLINKED_META);
+                write_doc(self.tree.store.as_ref(), &kept, doc.clone())?;
+            }
+            if w.unlinked.set_plain_doc(dir, doc) {
                 return Ok(());
             }
             // Its `.zarray` came back meanwhile: taken in as any array's.
@@ -199,7 +204,9 @@ impl View {
             MetaFile::ZarrJson => return Err(invalid("zarr.json is adopted, not taken in".into())),
         };
         write_doc(self.tree.store.as_ref(), &json_path, out)?;
-        if had_kept {
+        // The document kept at the unlink of a group's `.zgroup` or of an unsharded
+        // array's `.zarray` is what was just written, or superseded by it.
+        if had_kept || headless_plain.is_some() {
             super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), dir)?;
         }
         match file {

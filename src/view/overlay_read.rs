@@ -53,6 +53,12 @@ impl<'a> OverlayRead<'a> {
         self.0.unlinked.zmetadata_hidden(rel)
     }
 
+    /// Whether `rel` is an unsharded array of the v2 view whose `.zarray` this mount
+    /// holds unlinked.
+    pub(super) fn is_plain_headless(&self, rel: &Path) -> bool {
+        self.0.unlinked.is_plain_headless(rel)
+    }
+
     /// The key translation of the headless unsharded array at `rel`.
     pub(super) fn plain_keys(&self, rel: &Path) -> Option<PlainKeys> {
         self.0.unlinked.plain_keys(rel)

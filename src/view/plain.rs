@@ -98,8 +98,9 @@ impl View {
 
     /// `unlink` of `.zarray` or `.zattrs` of the unsharded array at `dir`; `None` when
     /// `dir` is no such array. As zarr 2 removes an array (recursively, from a listing
-    /// taken first, `.zarray` first), the metadata leaves the store at once and the
-    /// other names stay until each is removed.
+    /// taken first, `.zarray` first), the metadata leaves the store at once (kept under
+    /// shardfs's own name, `store::UNLINKED_META`, with the attributes written or
+    /// unlinked since) and the other names stay until each is removed.
     pub(super) fn unlink_plain_meta(&self, dir: &Path, file: MetaFile) -> Option<Result<()>> {
         let keys = self.tree_read().plain_keys(dir)?;
         Some((|| {
@@ -112,7 +113,12 @@ impl View {
                         .plain_array(dir)
                         .map(|(d, _)| d)
                         .unwrap_or_default();
-                    self.tree.store.remove_file(&dir.join("zarr.json"))?;
+                    // Kept under shardfs's own name, as a sharded array's is (before, it
+                    // lived only in this mount's memory: a later mount showed a plain
+                    // directory, and the `.zarray` written back there left the chunks at
+                    // the store's keys unread, the attributes lost).
+                    let kept = dir.join(crate::store::UNLINKED_META);
+                    self.tree.store.rename(&dir.join("zarr.json"), &kept)?;
                     w.unlinked.make_plain_headless(dir, keys, doc);
                 }
                 (MetaFile::Zattrs, false) => {
@@ -129,6 +135,8 @@ impl View {
                         &super::landed::node_name(dir),
                     )
                     .map_err(ViewError::Invalid)?;
+                    let kept = dir.join(crate::store::UNLINKED_META);
+                    super::landed::write_doc(self.tree.store.as_ref(), &kept, doc.clone())?;
                     w.unlinked.hide_plain_zattrs(dir, doc);
                 }
                 _ => return Err(ViewError::NotFound),
@@ -385,10 +393,19 @@ impl Tree {
     /// The `zarr.json` document in store directory `rel` when it is an unsharded array
     /// with a v2 form, with its key translation (v2 view only).
     pub(super) fn plain_array(&self, rel: &Path) -> Option<(Map<String, Value>, PlainKeys)> {
+        self.plain_array_in(&rel.join("zarr.json"))
+    }
+
+    /// [`Self::plain_array`] from the document at `json_rel` (the document kept at the
+    /// unlink of its `.zarray`, `store::UNLINKED_META`).
+    pub(super) fn plain_array_in(
+        &self,
+        json_rel: &Path,
+    ) -> Option<(Map<String, Value>, PlainKeys)> {
         if self.format != ViewFormat::V2 {
             return None;
         }
-        let bytes = self.read_small(&rel.join("zarr.json")).ok()??;
+        let bytes = self.read_small(json_rel).ok()??;
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return None;
         };

@@ -19,6 +19,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::format::v2::PlainKeys;
 use crate::store::EntryMeta;
 
 use super::node::ShardedArray;
@@ -51,6 +52,21 @@ pub enum Reconcile {
     /// An array whose metadata a writable mount unlinked (its document kept), met for
     /// the first time: this mount holds it unlinked too.
     Unlinked { array: Arc<ShardedArray> },
+    /// An unsharded array of the v2 view whose `.zarray` a writable mount unlinked (its
+    /// document kept), met for the first time: this mount holds it unlinked too, with the
+    /// key translation and document kept.
+    UnlinkedPlain {
+        rel: PathBuf,
+        keys: PlainKeys,
+        doc: serde_json::Map<String, serde_json::Value>,
+    },
+    /// An unsharded array whose `.zarray` this mount holds unlinked, with metadata in the
+    /// store again (written back by another mount): the kept document goes, and the
+    /// array is its metadata's again.
+    PlainMetaBack { rel: PathBuf },
+    /// An unsharded array whose `.zarray` this mount holds unlinked, with neither
+    /// metadata nor the kept document in the store: it goes here too.
+    PlainGone { rel: PathBuf },
     /// Several, met by one listing (all of a directory's children are looked at before
     /// the listing is asked again).
     Many(Vec<Reconcile>),
@@ -64,7 +80,10 @@ impl Reconcile {
             Reconcile::HeadlessDirMeta { rel, .. }
             | Reconcile::MetaBack { rel }
             | Reconcile::HeadlessGone { rel }
-            | Reconcile::Replaced { rel } => vec![rel.clone()],
+            | Reconcile::Replaced { rel }
+            | Reconcile::UnlinkedPlain { rel, .. }
+            | Reconcile::PlainMetaBack { rel }
+            | Reconcile::PlainGone { rel } => vec![rel.clone()],
             Reconcile::HeadlessChanged { array } | Reconcile::Unlinked { array } => {
                 vec![array.rel.clone()]
             }
@@ -151,6 +170,14 @@ impl View {
                 self.tree.arrays.insert(array);
             }
             Reconcile::Replaced { rel } => self.let_go_staged(&rel, REPLACED),
+            Reconcile::UnlinkedPlain { rel, keys, doc } => {
+                w.unlinked.make_plain_headless(&rel, keys, doc);
+            }
+            Reconcile::PlainMetaBack { rel } => {
+                remove_unlinked_meta(self.tree.store.as_ref(), &rel)?;
+                w.unlinked.plain_written_back(&rel);
+            }
+            Reconcile::PlainGone { rel } => w.unlinked.forget_plain(&rel),
             // (taken apart above)
             Reconcile::Many(_) => {}
             Reconcile::Unlinked { array } => {
@@ -187,10 +214,9 @@ impl View {
                 (Ok(Some(k)), Ok(Some(j))) => k.version() == version && j.mtime > k.mtime,
                 _ => false,
             };
-            let held = self
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.unlinked.is_headless(&rel));
+            let held = self.writer.as_ref().is_some_and(|w| {
+                w.unlinked.is_headless(&rel) || w.unlinked.is_plain_headless(&rel)
+            });
             if still
                 && !held
                 && let Err(e) = remove_unlinked_meta(store, &rel)

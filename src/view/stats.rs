@@ -22,13 +22,8 @@ impl View {
             "refused": c.refused.lock().iter().map(|(path, why)| {
                 serde_json::json!({"path": path, "why": why})
             }).collect::<Vec<_>>(),
-            "pending_metadata": self.open.partial_metadata_paths(self.tree_read(), ),
-            "held_attributes": self.writer.as_ref().map(|w| {
-                w.unlinked.attrs_held().iter()
-                    .map(|rel| rel.join(".zattrs").display().to_string())
-                    .collect::<Vec<_>>()
-            }).unwrap_or_default(),
-            "pending_chunks": self.open.partial_chunk_paths(self.tree_read(), ),
+            "pending_metadata": self.open.partial_metadata_paths(self.tree_read()),
+            "pending_chunks": self.open.partial_chunk_paths(self.tree_read()),
             "chunk_opens": get(&c.chunk_opens),
             "chunk_reads": get(&c.chunk_reads),
             "chunk_bytes_read": get(&c.chunk_bytes_read),

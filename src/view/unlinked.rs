@@ -30,9 +30,6 @@ struct PlainHeadless {
     keys: PlainKeys,
     zattrs: bool,
     doc: serde_json::Map<String, serde_json::Value>,
-    /// A `.zattrs` was written since the unlink: held here until `.zarray` is written
-    /// back (named by the unmount if none is).
-    attrs_written: bool,
 }
 
 /// What this mount unlinked of arrays' and groups' metadata, by store path.
@@ -234,7 +231,6 @@ impl Unlinked {
                 keys,
                 zattrs: true,
                 doc,
-                attrs_written: false,
             },
         );
     }
@@ -259,24 +255,10 @@ impl Unlinked {
             Some(h) => {
                 h.doc = doc;
                 h.zattrs = true;
-                h.attrs_written = true;
                 true
             }
             None => false,
         }
-    }
-
-    /// Headless unsharded arrays holding a `.zattrs` written since their `.zarray` was
-    /// unlinked (stored only with the `.zarray` written back), in path order. A sharded
-    /// array's are stored at once, in the document kept at the unlink
-    /// (`View::hold_headless_attrs`).
-    pub(super) fn attrs_held(&self) -> Vec<PathBuf> {
-        let mut held: Vec<PathBuf> = (self.plain.lock().iter())
-            .filter(|(_, h)| h.attrs_written)
-            .map(|(rel, _)| rel.clone())
-            .collect();
-        held.sort();
-        held
     }
 
     /// `.zattrs` of the headless unsharded array at `rel` unlinked: `doc` is its
@@ -288,7 +270,6 @@ impl Unlinked {
     ) {
         if let Some(h) = self.plain.lock().get_mut(rel) {
             h.zattrs = false;
-            h.attrs_written = false;
             h.doc = doc;
         }
     }

@@ -137,17 +137,7 @@ DOCUMENTED = {
     "headless-array-shows-stored-files": (
         'SEMANTICS "The tree, as clients use it" (metadata unlinked)',
         "Until the metadata is written again the store holds the shards without it ... A "
-        "read-only mount shows the shard files as they are. The unsharded arrays of the v2 "
-        "view keep this only for the mount's lifetime.",
-    ),
-    "v2-headless-zattrs-not-stored": (
-        'SEMANTICS "The tree, as clients use it" (v2 view, `.zarray` unlinked)',
-        "after `.zarray` is unlinked, the array's metadata is gone from the store, but the "
-        "other names listed with it (`.zattrs`, chunks) stay until each is removed ... Until "
-        "the metadata is written again the store holds the shards without it: a later mount "
-        "shows the shard files as they are. [So a later mount shows no `.zattrs` there; an "
-        "unsharded array's only: a sharded array's is stored in the document kept at the "
-        "unlink.]",
+        "read-only mount shows the shard files as they are.",
     ),
     "v2-zmetadata-left-not-stored": (
         'SEMANTICS "Fill values in the v2 view" (`.zmetadata`); "Known gaps of the v2 view"',
@@ -2192,16 +2182,11 @@ class Run:
             why = "headless-array-shows-stored-files"
         elif self.fmt == "v2" and not live and self.stored_path_of_headless(rel, sm is None):
             why = "headless-array-shows-stored-files"  # a file of its own in a key directory
-        elif self.fmt == "v2" and not live and sm is None and os.path.basename(rel) == ".zattrs" \
-                and os.path.dirname(rel) in self.headless and os.path.dirname(rel) in self.unsharded:
-            # (a sharded array's is stored in the document kept at the unlink: a later mount
-            # shows it, so a difference there is one)
-            why = "v2-headless-zattrs-not-stored"
         elif self.fmt == "v2" and not live and sp is None and os.path.basename(rel) == ".zattrs" \
                 and (((os.path.dirname(rel) in arrays or (self.plain / os.path.dirname(rel) / ".zgroup").is_file())
                       and os.path.dirname(rel) not in self.headless)
-                     # a sharded array whose .zarray is unlinked: its kept document holds them, empty
-                     or (os.path.dirname(rel) in self.headless and os.path.dirname(rel) not in self.unsharded)) \
+                     # an array whose .zarray is unlinked: its kept document holds them, empty
+                     or os.path.dirname(rel) in self.headless) \
                 and jload((self.mnt / rel).read_bytes()) == {}:
             # unlinked (gone in that mount); a later mount shows one for every array
             why = "v2-zattrs-always-shown"
