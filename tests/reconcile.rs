@@ -221,3 +221,42 @@ fn a_zattrs_written_here_does_not_overwrite_another_mounts_kept_document() {
         "the other mount's kept array was overwritten: {kept}"
     );
 }
+
+/// The same for an unsharded array of the v2 view: another mount wrote the metadata
+/// back, made another unsharded array there (another data type) and unlinked its
+/// `.zarray`; a `.zattrs` written here then goes into that array's kept document, whose
+/// data type stays. Before, the document held here was written over it.
+#[test]
+fn a_zattrs_written_into_an_unsharded_array_takes_the_document_kept_by_another_mount() {
+    let unsharded = |dtype: &str| {
+        format!(
+            r#"{{"zarr_format": 3, "node_type": "array", "shape": [8], "data_type": "{dtype}",
+            "chunk_grid": {{"name": "regular", "configuration": {{"chunk_shape": [4]}}}},
+            "chunk_key_encoding": {{"name": "default", "configuration": {{"separator": "/"}}}},
+            "fill_value": 0, "codecs": [{{"name": "bytes", "configuration": {{"endian": "little"}}}}],
+            "attributes": {{}}}}"#
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    root_group(dir.path());
+    let a = dir.path().join("x");
+    std::fs::create_dir(&a).unwrap();
+    std::fs::write(a.join("zarr.json"), unsharded("uint8")).unwrap();
+    let v = view(dir.path(), ViewFormat::V2);
+    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    v.unlink(x, OsStr::new(".zarray")).unwrap();
+    assert!(a.join("zarr.json.shardfs-unlinked").exists());
+    // another mount: another array there, its `.zarray` unlinked in turn
+    std::fs::write(a.join("zarr.json.shardfs-unlinked"), unsharded("uint16")).unwrap();
+    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    let (_, o) = v.create(x, OsStr::new(".zattrs"), false, true).unwrap();
+    v.write(o.fh, 0, br#"{"b": 2}"#).unwrap();
+    let r = v.flush_handle(o.fh);
+    let _ = v.release(o.fh);
+    assert!(r.is_ok(), "{r:?}");
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("zarr.json.shardfs-unlinked")).unwrap())
+            .unwrap();
+    assert_eq!(kept["data_type"], "uint16", "{kept}");
+    assert_eq!(kept["attributes"]["b"], 2, "{kept}");
+}

@@ -207,13 +207,17 @@ impl TreeRead<'_> {
         if self.tree.store.stat(&rel.join("zarr.json"))?.is_some() {
             return Err(Reconcile::PlainMetaBack { rel }.into());
         }
-        if self
-            .tree
-            .store
-            .stat(&rel.join(crate::store::UNLINKED_META))?
-            .is_none()
-        {
+        let kept = rel.join(crate::store::UNLINKED_META);
+        if self.tree.store.stat(&kept)?.is_none() {
             return Err(Reconcile::PlainGone { rel }.into());
+        }
+        // Another array's document kept there since (another mount wrote the metadata
+        // back, made another array, unlinked its `.zarray`): that one is held now.
+        let held = self.overlay.and_then(|w| w.plain_doc(&rel));
+        if let Some((doc, keys)) = self.tree.plain_array_in(&kept)
+            && held.is_some_and(|held| !super::plain::same_but_attributes(&held, &doc))
+        {
+            return Err(Reconcile::UnlinkedPlain { rel, keys, doc }.into());
         }
         Ok(Some(Node::Dir { rel }))
     }

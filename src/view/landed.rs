@@ -141,6 +141,17 @@ impl View {
 
     fn take_in_v2_doc(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         use crate::format::v2;
+        // An unsharded array whose `.zarray` this mount holds unlinked: reconciled with
+        // the store first (another mount may have written the metadata back, or removed
+        // the array), as a sharded one's is (`View::hold_headless_attrs`).
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.unlinked.is_plain_headless(dir))
+            && let Some(dir_meta) = self.tree.store.stat(dir)?
+        {
+            self.classify_dir(dir.to_path_buf(), dir_meta)?;
+        }
         let headless_plain = self
             .writer
             .as_ref()
@@ -152,7 +163,8 @@ impl View {
             let name = node_name(dir);
             v2::apply_zattrs(&mut doc, data, Some(keys.ndim), &name).map_err(ViewError::Invalid)?;
             let w = self.writer()?;
-            if w.unlinked.is_plain_headless(dir) {
+            if let Some(held) = w.unlinked.plain_doc(dir) {
+                self.plain_kept_as_held(dir, &held)?;
                 let kept = dir.join(crate::store::UNLINKED_META);
                 write_doc(self.tree.store.as_ref(), &kept, doc.clone())?;
             }
@@ -216,6 +228,30 @@ impl View {
             }
             MetaFile::Zattrs => self.name_ome_dimensions(dir),
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// `Ok` if the document kept at the unlink of the `.zarray` of the unsharded array at
+    /// `dir` is the one this mount holds (`held`), attributes aside; `ESTALE` if the store
+    /// has kept another since (another mount's, to change: a sharded array's is checked
+    /// the same way, `View::kept_as_held`).
+    pub(super) fn plain_kept_as_held(
+        &self,
+        dir: &Path,
+        held: &serde_json::Map<String, Value>,
+    ) -> Result<()> {
+        let kept = dir.join(crate::store::UNLINKED_META);
+        let same = self
+            .tree
+            .plain_array_in(&kept)
+            .is_some_and(|(doc, _)| super::plain::same_but_attributes(&doc, held));
+        if !same {
+            log::warn!(
+                "{}/.zattrs: not stored: the array's kept document changed meanwhile",
+                dir.display()
+            );
+            return Err(std::io::Error::from_raw_os_error(libc::ESTALE).into());
         }
         Ok(())
     }

@@ -127,7 +127,9 @@ impl View {
                     w.unlinked.zattrs_unlinked(dir);
                 }
                 (MetaFile::Zattrs, true) => {
-                    let mut doc = w.unlinked.plain_doc(dir).unwrap_or_default();
+                    let held = w.unlinked.plain_doc(dir).unwrap_or_default();
+                    self.plain_kept_as_held(dir, &held)?;
+                    let mut doc = held;
                     v2::apply_zattrs(
                         &mut doc,
                         b"{}",
@@ -459,4 +461,14 @@ impl PlainFills {
         cache.insert(rel.to_path_buf(), (doc.clone(), data.clone()));
         Some(data)
     }
+}
+
+/// Whether metadata documents `a` and `b` are the same but for their attributes.
+pub(super) fn same_but_attributes(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+    let without = |doc: &Map<String, Value>| {
+        let mut doc = doc.clone();
+        doc.remove("attributes");
+        doc
+    };
+    without(a) == without(b)
 }
