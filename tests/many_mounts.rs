@@ -221,6 +221,19 @@ fn a_commit_cut_at_any_byte_loses_nothing_acknowledged_and_half_applies_nothing(
 
 // ---- through two real mounts ----------------------------------------------------------
 
+/// Array `a` made again, unsharded, written through a mount: the mount stores it with
+/// shards of its own choosing (one shard of all 16 chunks), another layout than
+/// [`array_doc`]'s 4 chunks a shard.
+fn other_array_doc() -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
+    }))
+    .unwrap()
+}
+
 /// A writable mount as mounted by default (the kernel opens files) that flushes only
 /// when the test says.
 fn mount_unflushed(store: &Path) -> (tempfile::TempDir, Mount) {
@@ -495,15 +508,7 @@ fn a_chunk_written_for_an_array_another_mount_replaced_is_not_stored_in_the_new_
     if !common::can_mount() {
         return;
     }
-    // Unsharded, written through A: A stores it with shards of its own choosing (one
-    // shard of all 16 chunks), another layout than the old one's 4 chunks a shard.
-    let other = serde_json::to_vec(&json!({
-        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
-    }))
-    .unwrap();
+    let other = other_array_doc();
     for kernel_opens in [false, true] {
         let store = tempfile::tempdir().unwrap();
         fs::create_dir(store.path().join("a")).unwrap();
@@ -552,15 +557,7 @@ fn a_chunk_written_into_an_unlinked_array_another_mount_replaced_is_not_stored_i
     if !common::can_mount() {
         return;
     }
-    // Unsharded, written through A: A stores it with shards of its own choosing (one
-    // shard of all 16 chunks), another layout than the old one's 4 chunks a shard.
-    let other = serde_json::to_vec(&json!({
-        "zarr_format": 3, "node_type": "array", "shape": [64], "data_type": "uint8",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}
-    }))
-    .unwrap();
+    let other = other_array_doc();
     for unlinked_again in [false, true] {
         let store = tempfile::tempdir().unwrap();
         fs::create_dir(store.path().join("a")).unwrap();
@@ -598,7 +595,7 @@ fn a_chunk_written_into_an_unlinked_array_another_mount_replaced_is_not_stored_i
             std::thread::sleep(Duration::from_millis(1100));
             assert_eq!(fs::read(mb.path().join("a/c/2")).unwrap(), b"AAAA");
         }
-        let _ = b.unmount();
+        b.unmount().unwrap();
         a.unmount().unwrap();
         if unlinked_again {
             fs::rename(

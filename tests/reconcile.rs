@@ -3,12 +3,17 @@
 //! would: listings that meet many stale directories, and what another mount kept or
 //! replaced while this one holds an array's metadata unlinked. Written by a reviewer of
 //! the facade (each failed before its fix).
-use std::ffi::OsStr;
-use std::path::Path;
-use std::sync::Arc;
+mod common;
 
-use shardfs::store::{LocalStore, Store};
-use shardfs::view::{ROOT_INO, View, ViewConfig, ViewFormat};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::view::writable_view_of as view;
+use shardfs::view::{ROOT_INO, View, ViewFormat};
+
+/// The kept document's name (`store::UNLINKED_META`).
+const KEPT: &str = "zarr.json.shardfs-unlinked";
 
 fn sharded(inner: u64) -> String {
     format!(
@@ -20,21 +25,37 @@ fn sharded(inner: u64) -> String {
     )
 }
 
-fn view(dir: &Path, format: ViewFormat) -> View {
-    use shardfs::compact::CpuCompactor;
-    use shardfs::view::write_api::{WriteConfig, Writer};
-    let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
-    let writer = Writer::new(WriteConfig {
-        write_buffer: 1 << 20,
-        chunks_per_shard: None,
-        shard_target_bytes: 64 << 20,
-        compactor: Arc::new(CpuCompactor::new()),
-    });
-    let config = ViewConfig {
-        format,
-        ..ViewConfig::default()
-    };
-    View::with_writer(store, config, Some(writer)).unwrap()
+/// A store whose root group holds array `x` (metadata `doc`), a writable view of it in
+/// `format`, `x`'s store directory and its inode.
+fn array_x(doc: &str, format: ViewFormat) -> (tempfile::TempDir, View, PathBuf, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    root_group(dir.path());
+    let a = dir.path().join("x");
+    std::fs::create_dir(&a).unwrap();
+    std::fs::write(a.join("zarr.json"), doc).unwrap();
+    let v = view(dir.path(), format);
+    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    (dir, v, a, x)
+}
+
+/// Write file `name` in directory `parent` whole, as `open(O_CREAT|O_TRUNC)`, `write`
+/// and `close` do: the close's answer.
+fn write_close(v: &View, parent: u64, name: &str, bytes: &[u8]) -> Result<(), i32> {
+    let (_, o) = v.create(parent, OsStr::new(name), false, true).unwrap();
+    v.write(o.fh, 0, bytes).unwrap();
+    let flushed = v.flush_handle(o.fh).map_err(|e| e.errno());
+    let released = v.release(o.fh).map_err(|e| e.errno());
+    flushed.and(released)
+}
+
+/// The store's file mtimes are a coarse clock's: a document rewritten at once may keep
+/// its time. Waited for between another mount's write and this one's look.
+fn next_tick() {
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+fn kept_doc(a: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(a.join(KEPT)).unwrap()).unwrap()
 }
 
 fn root_group(dir: &Path) {
@@ -46,10 +67,7 @@ fn root_group(dir: &Path) {
 }
 
 fn list_root(v: &View) -> Result<usize, i32> {
-    let fh = v.opendir(ROOT_INO).map_err(|e| {
-        eprintln!("opendir: {e}");
-        e.errno()
-    })?;
+    let fh = v.opendir(ROOT_INO).map_err(|e| e.errno())?;
     let n = v.dir_entries(fh).unwrap().len();
     v.releasedir(fh);
     Ok(n)
@@ -63,7 +81,7 @@ fn kept_left(n: usize) -> Result<usize, i32> {
     for i in 0..n {
         let a = dir.path().join(format!("a{i:03}"));
         std::fs::create_dir(&a).unwrap();
-        std::fs::write(a.join("zarr.json.shardfs-unlinked"), sharded(2)).unwrap();
+        std::fs::write(a.join(KEPT), sharded(2)).unwrap();
     }
     let v = view(dir.path(), ViewFormat::V2);
     list_root(&v)
@@ -95,13 +113,9 @@ fn zattrs_held(n: usize) -> Result<usize, i32> {
             .unwrap()
             .ino;
         v.unlink(a, OsStr::new(".zarray")).unwrap();
-        let (_, o) = v.create(a, OsStr::new(".zattrs"), false, true).unwrap();
-        v.write(o.fh, 0, br#"{"b": 2}"#).unwrap();
-        v.flush_handle(o.fh).unwrap();
-        v.release(o.fh).unwrap();
+        assert_eq!(write_close(&v, a, ".zattrs", br#"{"b": 2}"#), Ok(()));
     }
-    let a0 = dir.path().join("a000");
-    assert!(a0.join("zarr.json.shardfs-unlinked").exists());
+    assert_eq!(kept_doc(&dir.path().join("a000"))["attributes"]["b"], 2);
     list_root(&v)
 }
 
@@ -119,70 +133,43 @@ fn a_listing_after_many_zattrs_written_into_unlinked_arrays() {
 /// one holds the array unlinked; a `.zattrs` written here then.
 #[test]
 fn a_zattrs_written_after_another_mount_wrote_the_metadata_back_leaves_no_kept_document() {
-    let dir = tempfile::tempdir().unwrap();
-    root_group(dir.path());
-    let a = dir.path().join("x");
-    std::fs::create_dir(&a).unwrap();
-    std::fs::write(a.join("zarr.json"), sharded(2)).unwrap();
-    let v = view(dir.path(), ViewFormat::V2);
-    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    let (dir, v, a, x) = array_x(&sharded(2), ViewFormat::V2);
     v.unlink(x, OsStr::new(".zarray")).unwrap();
-    assert!(a.join("zarr.json.shardfs-unlinked").exists());
-    assert!(!a.join("zarr.json").exists());
+    assert!(a.join(KEPT).exists() && !a.join("zarr.json").exists());
     // another mount: metadata back, kept document removed
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    next_tick();
     std::fs::write(a.join("zarr.json"), sharded(2)).unwrap();
-    std::fs::remove_file(a.join("zarr.json.shardfs-unlinked")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    let (_, o) = v.create(x, OsStr::new(".zattrs"), false, true).unwrap();
-    v.write(o.fh, 0, br#"{"b": 2}"#).unwrap();
-    let r = v.flush_handle(o.fh);
-    let _ = v.release(o.fh);
-    eprintln!("flush: {r:?}");
-    let both = a.join("zarr.json").exists() && a.join("zarr.json.shardfs-unlinked").exists();
-    eprintln!(
-        "zarr.json: {:?}",
-        std::fs::read_to_string(a.join("zarr.json")).ok()
-    );
-    eprintln!(
-        "kept: {:?}",
-        std::fs::read_to_string(a.join("zarr.json.shardfs-unlinked")).ok()
-    );
-    drop(v);
-    // a later mount
-    let v2 = view(dir.path(), ViewFormat::V2);
-    let _ = v2.lookup(ROOT_INO, OsStr::new("x"));
-    drop(v2);
-    let still = a.join("zarr.json.shardfs-unlinked").exists();
+    std::fs::remove_file(a.join(KEPT)).unwrap();
+    next_tick();
+    // Taken in as the array's attributes, the array whole again.
+    assert_eq!(write_close(&v, x, ".zattrs", br#"{"b": 2}"#), Ok(()));
     assert!(
-        !both && !still,
-        "kept document left beside metadata (both={both}, after a later mount's lookup={still})"
+        !a.join(KEPT).exists(),
+        "a kept document beside the metadata"
     );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(a.join("zarr.json")).unwrap()).unwrap();
+    assert_eq!(doc["attributes"]["b"], 2, "{doc}");
+    drop(v);
+    // and a later mount finds nothing to take either
+    let later = view(dir.path(), ViewFormat::V2);
+    assert!(later.lookup(ROOT_INO, OsStr::new("x")).is_ok());
+    assert!(!a.join(KEPT).exists());
 }
 
 /// A chunk staged for array x; another mount replaced x by y (another layout) and
 /// unlinked y's metadata. A lookup of x here, then a flush.
 #[test]
 fn chunks_staged_for_an_array_another_mount_replaced_and_unlinked_are_not_stored_in_it() {
-    let dir = tempfile::tempdir().unwrap();
-    root_group(dir.path());
-    let a = dir.path().join("x");
-    std::fs::create_dir(&a).unwrap();
-    std::fs::write(a.join("zarr.json"), sharded(2)).unwrap();
-    let v = view(dir.path(), ViewFormat::V3);
-    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
-    let (_, o) = v.create(x, OsStr::new("c.0"), false, true).unwrap();
-    v.write(o.fh, 0, &[7, 7]).unwrap();
-    v.flush_handle(o.fh).unwrap();
-    v.release(o.fh).unwrap();
+    let (_dir, v, a, x) = array_x(&sharded(2), ViewFormat::V3);
+    assert_eq!(write_close(&v, x, "c.0", &[7, 7]), Ok(()));
     assert!(!a.join("c.0").exists(), "staged, not flushed yet");
     // another mount: rm -rf x; a new x of another layout; its zarr.json unlinked
     std::fs::remove_dir_all(&a).unwrap();
     std::fs::create_dir(&a).unwrap();
-    std::fs::write(a.join("zarr.json.shardfs-unlinked"), sharded(4)).unwrap();
-    let _ = v.lookup(ROOT_INO, OsStr::new("x"));
-    let r = v.flush_all();
-    eprintln!("flush_all: {r:?}");
+    std::fs::write(a.join(KEPT), sharded(4)).unwrap();
+    assert!(v.lookup(ROOT_INO, OsStr::new("x")).is_ok());
+    assert!(v.flush_all().is_ok());
     let shard = a.join("c.0");
     assert!(
         !shard.exists(),
@@ -195,31 +182,22 @@ fn chunks_staged_for_an_array_another_mount_replaced_and_unlinked_are_not_stored
 /// while this one holds the old one unlinked; a `.zattrs` written here then.
 #[test]
 fn a_zattrs_written_here_does_not_overwrite_another_mounts_kept_document() {
-    let dir = tempfile::tempdir().unwrap();
-    root_group(dir.path());
-    let a = dir.path().join("x");
-    std::fs::create_dir(&a).unwrap();
-    std::fs::write(a.join("zarr.json"), sharded(2)).unwrap();
-    let v = view(dir.path(), ViewFormat::V2);
-    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    let (_dir, v, a, x) = array_x(&sharded(2), ViewFormat::V2);
     v.unlink(x, OsStr::new(".zarray")).unwrap();
     // another mount: the array replaced by one of another layout, its metadata unlinked
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    std::fs::write(a.join("zarr.json.shardfs-unlinked"), sharded(4)).unwrap();
-    let (_, o) = v.create(x, OsStr::new(".zattrs"), false, true).unwrap();
-    v.write(o.fh, 0, br#"{"b": 2}"#).unwrap();
-    let r = v.flush_handle(o.fh);
-    let _ = v.release(o.fh);
-    eprintln!("flush: {r:?}");
-    let kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(a.join("zarr.json.shardfs-unlinked")).unwrap())
-            .unwrap();
+    next_tick();
+    std::fs::write(a.join(KEPT), sharded(4)).unwrap();
+    // This mount looks again at the write: it holds the other array now, and the
+    // attributes go into its document.
+    assert_eq!(write_close(&v, x, ".zattrs", br#"{"b": 2}"#), Ok(()));
+    let kept = kept_doc(&a);
     let inner = &kept["codecs"][0]["configuration"]["chunk_shape"];
     assert_eq!(
         inner,
         &serde_json::json!([4]),
         "the other mount's kept array was overwritten: {kept}"
     );
+    assert_eq!(kept["attributes"]["b"], 2, "{kept}");
 }
 
 /// The same for an unsharded array of the v2 view: another mount wrote the metadata
@@ -237,26 +215,34 @@ fn a_zattrs_written_into_an_unsharded_array_takes_the_document_kept_by_another_m
             "attributes": {{}}}}"#
         )
     };
-    let dir = tempfile::tempdir().unwrap();
-    root_group(dir.path());
-    let a = dir.path().join("x");
-    std::fs::create_dir(&a).unwrap();
-    std::fs::write(a.join("zarr.json"), unsharded("uint8")).unwrap();
-    let v = view(dir.path(), ViewFormat::V2);
-    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
+    let (_dir, v, a, x) = array_x(&unsharded("uint8"), ViewFormat::V2);
     v.unlink(x, OsStr::new(".zarray")).unwrap();
-    assert!(a.join("zarr.json.shardfs-unlinked").exists());
+    assert!(a.join(KEPT).exists());
     // another mount: another array there, its `.zarray` unlinked in turn
-    std::fs::write(a.join("zarr.json.shardfs-unlinked"), unsharded("uint16")).unwrap();
-    let x = v.lookup(ROOT_INO, OsStr::new("x")).unwrap().ino;
-    let (_, o) = v.create(x, OsStr::new(".zattrs"), false, true).unwrap();
-    v.write(o.fh, 0, br#"{"b": 2}"#).unwrap();
-    let r = v.flush_handle(o.fh);
-    let _ = v.release(o.fh);
-    assert!(r.is_ok(), "{r:?}");
-    let kept: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(a.join("zarr.json.shardfs-unlinked")).unwrap())
-            .unwrap();
+    std::fs::write(a.join(KEPT), unsharded("uint16")).unwrap();
+    assert_eq!(write_close(&v, x, ".zattrs", br#"{"b": 2}"#), Ok(()));
+    let kept = kept_doc(&a);
     assert_eq!(kept["data_type"], "uint16", "{kept}");
     assert_eq!(kept["attributes"]["b"], 2, "{kept}");
+}
+
+/// Where the document kept there since is none this view can take (here an array whose
+/// codecs it cannot present), a `.zattrs` written here is refused with `ESTALE`, and
+/// that document stays as the other mount wrote it.
+#[test]
+fn a_zattrs_written_over_a_kept_document_this_view_cannot_take_is_estale() {
+    let unsharded = r#"{"zarr_format": 3, "node_type": "array", "shape": [8],
+        "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes"}], "attributes": {}}"#;
+    let (_dir, v, a, x) = array_x(unsharded, ViewFormat::V2);
+    v.unlink(x, OsStr::new(".zarray")).unwrap();
+    let other = unsharded.replace(r#"[{"name": "bytes"}]"#, r#"[{"name": "no-such-codec"}]"#);
+    std::fs::write(a.join(KEPT), &other).unwrap();
+    assert_eq!(
+        write_close(&v, x, ".zattrs", br#"{"b": 2}"#),
+        Err(libc::ESTALE)
+    );
+    assert_eq!(std::fs::read_to_string(a.join(KEPT)).unwrap(), other);
 }

@@ -517,8 +517,7 @@ fn files_unlinked_through_the_mount_stay_unlinked_in_the_bucket() {
 #[test]
 fn a_zattrs_held_with_an_unlinked_zarray_is_stored_in_the_bucket() {
     let Some(s3) = S3Test::start() else { return };
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     let v2 = ["--format", "v2"];
     let (w, mw) = s3.mount_dir("s3://bucket/v2", "w", &v2);
     let a = w.join("a");

@@ -10,11 +10,11 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::view::writable_view;
 use serde_json::json;
-use shardfs::compact::CpuCompactor;
 use shardfs::store::faulty::{Fault, FaultyStore, Op};
 use shardfs::store::{LocalStore, MemoryStore, Store};
-use shardfs::view::{ROOT_INO, View, ViewConfig, ViewError, WriteConfig, Writer};
+use shardfs::view::{ROOT_INO, View, ViewConfig, ViewError, ViewFormat};
 
 /// 1-d uint8 array `a`: 64 elements, shards of 16 (store files `a/c/0`..`a/c/3`),
 /// inner chunks of 4 (view keys `a/c/0`..`a/c/15`, four per shard).
@@ -59,16 +59,6 @@ fn stores() -> Vec<(Option<tempfile::TempDir>, Arc<dyn Store>)> {
     vec![(None, Arc::new(memory)), (Some(dir), Arc::new(local))]
 }
 
-fn writable_view(store: Arc<dyn Store>) -> View {
-    let writer = Writer::new(WriteConfig {
-        write_buffer: 1 << 20,
-        chunks_per_shard: None,
-        shard_target_bytes: 64 << 20,
-        compactor: Arc::new(CpuCompactor::new()),
-    });
-    View::with_writer(store, ViewConfig::default(), Some(writer)).unwrap()
-}
-
 fn lookup(view: &View, path: &str) -> Result<u64, ViewError> {
     let mut ino = ROOT_INO;
     for part in path.split('/') {
@@ -107,7 +97,7 @@ fn write(view: &View, path: &str, bytes: &[u8]) -> Result<u64, ViewError> {
 /// Chunks 1 and 2 (shard `a/c/0`) and 5 (shard `a/c/1`) stored through a view without
 /// faults.
 fn store_three_chunks(store: &Arc<dyn Store>) {
-    let view = writable_view(store.clone());
+    let view = writable_view(store.clone(), ViewFormat::V3);
     for c in [1, 2, 5] {
         write(&view, &format!("a/c/{c}"), &[c as u8; 4]).unwrap();
     }
@@ -120,7 +110,7 @@ fn a_failed_shard_commit_keeps_the_chunk_staged_and_readable_and_a_later_fsync_s
         for (_dir, inner) in stores() {
             let what = inner.describe();
             let store = Arc::new(FaultyStore::new(inner.clone()));
-            let view = writable_view(store.clone());
+            let view = writable_view(store.clone(), ViewFormat::V3);
             let fault = store.inject(Fault::new(Op::Commit, errno).under("a/c/0"));
             let c1 = write(&view, "a/c/1", b"new1").unwrap();
             write(&view, "a/c/5", b"new5").unwrap();
@@ -129,7 +119,7 @@ fn a_failed_shard_commit_keeps_the_chunk_staged_and_readable_and_a_later_fsync_s
             assert!(store.fired(fault) >= 1, "{what}");
             // Its own shard is unchanged; the other shard of the array is stored.
             assert_eq!(inner.stat(Path::new("a/c/0")).unwrap(), None, "{what}");
-            let fresh = writable_view(inner.clone());
+            let fresh = writable_view(inner.clone(), ViewFormat::V3);
             assert_eq!(read(&fresh, "a/c/5").unwrap(), b"new5", "{what}");
             // Still staged, and read back from the mount.
             assert_eq!(read(&view, "a/c/1").unwrap(), b"new1", "{what}");
@@ -137,7 +127,7 @@ fn a_failed_shard_commit_keeps_the_chunk_staged_and_readable_and_a_later_fsync_s
             assert_eq!(view.fsync(c1).unwrap_err().errno(), errno, "{what}");
             store.clear();
             view.fsync(c1).unwrap();
-            let fresh = writable_view(inner.clone());
+            let fresh = writable_view(inner.clone(), ViewFormat::V3);
             assert_eq!(read(&fresh, "a/c/1").unwrap(), b"new1", "{what}");
         }
     }
@@ -242,7 +232,7 @@ fn a_failed_metadata_store_is_the_writes_error_and_the_store_keeps_the_old_docum
     // The in-memory store cannot write files other than shards.
     for (_dir, inner) in stores().into_iter().filter(|(d, _)| d.is_some()) {
         let store = Arc::new(FaultyStore::new(inner.clone()));
-        let view = writable_view(store.clone());
+        let view = writable_view(store.clone(), ViewFormat::V3);
         let fault = store.inject(Fault::new(Op::WriteAtomically, libc::ENOSPC).under("g"));
         let err = write(&view, "g/zarr.json", &group_doc(2)).unwrap_err();
         assert_eq!(err.errno(), libc::ENOSPC, "{err}");

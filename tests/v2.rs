@@ -1027,8 +1027,7 @@ fn an_unlinked_zattrs_is_gone_until_written_again() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     let excl = |p: &Path| {
         std::fs::OpenOptions::new()
             .write(true)
@@ -1075,8 +1074,7 @@ fn a_zattrs_unlinked_then_written_cut_short_is_gone_when_refused() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     let mnt = tempfile::tempdir().unwrap();
     let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
     let a = mnt.path().join("a");
@@ -1480,8 +1478,7 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_is_held_with_it() 
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     let mnt = tempfile::tempdir().unwrap();
     let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();
     let a = mnt.path().join("a");
@@ -1616,8 +1613,7 @@ fn a_zattrs_written_while_a_sharded_arrays_zarray_is_unlinked_outlives_the_mount
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     let stored_attrs = || -> serde_json::Value {
         let doc: serde_json::Value =
             serde_json::from_slice(&std::fs::read(store.path().join("a/zarr.json")).unwrap())
@@ -1687,8 +1683,7 @@ fn a_zarray_unlinked_and_written_back_keeps_the_chunks() {
         return;
     }
     let store = tempfile::tempdir().unwrap();
-    let zarray = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
-        "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
+    let zarray = common::ZARRAY_U1_4;
     {
         let mnt = tempfile::tempdir().unwrap();
         let m = Mount::new(store.path(), mnt.path(), &v2_options(false)).unwrap();

@@ -8,8 +8,9 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::view::{writable_view, writable_view_of};
 use shardfs::store::{LocalStore, Store};
-use shardfs::view::{Attr, Kind, ROOT_INO, View, ViewConfig, ViewError};
+use shardfs::view::{Attr, Kind, ROOT_INO, View, ViewConfig, ViewError, ViewFormat};
 
 fn view_of(dir: &Path) -> View {
     let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
@@ -263,20 +264,6 @@ fn writes_are_refused_read_only() {
     );
 }
 
-/// A writable view of the store at `dir`, with no mount.
-fn writable_view_of(dir: &Path) -> View {
-    use shardfs::compact::CpuCompactor;
-    use shardfs::view::write_api::{WriteConfig, Writer};
-    let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir).unwrap());
-    let writer = Writer::new(WriteConfig {
-        write_buffer: 1 << 20,
-        chunks_per_shard: None,
-        shard_target_bytes: 64 << 20,
-        compactor: Arc::new(CpuCompactor::new()),
-    });
-    View::with_writer(store, ViewConfig::default(), Some(writer)).unwrap()
-}
-
 /// Write a whole file through `view` as the kernel does for `open(O_CREAT|O_TRUNC)`,
 /// `write`, `close`: `parent` is the directory's inode.
 fn write_file(view: &View, parent: u64, name: &str, bytes: &[u8]) -> u64 {
@@ -297,7 +284,7 @@ fn write_file(view: &View, parent: u64, name: &str, bytes: &[u8]) -> u64 {
 fn a_directory_moved_onto_an_empty_one_shows_its_own_times() {
     use std::time::{Duration, UNIX_EPOCH};
     let dir = tempfile::tempdir().unwrap();
-    let view = writable_view_of(dir.path());
+    let view = writable_view_of(dir.path(), ViewFormat::V3);
     view.mkdir(ROOT_INO, OsStr::new("d1")).unwrap();
     let d2 = view.mkdir(ROOT_INO, OsStr::new("d2")).unwrap();
     let old = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
@@ -329,7 +316,7 @@ fn a_directory_moved_onto_an_empty_one_shows_its_own_times() {
 fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
     let store = tempfile::tempdir().unwrap();
     let want = |i: u64, j: u64, k: u64| vec![(1 + i * 4 + j * 2 + k) as u8; 8];
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let b3 = view.mkdir(ROOT_INO, OsStr::new("b3")).unwrap().ino;
     let c = view.mkdir(b3, OsStr::new("c")).unwrap().ino;
     let mut old = Vec::new();
@@ -401,7 +388,7 @@ fn an_inode_of_a_chunk_file_taken_into_a_new_array_is_stale() {
 #[test]
 fn a_file_renamed_onto_new_metadata_keeps_its_inode() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let b4 = view.mkdir(ROOT_INO, OsStr::new("b4")).unwrap().ino;
     let meta = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
@@ -439,7 +426,7 @@ fn a_file_renamed_onto_new_metadata_keeps_its_inode() {
 #[test]
 fn an_unlinked_store_file_inode_never_reaches_the_file_at_its_name_now() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let d = view.mkdir(ROOT_INO, OsStr::new("plain")).unwrap().ino;
     let old = write_file(&view, d, "x", b"old");
     view.unlink(d, OsStr::new("x")).unwrap();
@@ -468,7 +455,7 @@ fn an_unlinked_store_file_inode_never_reaches_the_file_at_its_name_now() {
 #[test]
 fn unlinking_a_chunk_a_shrink_deleted_through_a_cached_name_succeeds() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let arr = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
     let meta = |rows: u64| {
         serde_json::to_vec(&serde_json::json!({
@@ -505,7 +492,7 @@ fn unlinking_a_chunk_a_shrink_deleted_through_a_cached_name_succeeds() {
 #[test]
 fn a_file_created_while_a_forgotten_one_awaits_its_release_gets_another_inode() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     view.set_open_policy(shardfs::view::OpenPolicy::KernelOpens);
     let name = OsStr::new("x.__lock");
     let (old, o1) = view.create(ROOT_INO, name, false, false).unwrap();
@@ -533,7 +520,7 @@ fn a_file_created_while_a_forgotten_one_awaits_its_release_gets_another_inode() 
 #[test]
 fn a_full_write_buffer_lets_unlinked_files_go() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path()); // a 1 MiB write buffer
+    let view = writable_view_of(store.path(), ViewFormat::V3); // a 1 MiB write buffer
     // Scratch files (held in the write buffer) are the files in an array's directory.
     let dir = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
     let meta = serde_json::json!({
@@ -578,26 +565,13 @@ fn a_full_write_buffer_lets_unlinked_files_go() {
 /// behind the intermittent `ome_zarr_0_4_tools_read_and_write_0_5_images_through_the_v2_view`).
 #[test]
 fn a_late_release_never_takes_in_another_writers_v2_metadata() {
-    use shardfs::compact::CpuCompactor;
-    use shardfs::view::{ViewFormat, WriteConfig, Writer};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("zarr.json"),
         br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
     )
     .unwrap();
-    let store: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path()).unwrap());
-    let writer = Writer::new(WriteConfig {
-        write_buffer: 1 << 20,
-        chunks_per_shard: None,
-        shard_target_bytes: 64 << 20,
-        compactor: Arc::new(CpuCompactor::new()),
-    });
-    let config = ViewConfig {
-        format: ViewFormat::V2,
-        ..ViewConfig::default()
-    };
-    let view = View::with_writer(store, config, Some(writer)).unwrap();
+    let view = writable_view_of(dir.path(), ViewFormat::V2);
     let zattrs = OsStr::new(".zattrs");
     let write = |doc: &[u8]| {
         let ino = view.lookup(ROOT_INO, zattrs).unwrap().ino;
@@ -627,7 +601,7 @@ fn a_late_release_never_takes_in_another_writers_v2_metadata() {
 #[test]
 fn metadata_reads_back_as_written_while_it_is_the_document_shown() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let b = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
     let mut meta = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [4, 4], "data_type": "uint8",
@@ -691,7 +665,7 @@ fn metadata_reads_back_as_written_while_it_is_the_document_shown() {
 #[test]
 fn a_refused_rename_of_array_metadata_changes_nothing() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let b = view.mkdir(ROOT_INO, OsStr::new("b")).unwrap().ino;
     let meta = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "uint8",
@@ -738,7 +712,7 @@ fn a_refused_rename_of_array_metadata_changes_nothing() {
 #[test]
 fn a_temporary_renamed_onto_a_new_arrays_metadata_leaves_nothing_behind() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let a = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
     let mut meta = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [7, 7], "data_type": "uint8",
@@ -779,7 +753,7 @@ fn a_temporary_renamed_onto_a_new_arrays_metadata_leaves_nothing_behind() {
 #[test]
 fn files_of_their_own_deep_in_key_directories_are_listed_by_a_later_mount() {
     let store = tempfile::tempdir().unwrap();
-    let view = writable_view_of(store.path());
+    let view = writable_view_of(store.path(), ViewFormat::V3);
     let a = view.mkdir(ROOT_INO, OsStr::new("a")).unwrap().ino;
     let meta = serde_json::json!({
         "zarr_format": 3, "node_type": "array", "shape": [7, 7, 5], "data_type": "int32",
@@ -864,7 +838,10 @@ fn a_committed_index_is_cached_and_another_mounts_commit_is_still_seen() {
     let local: Arc<dyn Store> = Arc::new(LocalStore::open(dir.path()).unwrap());
     for store in [Arc::new(memory) as Arc<dyn Store>, local] {
         let what = store.describe();
-        let (view, other) = (writable_view(store.clone()), writable_view(store.clone()));
+        let (view, other) = (
+            writable_view(store.clone(), ViewFormat::V3),
+            writable_view(store.clone(), ViewFormat::V3),
+        );
         let keys = view
             .mkdir(lookup(&view, "a").unwrap().ino, OsStr::new("c"))
             .unwrap()
@@ -891,17 +868,4 @@ fn a_committed_index_is_cached_and_another_mounts_commit_is_still_seen() {
         assert_eq!(read(&view, "a/c/1").unwrap(), b"bbbb", "{what}");
         assert_eq!(index_loads(&view), loads + 1, "{what}");
     }
-}
-
-/// A writable view of `store`, with no mount.
-fn writable_view(store: Arc<dyn Store>) -> View {
-    use shardfs::compact::CpuCompactor;
-    use shardfs::view::write_api::{WriteConfig, Writer};
-    let writer = Writer::new(WriteConfig {
-        write_buffer: 1 << 20,
-        chunks_per_shard: None,
-        shard_target_bytes: 64 << 20,
-        compactor: Arc::new(CpuCompactor::new()),
-    });
-    View::with_writer(store, ViewConfig::default(), Some(writer)).unwrap()
 }

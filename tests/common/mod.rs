@@ -4,11 +4,16 @@
 #![allow(dead_code)]
 
 pub mod mount;
+pub mod view;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+
+/// The `.zarray` of a small v2 array: 4 `uint8` elements in chunks of 2, uncompressed.
+pub const ZARRAY_U1_4: &[u8] = br#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "|u1",
+    "compressor": null, "fill_value": 0, "order": "C", "filters": null}"#;
 
 /// The root of this checkout.
 pub fn repo() -> PathBuf {
