@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Overlay;
 use super::{MetaFile, Result, View, ViewError};
 use crate::format::{self, KeyPath};
 use crate::store::{EntryKind, Store};
@@ -34,7 +35,7 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
-        let Some(sharded) = self.sharded_document(dir, &meta)? else {
+        let Some(sharded) = self.overlay()?.sharded_document(dir, &meta)? else {
             return Ok(());
         };
         let store = self.tree.store.as_ref();
@@ -46,7 +47,7 @@ impl View {
         if let Some((_, path)) = key_dirs.iter().find(|(coords, path)| {
             coords.is_none() && store.list(path).is_ok_and(|l| !l.is_empty())
         }) {
-            return Err(self.refuse_new_array(
+            return Err(self.overlay()?.refuse_new_array(
                 dir,
                 format!(
                     "{} is a directory with files in it, at a chunk key of the new array \
@@ -59,106 +60,32 @@ impl View {
         // the shard files; moved aside, staged, flushed, then dropped.
         let aside = dir.join(".shardfs-ingest");
         let moved = move_chunk_files_aside(store, dir, &meta, &aside)?;
-        let key_dirs = self.keep_key_dirs(dir, key_dirs);
+        let overlay = self.overlay()?;
+        let key_dirs = overlay.keep_key_dirs(dir, key_dirs);
         // Shown as its writer wrote it while it describes the array stored.
         let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
         store
             .write_atomically(&json_path, &sharded)
-            .inspect_err(|_| self.forget_as_written(written))?;
-        let array = self.reload_array(dir)?;
-        self.drop_key_dirs(&array, key_dirs);
+            .inspect_err(|_| overlay.forget_as_written(written))?;
+        let array = self.overlay()?.reload_array(dir)?;
+        overlay.drop_key_dirs(&array, key_dirs);
         log::info!(
             "{}: new array stored sharded, shards {:?}",
             dir.display(),
             array.layout.shard_shape
         );
-        self.take_in_moved(&array, &moved, &aside)
+        self.overlay()?.take_in_moved(&array, &moved, &aside)
     }
+}
 
-    /// The key directories found in `dir` before its metadata (`mkdir -p a/c/0` first,
-    /// as `rsync` and `cp -r` may) stay key directories of the new array, as a `mkdir`
-    /// after it would make; the returned store directories go once the array is in place
-    /// ([`View::drop_key_dirs`]). A directory made at a chunk's key (in 1-D, where a
-    /// shard goes) is no key directory: it goes now.
-    fn keep_key_dirs(
-        &self,
-        dir: &Path,
-        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
-    ) -> Vec<(Option<Vec<u64>>, PathBuf)> {
-        let store = self.tree.store.as_ref();
-        let (key_dirs, at_chunks): (Vec<_>, Vec<_>) = key_dirs
-            .into_iter()
-            .partition(|(coords, _)| coords.is_some());
-        for (_, path) in at_chunks.into_iter().rev() {
-            if store.remove_dir(&path).is_err() {
-                log::warn!(
-                    "{}: a directory at a chunk key of the new array is left in the store",
-                    path.display()
-                );
-            }
-            self.tree.shards.invalidate(&path);
-        }
-        if let Some(w) = &self.writer {
-            w.vdirs.made_all(
-                dir,
-                key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
-            );
-        }
-        key_dirs
-    }
-
-    /// Once the new array is in place (its inodes looked at again), the emptied store
-    /// directories of its key directories go: as store directories they would stand
-    /// where shards go and keep `rmdir` of the array from emptying it; until then a
-    /// writer that holds one (`rsync` setting its times) still finds it. One that holds
-    /// a file that is no chunk (`rsync`'s temporary file) stays in the store, and the
-    /// file is shown in it. Key directories outside the grid are no longer kept.
-    fn drop_key_dirs(
-        &self,
-        array: &super::ShardedArray,
-        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
-    ) {
-        let store = self.tree.store.as_ref();
-        for (_, path) in key_dirs.into_iter().rev() {
-            let _ = store.remove_dir(&path);
-            self.tree.shards.invalidate(&path);
-        }
-        if let Some(w) = &self.writer {
-            w.vdirs
-                .keep_in_grid(&array.rel, array.layout.chunk_counts());
-        }
-    }
-
-    /// The chunk files moved aside before the new array's metadata was stored, staged
-    /// into its shards and flushed; then the directory they were moved to goes.
-    fn take_in_moved(
-        &self,
-        array: &super::ShardedArray,
-        moved: &[(Vec<u64>, PathBuf)],
-        aside: &Path,
-    ) -> Result<()> {
-        let (w, store) = (self.writer()?, self.tree.store.as_ref());
-        if !moved.is_empty() {
-            for (coords, file) in moved {
-                w.staging.put(
-                    &array.rel,
-                    coords.clone(),
-                    Some(Arc::new(store.read_all(file)?.ok_or(ViewError::NotFound)?)),
-                );
-            }
-            self.flush_array(array)?;
-            crate::store::remove_tree(store, aside)?;
-        }
-        Ok(())
-    }
-
+impl Overlay<'_> {
     /// The sharded `zarr.json` that makes the array `meta` just written at `dir` a
     /// sharded array, or `None` where it stays as written (a sharded array's own shard
     /// files, one taken in already, an unsharded array of the store, one that cannot be
     /// sharded). Refused (and its document removed) where its chunks could never be
     /// stored.
     fn sharded_document(&self, dir: &Path, meta: &format::ArrayMeta) -> Result<Option<Vec<u8>>> {
-        let w = self.writer()?;
+        let w = self.w;
         if matches!(meta.presentation, format::Presentation::Sharded(_))
             && self.tree.arrays.get(dir).is_some()
         {
@@ -214,11 +141,93 @@ impl View {
         if let Err(e) = self.tree.store.remove_file(&json_path) {
             return e.into();
         }
-        if let Some(w) = &self.writer {
+        {
+            let w = self.w;
             w.docs.unlinked(&json_path);
         }
         self.refresh_subtree(dir);
         ViewError::Invalid(why)
+    }
+}
+
+impl Overlay<'_> {
+    /// The key directories found in `dir` before its metadata (`mkdir -p a/c/0` first,
+    /// as `rsync` and `cp -r` may) stay key directories of the new array, as a `mkdir`
+    /// after it would make; the returned store directories go once the array is in place
+    /// ([`Overlay::drop_key_dirs`]). A directory made at a chunk's key (in 1-D, where a
+    /// shard goes) is no key directory: it goes now.
+    fn keep_key_dirs(
+        &self,
+        dir: &Path,
+        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
+    ) -> Vec<(Option<Vec<u64>>, PathBuf)> {
+        let store = self.tree.store.as_ref();
+        let (key_dirs, at_chunks): (Vec<_>, Vec<_>) = key_dirs
+            .into_iter()
+            .partition(|(coords, _)| coords.is_some());
+        for (_, path) in at_chunks.into_iter().rev() {
+            if store.remove_dir(&path).is_err() {
+                log::warn!(
+                    "{}: a directory at a chunk key of the new array is left in the store",
+                    path.display()
+                );
+            }
+            self.tree.shards.invalidate(&path);
+        }
+        {
+            let w = self.w;
+            w.vdirs.made_all(
+                dir,
+                key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
+            );
+        }
+        key_dirs
+    }
+
+    /// Once the new array is in place (its inodes looked at again), the emptied store
+    /// directories of its key directories go: as store directories they would stand
+    /// where shards go and keep `rmdir` of the array from emptying it; until then a
+    /// writer that holds one (`rsync` setting its times) still finds it. One that holds
+    /// a file that is no chunk (`rsync`'s temporary file) stays in the store, and the
+    /// file is shown in it. Key directories outside the grid are no longer kept.
+    fn drop_key_dirs(
+        &self,
+        array: &super::ShardedArray,
+        key_dirs: Vec<(Option<Vec<u64>>, PathBuf)>,
+    ) {
+        let store = self.tree.store.as_ref();
+        for (_, path) in key_dirs.into_iter().rev() {
+            let _ = store.remove_dir(&path);
+            self.tree.shards.invalidate(&path);
+        }
+        {
+            let w = self.w;
+            w.vdirs
+                .keep_in_grid(&array.rel, array.layout.chunk_counts());
+        }
+    }
+
+    /// The chunk files moved aside before the new array's metadata was stored, staged
+    /// into its shards and flushed; then the directory they were moved to goes.
+    fn take_in_moved(
+        &self,
+        array: &super::ShardedArray,
+        moved: &[(Vec<u64>, PathBuf)],
+        aside: &Path,
+    ) -> Result<()> {
+        let (w, store) = (self.w, self.tree.store.as_ref());
+        if !moved.is_empty() {
+            for (coords, file) in moved {
+                w.staging.put(
+                    &array.rel,
+                    coords.clone(),
+                    Some(Arc::new(store.read_all(file)?.ok_or(ViewError::NotFound)?)),
+                );
+            }
+            self.flush_array(array)?;
+            crate::store::remove_tree(store, aside)?;
+        }
+        Ok(())
     }
 }
 

@@ -94,7 +94,7 @@ impl TreeRead<'_> {
             Ok(array) => {
                 let array = Arc::new(array);
                 // Another mount made another array here: chunks staged for the one it
-                // replaced must not go into it (see `View::array_to_flush`).
+                // replaced must not go into it (see `Overlay::array_to_flush`).
                 if let Some(old) = self.tree.arrays.get(&rel)
                     && old.replaced_by(&array)
                     && self.overlay.is_some_and(|w| w.holds_staged(&rel))

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Overlay;
 use super::TreeRead;
 use super::{MetaFile, View, write_api};
 
@@ -41,7 +42,7 @@ pub(super) struct AsWritten {
 }
 
 /// A document kept by [`View::remember_as_written`], with the one it replaced: put back
-/// by [`View::forget_as_written`] if the write is refused.
+/// by [`Overlay::forget_as_written`] if the write is refused.
 pub(super) struct Remembered {
     key: MetaKey,
     bytes: Option<Arc<Vec<u8>>>,
@@ -124,7 +125,7 @@ impl AsWritten {
 
 impl View {
     /// A writer's document `file` of the array whose metadata is stored at `key.0`,
-    /// about to be taken in: kept to be shown as written ([`View::as_written`]).
+    /// about to be taken in: kept to be shown as written ([`TreeRead::as_written`]).
     pub(super) fn remember_as_written(&self, key: MetaKey, bytes: &[u8]) -> Remembered {
         let Some(w) = &self.writer else {
             return Remembered {
@@ -149,12 +150,14 @@ impl View {
             previous,
         }
     }
+}
 
+impl Overlay<'_> {
     /// The document kept by [`View::remember_as_written`] was refused: the one it
     /// replaced is put back (still shown while the stored document is the one it made),
     /// unless another write of the same file came since.
     pub(super) fn forget_as_written(&self, r: Remembered) {
-        let (Some(w), Some(bytes)) = (&self.writer, r.bytes) else {
+        let (w, Some(bytes)) = (self.w, r.bytes) else {
             return;
         };
         let mut kept = w.as_written.lock();

@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
+use super::Overlay;
 use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
@@ -40,62 +41,6 @@ impl View {
         self.writer.as_ref()
     }
 
-    pub(super) fn writable(&self, array: &ShardedArray) -> Result<()> {
-        if array.layout.levels.len() > 1 {
-            log::warn!(
-                "{}: writes to nested sharded arrays are not supported",
-                array.rel.display()
-            );
-            return Err(ViewError::ReadOnly);
-        }
-        if let Err(e) = crate::write::flush::storable(&array.layout) {
-            log::warn!("{}: cannot be written: {e}", array.rel.display());
-            return Err(ViewError::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// A commit of `file` (at `path`, written for `array`, at `target`) that must not
-    /// happen: `Some` with what to answer. A file renamed to where its descriptors could
-    /// not follow ([`View::follow_rename`]) and written since: `ESTALE`. A chunk written
-    /// for an array that another mount has since replaced (removed and made again, or of
-    /// another layout): not a chunk of the array there now, refused (found by an
-    /// adversarial tester: it was stored into the new array).
-    fn stale_commit(
-        &self,
-        path: &Path,
-        array: &Arc<ShardedArray>,
-        target: &Target,
-        file: &Arc<Mutex<Scratch>>,
-    ) -> Option<Result<()>> {
-        let mut f = file.lock();
-        if f.renamed_away && f.dirty {
-            f.dirty = false;
-            log::warn!(
-                "{}: written after it was renamed out of the array's files: not stored",
-                path.display()
-            );
-            return Some(Err(ViewError::Io(std::io::Error::from_raw_os_error(
-                libc::ESTALE,
-            ))));
-        }
-        drop(f);
-        if !matches!(target, Target::Chunk(_)) || !array.replaced_by(&self.tree.current(array)) {
-            return None;
-        }
-        let mut f = file.lock();
-        if !f.dirty || f.orphan {
-            return Some(Ok(()));
-        }
-        f.dirty = false;
-        let why = format!(
-            "{}: written for an array another mount replaced since: not stored",
-            path.display()
-        );
-        log::warn!("{why}");
-        Some(Err(ViewError::Invalid(why)))
-    }
-
     /// Commit a written scratch file that sits at a chunk key or at `zarr.json` (on
     /// `close` — `flush` — so that a refusal reaches the writer — and on `fsync`).
     pub(super) fn commit_scratch(&self, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
@@ -109,7 +54,7 @@ impl View {
         };
         let name = path.file_name().unwrap_or_default();
         let target = self.tree.target(array, parent.as_deref(), name)?;
-        if let Some(refused) = self.stale_commit(path, array, &target, file) {
+        if let Some(refused) = self.overlay()?.stale_commit(path, array, &target, file) {
             return refused;
         }
         match target {
@@ -148,57 +93,13 @@ impl View {
         let put = self.put(array, parent.as_deref(), name, path, data, closed);
         if put.is_ok() {
             // Stored: an earlier refusal of the same file is no longer true.
-            let shown = path.display().to_string();
-            self.counters.refused.lock().retain(|(p, _)| *p != shown);
+            self.counters.refused.forget(&path.display().to_string());
         }
         if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
-            self.roll_back_refused_meta(path, array, meta, file)?;
+            self.overlay()?
+                .roll_back_refused_meta(path, array, meta, file)?;
         }
         put.map(|_| ())
-    }
-
-    /// A metadata write of scratch file `path` (document `meta` of `array`) that was
-    /// refused: rolled back to what the store has.
-    fn roll_back_refused_meta(
-        &self,
-        path: &Path,
-        array: &Arc<ShardedArray>,
-        meta: MetaFile,
-        file: &Arc<Mutex<Scratch>>,
-    ) -> Result<()> {
-        let array = self.tree.current(array);
-        if !self.tree_read().meta_shown(&array, meta) {
-            // Unlinked before (`rm .zattrs`, then a document cut short written):
-            // rolled back to none, as the store has none. Before, the file stayed,
-            // unlisted, and read as the rendering of no attributes (`{}`) through
-            // the kernel's entry until it expired (found by an adversarial tester).
-            let w = self.writer()?;
-            w.scratch.remove(path);
-            if let (Some(parent), Some(name)) = (
-                path.parent().and_then(|p| self.tree.inodes.peek(p)),
-                path.file_name(),
-            ) {
-                w.invalidate(super::write_api::Invalidation::Entry {
-                    parent,
-                    name: name.to_os_string(),
-                });
-            }
-            return Ok(());
-        }
-        // A refused metadata write is rolled back: the file holds the stored
-        // document again, for its writer and every later reader.
-        let mut f = file.lock();
-        let stored = array.meta_bytes(meta).to_vec();
-        let w = self.writer()?;
-        let (old, new) = (f.data.len() as u64, stored.len() as u64);
-        if new > old {
-            w.scratch.reserve(new - old)?;
-        } else {
-            w.scratch.unreserve(old - new);
-        }
-        f.data = stored;
-        f.modified = std::time::SystemTime::now();
-        Ok(())
     }
 
     /// Metadata written as a store file (`zarr.json` in a store directory; `.zarray`,
@@ -250,7 +151,7 @@ impl View {
                 let written = self.remember_as_written(key, &data);
                 // The v2 view: a `.zattrs` written while `.zarray` is unlinked is held.
                 let held = match file {
-                    MetaFile::Zattrs => self.hold_headless_attrs(array, Some(&data)),
+                    MetaFile::Zattrs => self.overlay()?.hold_headless_attrs(array, Some(&data)),
                     _ => Ok(None),
                 };
                 let array = match held {
@@ -258,7 +159,11 @@ impl View {
                     Ok(None) => self.update_array_meta(array, file, &data),
                     Err(e) => Err(e),
                 }
-                .inspect_err(|_| self.forget_as_written(written))?;
+                .inspect_err(|_| {
+                    if let Some(o) = self.overlay_opt() {
+                        o.forget_as_written(written)
+                    }
+                })?;
                 // An array whose metadata was unlinked has it again: shown whole again
                 // (the load after the write found it in the store, and the facade let the
                 // unlinked array go: `reconcile.rs`). Before, the v2 view left `.zarray` written
@@ -271,8 +176,9 @@ impl View {
             }
             Target::Chunk(coords) => {
                 let array = self.tree.current(array);
-                self.writable(&array)?;
-                self.commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
+                self.overlay()?.writable(&array)?;
+                self.overlay()?
+                    .commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
                 Ok(Node::Chunk { array, coords })
             }
             Target::Invalid(why) => {
@@ -302,6 +208,110 @@ impl View {
             }
         }
     }
+}
+
+impl Overlay<'_> {
+    pub(super) fn writable(&self, array: &ShardedArray) -> Result<()> {
+        if array.layout.levels.len() > 1 {
+            log::warn!(
+                "{}: writes to nested sharded arrays are not supported",
+                array.rel.display()
+            );
+            return Err(ViewError::ReadOnly);
+        }
+        if let Err(e) = crate::write::flush::storable(&array.layout) {
+            log::warn!("{}: cannot be written: {e}", array.rel.display());
+            return Err(ViewError::ReadOnly);
+        }
+        Ok(())
+    }
+}
+
+impl Overlay<'_> {
+    /// A commit of `file` (at `path`, written for `array`, at `target`) that must not
+    /// happen: `Some` with what to answer. A file renamed to where its descriptors could
+    /// not follow ([`View::follow_rename`]) and written since: `ESTALE`. A chunk written
+    /// for an array that another mount has since replaced (removed and made again, or of
+    /// another layout): not a chunk of the array there now, refused (found by an
+    /// adversarial tester: it was stored into the new array).
+    fn stale_commit(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        target: &Target,
+        file: &Arc<Mutex<Scratch>>,
+    ) -> Option<Result<()>> {
+        let mut f = file.lock();
+        if f.renamed_away && f.dirty {
+            f.dirty = false;
+            log::warn!(
+                "{}: written after it was renamed out of the array's files: not stored",
+                path.display()
+            );
+            return Some(Err(ViewError::Io(std::io::Error::from_raw_os_error(
+                libc::ESTALE,
+            ))));
+        }
+        drop(f);
+        if !matches!(target, Target::Chunk(_)) || !array.replaced_by(&self.tree.current(array)) {
+            return None;
+        }
+        let mut f = file.lock();
+        if !f.dirty || f.orphan {
+            return Some(Ok(()));
+        }
+        f.dirty = false;
+        let why = format!(
+            "{}: written for an array another mount replaced since: not stored",
+            path.display()
+        );
+        log::warn!("{why}");
+        Some(Err(ViewError::Invalid(why)))
+    }
+
+    /// A metadata write of scratch file `path` (document `meta` of `array`) that was
+    /// refused: rolled back to what the store has.
+    fn roll_back_refused_meta(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        meta: MetaFile,
+        file: &Arc<Mutex<Scratch>>,
+    ) -> Result<()> {
+        let array = self.tree.current(array);
+        if !self.tree_read().meta_shown(&array, meta) {
+            // Unlinked before (`rm .zattrs`, then a document cut short written):
+            // rolled back to none, as the store has none. Before, the file stayed,
+            // unlisted, and read as the rendering of no attributes (`{}`) through
+            // the kernel's entry until it expired (found by an adversarial tester).
+            let w = self.w;
+            w.scratch.remove(path);
+            if let (Some(parent), Some(name)) = (
+                path.parent().and_then(|p| self.tree.inodes.peek(p)),
+                path.file_name(),
+            ) {
+                w.invalidate(super::write_api::Invalidation::Entry {
+                    parent,
+                    name: name.to_os_string(),
+                });
+            }
+            return Ok(());
+        }
+        // A refused metadata write is rolled back: the file holds the stored
+        // document again, for its writer and every later reader.
+        let mut f = file.lock();
+        let stored = array.meta_bytes(meta).to_vec();
+        let w = self.w;
+        let (old, new) = (f.data.len() as u64, stored.len() as u64);
+        if new > old {
+            w.scratch.reserve(new - old)?;
+        } else {
+            w.scratch.unreserve(old - new);
+        }
+        f.data = stored;
+        f.modified = std::time::SystemTime::now();
+        Ok(())
+    }
 
     /// Rename a closed scratch file (a writer's temporary file) onto a chunk key: its
     /// bytes are moved into staging, not copied. `None` when that is not the case (the
@@ -325,10 +335,8 @@ impl View {
         self.writable(&array)?;
         // A length no chunk of the array can have is refused before anything moves:
         // the file stays as it was.
-        if let (Some(want), Some(len)) = (
-            array.layout.fixed_chunk_len,
-            self.writer()?.scratch.len_at(path),
-        ) && len != want
+        if let (Some(want), Some(len)) = (array.layout.fixed_chunk_len, self.w.scratch.len_at(path))
+            && len != want
         {
             let why = format!(
                 "{}: {len} bytes; the array's codecs (no compression) make every chunk \
@@ -338,7 +346,7 @@ impl View {
             log::warn!("{why}");
             return Err(ViewError::Invalid(why));
         }
-        let Some(data) = self.writer()?.scratch.take_if_closed(path) else {
+        let Some(data) = self.w.scratch.take_if_closed(path) else {
             return Ok(None);
         };
         self.unkeep_file(path)?;
@@ -355,7 +363,7 @@ impl View {
         self.commit_chunk_closed(array, coords, data, None)
     }
 
-    /// [`View::commit_chunk`], as closed at `closed` (ns since the epoch) instead of now.
+    /// [`Overlay::commit_chunk`], as closed at `closed` (ns since the epoch) instead of now.
     pub(super) fn commit_chunk_closed(
         &self,
         array: &ShardedArray,
@@ -363,7 +371,7 @@ impl View {
         data: Option<Vec<u8>>,
         closed: Option<u64>,
     ) -> Result<()> {
-        let w = self.writer()?;
+        let w = self.w;
         // Not while a directory is renamed (`View::rename_dir`): then the array may have
         // moved, and a chunk staged under its old path would be stored nowhere.
         let _committing = w.tree.read();

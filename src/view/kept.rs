@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::Overlay;
 use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
@@ -100,12 +101,12 @@ impl View {
     pub(super) fn keep_file(&self, path: &Path, file: &Arc<Mutex<Scratch>>) -> Result<()> {
         let w = self.writer()?;
         // Held until the file is stored and listed as such: a rename or unlink of it
-        // meanwhile waits, and then removes what was stored ([`View::unkeep_file`]).
+        // meanwhile waits, and then removes what was stored ([`Overlay::unkeep_file`]).
         let mut kept = w.kept_paths.hold();
         if !w.scratch.get(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
             return Ok(()); // renamed or unlinked meanwhile
         }
-        if !self.kept_as_file(path)? {
+        if !self.overlay()?.kept_as_file(path)? {
             return Ok(());
         }
         let (data, sum) = {
@@ -157,7 +158,9 @@ impl View {
         }
         Ok(())
     }
+}
 
+impl Overlay<'_> {
     /// Whether the scratch file at `path` is stored as a file of its own (not a chunk, not
     /// metadata: those are committed).
     fn kept_as_file(&self, path: &Path) -> Result<bool> {
@@ -210,13 +213,13 @@ impl View {
         }
         Ok(true)
     }
+}
 
+impl Overlay<'_> {
     /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
     /// the store, if one was stored.
     pub(super) fn unkeep_file(&self, path: &Path) -> Result<()> {
-        let Some(w) = &self.writer else {
-            return Ok(());
-        };
+        let w = self.w;
         if !w.kept_paths.remove(path) {
             return Ok(());
         }

@@ -9,8 +9,8 @@ use super::*;
 
 impl OpenFiles {
     /// What a commit would refuse as it stands, while its writer may not have finished:
-    /// metadata not yet a whole document ([`View::partial_metadata`]), or a chunk of a
-    /// length its array's codecs cannot decode ([`View::partial_chunk`]). Only its own
+    /// metadata not yet a whole document ([`OpenFiles::partial_metadata`]), or a chunk of a
+    /// length its array's codecs cannot decode ([`OpenFiles::partial_chunk`]). Only its own
     /// `fsync` (`EINVAL` then), and the unmount (refused, and named), commit it: the idle
     /// commit once took a chunk half written by a slow writer, refused it and let its
     /// bytes go, and the writer's next write landed on the stored chunk, its `fsync`

@@ -204,11 +204,7 @@ impl View {
     pub(super) fn commit_earlier_writer(&self, ino: u64) {
         if let Err(e) = self.commit_kernel_writes(KernelCommit::Of(ino)) {
             let path = self.open.handle_path(self.tree_read(), ino, None);
-            let mut refused = self.counters.refused.lock();
-            if refused.len() == REFUSALS_KEPT {
-                refused.pop_front();
-            }
-            refused.push_back((path, e.to_string()));
+            self.counters.refused.push(path, e.to_string());
         }
     }
 
@@ -495,10 +491,10 @@ impl View {
         // Kept for a message only: a path is made only if the commit fails.
         let held = self.open.handles.get(fh).ok();
         let released = self.release(fh);
-        if released.is_ok() && !self.counters.refused.lock().is_empty() {
+        if released.is_ok() && !self.counters.refused.is_empty() {
             // Committed now: an earlier refusal of the same file is no longer true.
             let path = self.open.handle_path(self.tree_read(), ino, held.as_ref());
-            self.counters.refused.lock().retain(|(p, _)| *p != path);
+            self.counters.refused.forget(&path);
         }
         if let Err(e) = released {
             let path = self.open.handle_path(self.tree_read(), ino, held.as_ref());
@@ -506,11 +502,7 @@ impl View {
             if !matches!(which, KernelCommit::Of(_)) {
                 // No request waits for this one (its file's `fsync` would hear
                 // of it): kept for `shardfs stats` and `shardfs unmount`.
-                let mut refused = self.counters.refused.lock();
-                if refused.len() == REFUSALS_KEPT {
-                    refused.pop_front();
-                }
-                refused.push_back((path, e.to_string()));
+                self.counters.refused.push(path, e.to_string());
             }
             // A refusal (`EINVAL`) is that file's, kept for stats and the
             // unmount: it fails no `fsync` of a directory (nor the unmount).

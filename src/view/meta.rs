@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Overlay;
 use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
 use crate::format;
 
@@ -65,6 +66,108 @@ impl View {
         self.update_metadata(&array, &bytes)
     }
 
+    /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
+    pub(super) fn update_metadata(
+        &self,
+        array: &Arc<ShardedArray>,
+        bytes: &[u8],
+    ) -> Result<Arc<ShardedArray>> {
+        let array = self.tree.current(array);
+        let invalid = |why: String| {
+            log::warn!("{}/zarr.json: refused: {why}", array.rel.display());
+            ViewError::Invalid(why)
+        };
+        let new: Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        let Value::Object(new) = new else {
+            return Err(invalid("not a JSON object".into()));
+        };
+        let shown: Value =
+            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?;
+        for key in PROTECTED {
+            if new.get(key) != shown.get(key) {
+                return Err(invalid(format!(
+                    "changing {key} of a sharded array is not supported (only attributes, shape, dimension names)"
+                )));
+            }
+        }
+        let mut doc = array.meta.doc.clone();
+        doc.retain(|k, _| PROTECTED.contains(&k.as_str()) || new.contains_key(k));
+        for (k, v) in new {
+            if !PROTECTED.contains(&k.as_str()) {
+                doc.insert(k, v);
+            }
+        }
+        let mut out =
+            serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
+        out.push(b'\n');
+        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
+            && let format::Presentation::Sharded(layout) = &new.presentation
+            && let Err(e) = crate::write::flush::storable(layout)
+        {
+            return Err(invalid(format!("its chunks could never be stored: {e}")));
+        }
+        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
+            && let format::Presentation::Sharded(layout) = &new.presentation
+        {
+            self.delete_outside(&array, layout.chunk_counts())?;
+        }
+        self.flush_array(&array)?;
+        self.tree.store.write_atomically(&array.meta_rel, &out)?;
+        self.overlay()?.unconsolidate_above(&array.rel);
+        self.overlay()?.reload_array(&array.rel)
+    }
+
+    /// A shrink: the chunks that `array` stores outside a grid of `counts` chunks are
+    /// deleted with the metadata change (as zarr-python's `resize` and zarr 2's do), so
+    /// that a later grow does not bring their old bytes back. Their deletes are staged
+    /// under the old layout and committed by the flush that precedes the new metadata.
+    fn delete_outside(&self, array: &ShardedArray, counts: &[u64]) -> Result<()> {
+        let layout = &array.layout;
+        let outside = |c: &[u64]| c.iter().zip(counts).any(|(c, n)| c >= n);
+        let shrinks = counts.len() == layout.ndim()
+            && layout
+                .chunk_counts()
+                .iter()
+                .zip(counts)
+                .any(|(old, new)| new < old);
+        if !shrinks {
+            return Ok(());
+        }
+        // Files of their own still in memory are stored first: one in a key directory
+        // the shrink leaves outside the grid would no longer resolve (its directory is
+        // shown as the store's plain directory from now on, holding what is stored).
+        self.keep_files(super::kept::Keep::Under(&array.rel))?;
+        let mut gone = Vec::new();
+        self.tree
+            .any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
+                let index = view.refresh_shard(array, shard);
+                for c in layout.chunks_of_shard(shard) {
+                    if outside(&c)
+                        && layout
+                            .locate(&c)
+                            .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
+                    {
+                        gone.push(c);
+                    }
+                }
+                Ok(false)
+            })?;
+        if let Some(w) = &self.writer {
+            for (c, exists) in w.staging.under(&array.rel, &[]) {
+                if exists && outside(&c) {
+                    gone.push(c);
+                }
+            }
+        }
+        for c in gone {
+            self.overlay()?.commit_chunk(array, c, None)?;
+        }
+        Ok(())
+    }
+}
+
+impl Overlay<'_> {
     /// `.zattrs` written (`Some(bytes)`) or unlinked (`None`) in the v2 view while the
     /// sharded array's `.zarray` is unlinked: its attributes are held with it, stored
     /// with the `.zarray` written back; no `zarr.json` reaches the store now, as a plain
@@ -78,9 +181,7 @@ impl View {
         zattrs: Option<&[u8]>,
     ) -> Result<Option<Arc<ShardedArray>>> {
         use crate::format::v2;
-        let Some(w) = &self.writer else {
-            return Ok(None);
-        };
+        let w = self.w;
         if !w.unlinked.is_headless(&array.rel) {
             return Ok(None);
         }
@@ -146,122 +247,6 @@ impl View {
         Ok(Some(new))
     }
 
-    /// `Ok` if the document kept at `kept_at` is the one the array `held` (unlinked
-    /// here) was read from; `ESTALE` if the store has kept another since (between a look
-    /// and now): that one is another mount's to change.
-    fn kept_as_held(&self, held: &ShardedArray, kept_at: &Path) -> Result<()> {
-        match self.tree.store.stat(kept_at)? {
-            Some(k) if k.version() == held.json_meta.version() => Ok(()),
-            _ => {
-                log::warn!(
-                    "{}/.zattrs: not stored: the array's kept document changed meanwhile",
-                    held.rel.display()
-                );
-                Err(std::io::Error::from_raw_os_error(libc::ESTALE).into())
-            }
-        }
-    }
-
-    /// A new `zarr.json` for a sharded array, as a reader of the view wrote it.
-    pub(super) fn update_metadata(
-        &self,
-        array: &Arc<ShardedArray>,
-        bytes: &[u8],
-    ) -> Result<Arc<ShardedArray>> {
-        let array = self.tree.current(array);
-        let invalid = |why: String| {
-            log::warn!("{}/zarr.json: refused: {why}", array.rel.display());
-            ViewError::Invalid(why)
-        };
-        let new: Value =
-            serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        let Value::Object(new) = new else {
-            return Err(invalid("not a JSON object".into()));
-        };
-        let shown: Value =
-            serde_json::from_slice(&array.json).map_err(|e| invalid(e.to_string()))?;
-        for key in PROTECTED {
-            if new.get(key) != shown.get(key) {
-                return Err(invalid(format!(
-                    "changing {key} of a sharded array is not supported (only attributes, shape, dimension names)"
-                )));
-            }
-        }
-        let mut doc = array.meta.doc.clone();
-        doc.retain(|k, _| PROTECTED.contains(&k.as_str()) || new.contains_key(k));
-        for (k, v) in new {
-            if !PROTECTED.contains(&k.as_str()) {
-                doc.insert(k, v);
-            }
-        }
-        let mut out =
-            serde_json::to_vec_pretty(&Value::Object(doc)).map_err(|e| invalid(e.to_string()))?;
-        out.push(b'\n');
-        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
-            && let format::Presentation::Sharded(layout) = &new.presentation
-            && let Err(e) = crate::write::flush::storable(layout)
-        {
-            return Err(invalid(format!("its chunks could never be stored: {e}")));
-        }
-        if let Ok(format::Node::Array(new)) = format::metadata::parse(&out)
-            && let format::Presentation::Sharded(layout) = &new.presentation
-        {
-            self.delete_outside(&array, layout.chunk_counts())?;
-        }
-        self.flush_array(&array)?;
-        self.tree.store.write_atomically(&array.meta_rel, &out)?;
-        self.unconsolidate_above(&array.rel);
-        self.reload_array(&array.rel)
-    }
-
-    /// A shrink: the chunks that `array` stores outside a grid of `counts` chunks are
-    /// deleted with the metadata change (as zarr-python's `resize` and zarr 2's do), so
-    /// that a later grow does not bring their old bytes back. Their deletes are staged
-    /// under the old layout and committed by the flush that precedes the new metadata.
-    fn delete_outside(&self, array: &ShardedArray, counts: &[u64]) -> Result<()> {
-        let layout = &array.layout;
-        let outside = |c: &[u64]| c.iter().zip(counts).any(|(c, n)| c >= n);
-        let shrinks = counts.len() == layout.ndim()
-            && layout
-                .chunk_counts()
-                .iter()
-                .zip(counts)
-                .any(|(old, new)| new < old);
-        if !shrinks {
-            return Ok(());
-        }
-        // Files of their own still in memory are stored first: one in a key directory
-        // the shrink leaves outside the grid would no longer resolve (its directory is
-        // shown as the store's plain directory from now on, holding what is stored).
-        self.keep_files(super::kept::Keep::Under(&array.rel))?;
-        let mut gone = Vec::new();
-        self.tree
-            .any_shard_below(array, &mut Vec::new(), &mut |view, shard| {
-                let index = view.refresh_shard(array, shard);
-                for c in layout.chunks_of_shard(shard) {
-                    if outside(&c)
-                        && layout
-                            .locate(&c)
-                            .is_some_and(|loc| !matches!(index.chunk(layout, &loc), Ok(None)))
-                    {
-                        gone.push(c);
-                    }
-                }
-                Ok(false)
-            })?;
-        if let Some(w) = &self.writer {
-            for (c, exists) in w.staging.under(&array.rel, &[]) {
-                if exists && outside(&c) {
-                    gone.push(c);
-                }
-            }
-        }
-        for c in gone {
-            self.commit_chunk(array, c, None)?;
-        }
-        Ok(())
-    }
-
     pub(super) fn reload_array(&self, rel: &Path) -> Result<Arc<ShardedArray>> {
         let dir_meta = self.tree.stat_rel(rel)?;
         let node = self.classify_dir(rel.to_path_buf(), dir_meta)?;
@@ -278,7 +263,6 @@ impl View {
     /// Re-resolve every known inode at or below the store directory `rel` (the view path
     /// equals the store path there) after the kind of that directory changed.
     pub(super) fn refresh_subtree(&self, rel: &Path) {
-        let w = self.writer.as_ref();
         let (mut gone, mut kept, mut entries) = (Vec::new(), Vec::new(), Vec::new());
         for (ino, path) in self.tree.inodes.under(rel) {
             let retired = match (self.resolve(&path), self.tree.inodes.get(ino)) {
@@ -298,9 +282,6 @@ impl View {
                 // Not known now (a store error): left as it was.
                 _ => false,
             };
-            if w.is_none() {
-                continue;
-            }
             if retired { &mut gone } else { &mut kept }.push(ino);
             // The directory itself keeps its inode and dentry (dropping that dentry would
             // fail operations already under way in it); its children change.
@@ -311,8 +292,24 @@ impl View {
                 entries.push((pino, name.to_os_string()));
             }
         }
-        if let Some(w) = w {
-            w.invalidate_inodes_first(gone, kept, entries);
+        self.w.invalidate_inodes_first(gone, kept, entries);
+    }
+}
+
+impl Overlay<'_> {
+    /// `Ok` if the document kept at `kept_at` is the one the array `held` (unlinked
+    /// here) was read from; `ESTALE` if the store has kept another since (between a look
+    /// and now): that one is another mount's to change.
+    fn kept_as_held(&self, held: &ShardedArray, kept_at: &Path) -> Result<()> {
+        match self.tree.store.stat(kept_at)? {
+            Some(k) if k.version() == held.json_meta.version() => Ok(()),
+            _ => {
+                log::warn!(
+                    "{}/.zattrs: not stored: the array's kept document changed meanwhile",
+                    held.rel.display()
+                );
+                Err(std::io::Error::from_raw_os_error(libc::ESTALE).into())
+            }
         }
     }
 }

@@ -23,22 +23,28 @@
 //! `OpenFiles` (`handles.rs`: the `HandleTable` and the handles held for writes through
 //! descriptors the kernel opened). `View` holds three parts: the [`Tree`] (the tree's
 //! state, above), the overlay (`writer`) and the open files (`open`). A file's methods
-//! sit in up to four blocks, by what they need:
+//! sit in up to five blocks, by what they need:
 //! * `impl Tree`: the tree's state alone (`self.tree.current(array)`);
 //! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
 //!   `View::tree_read`; it holds the overlay as an `OverlayRead`, the `Writer`'s queries
 //!   only, so the tree cannot change it): resolution, chunk lookups, listings, what
 //!   metadata a directory shows. Where a query meets a directory the overlay is stale about (an unlinked
 //!   array whose metadata came back, or that another mount removed; chunks staged for
-//!   an array another mount replaced), it fails with `ViewError::Stale`, and the facade
-//!   (`reconcile.rs`: `View::in_tree`) reconciles the overlay and asks again;
+//!   an array another mount replaced), it fails with `ViewError::Stale`, and the
+//!   overlay (`reconcile.rs`: `Overlay::in_tree`) reconciles itself and asks again;
+//! * `impl Overlay`: what changes the overlay, with the tree ([`Overlay`], made per call
+//!   by `View::overlay` on a writable view): flushes and their policy (`durable.rs`),
+//!   commits, metadata taken in, files of their own stored, removals and renames in the
+//!   store, reconciliation. It cannot reach the open files;
 //! * `impl OpenFiles`: what the open files hold, with the tree read passed in
 //!   (`kernel_held.rs`);
-//! * `impl View`: what changes the overlay or the open files.
+//! * `impl View`, the facade: the requests (one method per FUSE operation), and what
+//!   needs the open files with the overlay (opens, reads, writes, closes, `fsync`), or
+//!   the attributes the kernel is shown.
 //!
 //! The files, by the part they belong to:
-//! * the facade's side of the tree's queries: `reconcile.rs` (the overlay reconciled
-//!   with the store before the tree reads it);
+//! * the tree's queries as the facade and the overlay ask them: `reconcile.rs` (the
+//!   overlay reconciled with the store before the tree reads it);
 //! * the tree, what a name is: `resolve.rs` (resolution, the array registry),
 //!   `array_load.rs` (what a store directory is), `group_docs.rs`, `attr.rs` (lookups,
 //!   attributes), `readdir.rs`, `listing.rs` and `key_listing.rs` (listings), `inode.rs`, `node.rs`,
@@ -362,7 +368,7 @@ pub struct View {
     open: handles::OpenFiles,
     /// The overlay, what this mount changed; `None` for a read-only view.
     writer: Option<Writer>,
-    counters: ReadCounters,
+    counters: Counters,
 }
 
 /// The tree: what a name is. It reads the overlay (passed in where needed) and never
@@ -439,6 +445,19 @@ pub(crate) struct TreeRead<'a> {
     overlay: Option<overlay_read::OverlayRead<'a>>,
 }
 
+/// The overlay at work: what this mount changed (the [`Writer`] and its owners), with the
+/// tree as this mount shows it. Made per call by [`View::overlay`], on a writable view
+/// only. Its methods change the overlay (and the tree's caches and inodes that a change
+/// makes stale), reconciling it with the store where a tree query finds it stale
+/// ([`Overlay::in_tree`]); they cannot reach the open files: where an operation needs
+/// them, the facade (`View`) does that part and asks the overlay for the rest.
+#[derive(Clone, Copy)]
+pub(crate) struct Overlay<'a> {
+    tree: &'a Tree,
+    w: &'a Writer,
+    counters: &'a Counters,
+}
+
 /// Where an array lives in the store.
 pub(crate) struct ArraySource {
     rel: PathBuf,
@@ -448,12 +467,11 @@ pub(crate) struct ArraySource {
     draft: bool,
 }
 
-/// What the read side did, for `shardfs stats`.
+/// What the view did, for `shardfs stats`.
 #[derive(Default)]
-struct ReadCounters {
-    /// Commits that no request waited for and that were refused (when idle, before a
-    /// rename, a full buffer): the file's path and why, the latest [`REFUSALS_KEPT`].
-    refused: Mutex<std::collections::VecDeque<(String, String)>>,
+struct Counters {
+    /// Commits that no request waited for and that were refused.
+    refused: stats::Refusals,
     /// File reads the daemon answered (chunks, staged or stored, metadata, files).
     read_requests: AtomicU64,
     chunk_opens: AtomicU64,
@@ -500,7 +518,7 @@ impl View {
             tree: Tree::new(store, &config, caps, shards),
             open: Default::default(),
             writer,
-            counters: ReadCounters::default(),
+            counters: Counters::default(),
         };
         if draft {
             let tree = view.tree_read().load_draft_tree();
@@ -544,6 +562,20 @@ impl View {
         }
     }
 
+    /// The overlay, with the tree as this mount shows it (`ReadOnly` on a read-only view).
+    fn overlay(&self) -> Result<Overlay<'_>> {
+        self.overlay_opt().ok_or(ViewError::ReadOnly)
+    }
+
+    /// The overlay, `None` on a read-only view.
+    fn overlay_opt(&self) -> Option<Overlay<'_>> {
+        Some(Overlay {
+            tree: &self.tree,
+            w: self.writer.as_ref()?,
+            counters: &self.counters,
+        })
+    }
+
     /// Whether the store has the 2022 draft layout.
     pub fn is_draft(&self) -> bool {
         self.tree.draft.is_some()
@@ -566,6 +598,16 @@ impl View {
     /// Number of inodes the kernel currently holds.
     pub fn live_inodes(&self) -> usize {
         self.tree.inodes.len()
+    }
+}
+
+impl<'a> Overlay<'a> {
+    /// The tree with the overlay, for the tree's queries.
+    fn tree_read(&self) -> TreeRead<'a> {
+        TreeRead {
+            tree: self.tree,
+            overlay: Some(overlay_read::OverlayRead::new(self.w)),
+        }
     }
 }
 

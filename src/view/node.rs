@@ -325,7 +325,7 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
-/// What a name written inside an array is (`View::target`, commit.rs): a metadata
+/// What a name written inside an array is (`Tree::target`, commit.rs): a metadata
 /// document, a chunk at its coordinates, a file of its own (scratch), or refused (why).
 pub(super) enum Target {
     Meta(MetaFile),

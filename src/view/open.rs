@@ -188,7 +188,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
-                self.writable(&array)?;
+                self.overlay()?.writable(&array)?;
                 let data = match truncate {
                     true => Vec::new(),
                     false => self.tree_read().chunk_bytes(&array, coords)?,
@@ -250,7 +250,7 @@ impl View {
         truncate: bool,
     ) -> Result<Handle> {
         if let Some(dir) = rel.parent() {
-            self.make_plain_dirs(dir)?;
+            self.overlay()?.make_plain_dirs(dir)?;
         }
         self.tree
             .store

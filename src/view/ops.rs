@@ -6,6 +6,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use super::Overlay;
 use super::Tree;
 use super::{Attr, Handle, Node, Opened, Result, View, ViewError, container};
 use crate::format::KeyPath;
@@ -14,6 +15,20 @@ use super::node::Target;
 use crate::store::{OpenMode, StoreFileRw};
 
 impl View {
+    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
+    pub(super) fn existing_child(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<(PathBuf, PathBuf, Node)> {
+        let (ppath, pnode) = self.tree.node(parent)?;
+        let node = self
+            .stored_child(&ppath, &pnode, name)?
+            .ok_or(ViewError::NotFound)?;
+        let path = ppath.join(name);
+        Ok((ppath, path, node))
+    }
+
     /// Create and open `name` in `parent`.
     pub fn create(
         &self,
@@ -24,7 +39,7 @@ impl View {
     ) -> Result<(Attr, Opened)> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
-        let (ppath, pnode) = self.fresh_parent(parent)?;
+        let (ppath, pnode) = self.overlay()?.fresh_parent(parent)?;
         container::refuse_writes(&[Some(&pnode)])?;
         let path = ppath.join(name);
         let existing = match self.child(&ppath, &pnode, name)? {
@@ -44,17 +59,17 @@ impl View {
         let (node, handle) = match &pnode {
             // A group's `.zmetadata` unlinked and made again (`tar -x`): the view's own
             // again, what is written to it let go.
-            Node::Dir { rel } if self.remakes_zmetadata(rel, name)? => (
+            Node::Dir { rel } if self.overlay()?.remakes_zmetadata(rel, name)? => (
                 Node::Consolidated { dir: rel.clone() },
                 Handle::Discard(rel.clone()),
             ),
-            Node::Dir { rel } => self.create_store_file(rel, name)?,
+            Node::Dir { rel } => self.overlay()?.create_store_file(rel, name)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let parent = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
-                let (node, file) = self.create_scratch(&path, array, parent, name)?;
+                let (node, file) = self.overlay()?.create_scratch(&path, array, parent, name)?;
                 let ino = self.tree.inodes.intern(path, node.clone());
                 let handle = Handle::Scratch {
                     ino,
@@ -68,52 +83,6 @@ impl View {
         };
         let ino = self.tree.inodes.intern(path, node);
         Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)))
-    }
-
-    /// `create` of a store file `name` in store directory `dir`.
-    fn create_store_file(&self, dir: &Path, name: &OsStr) -> Result<(Node, Handle)> {
-        self.writer()?;
-        let rel = self.new_child_rel(dir, name)?;
-        // A metadata document is stored once whole, not made empty now.
-        let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
-            let w = self.writer()?;
-            Box::new(w.docs.open(&self.tree.store, &rel, true, true)?)
-        } else {
-            self.tree.store.open_rw(&rel, OpenMode::CreateNew, false)?
-        };
-        Ok((
-            Node::File { rel: rel.clone() },
-            Handle::StoreRw(std::sync::Arc::from(f), rel),
-        ))
-    }
-
-    /// `create` of `name` (view path `path`) in a directory of `array` (the key
-    /// directory of coordinates `parent`, or the array's own): a new scratch file.
-    fn create_scratch(
-        &self,
-        path: &Path,
-        array: &std::sync::Arc<super::ShardedArray>,
-        parent: Option<Vec<u64>>,
-        name: &OsStr,
-    ) -> Result<(
-        Node,
-        std::sync::Arc<parking_lot::Mutex<super::scratch::Scratch>>,
-    )> {
-        let array = self.tree.current(array);
-        self.writable(&array)?;
-        // A file at a chunk key outside the grid (or at a key directory's name) could
-        // never be committed: its bytes would be dropped at unmount.
-        if let Target::Invalid(why) = self.tree.target(&array, parent.as_deref(), name)? {
-            log::warn!("{}: refused: {why}", path.display());
-            return Err(ViewError::Invalid(why));
-        }
-        let file = self.writer()?.scratch.create(path, Vec::new(), true, 1)?;
-        let node = Node::Scratch {
-            path: path.to_path_buf(),
-            array,
-            parent,
-        };
-        Ok((node, file))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32> {
@@ -195,7 +164,7 @@ impl View {
             }
             if let Node::ArrayDir { array } = &node {
                 // The array's directory attributes are kept with the array.
-                self.reload_array(&array.rel)?;
+                self.overlay()?.reload_array(&array.rel)?;
             }
         }
         self.getattr(ino)
@@ -343,7 +312,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
-                self.writable(&array)?;
+                self.overlay()?.writable(&array)?;
                 // Never more than a file may hold while staged (`truncate -s 1T` of a
                 // chunk must not try to allocate a terabyte).
                 if size > w.scratch.limit() {
@@ -351,7 +320,8 @@ impl View {
                 }
                 let mut data = self.tree_read().chunk_bytes(&array, coords)?;
                 data.resize(size as usize, 0);
-                self.commit_chunk(&array, coords.clone(), Some(data))?;
+                self.overlay()?
+                    .commit_chunk(&array, coords.clone(), Some(data))?;
             }
             Node::ArrayMeta { .. } => {
                 if size > w.scratch.limit() {
@@ -385,7 +355,7 @@ impl View {
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
-        let (ppath, pnode) = self.fresh_parent(parent)?;
+        let (ppath, pnode) = self.overlay()?.fresh_parent(parent)?;
         container::refuse_writes(&[Some(&pnode)])?;
         if self.stored_child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
@@ -393,7 +363,7 @@ impl View {
         let node = match &pnode {
             Node::Dir { rel } => {
                 self.writer()?;
-                let rel = self.new_child_rel(rel, name)?;
+                let rel = self.overlay()?.new_child_rel(rel, name)?;
                 self.tree.store.create_dir(&rel)?;
                 let meta = self.tree.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)?
@@ -445,19 +415,52 @@ impl View {
         let ino = self.tree.inodes.intern(ppath.join(name), node);
         self.getattr(ino)
     }
+}
 
-    /// The parent's path, the child's path and the child's node; `NotFound` if absent.
-    pub(super) fn existing_child(
+impl Overlay<'_> {
+    /// `create` of a store file `name` in store directory `dir`.
+    fn create_store_file(&self, dir: &Path, name: &OsStr) -> Result<(Node, Handle)> {
+        let rel = self.new_child_rel(dir, name)?;
+        // A metadata document is stored once whole, not made empty now.
+        let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
+            let w = self.w;
+            Box::new(w.docs.open(&self.tree.store, &rel, true, true)?)
+        } else {
+            self.tree.store.open_rw(&rel, OpenMode::CreateNew, false)?
+        };
+        Ok((
+            Node::File { rel: rel.clone() },
+            Handle::StoreRw(std::sync::Arc::from(f), rel),
+        ))
+    }
+
+    /// `create` of `name` (view path `path`) in a directory of `array` (the key
+    /// directory of coordinates `parent`, or the array's own): a new scratch file.
+    fn create_scratch(
         &self,
-        parent: u64,
+        path: &Path,
+        array: &std::sync::Arc<super::ShardedArray>,
+        parent: Option<Vec<u64>>,
         name: &OsStr,
-    ) -> Result<(PathBuf, PathBuf, Node)> {
-        let (ppath, pnode) = self.tree.node(parent)?;
-        let node = self
-            .stored_child(&ppath, &pnode, name)?
-            .ok_or(ViewError::NotFound)?;
-        let path = ppath.join(name);
-        Ok((ppath, path, node))
+    ) -> Result<(
+        Node,
+        std::sync::Arc<parking_lot::Mutex<super::scratch::Scratch>>,
+    )> {
+        let array = self.tree.current(array);
+        self.writable(&array)?;
+        // A file at a chunk key outside the grid (or at a key directory's name) could
+        // never be committed: its bytes would be dropped at unmount.
+        if let Target::Invalid(why) = self.tree.target(&array, parent.as_deref(), name)? {
+            log::warn!("{}: refused: {why}", path.display());
+            return Err(ViewError::Invalid(why));
+        }
+        let file = self.w.scratch.create(path, Vec::new(), true, 1)?;
+        let node = Node::Scratch {
+            path: path.to_path_buf(),
+            array,
+            parent,
+        };
+        Ok((node, file))
     }
 }
 
@@ -479,14 +482,14 @@ impl Tree {
     }
 }
 
-impl View {
+impl Overlay<'_> {
     /// The parent directory `parent` of a name being made, as it is now: an adoption
     /// that finished since the kernel looked it up may have made a store directory a
     /// key directory of a new array (the inode is updated too).
     fn fresh_parent(&self, parent: u64) -> Result<(PathBuf, Node)> {
         let (path, node) = self.tree.node(parent)?;
         let node = self.made_dir(parent, node)?;
-        if !matches!(node, Node::Dir { .. }) || self.writer.is_none() {
+        if !matches!(node, Node::Dir { .. }) {
             return Ok((path, node));
         }
         // Only an array at or above it changes what it is (an in-memory look, no I/O:
@@ -508,7 +511,7 @@ impl View {
 
 impl View {
     /// Whether `name` in `parent` is there only as the v2 view's fill value
-    /// ([`View::is_fill`]): nothing is stored to remove, and it still reads as the fill
+    /// ([`TreeRead::is_fill`]): nothing is stored to remove, and it still reads as the fill
     /// value after an `unlink` or `rmdir`, which succeed (as a deleted chunk reads).
     pub(super) fn only_fill(&self, parent: u64, name: &OsStr) -> Result<bool> {
         // A stale directory is its caller's to answer.
@@ -524,7 +527,9 @@ impl View {
         }
         Ok(fill)
     }
+}
 
+impl Overlay<'_> {
     /// Directory `node` (inode `ino`) as a name is made in it: a key directory where the
     /// v2 view serves the fill value ([`Node::PlainFillDir`]) is made in the store first.
     pub(super) fn made_dir(&self, ino: u64, node: Node) -> Result<Node> {

@@ -10,14 +10,36 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::Overlay;
 use super::Tree;
 use super::TreeRead;
 use super::node::DirEntry;
-use super::{Kind, MetaFile, Node, Result, View, ViewError, ViewFormat};
+use super::{Kind, MetaFile, Node, Result, ViewError, ViewFormat};
 use crate::format::v2::{self, PlainEntry, PlainKeys, PlainName};
 use crate::format::{self, Presentation};
 
-impl View {
+impl Overlay<'_> {
+    /// `rmdir` of the directory of an unsharded array whose `.zarray` was unlinked:
+    /// once the view shows nothing in it, it goes with what is left of it in the store
+    /// (emptied key directories). `None` when `rel` is no such array.
+    pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
+        let w = self.w;
+        if !w.unlinked.is_plain_headless(rel) {
+            return None;
+        }
+        Some((|| {
+            let listed = self.tree_read().list_plain(rel).unwrap_or(Ok(Vec::new()))?;
+            if !listed.is_empty() {
+                return Err(ViewError::NotEmpty);
+            }
+            crate::store::remove_tree(&*self.tree.store, rel)?;
+            w.unlinked.forget_plain(rel);
+            Ok(())
+        })())
+    }
+}
+
+impl Overlay<'_> {
     /// Like [`Self::dir_child_rel`], for a name about to be made: the key directory it
     /// lies in (`c/`) is made first where missing.
     pub(super) fn new_child_rel(&self, rel: &Path, name: &OsStr) -> Result<PathBuf> {
@@ -31,7 +53,6 @@ impl View {
             && parent != rel
             && self.tree.store.stat(parent)?.is_none()
         {
-            self.writer()?;
             self.tree.store.create_dir(parent)?;
         }
         Ok(child)
@@ -40,7 +61,6 @@ impl View {
     /// Make store directory `dir` and those missing above it (the key directories of a
     /// chunk written where the view served the fill value).
     pub(super) fn make_plain_dirs(&self, dir: &Path) -> Result<()> {
-        self.writer()?;
         let missing: Vec<&Path> = dir
             .ancestors()
             .take_while(|d| !d.as_os_str().is_empty())
@@ -104,7 +124,7 @@ impl View {
     pub(super) fn unlink_plain_meta(&self, dir: &Path, file: MetaFile) -> Option<Result<()>> {
         let keys = self.tree_read().plain_keys(dir)?;
         Some((|| {
-            let w = self.writer()?;
+            let w = self.w;
             let headless = w.unlinked.is_plain_headless(dir);
             match (file, headless) {
                 (MetaFile::Zarray, false) => {
@@ -147,30 +167,9 @@ impl View {
         })())
     }
 
-    /// `rmdir` of the directory of an unsharded array whose `.zarray` was unlinked:
-    /// once the view shows nothing in it, it goes with what is left of it in the store
-    /// (emptied key directories). `None` when `rel` is no such array.
-    pub(super) fn rmdir_plain(&self, rel: &Path) -> Option<Result<()>> {
-        let w = self.writer.as_ref()?;
-        if !w.unlinked.is_plain_headless(rel) {
-            return None;
-        }
-        Some((|| {
-            let listed = self.tree_read().list_plain(rel).unwrap_or(Ok(Vec::new()))?;
-            if !listed.is_empty() {
-                return Err(ViewError::NotEmpty);
-            }
-            crate::store::remove_tree(&*self.tree.store, rel)?;
-            w.unlinked.forget_plain(rel);
-            Ok(())
-        })())
-    }
-
     /// A `.zarray` was written at `rel`: it is no longer a headless unsharded array.
     pub(super) fn plain_written_back(&self, rel: &Path) {
-        if let Some(w) = &self.writer {
-            w.unlinked.plain_written_back(rel);
-        }
+        self.w.unlinked.plain_written_back(rel);
     }
 }
 
@@ -376,7 +375,7 @@ impl TreeRead<'_> {
                 _ => Err(ViewError::NotFound),
             });
         };
-        // As its writer wrote it, while that is the document shown (`View::as_written`).
+        // As its writer wrote it, while that is the document shown (`TreeRead::as_written`).
         let shown = |bytes: Vec<u8>| {
             let json = rel.join("zarr.json");
             Arc::unwrap_or_clone(self.as_written(&json, file, Arc::new(bytes)))
@@ -420,7 +419,7 @@ impl Tree {
 }
 
 /// The v2 view: chunks of the fill value of unsharded arrays, by array, with the
-/// metadata they were made from ([`View::plain_fill_at`]).
+/// metadata they were made from ([`TreeRead::plain_fill_at`]).
 #[derive(Default)]
 pub(super) struct PlainFills {
     chunks: parking_lot::Mutex<std::collections::HashMap<PathBuf, PlainFillChunk>>,

@@ -1,17 +1,18 @@
-//! The facade's side of the tree's queries: the overlay reconciled with the store
-//! before the tree reads it.
+//! The tree's queries as the facade and the overlay ask them: the overlay reconciled
+//! with the store before the tree reads it.
 //!
 //! The tree reads the overlay and never writes it. Where it meets a directory the
 //! overlay is stale about (another mount, or a tool, changed the store), the query
-//! fails with [`ViewError::Stale`], saying what it met ([`Reconcile`]); the facade,
-//! [`View::in_tree`], brings the overlay up to date and asks again. Each reconciliation
+//! fails with [`ViewError::Stale`], saying what it met ([`Reconcile`]); the overlay,
+//! [`Overlay::in_tree`], brings itself up to date and asks again (a read-only view has
+//! no overlay to be stale: `View::in_tree` just asks). Each reconciliation
 //! changes the overlay so that the same directory is no more stale: an answer comes
 //! after a round or two. Resolution must see the overlay reconciled while it walks:
 //! `resolve("z/zarr.json")` after `z`'s metadata came back needs `z` no more unlinked
 //! before it asks whether `zarr.json` is shown (applied after the query, it would
 //! answer `ENOENT`).
 //!
-//! Queries with a facade here are those that may meet a store directory for the first
+//! Queries asked through here are those that may meet a store directory for the first
 //! time: resolution (`resolve`, `child`, `stored_child`, `classify_dir`), listings
 //! (`readdir`) and the v2 view's `.zmetadata` (`consolidated`).
 
@@ -24,7 +25,7 @@ use crate::store::EntryMeta;
 
 use super::node::ShardedArray;
 use super::unlinked::remove_unlinked_meta;
-use super::{DirEntry, MetaFile, Node, Result, TreeRead, View, ViewError, ViewFormat};
+use super::{DirEntry, MetaFile, Node, Overlay, Result, TreeRead, View, ViewError, ViewFormat};
 
 /// What the tree met that the overlay is stale about, at store directory `rel`.
 #[derive(Debug)]
@@ -47,7 +48,7 @@ pub enum Reconcile {
     /// another array (see [`Reconcile::Replaced`]).
     HeadlessChanged { array: Arc<ShardedArray> },
     /// Another mount made another array at `rel`: the chunks this mount staged for the
-    /// one it replaced are not stored (see `View::array_to_flush`).
+    /// one it replaced are not stored (see `Overlay::array_to_flush`).
     Replaced { rel: PathBuf },
     /// An array whose metadata a writable mount unlinked (its document kept), met for
     /// the first time: this mount holds it unlinked too.
@@ -110,9 +111,57 @@ const REPLACED: &str = "another mount made another array at its path: the chunks
 const SAME_DIR_ROUNDS: usize = 8;
 
 impl View {
+    /// Answer tree query `query`: on a writable view, with the overlay reconciled with
+    /// the store wherever the query finds it stale ([`Overlay::in_tree`]); a read-only
+    /// view has no overlay to be stale.
+    pub(super) fn in_tree<T>(&self, query: impl Fn(TreeRead<'_>) -> Result<T>) -> Result<T> {
+        match self.overlay_opt() {
+            Some(o) => o.in_tree(query),
+            None => query(self.tree_read()),
+        }
+    }
+
+    /// The node at a view path, walking from the root.
+    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
+        self.in_tree(|t| t.resolve(path))
+    }
+
+    /// The child node `name` of `node`, `None` if there is none.
+    pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
+        self.in_tree(|t| t.child(path, node, name))
+    }
+
+    /// [`TreeRead::stored_child`]: the child, less what is there only as the v2 view's
+    /// fill value.
+    pub(super) fn stored_child(
+        &self,
+        path: &Path,
+        node: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        self.in_tree(|t| t.stored_child(path, node, name))
+    }
+
+    /// What a store directory is: a presentable sharded array, or a plain directory.
+    pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
+        self.in_tree(|t| t.classify_dir(rel.clone(), dir_meta))
+    }
+
+    /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        self.in_tree(|t| t.readdir(ino))
+    }
+
+    /// `.zmetadata` of the group at `dir` (the v2 view; [`TreeRead::consolidated`]).
+    pub(super) fn consolidated(&self, dir: &Path) -> Result<Vec<u8>> {
+        self.in_tree(|t| t.consolidated(dir))
+    }
+}
+
+impl<'a> Overlay<'a> {
     /// Answer tree query `query`, reconciling the overlay with the store wherever the
     /// query finds it stale, and asking again.
-    pub(super) fn in_tree<T>(&self, query: impl Fn(TreeRead<'_>) -> Result<T>) -> Result<T> {
+    fn in_tree<T>(&self, query: impl Fn(TreeRead<'a>) -> Result<T>) -> Result<T> {
         let mut seen: std::collections::HashMap<PathBuf, usize> = Default::default();
         loop {
             let answer = query(self.tree_read());
@@ -140,12 +189,7 @@ impl View {
             return all.into_iter().try_for_each(|r| self.reconcile(r));
         }
         log::debug!("reconciling the overlay: {what:?}");
-        let Some(w) = &self.writer else {
-            // A read-only mount has no overlay; the tree asks nothing of it.
-            return Err(ViewError::Io(std::io::Error::other(format!(
-                "a read-only mount was asked to reconcile {what:?}"
-            ))));
-        };
+        let w = self.w;
         let meta_file = match self.tree.format {
             ViewFormat::V2 => MetaFile::Zarray,
             ViewFormat::V3 => MetaFile::ZarrJson,
@@ -214,9 +258,7 @@ impl View {
                 (Ok(Some(k)), Ok(Some(j))) => k.version() == version && j.mtime > k.mtime,
                 _ => false,
             };
-            let held = self.writer.as_ref().is_some_and(|w| {
-                w.unlinked.is_headless(&rel) || w.unlinked.is_plain_headless(&rel)
-            });
+            let held = self.w.unlinked.is_headless(&rel) || self.w.unlinked.is_plain_headless(&rel);
             if still
                 && !held
                 && let Err(e) = remove_unlinked_meta(store, &rel)
@@ -236,29 +278,13 @@ impl View {
         self.in_tree(|t| t.child(path, node, name))
     }
 
-    /// [`TreeRead::stored_child`]: the child, less what is there only as the v2 view's
-    /// fill value.
-    pub(super) fn stored_child(
-        &self,
-        path: &Path,
-        node: &Node,
-        name: &OsStr,
-    ) -> Result<Option<Node>> {
-        self.in_tree(|t| t.stored_child(path, node, name))
-    }
-
     /// What a store directory is: a presentable sharded array, or a plain directory.
     pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
         self.in_tree(|t| t.classify_dir(rel.clone(), dir_meta))
     }
 
     /// Every entry of directory `ino` (without `.` and `..`), sorted by name.
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+    pub(super) fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.in_tree(|t| t.readdir(ino))
-    }
-
-    /// `.zmetadata` of the group at `dir` (the v2 view; [`TreeRead::consolidated`]).
-    pub(super) fn consolidated(&self, dir: &Path) -> Result<Vec<u8>> {
-        self.in_tree(|t| t.consolidated(dir))
     }
 }

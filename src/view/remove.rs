@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 
+use super::Overlay;
 use super::*;
 
 impl View {
@@ -13,7 +14,7 @@ impl View {
         }
         let (ppath, path, node) = match self.existing_child(parent, name) {
             Err(e @ (ViewError::NotFound | ViewError::StaleInode(_))) => {
-                let Some(stale) = self.chunk_deleted_here(parent, name) else {
+                let Some(stale) = self.overlay()?.chunk_deleted_here(parent, name) else {
                     return Err(e);
                 };
                 // Deleting what is not there is done; the stale entry goes.
@@ -39,7 +40,8 @@ impl View {
                 parent,
             } => {
                 let metadata = self.tree.pending_meta(&node).is_some();
-                self.unname_scratch(path, array, parent.as_deref())?;
+                self.overlay()?
+                    .unname_scratch(path, array, parent.as_deref())?;
                 if metadata {
                     // A write of the array's metadata not yet taken in (cut short): it
                     // goes, and so does the metadata under it, as the unlink says.
@@ -48,8 +50,8 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
-                self.writable(&array)?;
-                self.commit_chunk(&array, coords.clone(), None)?;
+                self.overlay()?.writable(&array)?;
+                self.overlay()?.commit_chunk(&array, coords.clone(), None)?;
                 // The key directory stays, empty, until it is removed itself (as on
                 // any file system: `rm -rf` removes a directory after its last file).
                 w.vdirs.chunk_gone(&array.rel, coords);
@@ -62,7 +64,7 @@ impl View {
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => {
-                self.remove_store_file(rel)?;
+                self.overlay()?.remove_store_file(rel)?;
                 // A key directory that held it stays, as any directory does when a file
                 // in it goes (it may have nothing else below it now).
                 if let Ok((_, Node::KeyDir { array, coords })) = self.tree.node(parent) {
@@ -79,7 +81,7 @@ impl View {
         }
         self.tree.inodes.detach(&path);
         if MetaFile::from_name(name).is_some() {
-            self.unconsolidate_above(&ppath);
+            self.overlay()?.unconsolidate_above(&ppath);
         }
         Ok(())
     }
@@ -95,7 +97,7 @@ impl View {
         let w = self.writer()?;
         match file {
             MetaFile::Zattrs => {
-                if self.hold_headless_attrs(array, None)?.is_none() {
+                if self.overlay()?.hold_headless_attrs(array, None)?.is_none() {
                     self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
                     w.unlinked.zattrs_unlinked(&array.rel);
                 }
@@ -144,12 +146,54 @@ impl View {
                     },
                 );
                 self.tree.inodes.detach(path);
-                self.refresh_subtree(&array.rel);
+                self.overlay()?.refresh_subtree(&array.rel);
                 Ok(())
             }
         }
     }
 
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
+        let (_, path, node) = self.existing_child(parent, name)?;
+        container::refuse_writes(&[Some(&node)])?;
+        let w = self.writer()?;
+        match &node {
+            Node::Dir { rel } => self.overlay()?.rmdir_store_dir(rel)?,
+            Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
+                if !self.overlay()?.shows_empty(&path, &node)? {
+                    return Err(ViewError::NotEmpty);
+                }
+                self.flush_array(array)?;
+                // What is left are emptied key directories (and shards of nothing).
+                crate::store::remove_tree(&*self.tree.store, &array.rel)?;
+                w.unlinked.forget_headless(&array.rel);
+                w.unlinked.zattrs_shown(&array.rel);
+                w.unlinked.forget_zmetadata(&array.rel);
+                self.tree.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.forget_array(&array.rel);
+            }
+            Node::ArrayDir { array } => {
+                self.flush_array(array)?;
+                // Empty directories the view does not show (shard directories a shrink
+                // emptied) go with it.
+                self.tree.own.remove_empty_dirs(&array.rel)?;
+                self.tree.store.remove_dir(&array.rel)?;
+            }
+            Node::KeyDir { array, coords } => {
+                self.overlay()?.rmdir_key_dir(&path, &node, array, coords)?
+            }
+            _ => return Err(ViewError::NotDir),
+        }
+        self.tree.inodes.detach(&path);
+        self.overlay()?.unconsolidate_above(&path);
+        Ok(())
+    }
+}
+
+impl Overlay<'_> {
     /// The kernel still knows the name `name` in `parent` (an unlink comes without a
     /// lookup when the dentry is cached) but the chunk is gone: deleted by the mount
     /// itself just now (a shape shrink, which retires the inodes of chunks and key
@@ -165,6 +209,38 @@ impl View {
         .then_some(path)
     }
 
+    /// `rmdir` of key directory `coords` of `array` (at view path `path`).
+    fn rmdir_key_dir(
+        &self,
+        path: &Path,
+        node: &Node,
+        array: &Arc<ShardedArray>,
+        coords: &[u64],
+    ) -> Result<()> {
+        let w = self.w;
+        let array = self.tree.current(array);
+        self.flush_array(&array)?;
+        if !self.shows_empty(path, node)? {
+            return Err(ViewError::NotEmpty);
+        }
+        // The parent stays until it is removed itself.
+        w.vdirs.removed(&array.rel, coords);
+        let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
+        self.remove_emptied_shards(&array, &store_dir)?;
+        // The store directory goes only when no shard is left in it; so does the one at
+        // the key directory's own path, where files of their own lay (`super::kept`), once
+        // they were removed.
+        for dir in [store_dir, path.to_path_buf()] {
+            self.tree.own.remove_empty_dirs(&dir)?;
+            if self.tree.store.list(&dir).is_ok_and(|d| d.is_empty()) {
+                self.tree.store.remove_dir(&dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Overlay<'_> {
     /// Shards in store directory `dir` (and below) that hold no chunk, removed with the
     /// key directory being removed. Object storage keeps an emptied shard (its deletion
     /// times order other mounts' later commits of its chunks); a removed directory wants
@@ -198,47 +274,9 @@ impl View {
         Ok(())
     }
 
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
-        if self.only_fill(parent, name)? {
-            return Ok(());
-        }
-        let (_, path, node) = self.existing_child(parent, name)?;
-        container::refuse_writes(&[Some(&node)])?;
-        let w = self.writer()?;
-        match &node {
-            Node::Dir { rel } => self.rmdir_store_dir(rel)?,
-            Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
-                if !self.shows_empty(&path, &node)? {
-                    return Err(ViewError::NotEmpty);
-                }
-                self.flush_array(array)?;
-                // What is left are emptied key directories (and shards of nothing).
-                crate::store::remove_tree(&*self.tree.store, &array.rel)?;
-                w.unlinked.forget_headless(&array.rel);
-                w.unlinked.zattrs_shown(&array.rel);
-                w.unlinked.forget_zmetadata(&array.rel);
-                self.tree.arrays.remove(&array.rel);
-                w.staging.discard(&array.rel);
-                w.vdirs.forget_array(&array.rel);
-            }
-            Node::ArrayDir { array } => {
-                self.flush_array(array)?;
-                // Empty directories the view does not show (shard directories a shrink
-                // emptied) go with it.
-                self.tree.own.remove_empty_dirs(&array.rel)?;
-                self.tree.store.remove_dir(&array.rel)?;
-            }
-            Node::KeyDir { array, coords } => self.rmdir_key_dir(&path, &node, array, coords)?,
-            _ => return Err(ViewError::NotDir),
-        }
-        self.tree.inodes.detach(&path);
-        self.unconsolidate_above(&path);
-        Ok(())
-    }
-
     /// `rmdir` of a store directory (no array's).
     fn rmdir_store_dir(&self, rel: &Path) -> Result<()> {
-        let w = self.writer()?;
+        let w = self.w;
         if w.unlinked.zmetadata_left(rel)
             || (self.tree.format == ViewFormat::V2 && self.tree_read().has_zmetadata(rel)?)
             || (!self.tree_read().zattrs_hidden(rel) && self.tree.group_docs.kept_zattrs(rel)?)
@@ -263,36 +301,6 @@ impl View {
         w.unlinked.forget_zmetadata(rel);
         w.unlinked.zmetadata_made(rel);
         w.unlinked.zattrs_shown(rel);
-        Ok(())
-    }
-
-    /// `rmdir` of key directory `coords` of `array` (at view path `path`).
-    fn rmdir_key_dir(
-        &self,
-        path: &Path,
-        node: &Node,
-        array: &Arc<ShardedArray>,
-        coords: &[u64],
-    ) -> Result<()> {
-        let w = self.writer()?;
-        let array = self.tree.current(array);
-        self.flush_array(&array)?;
-        if !self.shows_empty(path, node)? {
-            return Err(ViewError::NotEmpty);
-        }
-        // The parent stays until it is removed itself.
-        w.vdirs.removed(&array.rel, coords);
-        let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
-        self.remove_emptied_shards(&array, &store_dir)?;
-        // The store directory goes only when no shard is left in it; so does the one at
-        // the key directory's own path, where files of their own lay (`super::kept`), once
-        // they were removed.
-        for dir in [store_dir, path.to_path_buf()] {
-            self.tree.own.remove_empty_dirs(&dir)?;
-            if self.tree.store.list(&dir).is_ok_and(|d| d.is_empty()) {
-                self.tree.store.remove_dir(&dir)?;
-            }
-        }
         Ok(())
     }
 }

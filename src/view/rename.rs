@@ -4,6 +4,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
+use super::Overlay;
 use super::node::Target;
 use super::ops::{not_whole, refuse_internal};
 use super::*;
@@ -98,21 +99,26 @@ impl View {
         refuse_internal(newname)?;
         let (ppath, pnode) = self.tree.node(parent)?;
         let (npath, nnode) = self.tree.node(newparent)?;
-        let nnode = self.made_dir(newparent, nnode)?;
+        let nnode = self.overlay()?.made_dir(newparent, nnode)?;
         let src = self
             .stored_child(&ppath, &pnode, name)?
             .ok_or(ViewError::NotFound)?;
         let (from, to) = (ppath.join(name), npath.join(newname));
         let target = self.stored_child(&npath, &nnode, newname)?;
         container::refuse_writes(&[Some(&src), Some(&nnode), target.as_ref()])?;
-        self.refuse_rename(&src, target.as_ref(), &to, noreplace)?;
+        self.overlay()?
+            .refuse_rename(&src, target.as_ref(), &to, noreplace)?;
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
-            return self.rename_onto_consolidated(rel, dir, &from, to);
+            return self
+                .overlay()?
+                .rename_onto_consolidated(rel, dir, &from, to);
         }
         if let (None, Node::File { rel }, Node::Dir { rel: dir }) = (&target, &src, &nnode)
-            && self.remakes_zmetadata(dir, newname)?
+            && self.overlay()?.remakes_zmetadata(dir, newname)?
         {
-            return self.rename_onto_consolidated(rel, dir, &from, to);
+            return self
+                .overlay()?
+                .rename_onto_consolidated(rel, dir, &from, to);
         }
         let mut renamed = Renamed::Other;
         // A file of an array open for writing (a daemon's handle: `open_checks`): its
@@ -126,7 +132,7 @@ impl View {
                 return self.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
             }
             (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
-                let dst = self.new_child_rel(dst_dir, newname)?;
+                let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
                 return self.rename_dir(&src, &from, &to, &dst);
             }
             (
@@ -142,15 +148,17 @@ impl View {
                 ));
             }
             (Node::Scratch { path, .. }, _)
-                if let Some(node) = self.move_scratch_to_chunk(path, &nnode, newname)? =>
+                if let Some(node) = self
+                    .overlay()?
+                    .move_scratch_to_chunk(path, &nnode, newname)? =>
             {
                 renamed = Renamed::AsWritten;
                 node
             }
             // A file of its own of the store renamed to another such name in an array's
             // directories.
-            (Node::File { rel }, _) if self.names_own_file(&nnode, newname)? => {
-                self.move_own_file(rel, &to)?
+            (Node::File { rel }, _) if self.overlay()?.names_own_file(&nnode, newname)? => {
+                self.overlay()?.move_own_file(rel, &to)?
             }
             _ => self.copy_onto(src, &ppath, &pnode, name, &nnode, newname, &to)?,
         };
@@ -160,102 +168,6 @@ impl View {
         };
         self.tree.inodes.rename(&from, to, node);
         Ok(renamed)
-    }
-
-    /// The refusals of a rename of `src` onto `target` (at view path `to`) that come
-    /// before anything changes.
-    fn refuse_rename(
-        &self,
-        src: &Node,
-        target: Option<&Node>,
-        to: &Path,
-        noreplace: bool,
-    ) -> Result<()> {
-        if target.is_some() && noreplace {
-            return Err(ViewError::Exists);
-        }
-        self.writer()?;
-        if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = target
-            && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
-        {
-            if !self.shows_empty(to, t)? {
-                // What the view shows in it counts, as on a plain directory (a
-                // `.zmetadata` left by an unlinked `.zgroup` has no file in the store).
-                return Err(ViewError::NotEmpty);
-            }
-            // Empty as shown: metadata kept at an unlink there (`store::UNLINKED_META`)
-            // goes, as the directory does (before, the rename was `ENOTEMPTY`: found by
-            // an adversarial tester).
-            let rel = match t {
-                Node::ArrayDir { array } => &array.rel,
-                Node::Dir { rel } => rel,
-                _ => unreachable!("matched above"),
-            };
-            super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), rel)?;
-            self.writer()?.unlinked.forget_headless(rel);
-        }
-        if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
-            // Refused before anything changed (`mv` then copies and unlinks): the copy
-            // at the new name was once made first, and stayed, though the rename failed.
-            return Err(ViewError::CrossDevice("moving metadata away".into()));
-        }
-        Ok(())
-    }
-
-    /// Whether the directory `node` at view path `path` lists nothing.
-    pub(super) fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
-        let ino = self.tree.inodes.intern(path.to_path_buf(), node.clone());
-        let empty = self.readdir(ino).map(|e| e.is_empty());
-        self.tree.inodes.forget(ino, 1);
-        empty
-    }
-
-    /// zarr 2's `consolidate_metadata` (a temporary file `rel` renamed onto `.zmetadata`
-    /// of `dir`): accepted and let go, as the view makes `.zmetadata` from the hierarchy.
-    fn rename_onto_consolidated(
-        &self,
-        rel: &Path,
-        dir: &Path,
-        from: &Path,
-        to: PathBuf,
-    ) -> Result<Renamed> {
-        self.remove_store_file(rel)?;
-        self.tree.inodes.rename(
-            from,
-            to,
-            Node::Consolidated {
-                dir: dir.to_path_buf(),
-            },
-        );
-        Ok(Renamed::Other)
-    }
-
-    /// Whether `name` in store directory `dir` is the v2 view's `.zmetadata` of a group
-    /// whose `.zmetadata` was unlinked: made again now (the view's own again; what was
-    /// written to it is let go), not a file of the store.
-    pub(super) fn remakes_zmetadata(&self, dir: &Path, name: &OsStr) -> Result<bool> {
-        let remade = self.tree.format == super::ViewFormat::V2
-            && name == crate::format::v2::ZMETADATA
-            && self.writer()?.unlinked.zmetadata_hidden(dir)
-            && self.tree.group_docs.stored(dir)?.is_some();
-        if remade {
-            self.writer()?.unlinked.zmetadata_made(dir);
-        }
-        Ok(remade)
-    }
-
-    /// Whether `newname` in directory node `nnode` of an array names a file of its own
-    /// (neither chunk nor metadata).
-    fn names_own_file(&self, nnode: &Node, newname: &OsStr) -> Result<bool> {
-        let (array, coords) = match nnode {
-            Node::ArrayDir { array } => (array, None),
-            Node::KeyDir { array, coords } => (array, Some(coords.as_slice())),
-            _ => return Ok(false),
-        };
-        Ok(matches!(
-            self.tree.target(array, coords, newname)?,
-            Target::Scratch
-        ))
     }
 
     /// A rename as a copy: the source's bytes put at the new name, the source removed
@@ -271,7 +183,7 @@ impl View {
         newname: &OsStr,
         to: &Path,
     ) -> Result<Node> {
-        let (src, data) = match self.content(&src) {
+        let (src, data) = match self.overlay()?.content(&src) {
             // A scratch file stored as a file of its own meanwhile (`kept.rs`: an
             // `fsync` of a directory, the idle timer): it is that file now. Before,
             // the rename failed with `ENOENT` (found by an adversarial tester).
@@ -279,13 +191,13 @@ impl View {
                 let now = self
                     .stored_child(ppath, pnode, name)?
                     .ok_or(ViewError::NotFound)?;
-                let data = self.content(&now)?;
+                let data = self.overlay()?.content(&now)?;
                 (now, data)
             }
             data => (src, data?),
         };
         let node = self.put_at(nnode, newname, to, data)?;
-        self.remove_source(&src, &node)?;
+        self.overlay()?.remove_source(&src, &node)?;
         Ok(node)
     }
 
@@ -300,8 +212,8 @@ impl View {
         from: &Path,
         to: &Path,
     ) -> Result<Renamed> {
-        let dst = self.new_child_rel(dst_dir, newname)?;
-        self.only_whole_docs(src, &dst)?;
+        let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
+        self.overlay()?.only_whole_docs(src, &dst)?;
         if let Some(w) = &self.writer {
             w.docs.unlinked(&dst);
         }
@@ -325,27 +237,12 @@ impl View {
         Ok(Renamed::Other)
     }
 
-    /// A file of its own of the store renamed to another such name `to` in an array's
-    /// directories: one rename in the store, never a copy held in memory meanwhile.
-    fn move_own_file(&self, rel: &Path, to: &Path) -> Result<Node> {
-        if let Some(dir) = to.parent() {
-            self.tree.own.make_store_dirs(dir)?;
-        }
-        // Whatever had the name in memory is replaced.
-        self.writer()?.scratch.remove(to);
-        self.unkeep_file(to)?;
-        self.tree.store.rename(rel, to)?;
-        Ok(Node::File {
-            rel: to.to_path_buf(),
-        })
-    }
-
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
         super::ops::refuse_internal(newname)?;
         let (_, src) = self.tree.node(ino)?;
         let (npath, nnode) = self.tree.node(newparent)?;
-        let nnode = self.made_dir(newparent, nnode)?;
+        let nnode = self.overlay()?.made_dir(newparent, nnode)?;
         let to = npath.join(newname);
         container::refuse_writes(&[Some(&src), Some(&nnode)])?;
         if self.stored_child(&npath, &nnode, newname)?.is_some() {
@@ -354,37 +251,18 @@ impl View {
         let node = match (&src, &nnode) {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
                 self.writer()?;
-                let dst = self.new_child_rel(dst_dir, newname)?;
-                self.only_whole_docs(&src, &dst)?;
+                let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
+                self.overlay()?.only_whole_docs(&src, &dst)?;
                 self.tree.store.hard_link(rel, &dst)?;
                 Node::File { rel: dst }
             }
             _ => {
-                let data = self.content(&src)?;
+                let data = self.overlay()?.content(&src)?;
                 self.put_at(&nnode, newname, &to, data)?
             }
         };
         let ino = self.tree.inodes.intern(to, node);
         self.getattr(ino)
-    }
-
-    pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
-        match node {
-            Node::File { rel } => Ok(self.tree.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
-            Node::Scratch { path, .. } => self
-                .writer()?
-                .scratch
-                .bytes_at(path)
-                .ok_or(ViewError::NotFound),
-            Node::Chunk { array, coords } => self
-                .tree_read()
-                .chunk_bytes(&self.tree.current(array), coords),
-            Node::ArrayMeta { array, file } => {
-                Ok(self.tree.current(array).meta_bytes(*file).to_vec())
-            }
-            Node::GroupMeta { dir, file } => self.tree_read().group_meta(dir, *file),
-            _ => Err(ViewError::CrossDevice("not a regular file".into())),
-        }
     }
 
     pub(super) fn put_at(
@@ -397,7 +275,7 @@ impl View {
         match dir {
             Node::Dir { rel } => {
                 self.writer()?;
-                let rel = self.new_child_rel(rel, name)?;
+                let rel = self.overlay()?.new_child_rel(rel, name)?;
                 if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
                     return Err(not_whole(&rel));
                 }
@@ -418,27 +296,6 @@ impl View {
             Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data, None),
             _ => Err(ViewError::NotDir),
         }
-    }
-
-    /// The name of scratch file `path` goes (unlink, or renamed away): open handles keep
-    /// it, and a chunk being rewritten there is deleted too, so that the name does not
-    /// show the stored chunk again. Its key directory stays until removed.
-    pub(super) fn unname_scratch(
-        &self,
-        path: &Path,
-        array: &Arc<ShardedArray>,
-        parent: Option<&[u64]>,
-    ) -> Result<()> {
-        let w = self.writer()?;
-        w.scratch.remove(path);
-        self.unkeep_file(path)?;
-        let name = path.file_name().unwrap_or_default();
-        if let Target::Chunk(coords) = self.tree.target(array, parent, name)? {
-            let array = self.tree.current(array);
-            self.commit_chunk(&array, coords.clone(), None)?;
-            w.vdirs.chunk_gone(&array.rel, &coords);
-        }
-        Ok(())
     }
 
     /// A file open for writing, renamed from an array's directories to `to` (in `dir`),
@@ -483,9 +340,158 @@ impl View {
         self.open.handles.retarget(&file, &node);
         node
     }
+}
+
+impl Overlay<'_> {
+    /// The refusals of a rename of `src` onto `target` (at view path `to`) that come
+    /// before anything changes.
+    fn refuse_rename(
+        &self,
+        src: &Node,
+        target: Option<&Node>,
+        to: &Path,
+        noreplace: bool,
+    ) -> Result<()> {
+        if target.is_some() && noreplace {
+            return Err(ViewError::Exists);
+        }
+        if let Some(t @ (Node::Dir { .. } | Node::ArrayDir { .. })) = target
+            && matches!(src, Node::Dir { .. } | Node::ArrayDir { .. })
+        {
+            if !self.shows_empty(to, t)? {
+                // What the view shows in it counts, as on a plain directory (a
+                // `.zmetadata` left by an unlinked `.zgroup` has no file in the store).
+                return Err(ViewError::NotEmpty);
+            }
+            // Empty as shown: metadata kept at an unlink there (`store::UNLINKED_META`)
+            // goes, as the directory does (before, the rename was `ENOTEMPTY`: found by
+            // an adversarial tester).
+            let rel = match t {
+                Node::ArrayDir { array } => &array.rel,
+                Node::Dir { rel } => rel,
+                _ => unreachable!("matched above"),
+            };
+            super::unlinked::remove_unlinked_meta(self.tree.store.as_ref(), rel)?;
+            self.w.unlinked.forget_headless(rel);
+        }
+        if matches!(src, Node::ArrayMeta { .. } | Node::GroupMeta { .. }) {
+            // Refused before anything changed (`mv` then copies and unlinks): the copy
+            // at the new name was once made first, and stayed, though the rename failed.
+            return Err(ViewError::CrossDevice("moving metadata away".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether the directory `node` at view path `path` lists nothing.
+    pub(super) fn shows_empty(&self, path: &Path, node: &Node) -> Result<bool> {
+        let ino = self.tree.inodes.intern(path.to_path_buf(), node.clone());
+        let empty = self.readdir(ino).map(|e| e.is_empty());
+        self.tree.inodes.forget(ino, 1);
+        empty
+    }
+}
+
+impl Overlay<'_> {
+    /// zarr 2's `consolidate_metadata` (a temporary file `rel` renamed onto `.zmetadata`
+    /// of `dir`): accepted and let go, as the view makes `.zmetadata` from the hierarchy.
+    fn rename_onto_consolidated(
+        &self,
+        rel: &Path,
+        dir: &Path,
+        from: &Path,
+        to: PathBuf,
+    ) -> Result<Renamed> {
+        self.remove_store_file(rel)?;
+        self.tree.inodes.rename(
+            from,
+            to,
+            Node::Consolidated {
+                dir: dir.to_path_buf(),
+            },
+        );
+        Ok(Renamed::Other)
+    }
+
+    /// Whether `name` in store directory `dir` is the v2 view's `.zmetadata` of a group
+    /// whose `.zmetadata` was unlinked: made again now (the view's own again; what was
+    /// written to it is let go), not a file of the store.
+    pub(super) fn remakes_zmetadata(&self, dir: &Path, name: &OsStr) -> Result<bool> {
+        let remade = self.tree.format == super::ViewFormat::V2
+            && name == crate::format::v2::ZMETADATA
+            && self.w.unlinked.zmetadata_hidden(dir)
+            && self.tree.group_docs.stored(dir)?.is_some();
+        if remade {
+            self.w.unlinked.zmetadata_made(dir);
+        }
+        Ok(remade)
+    }
+
+    /// Whether `newname` in directory node `nnode` of an array names a file of its own
+    /// (neither chunk nor metadata).
+    fn names_own_file(&self, nnode: &Node, newname: &OsStr) -> Result<bool> {
+        let (array, coords) = match nnode {
+            Node::ArrayDir { array } => (array, None),
+            Node::KeyDir { array, coords } => (array, Some(coords.as_slice())),
+            _ => return Ok(false),
+        };
+        Ok(matches!(
+            self.tree.target(array, coords, newname)?,
+            Target::Scratch
+        ))
+    }
+
+    /// A file of its own of the store renamed to another such name `to` in an array's
+    /// directories: one rename in the store, never a copy held in memory meanwhile.
+    fn move_own_file(&self, rel: &Path, to: &Path) -> Result<Node> {
+        if let Some(dir) = to.parent() {
+            self.tree.own.make_store_dirs(dir)?;
+        }
+        // Whatever had the name in memory is replaced.
+        self.w.scratch.remove(to);
+        self.unkeep_file(to)?;
+        self.tree.store.rename(rel, to)?;
+        Ok(Node::File {
+            rel: to.to_path_buf(),
+        })
+    }
+
+    pub(super) fn content(&self, node: &Node) -> Result<Vec<u8>> {
+        match node {
+            Node::File { rel } => Ok(self.tree.store.read_all(rel)?.ok_or(ViewError::NotFound)?),
+            Node::Scratch { path, .. } => self.w.scratch.bytes_at(path).ok_or(ViewError::NotFound),
+            Node::Chunk { array, coords } => self
+                .tree_read()
+                .chunk_bytes(&self.tree.current(array), coords),
+            Node::ArrayMeta { array, file } => {
+                Ok(self.tree.current(array).meta_bytes(*file).to_vec())
+            }
+            Node::GroupMeta { dir, file } => self.tree_read().group_meta(dir, *file),
+            _ => Err(ViewError::CrossDevice("not a regular file".into())),
+        }
+    }
+
+    /// The name of scratch file `path` goes (unlink, or renamed away): open handles keep
+    /// it, and a chunk being rewritten there is deleted too, so that the name does not
+    /// show the stored chunk again. Its key directory stays until removed.
+    pub(super) fn unname_scratch(
+        &self,
+        path: &Path,
+        array: &Arc<ShardedArray>,
+        parent: Option<&[u64]>,
+    ) -> Result<()> {
+        let w = self.w;
+        w.scratch.remove(path);
+        self.unkeep_file(path)?;
+        let name = path.file_name().unwrap_or_default();
+        if let Target::Chunk(coords) = self.tree.target(array, parent, name)? {
+            let array = self.tree.current(array);
+            self.commit_chunk(&array, coords.clone(), None)?;
+            w.vdirs.chunk_gone(&array.rel, &coords);
+        }
+        Ok(())
+    }
 
     pub(super) fn remove_source(&self, src: &Node, now_at_target: &Node) -> Result<()> {
-        self.writer()?;
         match src {
             Node::Scratch {
                 path,
@@ -516,7 +522,7 @@ impl View {
                 if !same {
                     self.commit_chunk(&self.tree.current(array), coords.clone(), None)?;
                     // Its key directory stays, as when the chunk is unlinked.
-                    self.writer()?.vdirs.chunk_gone(&array.rel, coords);
+                    self.w.vdirs.chunk_gone(&array.rel, coords);
                 }
             }
             Node::File { rel } => self.remove_store_file(rel)?,
@@ -530,22 +536,24 @@ impl View {
     }
 }
 
-impl View {
+impl Overlay<'_> {
     /// Remove a store file (or symlink); a metadata document being written there is let
     /// go, and one not stored yet has nothing in the store to remove.
     pub(super) fn remove_store_file(&self, rel: &Path) -> Result<()> {
-        let pending = self.writer.as_ref().is_some_and(|w| w.docs.unlinked(rel));
-        if let (Some(w), Some(dir)) = (&self.writer, rel.parent())
+        let pending = self.w.docs.unlinked(rel);
+        if let Some(dir) = rel.parent()
             && super::pending_doc::is_doc(rel)
         {
-            w.choices.take_keep_unsharded(dir);
+            self.w.choices.take_keep_unsharded(dir);
         }
         match self.tree.store.remove_file(rel) {
             Err(e) if pending && e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             res => Ok(res?),
         }
     }
+}
 
+impl Overlay<'_> {
     /// A file renamed or linked onto a metadata document's name must be a whole one
     /// (`rsync`'s and zarr's temporary files are, once complete): a document cut short
     /// never reaches the store.
@@ -554,7 +562,7 @@ impl View {
             return Ok(());
         }
         let data = match src {
-            Node::File { rel } => match self.pending_doc(rel) {
+            Node::File { rel } => match self.w.docs.get(rel) {
                 Some(doc) => doc.bytes(),
                 None => self.tree.store.read_all(rel)?.unwrap_or_default(),
             },

@@ -78,9 +78,9 @@ impl View {
         self.tree.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
         self.tree.inodes.move_tree(from, to);
-        self.refresh_subtree(to);
-        self.unconsolidate_above(from);
-        self.unconsolidate_above(to);
+        self.overlay()?.refresh_subtree(to);
+        self.overlay()?.unconsolidate_above(from);
+        self.overlay()?.unconsolidate_above(to);
         Ok(Renamed::Other)
     }
 }

@@ -1,11 +1,48 @@
 //! What `shardfs stats` reads: the JSON of the hidden stats file at the mount's root
-//! ([`super::STATS_FILE`]), made of the read side's counters (`ReadCounters`, kept in
-//! the [`View`]) and of the write side's (staging, flushes, compaction). The counters
+//! ([`super::STATS_FILE`]), made of the view's counters (`Counters`, kept in the
+//! [`View`]) and of the write side's (staging, flushes, compaction). The counters
 //! are counted where the reads, opens and commits happen; only their sum is made here.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::Overlay;
 use super::{View, Writer};
+
+/// Commits that no request waited for and that were refused (when idle, before a rename,
+/// a full buffer; chunks staged for an array another mount replaced): the file's path and
+/// why, the latest [`super::REFUSALS_KEPT`], for `shardfs stats` and the unmount's report.
+#[derive(Default)]
+pub(super) struct Refusals(parking_lot::Mutex<std::collections::VecDeque<(String, String)>>);
+
+impl Refusals {
+    /// `path` was refused for `why` (the oldest refusal goes if there are too many).
+    pub(super) fn push(&self, path: String, why: String) {
+        let mut kept = self.0.lock();
+        if kept.len() == super::REFUSALS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((path, why));
+    }
+
+    /// `path` was stored since: an earlier refusal of it is no longer true.
+    pub(super) fn forget(&self, path: &str) {
+        let mut kept = self.0.lock();
+        if !kept.is_empty() {
+            kept.retain(|(p, _)| p != path);
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.lock().is_empty()
+    }
+
+    fn to_json(&self) -> Vec<serde_json::Value> {
+        let kept = self.0.lock();
+        kept.iter()
+            .map(|(path, why)| serde_json::json!({"path": path, "why": why}))
+            .collect()
+    }
+}
 
 /// The stats file's size is a multiple of this.
 const STATS_PAGE: usize = 4096;
@@ -19,9 +56,7 @@ impl View {
             "store": self.tree.store.describe(),
             "inodes": self.tree.inodes.len(),
             "read_requests": get(&c.read_requests),
-            "refused": c.refused.lock().iter().map(|(path, why)| {
-                serde_json::json!({"path": path, "why": why})
-            }).collect::<Vec<_>>(),
+            "refused": c.refused.to_json(),
             "pending_metadata": self.open.partial_metadata_paths(self.tree_read()),
             "pending_chunks": self.open.partial_chunk_paths(self.tree_read()),
             "chunk_opens": get(&c.chunk_opens),
@@ -67,7 +102,7 @@ impl View {
         v["bytes_flushed"] = (get(&f.host_bytes) + get(&f.device_bytes)).into();
         v["shard_updates"] = get(&f.shards).into();
         v["chunks_superseded"] = get(&f.superseded).into();
-        v["staged"] = self.staged_by_array(w);
+        v["staged"] = (self.overlay_opt()).map_or(serde_json::Value::Null, |o| o.staged_by_array());
         v["kernel_write_handles"] = self.kernel_write_handles().into();
         v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
         // Per way of laying out a flush: batches, payload, time, rate.
@@ -96,10 +131,13 @@ impl View {
             0.0.into()
         };
     }
+}
 
+impl Overlay<'_> {
     /// What is staged and not yet in the store, by array: what an unmount that cannot
     /// flush names (`shardfs unmount`).
-    fn staged_by_array(&self, w: &Writer) -> serde_json::Value {
+    fn staged_by_array(&self) -> serde_json::Value {
+        let w = self.w;
         w.staging
             .arrays(None)
             .into_iter()
