@@ -321,6 +321,19 @@ pub fn unsharded_entry(entry: &Map<String, Value>) -> Option<Value> {
     serde_json::from_slice(&meta.unsharded_json(layout)).ok()
 }
 
+/// Whether metadata documents `a` and `b` are the same but for their attributes.
+pub fn same_but_attributes(
+    a: &serde_json::Map<String, serde_json::Value>,
+    b: &serde_json::Map<String, serde_json::Value>,
+) -> bool {
+    let without = |doc: &serde_json::Map<String, serde_json::Value>| {
+        let mut doc = doc.clone();
+        doc.remove("attributes");
+        doc
+    };
+    without(a) == without(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

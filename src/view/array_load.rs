@@ -215,7 +215,7 @@ impl TreeRead<'_> {
         // back, made another array, unlinked its `.zarray`): that one is held now.
         let held = self.overlay.and_then(|w| w.plain_doc(&rel));
         if let Some((doc, keys)) = self.tree.plain_array_in(&kept)
-            && held.is_some_and(|held| !super::plain::same_but_attributes(&held, &doc))
+            && held.is_some_and(|held| !crate::format::metadata::same_but_attributes(&held, &doc))
         {
             return Err(Reconcile::UnlinkedPlain { rel, keys, doc }.into());
         }

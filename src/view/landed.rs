@@ -294,7 +294,7 @@ impl Overlay<'_> {
         let same = self
             .tree
             .plain_array_in(&kept)
-            .is_some_and(|(doc, _)| super::plain::same_but_attributes(&doc, held));
+            .is_some_and(|(doc, _)| crate::format::metadata::same_but_attributes(&doc, held));
         if !same {
             log::warn!(
                 "{}/.zattrs: not stored: the array's kept document changed meanwhile",

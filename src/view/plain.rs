@@ -461,13 +461,3 @@ impl PlainFills {
         Some(data)
     }
 }
-
-/// Whether metadata documents `a` and `b` are the same but for their attributes.
-pub(super) fn same_but_attributes(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
-    let without = |doc: &Map<String, Value>| {
-        let mut doc = doc.clone();
-        doc.remove("attributes");
-        doc
-    };
-    without(a) == without(b)
-}
