@@ -198,19 +198,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuCompactor::new();
     let cpu1 = CpuCompactor::with_threads(1);
-    let gpus = match (
-        GpuCompactor::new(),
-        GpuCompactor::with_transfer(GpuTransfer::Copy),
-    ) {
-        (Ok(mapped), Ok(copy)) => {
-            println!("GPU: {}", mapped.device_name());
-            Some((mapped, copy))
-        }
-        (Err(why), _) | (_, Err(why)) => {
-            println!("GPU columns absent: {why}");
-            None
-        }
-    };
+    let gpus = gpus();
     println!(
         "host: {cores} cores, {:.1} GiB RAM; CpuCompactor::new() gathers with up to {cores} threads \
          (one per 4 MiB)\n",
@@ -250,85 +238,24 @@ fn main() {
                 verdict(cpu_rate >= 25.0)
             ));
         }
-        let chunks = batch.chunks();
         let m_plan = measure(reps, || {
             plan_layout(view.grid, view.coords, view.sizes, &mut got).expect("valid")
         });
         match &gpus {
             Some((gpu, copy)) => {
-                // The batch staged in mapped memory, once, as a mount's staging would.
-                let (input, result) = match buffers.take() {
-                    Some((i, r)) if i.len() >= batch.data.len() => (i, r),
-                    old => {
-                        drop(old);
-                        let i = gpu.host_buffer(batch.data.len()).expect("pinned memory");
-                        let r = gpu.host_buffer(batch.data.len()).expect("pinned memory");
-                        (i, r)
-                    }
-                };
-                let mut input = input;
-                let mut result = result;
-                input[..batch.data.len()].copy_from_slice(&batch.data);
-                let staged = StagedBatch {
-                    data: &input[..batch.data.len()],
-                    ..view
-                };
-                let m_host = measure(reps, || {
-                    gpu.compact_host(&staged, &input, &mut got, &mut result)
-                        .expect("valid")
-                });
-                if result[..want.data.len()] != want.data[..] || got.offsets != want.offsets {
-                    println!("!! GPU (host buffers) output differs from CPU output at {mib} MiB");
-                }
-                buffers = Some((input, result));
-                let m_gpu = measure(reps, || run(gpu, &mut got));
-                if got != want {
-                    println!("!! GPU output differs from CPU output at {mib} MiB");
-                }
-                let m_copy = measure(reps, || run(copy, &mut got));
-                if got != want {
-                    println!("!! GPU (copy transfers) output differs from CPU output at {mib} MiB");
-                }
-                let kernels = median(
-                    (0..reps)
-                        .map(|_| {
-                            copy.compact_profiled(&view, &mut got)
-                                .expect("valid")
-                                .kernels
-                        })
-                        .collect(),
+                let cols = gpu_columns(
+                    gpu,
+                    copy,
+                    &mut buffers,
+                    (&batch, mib),
+                    reps,
+                    (&mut want, &mut got),
                 );
-                let host_rate = gib_per_s(bytes, m_host.wall);
-                let host_cpu = cpu_s_per_gib(bytes, m_host.cpu);
-                row += &format!(
-                    " {host_rate:.2} | {host_cpu:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                    gib_per_s(bytes, m_gpu.wall),
-                    gib_per_s(bytes, m_copy.wall),
-                    gib_per_s(bytes, kernels),
-                    host_rate / cpu_rate,
-                );
+                row += &cols.cells(bytes, cpu_rate);
                 if mib >= 256 {
-                    goal_rows.push(format!(
-                        "| {mib} MiB | GPU host-to-host ≥ 30 GiB/s | {host_rate:.2} | {} |",
-                        verdict(host_rate >= 30.0)
-                    ));
-                    goal_rows.push(format!(
-                        "| {mib} MiB | GPU host CPU ≤ 0.05 s/GiB | {host_cpu:.3} | {} |",
-                        verdict(host_cpu <= 0.05)
-                    ));
+                    goal_rows.extend(cols.goals(bytes, mib));
                 }
-                let m_pack = measure(reps, || {
-                    drop(
-                        gpu.pack_chunks(view.grid, view.coords, &chunks, &mut got)
-                            .expect("valid"),
-                    )
-                });
-                flush_rows.push(format!(
-                    "| {mib} MiB | {:.1} | {:.2} | {:.3} |",
-                    m_plan.wall.as_secs_f64() * 1e6,
-                    m_pack.wall.as_secs_f64() * 1e3,
-                    cpu_s_per_gib(bytes, m_pack.cpu),
-                ));
+                flush_rows.push(cols.flush_row(bytes, mib, &m_plan));
             }
             None => {
                 row += " – | – | – | – | – | – |";
@@ -340,6 +267,148 @@ fn main() {
         }
         println!("{row}");
     }
+    print_flush_and_goals(&flush_rows, &goal_rows);
+    drop(buffers);
+    print_auto_calibration(&args, &mut got);
+}
+
+/// The GPU compactors (mapped and copy transfers), `None` (and why, printed) without a
+/// GPU.
+fn gpus() -> Option<(GpuCompactor, GpuCompactor)> {
+    match (
+        GpuCompactor::new(),
+        GpuCompactor::with_transfer(GpuTransfer::Copy),
+    ) {
+        (Ok(mapped), Ok(copy)) => {
+            println!("GPU: {}", mapped.device_name());
+            Some((mapped, copy))
+        }
+        (Err(why), _) | (_, Err(why)) => {
+            println!("GPU columns absent: {why}");
+            None
+        }
+    }
+}
+
+/// The GPU's columns of one batch's row, measured: `compact_host` from mapped buffers
+/// (kept in `buffers` for the next batch), `compact`, `compact` with copy transfers and
+/// its kernels alone, and `pack_chunks` (a flush's way). Outputs that differ from the
+/// CPU's (`want`) are printed.
+struct GpuColumns {
+    host: Measured,
+    compact: Measured,
+    copy: Measured,
+    kernels: Duration,
+    pack: Measured,
+}
+
+impl GpuColumns {
+    /// The row's GPU cells, for a batch of `bytes` whose CPU gather ran at `cpu_rate`.
+    fn cells(&self, bytes: u64, cpu_rate: f64) -> String {
+        let host_rate = gib_per_s(bytes, self.host.wall);
+        format!(
+            " {host_rate:.2} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            cpu_s_per_gib(bytes, self.host.cpu),
+            gib_per_s(bytes, self.compact.wall),
+            gib_per_s(bytes, self.copy.wall),
+            gib_per_s(bytes, self.kernels),
+            host_rate / cpu_rate,
+        )
+    }
+
+    /// The GPU goals' rows (issue 18) for a batch of `mib`.
+    fn goals(&self, bytes: u64, mib: u64) -> [String; 2] {
+        let host_rate = gib_per_s(bytes, self.host.wall);
+        let host_cpu = cpu_s_per_gib(bytes, self.host.cpu);
+        [
+            format!(
+                "| {mib} MiB | GPU host-to-host ≥ 30 GiB/s | {host_rate:.2} | {} |",
+                verdict(host_rate >= 30.0)
+            ),
+            format!(
+                "| {mib} MiB | GPU host CPU ≤ 0.05 s/GiB | {host_cpu:.3} | {} |",
+                verdict(host_cpu <= 0.05)
+            ),
+        ]
+    }
+
+    /// The flush table's row: the host's plan against the GPU's pack.
+    fn flush_row(&self, bytes: u64, mib: u64, plan: &Measured) -> String {
+        format!(
+            "| {mib} MiB | {:.1} | {:.2} | {:.3} |",
+            plan.wall.as_secs_f64() * 1e6,
+            self.pack.wall.as_secs_f64() * 1e3,
+            cpu_s_per_gib(bytes, self.pack.cpu),
+        )
+    }
+}
+
+fn gpu_columns(
+    gpu: &GpuCompactor,
+    copy: &GpuCompactor,
+    buffers: &mut Option<(HostBuffer, HostBuffer)>,
+    (batch, mib): (&OwnedBatch, u64),
+    reps: usize,
+    (want, got): (&mut Packed, &mut Packed),
+) -> GpuColumns {
+    let view = batch.view();
+    let run = |c: &dyn Compactor, out: &mut Packed| {
+        c.compact(&view, out).expect("benchmark batch is valid")
+    };
+    // The batch staged in mapped memory, once, as a mount's staging would.
+    let (mut input, mut result) = match buffers.take() {
+        Some((i, r)) if i.len() >= batch.data.len() => (i, r),
+        old => {
+            drop(old);
+            let i = gpu.host_buffer(batch.data.len()).expect("pinned memory");
+            let r = gpu.host_buffer(batch.data.len()).expect("pinned memory");
+            (i, r)
+        }
+    };
+    input[..batch.data.len()].copy_from_slice(&batch.data);
+    let staged = StagedBatch {
+        data: &input[..batch.data.len()],
+        ..view
+    };
+    let host = measure(reps, || {
+        gpu.compact_host(&staged, &input, got, &mut result)
+            .expect("valid")
+    });
+    if result[..want.data.len()] != want.data[..] || got.offsets != want.offsets {
+        println!("!! GPU (host buffers) output differs from CPU output at {mib} MiB");
+    }
+    *buffers = Some((input, result));
+    let compact = measure(reps, || run(gpu, got));
+    if got != want {
+        println!("!! GPU output differs from CPU output at {mib} MiB");
+    }
+    let copied = measure(reps, || run(copy, got));
+    if got != want {
+        println!("!! GPU (copy transfers) output differs from CPU output at {mib} MiB");
+    }
+    let kernels = median(
+        (0..reps)
+            .map(|_| copy.compact_profiled(&view, got).expect("valid").kernels)
+            .collect(),
+    );
+    let chunks = batch.chunks();
+    let pack = measure(reps, || {
+        drop(
+            gpu.pack_chunks(view.grid, view.coords, &chunks, got)
+                .expect("valid"),
+        )
+    });
+    GpuColumns {
+        host,
+        compact,
+        copy: copied,
+        kernels,
+        pack,
+    }
+}
+
+/// The flush's table (host plan against GPU pack) and the goals' verdicts.
+fn print_flush_and_goals(flush_rows: &[String], goal_rows: &[String]) {
     println!(
         "\nA flush's two ways: the host plans the layout only and the shard \
          writes gather from the staged buffers; the GPU packs into mapped memory and the \
@@ -347,14 +416,14 @@ fn main() {
     );
     println!("| batch | host plan µs | GPU pack_chunks ms | GPU pack host s/GiB |");
     println!("|---:|---:|---:|---:|");
-    for r in &flush_rows {
+    for r in flush_rows {
         println!("{r}");
     }
     if !goal_rows.is_empty() {
         println!("\nGoals (issue 18):\n");
         println!("| batch | goal | measured | verdict |");
         println!("|---:|---|---:|---|");
-        for r in &goal_rows {
+        for r in goal_rows {
             println!("{r}");
         }
     } else {
@@ -363,7 +432,10 @@ fn main() {
              and 16 cores for the CPU one: none applies here."
         );
     }
-    drop(buffers);
+}
+
+/// Which way the calibrated `AutoCompactor` takes for each batch size.
+fn print_auto_calibration(args: &Args, got: &mut Packed) {
     let auto = AutoCompactor::calibrated();
     match auto.describe() {
         Some(d) if !d["estimates"].is_null() => {
@@ -375,7 +447,7 @@ fn main() {
                 let picks = |gpu: bool| if gpu { "GPU" } else { "CPU" };
                 // Which way `compact` takes shows in the estimate it refines.
                 let before = auto.describe().expect("auto");
-                auto.compact(&batch.view(), &mut got).expect("valid");
+                auto.compact(&batch.view(), got).expect("valid");
                 let after = auto.describe().expect("auto");
                 let on_gpu = after["estimates"]["gpu_compact"]["batches"]
                     != before["estimates"]["gpu_compact"]["batches"];

@@ -84,6 +84,9 @@ thread_local! {
     static IN_COMMIT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
+/// Files taken to be committed: inode, handle, and the mark that they are being committed.
+type Taken<'a> = Vec<(u64, u64, Committing<'a>)>;
+
 /// A held handle of `ino` taken by a commit: counted in [`Table::committing`] until
 /// dropped (also on a panic of the commit, so that nothing waits for it for good).
 struct Committing<'a> {
@@ -363,60 +366,9 @@ impl View {
         // that waits going.
         let mut targets: Option<Vec<u64>> = None;
         loop {
-            let (taken, busy) = {
-                let mut t = self.open.implicit.0.lock();
-                if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
-                    return first_err;
-                }
-                let snapshot = targets.get_or_insert_with(|| match which {
-                    KernelCommit::Of(ino) => vec![ino],
-                    _ => {
-                        let all: std::collections::BTreeSet<u64> =
-                            t.held.keys().chain(t.committing.keys()).copied().collect();
-                        all.into_iter().collect()
-                    }
-                });
-                // Beyond the limit, each file is asked once whether it is unlinked (on
-                // object storage a HEAD, under this lock).
-                let (unlinked_now, over) = match which {
-                    KernelCommit::Idle => self.unlinked_over_the_limit(&t.held),
-                    _ => (None, HashSet::new()),
-                };
-                let mut taken = Vec::new();
-                let mut busy = false;
-                let Table { held, committing } = &mut *t;
-                snapshot.retain(|ino| {
-                    if committing.contains_key(ino) {
-                        // Never taken while its earlier bytes are being committed.
-                        busy |= waits_in_flight;
-                        return waits_in_flight;
-                    }
-                    let Some(h) = held.get(ino) else {
-                        return false;
-                    };
-                    if h.users > 0 {
-                        busy |= waits;
-                        return waits;
-                    }
-                    if self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over) {
-                        taken.push((*ino, h.fh));
-                    }
-                    false
-                });
-                let taken: Vec<_> = taken
-                    .into_iter()
-                    .map(|(ino, fh)| {
-                        held.remove(&ino);
-                        *committing.entry(ino).or_default() += 1;
-                        let mark = Committing {
-                            table: &self.open.implicit,
-                            ino,
-                        };
-                        (ino, fh, mark)
-                    })
-                    .collect();
-                self.open.implicit.counted(held);
-                (taken, busy)
+            let Some((taken, busy)) = self.take_due(which, &mut targets, waits, waits_in_flight)
+            else {
+                return first_err;
             };
             for (ino, fh, mark) in taken {
                 let in_commit = InCommit::enter();
@@ -434,6 +386,73 @@ impl View {
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
+    }
+
+    /// The files held for writes through descriptors the kernel opened that a commit of
+    /// `which` commits now, taken out of the table and marked as being committed (the
+    /// marks let go when dropped), and whether any it waits for was busy (in use, or
+    /// being committed by another thread). `targets`: the files it asks about, the held
+    /// ones at its first call. `None` when nothing is held or being committed.
+    fn take_due<'a>(
+        &'a self,
+        which: KernelCommit,
+        targets: &mut Option<Vec<u64>>,
+        waits: bool,
+        waits_in_flight: bool,
+    ) -> Option<(Taken<'a>, bool)> {
+        let mut t = self.open.implicit.0.lock();
+        if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
+            return None;
+        }
+        let snapshot = targets.get_or_insert_with(|| match which {
+            KernelCommit::Of(ino) => vec![ino],
+            _ => {
+                let all: std::collections::BTreeSet<u64> =
+                    t.held.keys().chain(t.committing.keys()).copied().collect();
+                all.into_iter().collect()
+            }
+        });
+        // Beyond the limit, each file is asked once whether it is unlinked (on
+        // object storage a HEAD, under this lock).
+        let (unlinked_now, over) = match which {
+            KernelCommit::Idle => self.unlinked_over_the_limit(&t.held),
+            _ => (None, HashSet::new()),
+        };
+        let mut taken = Vec::new();
+        let mut busy = false;
+        let Table { held, committing } = &mut *t;
+        snapshot.retain(|ino| {
+            if committing.contains_key(ino) {
+                // Never taken while its earlier bytes are being committed.
+                busy |= waits_in_flight;
+                return waits_in_flight;
+            }
+            let Some(h) = held.get(ino) else {
+                return false;
+            };
+            if h.users > 0 {
+                busy |= waits;
+                return waits;
+            }
+            if self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over) {
+                taken.push((*ino, h.fh));
+            }
+            false
+        });
+        let taken: Vec<_> = taken
+            .into_iter()
+            .map(|(ino, fh)| {
+                held.remove(&ino);
+                *committing.entry(ino).or_default() += 1;
+                let mark = Committing {
+                    table: &self.open.implicit,
+                    ino,
+                };
+                (ino, fh, mark)
+            })
+            .collect();
+        self.open.implicit.counted(held);
+        Some((taken, busy))
     }
 
     /// Whether the file `ino` held in `h` is committed now by a commit of `which`.
