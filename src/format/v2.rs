@@ -22,12 +22,12 @@
 //! `shardfs info` says so.
 //!
 //! Anything else (another transpose, `vlen-*`, `sharding_indexed` inside, string or
-//! extension data types) has no exact v2 equivalent: [`zarray`] says why.
+//! extension data types) has no exact v2 equivalent: [`zarray()`] says why.
 //!
 //! `dimension_names` appear in `.zattrs` as `_ARRAY_DIMENSIONS` (the xarray convention)
 //! and go back the same way.
 //!
-//! Split by direction: [`zarray`] (v3 → `.zarray`), [`from_zarray`] (`.zarray` → v3),
+//! Split by direction: [`mod@zarray`] (v3 → `.zarray`), [`from_zarray`] (`.zarray` → v3),
 //! [`attrs`] (`.zattrs`, `.zgroup`), [`plain`] (unsharded arrays and their keys), over
 //! [`dtype`] and [`codecs`]; this file names the metadata files and writes JSON as
 //! zarr-python 2 does.

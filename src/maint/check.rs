@@ -2,7 +2,7 @@
 //! index decodes, live chunks overlap neither each other nor the index, fixed-size chunks
 //! have their size; unusual but readable entries are warnings. The bytes are parsed by
 //! [`crate::format::shard_read`]; this module owns what is reported of them. No locks and
-//! no repair ([`super::verify`]).
+//! no repair ([`mod@super::verify`]).
 
 use std::io;
 

@@ -1,6 +1,6 @@
 //! What `verify` and `compact` report: one finding per shard ([`Problem`]), the reports
 //! as JSON (`Serialize`) and as the lines the command prints (`Display`). Not how they
-//! are found ([`super::verify`], [`super::compact`]).
+//! are found ([`mod@super::verify`], [`mod@super::compact`]).
 
 use std::fmt;
 use std::path::PathBuf;

@@ -303,7 +303,7 @@ impl ShardCache {
     }
 
     /// Fetch all of `shard`'s file but `skip` (the chunk its reader opened and fetches
-    /// itself) in the background ([`StoreFile::claim_rest`]), if its file takes it.
+    /// itself) in the background ([`crate::store::StoreFile::claim_rest`]), if its file takes it.
     pub fn fetch_rest(&self, shard: &Arc<Shard>, skip: std::ops::Range<u64>) {
         if let Some(file) = shard.file.as_ref()
             && file.claim_rest(skip)

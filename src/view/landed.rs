@@ -108,7 +108,7 @@ impl View {
     /// OME-Zarr 0.5 wants every array of a multiscale image to carry the axis names as
     /// `dimension_names`; zarr 2 writes none. After a group's attributes were written
     /// through the v2 view, the image's arrays that have none get them (the arrays that are
-    /// written later get them at creation, from [`Self::ome_axis_names`]).
+    /// written later get them at creation, from [`Overlay::ome_axis_names`]).
     fn name_ome_dimensions(&self, dir: &Path) {
         let Ok(Some(group)) = self.tree.group_docs.stored(dir) else {
             return;

@@ -25,7 +25,7 @@ use crate::store::{EntryKind, Reads};
 pub(super) const LISTS_IN_FLIGHT: usize = 16;
 
 /// The most keys one LIST of everything below an array's key directory may find to
-/// answer for the listings of its shard directories ([`Store::list_tree`]): under one
+/// answer for the listings of its shard directories ([`crate::store::Store::list_tree`]): under one
 /// page of an S3 LIST (1,000 keys), so that it is one request.
 pub(super) const TREE_LIST_MAX: usize = 999;
 

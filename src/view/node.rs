@@ -185,7 +185,7 @@ pub enum Node {
     /// Zarr (`super::container`).
     Container(super::container::ContainerNode),
     /// `.zmetadata` of a group in the v2 view: zarr 2's consolidated metadata, made from
-    /// the hierarchy below `dir` as it is now, never stored ([`View::consolidated`]).
+    /// the hierarchy below `dir` as it is now, never stored (`TreeRead::consolidated`).
     Consolidated {
         dir: PathBuf,
     },

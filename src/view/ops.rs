@@ -511,7 +511,7 @@ impl Overlay<'_> {
 
 impl View {
     /// Whether `name` in `parent` is there only as the v2 view's fill value
-    /// ([`TreeRead::is_fill`]): nothing is stored to remove, and it still reads as the fill
+    /// ([`super::TreeRead::is_fill`]): nothing is stored to remove, and it still reads as the fill
     /// value after an `unlink` or `rmdir`, which succeed (as a deleted chunk reads).
     pub(super) fn only_fill(&self, parent: u64, name: &OsStr) -> Result<bool> {
         // A stale directory is its caller's to answer.

@@ -40,7 +40,7 @@ impl Overlay<'_> {
 }
 
 impl Overlay<'_> {
-    /// Like [`Self::dir_child_rel`], for a name about to be made: the key directory it
+    /// Like [`TreeRead::dir_child_rel`], for a name about to be made: the key directory it
     /// lies in (`c/`) is made first where missing.
     pub(super) fn new_child_rel(&self, rel: &Path, name: &OsStr) -> Result<PathBuf> {
         let child = self.tree_read().dir_child_rel(rel, name).ok_or_else(|| {

@@ -1,7 +1,7 @@
 //! `.zattrs` and `.zgroup` of a v3 node, and the way back: a `.zattrs` written through the
 //! view applied to the v3 document (`dimension_names` as xarray's `_ARRAY_DIMENSIONS`,
 //! OME-Zarr 0.5 in its 0.4 form, the `_FillValue` that `.zarray` shows). Not `.zarray`
-//! ([`super::zarray`], [`super::from_zarray`]).
+//! ([`mod@super::zarray`], [`super::from_zarray`]).
 
 use serde_json::{Map, Value, json};
 

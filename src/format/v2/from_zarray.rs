@@ -1,6 +1,6 @@
 //! A `.zarray` written through the view as a v3 `zarr.json` (v2 → v3), and the
 //! comparisons made through that form (the same array but for its shape; the shape asked
-//! for). Not `.zarray` of a v3 array ([`super::zarray`]).
+//! for). Not `.zarray` of a v3 array ([`mod@super::zarray`]).
 
 use serde_json::{Map, Value, json};
 

@@ -1,6 +1,6 @@
 //! Unsharded v3 arrays in the v2 view: their `.zarray`, and the translation between the
 //! v2 keys shown and the store's chunk keys. Not sharded arrays (their `.zarray` is
-//! [`super::zarray`]'s from the innermost chunks).
+//! [`super::zarray()`]'s from the innermost chunks).
 
 use serde_json::{Map, Value};
 

@@ -14,7 +14,7 @@ use super::{BucketStore, client, meta};
 use crate::store::{Prefetch, StoreFile};
 
 impl BucketStore {
-    /// [`Store::open`], with `with` of its bytes fetched in the same request when its
+    /// [`crate::store::Store::open`], with `with` of its bytes fetched in the same request when its
     /// HEAD is not known (else a HEAD, and the bytes when read): with a local cache too
     /// (its HEAD's ETag finds the bytes kept there), nor during an outage. The start of
     /// a shard loaded ahead only while the budget has room for it in its half kept for
