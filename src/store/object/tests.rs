@@ -9,6 +9,8 @@ use object_store::{GetOptions, PutOptions, PutPayload};
 mod names;
 /// Reads: fetching ahead, the budget, the local cache.
 mod reads;
+/// Shards replaced under reads, the rest of an object claimed, passes read again.
+mod shards;
 
 /// The read-ahead memory in use once every fetch under way ended (a fetch held as it
 /// comes lets its window go when it ends, a moment after its last bytes were read, on
