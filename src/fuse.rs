@@ -302,7 +302,12 @@ impl Filesystem for ShardFs {
         reply: ReplyWrite,
     ) {
         let _op = operation::begin();
-        match self.view.write_file(ino.0, fh.0, offset, data) {
+        let writing = crate::view::write_api::Writing::enter(ino.0);
+        let written = self.view.write_file(ino.0, fh.0, offset, data);
+        // An invalidation of this file asked for meanwhile is sent after the reply: the
+        // kernel holds its written pages locked until then.
+        let deferred = writing.end();
+        match written {
             Ok((n, landed)) => {
                 if landed {
                     self.before_landed_reply();
@@ -310,6 +315,8 @@ impl Filesystem for ShardFs {
                 reply.written(n);
                 if landed {
                     self.after_landed_reply(ino);
+                } else if deferred {
+                    self.drop_pages(ino);
                 }
             }
             Err(e) => {
@@ -318,7 +325,10 @@ impl Filesystem for ShardFs {
                 if let Some(w) = self.view.write_side() {
                     w.settle_entry_invalidations(std::time::Duration::from_secs(1));
                 }
-                reply.error(errno(&e))
+                reply.error(errno(&e));
+                if deferred {
+                    self.drop_pages(ino);
+                }
             }
         }
     }

@@ -41,6 +41,15 @@ impl ShardFs {
         }
     }
 
+    /// After the reply to a `write`: the file's attributes and pages, whose
+    /// invalidation the write asked for while the kernel held them locked
+    /// ([`crate::view::write_api::Writing`]).
+    pub(super) fn drop_pages(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(ino, 0, 0);
+        }
+    }
+
     /// A write landed a metadata document, after the reply: the kernel holds the
     /// written pages locked until it has it. Its pages are the writer's bytes; the view
     /// now shows the document as taken in. Then what the change made stale (chunks a

@@ -174,7 +174,7 @@ pub use open_policy::OpenPolicy;
 pub use writer::{WriteConfig, Writer};
 /// The write side's types, for the mount.
 pub mod write_api {
-    pub use super::writer::{Invalidation, WriteConfig, Writer};
+    pub use super::writer::{Invalidation, WriteConfig, Writer, Writing};
 }
 
 /// The hidden file at the mount's root that `shardfs stats` reads.

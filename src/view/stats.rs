@@ -102,8 +102,11 @@ impl View {
         v["bytes_flushed"] = (get(&f.host_bytes) + get(&f.device_bytes)).into();
         v["shard_updates"] = get(&f.shards).into();
         v["chunks_superseded"] = get(&f.superseded).into();
-        v["staged"] = (self.overlay_opt()).map_or(serde_json::Value::Null, |o| o.staged_by_array());
+        v["staged"] = self
+            .overlay_opt()
+            .map_or(serde_json::Value::Null, |o| o.staged_by_array());
         v["kernel_write_handles"] = self.open.kernel_write_handles().into();
+        v["invalidations_late"] = w.late_invalidations().into();
         v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
         // Per way of laying out a flush: batches, payload, time, rate.
         let way = |batches: &AtomicU64, bytes: &AtomicU64, ns: &AtomicU64| {

@@ -76,6 +76,57 @@ pub struct Writer {
     /// Entry invalidations sent, and delivered ([`Writer::settle_entry_invalidations`]).
     entries_queued: AtomicU64,
     entries_done: Arc<Progress>,
+    /// Replies that stopped waiting for invalidations the kernel had not taken yet
+    /// (`shardfs stats`: `invalidations_late`).
+    late: AtomicU64,
+}
+
+thread_local! {
+    /// The inode whose FUSE `write` this thread serves, and whether an invalidation of it
+    /// was asked for meanwhile ([`Writing`]).
+    static WRITING: std::cell::Cell<(Option<u64>, bool)> = const { std::cell::Cell::new((None, false)) };
+}
+
+/// A FUSE `write` being served. The kernel holds the written pages of its file locked
+/// until the reply, so an invalidation of that file queued meanwhile (the refresh of a
+/// directory whose metadata the write landed) waited for the reply, while the reply
+/// waited for the invalidations queued before it ([`Writer::settle_inode_invalidations`]):
+/// 1 s for nothing at every landing, and every invalidation queued behind it late too
+/// (a loaded run of the reference test read `ESTALE` from a file a refused write had
+/// left gone: its `fsync`'s invalidation came after the read). Such an invalidation is
+/// not queued: the request sends its own once it replied ([`Writing::end`]).
+pub struct Writing(());
+
+impl Writing {
+    /// This thread serves a `write` of `ino` until the guard ends.
+    pub fn enter(ino: u64) -> Writing {
+        WRITING.with(|w| w.set((Some(ino), false)));
+        Writing(())
+    }
+
+    /// Whether an invalidation of `ino` is this thread's `write`'s own to send.
+    fn defers(ino: u64) -> bool {
+        WRITING.with(|w| match w.get() {
+            (Some(writing), _) if writing == ino => {
+                w.set((Some(writing), true));
+                true
+            }
+            _ => false,
+        })
+    }
+
+    /// The `write` was served: whether an invalidation of its file was asked for (the
+    /// request sends it after its reply).
+    pub fn end(self) -> bool {
+        let (_, deferred) = WRITING.with(|w| w.get());
+        deferred
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        WRITING.with(|w| w.set((None, false)));
+    }
 }
 
 /// A kernel cache entry to drop.
@@ -111,10 +162,11 @@ impl Progress {
         self.moved.notify_all();
     }
 
-    /// Wait, at most `timeout`, until the count reaches `target` (a debug line if not).
-    pub fn wait_for(&self, target: u64, timeout: std::time::Duration, what: &str) {
+    /// Wait, at most `timeout`, until the count reaches `target`; `false` (and a line in
+    /// the log) if it did not.
+    pub fn wait_for(&self, target: u64, timeout: std::time::Duration, what: &str) -> bool {
         if self.get() >= target {
-            return;
+            return true;
         }
         let deadline = std::time::Instant::now() + timeout;
         let mut g = self.lock.lock();
@@ -125,9 +177,10 @@ impl Progress {
                 // write left gone got `ESTALE` from its `fstat` twice in a loaded run of
                 // the reference test, unreproduced since).
                 log::info!("{what} still on the way after {timeout:?}: replying first");
-                return;
+                return false;
             }
         }
+        true
     }
 }
 
@@ -154,6 +207,7 @@ impl Writer {
             invalidations_dispatched: Arc::default(),
             entries_queued: AtomicU64::new(0),
             entries_done: Arc::default(),
+            late: AtomicU64::new(0),
         }
     }
 
@@ -186,6 +240,11 @@ impl Writer {
     }
 
     pub(super) fn invalidate(&self, i: Invalidation) {
+        if let Invalidation::Inode(ino) = i
+            && Writing::defers(ino)
+        {
+            return;
+        }
         let entry = matches!(i, Invalidation::Entry { .. });
         if let Some(tx) = self.invalidations.lock().as_ref()
             && tx.send(i).is_ok()
@@ -232,8 +291,10 @@ impl Writer {
     /// caches then asks the daemon, which says the file is gone.
     pub fn settle_inode_invalidations(&self, timeout: std::time::Duration) {
         let target = self.inodes_queued.load(Ordering::SeqCst);
-        self.invalidations_dispatched
-            .wait_for(target, timeout, "inode invalidations");
+        let on_time =
+            self.invalidations_dispatched
+                .wait_for(target, timeout, "inode invalidations");
+        self.count_late(on_time);
     }
 
     /// Wait (at most `timeout`) until every entry invalidation queued so far reached the
@@ -244,8 +305,10 @@ impl Writer {
     /// reply, and a loaded machine's `stat` right after could still see the file.
     pub fn settle_entry_invalidations(&self, timeout: std::time::Duration) {
         let target = self.entries_queued.load(Ordering::SeqCst);
-        self.entries_done
+        let on_time = self
+            .entries_done
             .wait_for(target, timeout, "entry invalidations");
+        self.count_late(on_time);
     }
 
     /// The counter the entry thread bumps after each entry it delivered.
@@ -269,8 +332,22 @@ impl Writer {
     /// `release`, `fsync`): the kernel takes the parent's lock to drop an entry.
     pub fn settle_invalidations(&self, timeout: std::time::Duration) {
         let target = self.invalidations_queued.load(Ordering::SeqCst);
-        self.invalidations_done
-            .wait_for(target, timeout, "kernel cache invalidations");
+        let on_time =
+            self.invalidations_done
+                .wait_for(target, timeout, "kernel cache invalidations");
+        self.count_late(on_time);
+    }
+
+    fn count_late(&self, on_time: bool) {
+        if !on_time {
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Replies that stopped waiting for invalidations still on the way to the kernel
+    /// (each waits at most its bound, 1 s).
+    pub fn late_invalidations(&self) -> u64 {
+        self.late.load(Ordering::Relaxed)
     }
 
     /// A directory moved from view path `from` to `to` (store paths `rel`, `dst`): what

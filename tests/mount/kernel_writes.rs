@@ -597,3 +597,73 @@ fn closed_files_of_their_own_make_room_in_a_full_write_buffer() {
         }
     }
 }
+
+/// A write that lands metadata (the v2 view's `.zarray` of a new array, written in two
+/// pieces as zarr 2 writes it through fsspec) waits for no invalidation of its own file.
+/// The kernel holds that file's written pages locked until the reply, so such a wait
+/// could only end at its bound (1 s): every new array made so cost a second, and every
+/// invalidation queued behind it was late too (a loaded run of the reference test then
+/// read `ESTALE` from a file that a refused write had left gone, as the `fsync`'s
+/// invalidation of it came after the read). `shardfs stats` counts the replies that
+/// stopped waiting (`invalidations_late`).
+#[test]
+fn a_write_that_lands_metadata_waits_for_no_invalidation_of_its_own_file() {
+    use std::io::Write;
+    if !common::can_mount() {
+        return;
+    }
+    let store = tempfile::tempdir().unwrap();
+    std::fs::write(
+        store.path().join("zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group"}"#,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = MountOptions {
+        view: shardfs::view::ViewConfig {
+            format: shardfs::view::ViewFormat::V2,
+            ..Default::default()
+        },
+        ..MountOptions::default()
+    };
+    let mount = Mount::new(store.path(), dir.path(), &options).unwrap();
+    let zarray = serde_json::to_vec(&serde_json::json!({
+        "zarr_format": 2, "shape": [8, 8], "chunks": [4, 4], "dtype": "|u1",
+        "compressor": null, "fill_value": 0, "order": "C", "filters": null,
+        "dimension_separator": "."
+    }))
+    .unwrap();
+    let (head, tail) = zarray.split_at(zarray.len() / 2);
+    for i in 0..3 {
+        let a = dir.path().join(format!("a{i}"));
+        std::fs::create_dir(&a).unwrap();
+        let mut f = std::fs::File::create(a.join(".zarray")).unwrap();
+        f.write_all(head).unwrap();
+        f.write_all(tail).unwrap();
+        close_checked(f, ".zarray");
+        assert!(
+            store.path().join(format!("a{i}/zarr.json")).is_file(),
+            "a{i} is an array in the store"
+        );
+        std::fs::write(a.join("0.0"), [7u8; 16]).unwrap();
+    }
+    let stats = stats_of(dir.path());
+    assert_eq!(stats["invalidations_late"], 0, "{stats:#}");
+    drop(mount);
+    // Every array and chunk is in the store: a later mount reads them.
+    let later = tempfile::tempdir().unwrap();
+    let options = MountOptions {
+        read_only: true,
+        ..options
+    };
+    let _mount = Mount::new(store.path(), later.path(), &options).unwrap();
+    for i in 0..3 {
+        let chunk = later.path().join(format!("a{i}/0.0"));
+        assert_eq!(
+            std::fs::read(&chunk).unwrap(),
+            [7u8; 16],
+            "{}",
+            chunk.display()
+        );
+    }
+}
