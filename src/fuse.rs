@@ -309,7 +309,11 @@ impl Filesystem for ShardFs {
         let deferred = writing.end();
         match written {
             Ok((n, landed)) => {
-                if landed {
+                // Not while an invalidation of this very file is on the way: the kernel
+                // delivers it only once this write's reply unlocks the file's pages, so
+                // the wait could only run out its bound (1 s), every time. The reply
+                // goes first, and the invalidations follow at once.
+                if landed && !self.invalidation_pending(ino) {
                     self.before_landed_reply();
                 }
                 reply.written(n);

@@ -414,6 +414,7 @@ fn start_timers(
     w.set_invalidations(tx);
     let done = w.invalidations_done();
     let dispatched = w.invalidations_dispatched();
+    let pending = w.pending_inodes();
     let notifier = session.notifier();
     // Entries on a thread of their own: dropping one waits for its directory's
     // lock, which a request may hold while it waits for inode invalidations
@@ -437,6 +438,7 @@ fn start_timers(
                 Invalidation::Inode(ino) => {
                     // The kernel may not know the inode any more; that is fine.
                     let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                    pending.done(ino);
                     done.bump();
                 }
                 Invalidation::Entry { parent, name } => {

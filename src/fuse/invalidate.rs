@@ -41,6 +41,13 @@ impl ShardFs {
         }
     }
 
+    /// Whether an invalidation of `ino` is on the way to the kernel.
+    pub(super) fn invalidation_pending(&self, ino: INodeNo) -> bool {
+        self.view
+            .write_side()
+            .is_some_and(|w| w.inode_invalidation_pending(ino.0))
+    }
+
     /// After the reply to a `write`: the file's attributes and pages, whose
     /// invalidation the write asked for while the kernel held them locked
     /// ([`crate::view::write_api::Writing`]).

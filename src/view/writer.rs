@@ -79,6 +79,35 @@ pub struct Writer {
     /// Replies that stopped waiting for invalidations the kernel had not taken yet
     /// (`shardfs stats`: `invalidations_late`).
     late: AtomicU64,
+    /// Inodes whose invalidation is queued and not yet delivered.
+    pending_inodes: Arc<PendingInodes>,
+}
+
+/// Inodes with an invalidation queued and not yet delivered, and how many each. A
+/// `write` of one of them that lands metadata cannot wait for the queue: its
+/// invalidation waits for the pages the kernel holds locked until that write's reply.
+#[derive(Debug, Default)]
+pub struct PendingInodes(Mutex<std::collections::HashMap<u64, u32>>);
+
+impl PendingInodes {
+    fn add(&self, ino: u64) {
+        *self.0.lock().entry(ino).or_default() += 1;
+    }
+
+    /// An invalidation of `ino` was delivered (or could not be queued).
+    pub fn done(&self, ino: u64) {
+        let mut m = self.0.lock();
+        if let Some(n) = m.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ino);
+            }
+        }
+    }
+
+    fn has(&self, ino: u64) -> bool {
+        self.0.lock().contains_key(&ino)
+    }
 }
 
 thread_local! {
@@ -208,6 +237,7 @@ impl Writer {
             entries_queued: AtomicU64::new(0),
             entries_done: Arc::default(),
             late: AtomicU64::new(0),
+            pending_inodes: Arc::default(),
         }
     }
 
@@ -246,9 +276,23 @@ impl Writer {
             return;
         }
         let entry = matches!(i, Invalidation::Entry { .. });
-        if let Some(tx) = self.invalidations.lock().as_ref()
-            && tx.send(i).is_ok()
-        {
+        let inode = match i {
+            Invalidation::Inode(ino) => Some(ino),
+            Invalidation::Entry { .. } => None,
+        };
+        // Counted before it is sent: the sending thread may deliver it at once.
+        if let Some(ino) = inode {
+            self.pending_inodes.add(ino);
+        }
+        let sent = self
+            .invalidations
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.send(i).is_ok());
+        if !sent && let Some(ino) = inode {
+            self.pending_inodes.done(ino);
+        }
+        if sent {
             self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
             if entry {
                 self.entries_queued.fetch_add(1, Ordering::SeqCst);
@@ -309,6 +353,17 @@ impl Writer {
             .entries_done
             .wait_for(target, timeout, "entry invalidations");
         self.count_late(on_time);
+    }
+
+    /// The inodes with an invalidation on the way, which the sending thread counts down.
+    pub fn pending_inodes(&self) -> Arc<PendingInodes> {
+        self.pending_inodes.clone()
+    }
+
+    /// Whether an invalidation of `ino` is on the way to the kernel: a `write` of it
+    /// waits for none (their delivery waits for its reply).
+    pub fn inode_invalidation_pending(&self, ino: u64) -> bool {
+        self.pending_inodes.has(ino)
     }
 
     /// The counter the entry thread bumps after each entry it delivered.
