@@ -4,7 +4,6 @@
 //! would commit them at `fsync`, before a rename or link, at unmount, or when idle
 //! ([`KernelCommit`]).
 
-use super::handles::OpenFiles;
 use super::*;
 use std::collections::{HashMap, HashSet};
 
@@ -168,7 +167,7 @@ impl View {
     pub fn write_ino(&self, ino: u64, offset: u64, data: &[u8]) -> Result<(u32, bool)> {
         let end = offset.saturating_add(data.len() as u64);
         if let Some(fh) = self.open.implicit.fh(ino)
-            && self.open.whole_chunk_outgrown(self.tree_read(), fh, end)
+            && self.whole_chunk_outgrown(fh, end)
         {
             self.commit_earlier_writer(ino);
         }
@@ -210,6 +209,28 @@ impl View {
             let path = self.open.handle_path(self.tree_read(), ino, None);
             self.counters.refused.push(path, e.to_string());
         }
+    }
+
+    /// Whether `fh` holds a whole chunk of fixed length written since it was opened
+    /// (uncompressed: one length only) that a write ending at `end` would make longer
+    /// than any chunk of its array: an append (`>>`, `O_APPEND`) after its writer closed
+    /// it, unheard. Committed first ([`View::commit_earlier_writer`]); before, the
+    /// append's refusal let the whole chunk go, though its close had returned 0 (found
+    /// by the reference test).
+    fn whole_chunk_outgrown(&self, fh: u64, end: u64) -> bool {
+        let Ok(Handle::Scratch { node, file, .. }) = self.open.handles.get(fh) else {
+            return false;
+        };
+        // The cheap part first, on every write: only a write past the end of bytes
+        // written since the open asks what length the array fixes.
+        let len = {
+            let f = file.lock();
+            if f.orphan || !f.dirty || end <= f.data.len() as u64 {
+                return false;
+            }
+            f.data.len() as u64
+        };
+        self.tree.fixed_chunk_len(&node) == Some(len)
     }
 
     /// `truncate` or `ftruncate` without a handle of ours (`O_TRUNC` of a descriptor the
@@ -345,13 +366,8 @@ impl View {
         // that waits going.
         let mut targets: Option<Vec<u64>> = None;
         loop {
-            let Some((taken, busy)) = self.open.take_due(
-                self.tree_read(),
-                which,
-                &mut targets,
-                waits,
-                waits_in_flight,
-            ) else {
+            let Some((taken, busy)) = self.take_due(which, &mut targets, waits, waits_in_flight)
+            else {
                 return first_err;
             };
             for (ino, fh, mark) in taken {
@@ -369,6 +385,120 @@ impl View {
                 return first_err;
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// The files held for writes through descriptors the kernel opened that a commit of
+    /// `which` commits now, taken out of the table and marked as being committed (the
+    /// marks let go when dropped), and whether any it waits for was busy (in use, or
+    /// being committed by another thread). `targets`: the files it asks about, the held
+    /// ones at its first call. `None` when nothing is held or being committed.
+    fn take_due<'a>(
+        &'a self,
+        which: KernelCommit,
+        targets: &mut Option<Vec<u64>>,
+        waits: bool,
+        waits_in_flight: bool,
+    ) -> Option<(Taken<'a>, bool)> {
+        let mut t = self.open.implicit.0.lock();
+        if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
+            return None;
+        }
+        let snapshot = targets.get_or_insert_with(|| match which {
+            KernelCommit::Of(ino) => vec![ino],
+            _ => {
+                let all: std::collections::BTreeSet<u64> =
+                    t.held.keys().chain(t.committing.keys()).copied().collect();
+                all.into_iter().collect()
+            }
+        });
+        // Beyond the limit, each file is asked once whether it is unlinked (on
+        // object storage a HEAD, under this lock).
+        let (unlinked_now, over) = match which {
+            KernelCommit::Idle => self.unlinked_over_the_limit(&t.held),
+            _ => (None, HashSet::new()),
+        };
+        let mut taken = Vec::new();
+        let mut busy = false;
+        let Table { held, committing } = &mut *t;
+        snapshot.retain(|ino| {
+            if committing.contains_key(ino) {
+                // Never taken while its earlier bytes are being committed.
+                busy |= waits_in_flight;
+                return waits_in_flight;
+            }
+            let Some(h) = held.get(ino) else {
+                return false;
+            };
+            if h.users > 0 {
+                busy |= waits;
+                return waits;
+            }
+            if self.commit_due(which, *ino, h, unlinked_now.as_ref(), &over) {
+                taken.push((*ino, h.fh));
+            }
+            false
+        });
+        let taken: Vec<_> = taken
+            .into_iter()
+            .map(|(ino, fh)| {
+                held.remove(&ino);
+                *committing.entry(ino).or_default() += 1;
+                let mark = Committing {
+                    table: &self.open.implicit,
+                    ino,
+                };
+                (ino, fh, mark)
+            })
+            .collect();
+        self.open.implicit.counted(held);
+        Some((taken, busy))
+    }
+
+    /// Whether the file `ino` held in `h` is committed now by a commit of `which`.
+    /// `unlinked_now`: the files known unlinked (asked once, beyond the limit), else each
+    /// is asked; `over`: files released because the limit is passed.
+    fn commit_due(
+        &self,
+        which: KernelCommit,
+        ino: u64,
+        h: &Implicit,
+        unlinked_now: Option<&HashSet<u64>>,
+        over: &HashSet<u64>,
+    ) -> bool {
+        let unlinked = |fh: u64| match unlinked_now {
+            Some(set) => set.contains(&ino),
+            None => self.open.unlinked(self.tree_read(), fh),
+        };
+        match which {
+            KernelCommit::Of(_) | KernelCommit::All => true,
+            // An unlinked file has nothing to commit, and its descriptors still use it
+            // (pytest's capture files while a test adopts an array): only the idle timer
+            // and the unmount let it go.
+            KernelCommit::Settled { except } => {
+                except != Some(ino)
+                    && !self.open.unfinished(self.tree_read(), h.fh)
+                    && !self.open.untouched(h.fh)
+                    && !self.open.unlinked(self.tree_read(), h.fh)
+            }
+            KernelCommit::Full { except } => {
+                except != Some(ino)
+                    && !self.open.unfinished(self.tree_read(), h.fh)
+                    && !self.open.untouched(h.fh)
+            }
+            KernelCommit::Idle => {
+                let e = h.last.elapsed();
+                // A chunk left unfinished that long: its writer is gone (killed
+                // mid-chunk); refused, named (`refused`), its room in the write buffer
+                // given back.
+                e >= KERNEL_WRITE_IDLE
+                    && (!self.open.unfinished(self.tree_read(), h.fh)
+                        || (e >= KERNEL_UNLINKED_IDLE
+                            && !self.open.partial_metadata(self.tree_read(), h.fh)))
+                    && !self.open.untouched(h.fh)
+                    && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
+                    || over.contains(&ino)
+            }
         }
     }
 
@@ -402,150 +532,12 @@ impl View {
         }
         Ok(())
     }
-}
-
-impl OpenFiles {
-    /// Whether `fh` holds a whole chunk of fixed length written since it was opened
-    /// (uncompressed: one length only) that a write ending at `end` would make longer
-    /// than any chunk of its array: an append (`>>`, `O_APPEND`) after its writer closed
-    /// it, unheard. Committed first ([`View::commit_earlier_writer`]); before, the
-    /// append's refusal let the whole chunk go, though its close had returned 0 (found
-    /// by the reference test).
-    fn whole_chunk_outgrown(&self, t: TreeRead<'_>, fh: u64, end: u64) -> bool {
-        let Ok(Handle::Scratch { node, file, .. }) = self.handles.get(fh) else {
-            return false;
-        };
-        // The cheap part first, on every write: only a write past the end of bytes
-        // written since the open asks what length the array fixes.
-        let len = {
-            let f = file.lock();
-            if f.orphan || !f.dirty || end <= f.data.len() as u64 {
-                return false;
-            }
-            f.data.len() as u64
-        };
-        t.tree.fixed_chunk_len(&node) == Some(len)
-    }
-
-    /// The files held for writes through descriptors the kernel opened that a commit of
-    /// `which` commits now, taken out of the table and marked as being committed (the
-    /// marks let go when dropped), and whether any it waits for was busy (in use, or
-    /// being committed by another thread). `targets`: the files it asks about, the held
-    /// ones at its first call. `None` when nothing is held or being committed.
-    fn take_due<'a>(
-        &'a self,
-        tree: TreeRead<'_>,
-        which: KernelCommit,
-        targets: &mut Option<Vec<u64>>,
-        waits: bool,
-        waits_in_flight: bool,
-    ) -> Option<(Taken<'a>, bool)> {
-        let mut t = self.implicit.0.lock();
-        if t.held.is_empty() && (t.committing.is_empty() || !waits_in_flight) {
-            return None;
-        }
-        let snapshot = targets.get_or_insert_with(|| match which {
-            KernelCommit::Of(ino) => vec![ino],
-            _ => {
-                let all: std::collections::BTreeSet<u64> =
-                    t.held.keys().chain(t.committing.keys()).copied().collect();
-                all.into_iter().collect()
-            }
-        });
-        // Beyond the limit, each file is asked once whether it is unlinked (on
-        // object storage a HEAD, under this lock).
-        let (unlinked_now, over) = match which {
-            KernelCommit::Idle => self.unlinked_over_the_limit(tree, &t.held),
-            _ => (None, HashSet::new()),
-        };
-        let mut taken = Vec::new();
-        let mut busy = false;
-        let Table { held, committing } = &mut *t;
-        snapshot.retain(|ino| {
-            if committing.contains_key(ino) {
-                // Never taken while its earlier bytes are being committed.
-                busy |= waits_in_flight;
-                return waits_in_flight;
-            }
-            let Some(h) = held.get(ino) else {
-                return false;
-            };
-            if h.users > 0 {
-                busy |= waits;
-                return waits;
-            }
-            if self.commit_due(tree, which, *ino, h, unlinked_now.as_ref(), &over) {
-                taken.push((*ino, h.fh));
-            }
-            false
-        });
-        let taken: Vec<_> = taken
-            .into_iter()
-            .map(|(ino, fh)| {
-                held.remove(&ino);
-                *committing.entry(ino).or_default() += 1;
-                let mark = Committing {
-                    table: &self.implicit,
-                    ino,
-                };
-                (ino, fh, mark)
-            })
-            .collect();
-        self.implicit.counted(held);
-        Some((taken, busy))
-    }
-
-    /// Whether the file `ino` held in `h` is committed now by a commit of `which`.
-    /// `unlinked_now`: the files known unlinked (asked once, beyond the limit), else each
-    /// is asked; `over`: files released because the limit is passed.
-    fn commit_due(
-        &self,
-        t: TreeRead<'_>,
-        which: KernelCommit,
-        ino: u64,
-        h: &Implicit,
-        unlinked_now: Option<&HashSet<u64>>,
-        over: &HashSet<u64>,
-    ) -> bool {
-        let unlinked = |fh: u64| match unlinked_now {
-            Some(set) => set.contains(&ino),
-            None => self.unlinked(t, fh),
-        };
-        match which {
-            KernelCommit::Of(_) | KernelCommit::All => true,
-            // An unlinked file has nothing to commit, and its descriptors still use it
-            // (pytest's capture files while a test adopts an array): only the idle timer
-            // and the unmount let it go.
-            KernelCommit::Settled { except } => {
-                except != Some(ino)
-                    && !self.unfinished(t, h.fh)
-                    && !self.untouched(h.fh)
-                    && !self.unlinked(t, h.fh)
-            }
-            KernelCommit::Full { except } => {
-                except != Some(ino) && !self.unfinished(t, h.fh) && !self.untouched(h.fh)
-            }
-            KernelCommit::Idle => {
-                let e = h.last.elapsed();
-                // A chunk left unfinished that long: its writer is gone (killed
-                // mid-chunk); refused, named (`refused`), its room in the write buffer
-                // given back.
-                e >= KERNEL_WRITE_IDLE
-                    && (!self.unfinished(t, h.fh)
-                        || (e >= KERNEL_UNLINKED_IDLE && !self.partial_metadata(t, h.fh)))
-                    && !self.untouched(h.fh)
-                    && (e >= KERNEL_UNLINKED_IDLE || !unlinked(h.fh))
-                    || over.contains(&ino)
-            }
-        }
-    }
 
     /// With more than [`KERNEL_UNLINKED_KEPT`] files held: which of those not in use are
     /// unlinked (each asked once), and the inodes of the oldest idle ones beyond the
     /// limit. `(None, empty)` within it.
     fn unlinked_over_the_limit(
         &self,
-        t: TreeRead<'_>,
         map: &HashMap<u64, Implicit>,
     ) -> (Option<HashSet<u64>>, HashSet<u64>) {
         if map.len() <= KERNEL_UNLINKED_KEPT {
@@ -553,7 +545,7 @@ impl OpenFiles {
         }
         let unlinked: HashSet<u64> = map
             .iter()
-            .filter(|(_, h)| h.users == 0 && self.unlinked(t, h.fh))
+            .filter(|(_, h)| h.users == 0 && self.open.unlinked(self.tree_read(), h.fh))
             .map(|(ino, _)| *ino)
             .collect();
         let mut idle: Vec<(std::time::Instant, u64)> = unlinked
@@ -570,6 +562,9 @@ impl OpenFiles {
     /// Handles the daemon holds for writes through descriptors the kernel opened
     /// (`shardfs stats`: `kernel_write_handles`).
     pub(super) fn kernel_write_handles(&self) -> usize {
-        self.implicit.1.load(std::sync::atomic::Ordering::Relaxed)
+        self.open
+            .implicit
+            .1
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -105,7 +105,7 @@ impl View {
         v["staged"] = self
             .overlay_opt()
             .map_or(serde_json::Value::Null, |o| o.staged_by_array());
-        v["kernel_write_handles"] = self.open.kernel_write_handles().into();
+        v["kernel_write_handles"] = self.kernel_write_handles().into();
         v["invalidations_late"] = w.late_invalidations().into();
         v["compaction_seconds"] = ((get(&f.host_ns) + get(&f.device_ns)) as f64 / 1e9).into();
         // Per way of laying out a flush: batches, payload, time, rate.
