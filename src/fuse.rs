@@ -307,22 +307,15 @@ impl Filesystem for ShardFs {
         // An invalidation of this file asked for meanwhile is sent after the reply: the
         // kernel holds its written pages locked until then.
         let deferred = writing.end();
+        let landed = matches!(written, Ok((_, true)));
+        // Not while an invalidation of this very file is on the way: the kernel delivers
+        // it only once this write's reply unlocks the file's pages, so the wait could only
+        // run out its bound (1 s). The reply goes first, and the invalidations follow.
+        if landed && !self.invalidation_pending(ino) {
+            self.before_landed_reply();
+        }
         match written {
-            Ok((n, landed)) => {
-                // Not while an invalidation of this very file is on the way: the kernel
-                // delivers it only once this write's reply unlocks the file's pages, so
-                // the wait could only run out its bound (1 s), every time. The reply
-                // goes first, and the invalidations follow at once.
-                if landed && !self.invalidation_pending(ino) {
-                    self.before_landed_reply();
-                }
-                reply.written(n);
-                if landed {
-                    self.after_landed_reply(ino);
-                } else if deferred {
-                    self.drop_pages(ino);
-                }
-            }
+            Ok((n, _)) => reply.written(n),
             Err(e) => {
                 // A refusal may have taken the file's name away (new v2 metadata that
                 // cannot be taken in): the kernel drops its entry before the writer hears.
@@ -330,10 +323,10 @@ impl Filesystem for ShardFs {
                     w.settle_entry_invalidations(std::time::Duration::from_secs(1));
                 }
                 reply.error(errno(&e));
-                if deferred {
-                    self.drop_pages(ino);
-                }
             }
+        }
+        if landed || deferred {
+            self.after_write_reply(ino, landed);
         }
     }
 

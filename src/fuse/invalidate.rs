@@ -48,23 +48,18 @@ impl ShardFs {
             .is_some_and(|w| w.inode_invalidation_pending(ino.0))
     }
 
-    /// After the reply to a `write`: the file's attributes and pages, whose
-    /// invalidation the write asked for while the kernel held them locked
-    /// ([`crate::view::write_api::Writing`]).
-    pub(super) fn drop_pages(&self, ino: INodeNo) {
-        if let Some(n) = self.notifier.get() {
-            let _ = n.inval_inode(ino, 0, 0);
-        }
-    }
-
-    /// A write landed a metadata document, after the reply: the kernel holds the
-    /// written pages locked until it has it. Its pages are the writer's bytes; the view
-    /// now shows the document as taken in. Then what the change made stale (chunks a
-    /// shrink deleted) is dropped too, before this thread serves more.
-    pub(super) fn after_landed_reply(&self, ino: INodeNo) {
+    /// After the reply to a `write`: the kernel held the written pages locked until it
+    /// had it. They and the file's attributes go, where the write landed a metadata
+    /// document (its pages are the writer's bytes; the view now shows the document as
+    /// taken in) or asked for their invalidation meanwhile
+    /// ([`crate::view::write_api::Writing`]). After a landing, what the change made stale
+    /// (chunks a shrink deleted) is dropped too, before this thread serves more.
+    pub(super) fn after_write_reply(&self, ino: INodeNo, landed: bool) {
         if let Some(notifier) = self.notifier.get() {
             let _ = notifier.inval_inode(ino, 0, 0);
-            self.settle();
+            if landed {
+                self.settle();
+            }
         }
     }
 

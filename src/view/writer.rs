@@ -270,13 +270,8 @@ impl Writer {
     }
 
     pub(super) fn invalidate(&self, i: Invalidation) {
-        if let Invalidation::Inode(ino) = i
-            && Writing::defers(ino)
-        {
-            return;
-        }
-        let entry = matches!(i, Invalidation::Entry { .. });
         let inode = match i {
+            Invalidation::Inode(ino) if Writing::defers(ino) => return,
             Invalidation::Inode(ino) => Some(ino),
             Invalidation::Entry { .. } => None,
         };
@@ -289,13 +284,14 @@ impl Writer {
             .lock()
             .as_ref()
             .is_some_and(|tx| tx.send(i).is_ok());
-        if !sent && let Some(ino) = inode {
-            self.pending_inodes.done(ino);
-        }
-        if sent {
-            self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
-            if entry {
-                self.entries_queued.fetch_add(1, Ordering::SeqCst);
+        match (sent, inode) {
+            (false, Some(ino)) => self.pending_inodes.done(ino),
+            (false, None) => {}
+            (true, _) => {
+                self.invalidations_queued.fetch_add(1, Ordering::SeqCst);
+                if inode.is_none() {
+                    self.entries_queued.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
     }
