@@ -35,7 +35,8 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
-        let Some(sharded) = self.overlay()?.sharded_document(dir, &meta)? else {
+        let o = self.overlay()?;
+        let Some(sharded) = o.sharded_document(dir, &meta)? else {
             return Ok(());
         };
         let store = self.tree.store.as_ref();
@@ -47,7 +48,7 @@ impl View {
         if let Some((_, path)) = key_dirs.iter().find(|(coords, path)| {
             coords.is_none() && store.list(path).is_ok_and(|l| !l.is_empty())
         }) {
-            return Err(self.overlay()?.refuse_new_array(
+            return Err(o.refuse_new_array(
                 dir,
                 format!(
                     "{} is a directory with files in it, at a chunk key of the new array \
@@ -60,21 +61,21 @@ impl View {
         // the shard files; moved aside, staged, flushed, then dropped.
         let aside = dir.join(".shardfs-ingest");
         let moved = move_chunk_files_aside(store, dir, &meta, &aside)?;
-        let overlay = self.overlay()?;
+        let overlay = o;
         let key_dirs = overlay.keep_key_dirs(dir, key_dirs);
         // Shown as its writer wrote it while it describes the array stored.
-        let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
+        let written = o.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
         store
             .write_atomically(&json_path, &sharded)
             .inspect_err(|_| overlay.forget_as_written(written))?;
-        let array = self.overlay()?.reload_array(dir)?;
+        let array = o.reload_array(dir)?;
         overlay.drop_key_dirs(&array, key_dirs);
         log::info!(
             "{}: new array stored sharded, shards {:?}",
             dir.display(),
             array.layout.shard_shape
         );
-        self.overlay()?.take_in_moved(&array, &moved, &aside)
+        o.take_in_moved(&array, &moved, &aside)
     }
 }
 
@@ -343,11 +344,11 @@ fn collect_key_dirs(
     out
 }
 
-impl View {
+impl Overlay<'_> {
     /// A `zarr.json` at store path `json` is about to be written: if it is an unsharded
     /// array's now, the array stays unsharded ([`View::adopt_new_array`]).
     pub(super) fn note_unsharded(&self, json: &Path) {
-        let Some(w) = &self.writer else { return };
+        let w = self.w;
         let Ok(Some(bytes)) = self.tree.read_small(json) else {
             return;
         };

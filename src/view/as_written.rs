@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::Overlay;
 use super::TreeRead;
-use super::{MetaFile, View, write_api};
+use super::{MetaFile, write_api};
 
 /// At most this many documents, of at most this many bytes in all (none over an eighth
 /// of it), are kept; the oldest goes first.
@@ -41,11 +41,11 @@ pub(super) struct AsWritten {
     held: usize,
 }
 
-/// A document kept by [`View::remember_as_written`], with the one it replaced: put back
+/// A document kept by [`Overlay::remember_as_written`], with the one it replaced: put back
 /// by [`Overlay::forget_as_written`] if the write is refused.
 pub(super) struct Remembered {
     key: MetaKey,
-    bytes: Option<Arc<Vec<u8>>>,
+    bytes: Arc<Vec<u8>>,
     previous: Option<Kept>,
 }
 
@@ -123,17 +123,11 @@ impl AsWritten {
     }
 }
 
-impl View {
+impl Overlay<'_> {
     /// A writer's document `file` of the array whose metadata is stored at `key.0`,
     /// about to be taken in: kept to be shown as written ([`TreeRead::as_written`]).
     pub(super) fn remember_as_written(&self, key: MetaKey, bytes: &[u8]) -> Remembered {
-        let Some(w) = &self.writer else {
-            return Remembered {
-                key,
-                bytes: None,
-                previous: None,
-            };
-        };
+        let w = self.w;
         let bytes = Arc::new(bytes.to_vec());
         let (previous, evicted) = w.as_written.lock().keep(key.clone(), &bytes);
         // Shown as the view renders them from now on: what the kernel keeps of them
@@ -146,20 +140,18 @@ impl View {
         }
         Remembered {
             key,
-            bytes: Some(bytes),
+            bytes,
             previous,
         }
     }
 }
 
 impl Overlay<'_> {
-    /// The document kept by [`View::remember_as_written`] was refused: the one it
+    /// The document kept by [`Overlay::remember_as_written`] was refused: the one it
     /// replaced is put back (still shown while the stored document is the one it made),
     /// unless another write of the same file came since.
     pub(super) fn forget_as_written(&self, r: Remembered) {
-        let (w, Some(bytes)) = (self.w, r.bytes) else {
-            return;
-        };
+        let (w, bytes) = (self.w, r.bytes);
         let mut kept = w.as_written.lock();
         let ours = match kept.docs.get(&r.key) {
             Some((_, b)) => Arc::ptr_eq(b, &bytes),

@@ -77,83 +77,21 @@ impl View {
         Ok(a)
     }
 
+    /// The attributes of `node`, before times set through the mount: the stats file's
+    /// here, the rest as the overlay shows them (or, read-only, the tree).
     pub(super) fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
-        Ok(match node {
-            Node::Stats => self.stats_attr(ino)?,
-            Node::File { rel } if let Some(doc) = self.pending_doc(rel) => {
-                let m = doc.meta()?;
-                Attr::from_meta(ino, Kind::File, m.len, &m)
+        if let Node::Stats = node {
+            return self.stats_attr(ino);
+        }
+        match self.overlay_opt() {
+            Some(o) => o.attr_of(ino, node),
+            None => {
+                let tree = self.tree_read();
+                let attr =
+                    tree.attr_of(ino, node, self.open_policy(), |dir| tree.consolidated(dir))?;
+                attr.ok_or(ViewError::NotFound)
             }
-            Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
-                let m = self.tree.stat_rel(rel)?;
-                // A group document the v3 view shows changed (one `stat` for both).
-                let len = match node {
-                    Node::File { .. } => self
-                        .tree
-                        .group_docs
-                        .shown(rel, Some(&m))
-                        .map_or(m.len, |d| d.len() as u64),
-                    _ => m.len,
-                };
-                Attr::from_meta(ino, node.kind(), len, &m)
-            }
-            // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
-            Node::PlainFill { array, data, .. } => {
-                let mut m = self.tree.stat_rel(array)?;
-                m.perm &= 0o666;
-                Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
-            }
-            Node::Consolidated { dir } => {
-                let mut m = self.tree.stat_rel(dir)?;
-                m.perm &= 0o666;
-                m.mtime = std::time::SystemTime::now();
-                Attr {
-                    volatile: true,
-                    ..Attr::from_meta(ino, Kind::File, self.consolidated(dir)?.len() as u64, &m)
-                }
-            }
-            Node::PlainFillDir { array, .. } => {
-                let m = self.tree.stat_rel(array)?;
-                Attr::from_meta(ino, Kind::Dir, 0, &m)
-            }
-            Node::Container(c) => self.tree.containers.attr(ino, c)?,
-            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
-                Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
-            }
-            Node::ArrayMeta { array, file } => {
-                let array = self.tree.current(array);
-                let len = array.meta_bytes(*file).len() as u64;
-                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
-            }
-            Node::GroupMeta { dir, file } => self.tree_read().group_meta_attr(ino, dir, *file)?,
-            Node::DraftGroup { .. } => {
-                let m = self.tree.draft_tree().and_then(|t| t.dir_meta);
-                Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
-            }
-            Node::Chunk { array, coords } => self.chunk_attr(ino, array, coords)?,
-            // Others read the stored document while a write of it is pending, unless
-            // they share the kernel's pages of the file with its writer (kernel opens):
-            // then they see what those hold, as in any local file system.
-            Node::Scratch { .. }
-                if !self.open_policy().shows_pending_writes()
-                    && let Some((array, file)) = self.tree.pending_meta(node) =>
-            {
-                let len = array.meta_bytes(file).len() as u64;
-                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
-            }
-            Node::Scratch { path, array, .. } => {
-                let Some(len) = self.writer()?.scratch.len_at(path) else {
-                    return self.attr(ino, &self.settled(ino)?);
-                };
-                // Owner, mode and times of the array's (times set on it aside: see
-                // `View::own_mtime`). Renamed onto a chunk key, it shows the same times
-                // as the staged chunk it becomes, so the kernel keeps the pages its
-                // writer filled (docs/SEMANTICS.md, "Reads on a writable mount").
-                let mut m = array.dir_meta;
-                m.perm = array.json_meta.perm;
-                Attr::from_meta(ino, Kind::File, len, &m)
-            }
-        })
+        }
     }
 
     /// The stats file's attributes: its size is that of the JSON made now.
@@ -166,15 +104,192 @@ impl View {
             ..Attr::from_meta(ino, Kind::File, self.stats_json().len() as u64, &m)
         })
     }
+}
+
+impl Overlay<'_> {
+    /// The attributes of `node` as this mount shows it, before times set through the
+    /// mount ([`TreeRead::attr_of`], with `.zmetadata` made from the reconciled overlay).
+    /// The stats file is the facade's: `NotFound` here.
+    fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
+        let attr = self
+            .tree_read()
+            .attr_of(ino, node, self.policy, |dir| self.consolidated(dir))?;
+        match attr {
+            Some(a) => Ok(a),
+            None if matches!(node, Node::Scratch { .. }) => self.attr_of(ino, &self.settled(ino)?),
+            None => Err(ViewError::NotFound),
+        }
+    }
+
+    /// The node `ino` is now, for a caller that held it as a scratch node whose file was
+    /// gone: it settled meanwhile (its last handle closed) into a chunk or metadata.
+    /// `NotFound` if it is still a scratch node (the file was unlinked).
+    pub(super) fn settled(&self, ino: u64) -> Result<Node> {
+        let (path, node) = self.tree.node(ino)?;
+        if !matches!(node, Node::Scratch { .. }) {
+            return Ok(node);
+        }
+        // A lookup racing the settle may have put the scratch node back: ask the path.
+        match self.resolve(&path)? {
+            Some(now) if !matches!(now, Node::Scratch { .. }) => {
+                self.tree.inodes.update(ino, now.clone());
+                Ok(now)
+            }
+            _ => Err(ViewError::NotFound),
+        }
+    }
+
+    /// The times set through the mount on `path` that `stat` shows now (the file
+    /// unchanged since they were set).
+    pub(super) fn set_times_shown(&self, path: &Path) -> Option<super::set_times::SetTimes> {
+        let set = self.w.times.get(path)?;
+        (Some(set.base) == self.mtime_at(path)).then_some(set)
+    }
+
+    /// Shows `set` on `path` while the file there keeps the mtime it has now: after a
+    /// change of where the file lives that changes no byte of it (a rename, a file of
+    /// its own stored).
+    pub(super) fn show_set_times(&self, path: &Path, set: super::set_times::SetTimes) {
+        let Some(base) = self.mtime_at(path) else {
+            return;
+        };
+        self.w
+            .times
+            .set(path, super::set_times::SetTimes { base, ..set });
+    }
+
+    /// [`Overlay::own_mtime`] of the file at `path`. By path: the kernel may have
+    /// forgotten its inode meanwhile (then the inode table no longer knows the name;
+    /// found by the reference test).
+    fn mtime_at(&self, path: &Path) -> Option<std::time::SystemTime> {
+        let (ino, node) = match self.tree.inodes.peek(path) {
+            Some(ino) => (ino, self.tree.node(ino).ok()?.1),
+            None => (0, self.resolve(path).ok()??),
+        };
+        self.own_mtime(ino, &node)
+    }
+
+    /// The modification time that times set through the mount are shown against (while
+    /// it stays, the file is unchanged): its mtime, but for a file of its own held in
+    /// memory, which shows its array directory's times: when its bytes last changed.
+    /// Before, a write of the array's metadata (the directory changed) reset times set
+    /// on such a file (found by the reference test). The stats file has none (its mtime
+    /// is always now).
+    pub(super) fn own_mtime(&self, ino: u64, node: &Node) -> Option<std::time::SystemTime> {
+        if let Node::Scratch { path, .. } = node
+            && let Some((_, m)) = self.w.scratch.stat_at(path)
+        {
+            return Some(m);
+        }
+        Some(self.attr_of(ino, node).ok()?.mtime)
+    }
+}
+
+impl TreeRead<'_> {
+    /// The attributes of `node` as this mount shows it, before times set through the
+    /// mount; `consolidated` makes a group's `.zmetadata` (on a writable mount, with
+    /// the overlay reconciled). `None` for what the tree cannot say: the stats file
+    /// (the view's), and a scratch file no longer held (committed meanwhile: its inode
+    /// is settled and asked again).
+    fn attr_of(
+        &self,
+        ino: u64,
+        node: &Node,
+        policy: OpenPolicy,
+        consolidated: impl FnOnce(&Path) -> Result<Vec<u8>>,
+    ) -> Result<Option<Attr>> {
+        let tree = self.tree;
+        Ok(Some(match node {
+            Node::Stats => return Ok(None),
+            Node::File { rel } if let Some(doc) = self.overlay.and_then(|o| o.pending_doc(rel)) => {
+                let m = doc.meta()?;
+                Attr::from_meta(ino, Kind::File, m.len, &m)
+            }
+            Node::Dir { rel } | Node::File { rel } | Node::Symlink { rel } => {
+                let m = tree.stat_rel(rel)?;
+                // A group document the v3 view shows changed (one `stat` for both).
+                let len = match node {
+                    Node::File { .. } => tree
+                        .group_docs
+                        .shown(rel, Some(&m))
+                        .map_or(m.len, |d| d.len() as u64),
+                    _ => m.len,
+                };
+                Attr::from_meta(ino, node.kind(), len, &m)
+            }
+            // Owner and times of the array's directory; a chunk's mode is its `.zarray`'s.
+            Node::PlainFill { array, data, .. } => {
+                let mut m = tree.stat_rel(array)?;
+                m.perm &= 0o666;
+                Attr::from_meta(ino, Kind::File, data.len() as u64, &m)
+            }
+            Node::Consolidated { dir } => {
+                let mut m = tree.stat_rel(dir)?;
+                m.perm &= 0o666;
+                m.mtime = std::time::SystemTime::now();
+                Attr {
+                    volatile: true,
+                    ..Attr::from_meta(ino, Kind::File, consolidated(dir)?.len() as u64, &m)
+                }
+            }
+            Node::PlainFillDir { array, .. } => {
+                let m = tree.stat_rel(array)?;
+                Attr::from_meta(ino, Kind::Dir, 0, &m)
+            }
+            Node::Container(c) => tree.containers.attr(ino, c)?,
+            Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
+                Attr::from_meta(ino, Kind::Dir, 0, &array.dir_meta)
+            }
+            Node::ArrayMeta { array, file } => {
+                let array = tree.current(array);
+                let len = array.meta_bytes(*file).len() as u64;
+                Attr::from_meta(ino, Kind::File, len, &array.json_meta)
+            }
+            Node::GroupMeta { dir, file } => self.group_meta_attr(ino, dir, *file)?,
+            Node::DraftGroup { .. } => {
+                let m = tree.draft_tree().and_then(|t| t.dir_meta);
+                Attr::from_meta(ino, Kind::Dir, 0, &m.ok_or(ViewError::NotFound)?)
+            }
+            Node::Chunk { array, coords } => self.chunk_attr(ino, array, coords, policy)?,
+            Node::Scratch { .. } => return Ok(self.scratch_attr(ino, node, policy)),
+        }))
+    }
+
+    /// A scratch file's attributes, `None` if it is no longer held. Others read the
+    /// stored document while a write of it is pending, unless they share the kernel's
+    /// pages of the file with its writer (kernel opens): then they see what those hold,
+    /// as in any local file system.
+    fn scratch_attr(&self, ino: u64, node: &Node, policy: OpenPolicy) -> Option<Attr> {
+        if !policy.shows_pending_writes()
+            && let Some((array, file)) = self.tree.pending_meta(node)
+        {
+            let len = array.meta_bytes(file).len() as u64;
+            return Some(Attr::from_meta(ino, Kind::File, len, &array.json_meta));
+        }
+        let Node::Scratch { path, array, .. } = node else {
+            return None;
+        };
+        let len = self.overlay?.scratch_len(path)?;
+        // Owner, mode and times of the array's (times set on it aside: see
+        // `Overlay::own_mtime`). Renamed onto a chunk key, it shows the same times as
+        // the staged chunk it becomes, so the kernel keeps the pages its writer filled
+        // (docs/SEMANTICS.md, "Reads on a writable mount").
+        let mut m = array.dir_meta;
+        m.perm = array.json_meta.perm;
+        Some(Attr::from_meta(ino, Kind::File, len, &m))
+    }
 
     /// A chunk's attributes: its bytes as stored or staged (or the v2 view's fill
     /// value), with the times of its shard and the mode of the array's metadata.
-    fn chunk_attr(&self, ino: u64, array: &Arc<ShardedArray>, coords: &[u64]) -> Result<Attr> {
+    fn chunk_attr(
+        &self,
+        ino: u64,
+        array: &Arc<ShardedArray>,
+        coords: &[u64],
+        policy: OpenPolicy,
+    ) -> Result<Attr> {
         let array = self.tree.current(array);
-        let policy = self.open_policy();
-        let data =
-            self.tree_read()
-                .chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
+        let data = self.chunk_or_fill(&array, coords, policy.checks_shard_at_getattr())?;
         let mut m = match &data {
             ChunkData::Shard(shard, _) => *shard.meta().unwrap_or(&array.dir_meta),
             ChunkData::Staged(_) => array.dir_meta,
@@ -182,14 +297,12 @@ impl View {
         m.perm = array.json_meta.perm;
         // Kept for the next open to compare (daemon opens), or the next read (a read-only
         // mount where the kernel opens: `View::kernel_size_holds`).
-        if policy.compares_size_at_open() || self.writer.is_none() {
+        if policy.compares_size_at_open() || self.overlay.is_none() {
             self.tree.cache.report_size(ino, data.len());
         }
         Ok(Attr::from_meta(ino, Kind::File, data.len(), &m))
     }
-}
 
-impl TreeRead<'_> {
     /// A group metadata file the view makes: its owner, mode and times are those of the
     /// group's `zarr.json` (in a draft store, of the root `zarr.json`; with none, where
     /// the directory is an unsharded array of the v2 view, of the directory).

@@ -1,10 +1,11 @@
 //! Closing an open file: `close` (FUSE `flush`, [`View::flush_handle`]) commits what
 //! was written through the handle before it returns; `release` lets the handle and its
 //! inode go, and at a file's last release a scratch file at a chunk key or metadata
-//! settles back into that node ([`View::settled`]) and v2 metadata written as a store
+//! settles back into that node ([`Overlay::settled`]) and v2 metadata written as a store
 //! file is taken in. Whether a close commits anything decides `FOPEN_NOFLUSH`. The
 //! commits themselves are `commit.rs`; the handle table is `handles.rs`.
 
+use super::Overlay;
 use super::Tree;
 use super::node::Target;
 use super::scratch::Scratch;
@@ -32,7 +33,7 @@ impl View {
         let released = match handle {
             Handle::Scratch {
                 ino, node, file, ..
-            } => self.release_scratch(ino, &node, &file),
+            } => self.overlay()?.release_scratch(ino, &node, &file),
             Handle::StoreRw(f, rel) => {
                 // Where the release flushed (above), that flush finished it.
                 let finished = if policy.release_flushes() {
@@ -74,7 +75,7 @@ impl View {
                 if self.open_policy().lands_metadata_at_write() {
                     self.open.handles.take_landed(fh);
                 }
-                self.commit_scratch(&node, &file)
+                self.overlay()?.commit_scratch(&node, &file)
             }
             // A shell's redirection (`echo ... > zarr.json`) closes a duplicate of the
             // still-empty file before it writes: that close waits for the one that
@@ -161,7 +162,9 @@ impl View {
             Target::Meta(_) | Target::Chunk(_)
         ))
     }
+}
 
+impl Overlay<'_> {
     /// The last handle of a scratch file closed: anything still uncommitted is
     /// committed, and a scratch file at a chunk key or `zarr.json` goes back to being
     /// that chunk or metadata; other scratch files stay, waiting for a rename.
@@ -189,7 +192,7 @@ impl View {
         }
         if orphan {
             let mut f = file.lock();
-            self.writer()?.scratch.unreserve(f.data.len() as u64);
+            self.w.scratch.unreserve(f.data.len() as u64);
             f.data = Vec::new();
             return Ok(());
         }
@@ -206,7 +209,7 @@ impl View {
         array: &Arc<ShardedArray>,
         parent: Option<&[u64]>,
     ) -> Result<()> {
-        let w = self.writer()?;
+        let w = self.w;
         let name = path.file_name().unwrap_or_default();
         let back = match self.tree.target(array, parent, name)? {
             Target::Meta(file) => Node::ArrayMeta {
@@ -221,31 +224,13 @@ impl View {
         };
         // The inode becomes the chunk before the scratch file goes, under the scratch
         // table's lock: whoever still holds the scratch node and finds its file gone
-        // looks again and finds the chunk (`View::settled`), never a name with nothing.
+        // looks again and finds the chunk (`Overlay::settled`), never a name with nothing.
         let mut table = w.scratch.lock();
         if table.is_closed(path) {
             self.tree.inodes.update(ino, back);
             table.remove(path);
         }
         Ok(())
-    }
-
-    /// The node `ino` is now, for a caller that held it as a scratch node whose file was
-    /// gone: it settled meanwhile (its last handle closed) into a chunk or metadata.
-    /// `NotFound` if it is still a scratch node (the file was unlinked).
-    pub(super) fn settled(&self, ino: u64) -> Result<Node> {
-        let (path, node) = self.tree.node(ino)?;
-        if !matches!(node, Node::Scratch { .. }) {
-            return Ok(node);
-        }
-        // A lookup racing the settle may have put the scratch node back: ask the path.
-        match self.resolve(&path)? {
-            Some(now) if !matches!(now, Node::Scratch { .. }) => {
-                self.tree.inodes.update(ino, now.clone());
-                Ok(now)
-            }
-            _ => Err(ViewError::NotFound),
-        }
     }
 }
 

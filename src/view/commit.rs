@@ -41,67 +41,6 @@ impl View {
         self.writer.as_ref()
     }
 
-    /// Commit a written scratch file that sits at a chunk key or at `zarr.json` (on
-    /// `close` — `flush` — so that a refusal reaches the writer — and on `fsync`).
-    pub(super) fn commit_scratch(&self, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
-        let Node::Scratch {
-            path,
-            array,
-            parent,
-        } = node
-        else {
-            return Ok(());
-        };
-        let name = path.file_name().unwrap_or_default();
-        let target = self.tree.target(array, parent.as_deref(), name)?;
-        if let Some(refused) = self.overlay()?.stale_commit(path, array, &target, file) {
-            return refused;
-        }
-        match target {
-            Target::Meta(_) | Target::Chunk(_) => {}
-            // A temporary file: kept as written, nothing to commit.
-            Target::Scratch => return Ok(()),
-            // A chunk written through a descriptor opened before its key left the grid
-            // (a shape shrink since): its bytes can never be stored there. Refused, and
-            // let go, so that a later grow does not show them as if stored.
-            Target::Invalid(why) => {
-                let written = {
-                    let f = file.lock();
-                    f.dirty && !f.orphan
-                };
-                if !written {
-                    return Ok(());
-                }
-                self.writer()?.scratch.remove(path);
-                return Err(ViewError::Invalid(format!(
-                    "{}: {why} (the array's shape changed after it was opened): what \
-                     was written to it is not stored",
-                    path.display()
-                )));
-            }
-        }
-        let (data, closed) = {
-            let mut f = file.lock();
-            if !f.dirty || f.orphan {
-                return Ok(());
-            }
-            f.dirty = false;
-            // With kernel opens the last write stands for the unheard close.
-            let closed = self.open_policy().close_time(f.written);
-            (f.data.clone(), closed)
-        };
-        let put = self.put(array, parent.as_deref(), name, path, data, closed);
-        if put.is_ok() {
-            // Stored: an earlier refusal of the same file is no longer true.
-            self.counters.refused.forget(&path.display().to_string());
-        }
-        if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
-            self.overlay()?
-                .roll_back_refused_meta(path, array, meta, file)?;
-        }
-        put.map(|_| ())
-    }
-
     /// Metadata written as a store file (`zarr.json` in a store directory; `.zarray`,
     /// `.zattrs`, `.zgroup` in the v2 view), on a writable mount with kernel opens:
     /// taken in (a new array adopted, v2 metadata applied) at the write that makes it a
@@ -133,6 +72,68 @@ impl View {
         self.open.handles.mark_landed(fh);
         self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
     }
+}
+
+impl Overlay<'_> {
+    /// Commit a written scratch file that sits at a chunk key or at `zarr.json` (on
+    /// `close` — `flush` — so that a refusal reaches the writer — and on `fsync`).
+    pub(super) fn commit_scratch(&self, node: &Node, file: &Arc<Mutex<Scratch>>) -> Result<()> {
+        let Node::Scratch {
+            path,
+            array,
+            parent,
+        } = node
+        else {
+            return Ok(());
+        };
+        let name = path.file_name().unwrap_or_default();
+        let target = self.tree.target(array, parent.as_deref(), name)?;
+        if let Some(refused) = self.stale_commit(path, array, &target, file) {
+            return refused;
+        }
+        match target {
+            Target::Meta(_) | Target::Chunk(_) => {}
+            // A temporary file: kept as written, nothing to commit.
+            Target::Scratch => return Ok(()),
+            // A chunk written through a descriptor opened before its key left the grid
+            // (a shape shrink since): its bytes can never be stored there. Refused, and
+            // let go, so that a later grow does not show them as if stored.
+            Target::Invalid(why) => {
+                let written = {
+                    let f = file.lock();
+                    f.dirty && !f.orphan
+                };
+                if !written {
+                    return Ok(());
+                }
+                self.w.scratch.remove(path);
+                return Err(ViewError::Invalid(format!(
+                    "{}: {why} (the array's shape changed after it was opened): what \
+                     was written to it is not stored",
+                    path.display()
+                )));
+            }
+        }
+        let (data, closed) = {
+            let mut f = file.lock();
+            if !f.dirty || f.orphan {
+                return Ok(());
+            }
+            f.dirty = false;
+            // With kernel opens the last write stands for the unheard close.
+            let closed = self.policy.close_time(f.written);
+            (f.data.clone(), closed)
+        };
+        let put = self.put(array, parent.as_deref(), name, path, data, closed);
+        if put.is_ok() {
+            // Stored: an earlier refusal of the same file is no longer true.
+            self.counters.refused.forget(&path.display().to_string());
+        }
+        if let (Err(ViewError::Invalid(_)), Target::Meta(meta)) = (&put, target) {
+            self.roll_back_refused_meta(path, array, meta, file)?;
+        }
+        put.map(|_| ())
+    }
 
     /// Write `data` at `name` in an array's namespace (commit a chunk, update the
     /// metadata, or keep a scratch file). Returns the node now at that path.
@@ -151,7 +152,7 @@ impl View {
                 let written = self.remember_as_written(key, &data);
                 // The v2 view: a `.zattrs` written while `.zarray` is unlinked is held.
                 let held = match file {
-                    MetaFile::Zattrs => self.overlay()?.hold_headless_attrs(array, Some(&data)),
+                    MetaFile::Zattrs => self.hold_headless_attrs(array, Some(&data)),
                     _ => Ok(None),
                 };
                 let array = match held {
@@ -159,26 +160,19 @@ impl View {
                     Ok(None) => self.update_array_meta(array, file, &data),
                     Err(e) => Err(e),
                 }
-                .inspect_err(|_| {
-                    if let Some(o) = self.overlay_opt() {
-                        o.forget_as_written(written)
-                    }
-                })?;
+                .inspect_err(|_| self.forget_as_written(written))?;
                 // An array whose metadata was unlinked has it again: shown whole again
                 // (the load after the write found it in the store, and the facade let the
                 // unlinked array go: `reconcile.rs`). Before, the v2 view left `.zarray` written
                 // back unlisted until a remount, and `rm zarr.json` and a changed one
                 // written back showed the old one (found by the reference test).
-                if let Some(w) = &self.writer {
-                    w.unlinked.meta_written(&array.rel, file);
-                }
+                self.w.unlinked.meta_written(&array.rel, file);
                 Ok(Node::ArrayMeta { array, file })
             }
             Target::Chunk(coords) => {
                 let array = self.tree.current(array);
-                self.overlay()?.writable(&array)?;
-                self.overlay()?
-                    .commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
+                self.writable(&array)?;
+                self.commit_chunk_closed(&array, coords.clone(), Some(data), closed)?;
                 Ok(Node::Chunk { array, coords })
             }
             Target::Invalid(why) => {
@@ -186,7 +180,7 @@ impl View {
                 Err(ViewError::Invalid(why))
             }
             Target::Scratch => {
-                let w = self.writer()?;
+                let w = self.w;
                 // A file of its own of the store at that name is replaced: its stored
                 // copy is this file's from now on (overwritten when this one is stored,
                 // removed with its name).
@@ -316,7 +310,7 @@ impl Overlay<'_> {
     /// Rename a closed scratch file (a writer's temporary file) onto a chunk key: its
     /// bytes are moved into staging, not copied. `None` when that is not the case (the
     /// target is no chunk key, or a handle still has the file open); the caller then
-    /// copies. Refusals are those of [`View::put`], made before anything moves.
+    /// copies. Refusals are those of [`Overlay::put`], made before anything moves.
     pub(super) fn move_scratch_to_chunk(
         &self,
         path: &Path,

@@ -29,14 +29,16 @@ impl View {
     /// files of their own that stood unchanged and closed as long (the timer).
     pub fn flush_idle(&self, idle: std::time::Duration) {
         let Some(o) = self.overlay_opt() else { return };
-        let _ = self.keep_files(super::kept::Keep::Closed(idle));
+        let _ = o.keep_files(super::kept::Keep::Closed(idle));
         o.flush_idle(idle);
     }
 
     /// Make everything this mount holds durable: staged chunks and the files of their
     /// own in arrays' directories (`fsync` of the mount's root or a group, unmount).
     pub fn sync_all(&self) -> Result<()> {
-        let kept = self.keep_files(super::kept::Keep::All);
+        let kept = self
+            .overlay_opt()
+            .map_or(Ok(()), |o| o.keep_files(super::kept::Keep::All));
         let flushed = self.flush_all();
         kept.and(flushed)
     }
@@ -48,7 +50,7 @@ impl View {
         if let Ok(super::Handle::Scratch { node, file, .. }) = self.open.handles.get(fh)
             && file.lock().renamed_away
         {
-            self.commit_scratch(&node, &file)?;
+            self.overlay()?.commit_scratch(&node, &file)?;
         }
         self.fsync(ino)
     }
@@ -67,8 +69,9 @@ impl View {
         if let Node::Scratch { path, .. } = &node
             && let Some(file) = self.writer()?.scratch.get(path)
         {
-            self.commit_scratch(&node, &file)?;
-            self.keep_file(path, &file)?;
+            let o = self.overlay()?;
+            o.commit_scratch(&node, &file)?;
+            o.keep_file(path, &file)?;
         }
         // A written chunk not yet settled (a handle of it is still open, or its release
         // has not come yet): its fsync reports its own shard, as a settled chunk's does.
@@ -114,7 +117,9 @@ impl View {
         let (path, node) = self.tree.node(ino)?;
         match node {
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
-                self.keep_files(super::kept::Keep::Under(&path))?;
+                if let Some(o) = self.overlay_opt() {
+                    o.keep_files(super::kept::Keep::Under(&path))?;
+                }
                 self.flush_array(&array)
             }
             _ => self.sync_all(),

@@ -221,7 +221,7 @@ impl View {
             // Its name gone (unlinked while open): the file its handles still hold.
             (Err(ViewError::NotFound), Some(Handle::Scratch { file, .. })) => {
                 let size = usize::try_from(size).map_err(|_| ViewError::NoSpace)?;
-                self.resize_scratch(&file, size)?;
+                self.overlay()?.resize_scratch(&file, size)?;
                 self.getattr_open(ino, fh)
             }
             (res, _) => res,

@@ -22,7 +22,7 @@ use super::scratch::Scratch;
 use super::{Node, Result, View};
 use crate::format::KeyPath;
 
-/// Which scratch files [`View::keep_files`] stores.
+/// Which scratch files [`Overlay::keep_files`] stores.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Keep<'a> {
     /// Every one (unmount, `fsync` of the root).
@@ -38,12 +38,24 @@ pub(super) enum Keep<'a> {
 }
 
 impl View {
+    /// A write found the write buffer full: the files of their own that no descriptor
+    /// has open are stored now, and their memory goes back to the buffer, before the
+    /// write is tried again. Before, such files waited for the idle timer, and a writer
+    /// of many of them (`rsync`, `cp -r` of a directory of notes into an array's
+    /// directory) got `ENOSPC` with the disk empty (found by an adversarial tester).
+    /// Errors are logged; the write's retry says what is left.
+    pub(super) fn make_room(&self) {
+        if let Some(o) = self.overlay_opt() {
+            let _ = o.keep_files(Keep::Room);
+        }
+    }
+}
+
+impl Overlay<'_> {
     /// Store the scratch files that are files of their own (not chunks, not metadata)
     /// whose bytes the store does not hold yet. Returns the first error.
     pub(super) fn keep_files(&self, which: Keep) -> Result<()> {
-        let Some(w) = &self.writer else {
-            return Ok(());
-        };
+        let w = self.w;
         let files = w.scratch.files_under(match which {
             Keep::Under(dir) => Some(dir),
             _ => None,
@@ -86,27 +98,17 @@ impl View {
         first_err
     }
 
-    /// A write found the write buffer full: the files of their own that no descriptor
-    /// has open are stored now, and their memory goes back to the buffer, before the
-    /// write is tried again. Before, such files waited for the idle timer, and a writer
-    /// of many of them (`rsync`, `cp -r` of a directory of notes into an array's
-    /// directory) got `ENOSPC` with the disk empty (found by an adversarial tester).
-    /// Errors are logged; the write's retry says what is left.
-    pub(super) fn make_room(&self) {
-        let _ = self.keep_files(Keep::Room);
-    }
-
     /// Store the scratch file at `path` if it is a file of its own (see the module
     /// comment) and the store does not hold its bytes yet.
     pub(super) fn keep_file(&self, path: &Path, file: &Arc<Mutex<Scratch>>) -> Result<()> {
-        let w = self.writer()?;
+        let w = self.w;
         // Held until the file is stored and listed as such: a rename or unlink of it
         // meanwhile waits, and then removes what was stored ([`Overlay::unkeep_file`]).
         let mut kept = w.kept_paths.hold();
         if !w.scratch.get(path).is_some_and(|f| Arc::ptr_eq(&f, file)) {
             return Ok(()); // renamed or unlinked meanwhile
         }
-        if !self.overlay()?.kept_as_file(path)? {
+        if !self.kept_as_file(path)? {
             return Ok(());
         }
         let (data, sum) = {

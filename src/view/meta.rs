@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Overlay;
-use super::{MetaFile, Node, Result, ShardedArray, View, ViewError};
+use super::{MetaFile, Node, Result, ShardedArray, ViewError};
 use crate::format;
 
 /// Members of an array's `zarr.json` that a write through the view may not change.
@@ -23,7 +23,7 @@ const PROTECTED: [&str; 7] = [
     "fill_value",
 ];
 
-impl View {
+impl Overlay<'_> {
     /// One of an array's metadata files, as a writer of the view wrote it.
     pub(super) fn update_array_meta(
         &self,
@@ -114,8 +114,8 @@ impl View {
         }
         self.flush_array(&array)?;
         self.tree.store.write_atomically(&array.meta_rel, &out)?;
-        self.overlay()?.unconsolidate_above(&array.rel);
-        self.overlay()?.reload_array(&array.rel)
+        self.unconsolidate_above(&array.rel);
+        self.reload_array(&array.rel)
     }
 
     /// A shrink: the chunks that `array` stores outside a grid of `counts` chunks are
@@ -153,15 +153,13 @@ impl View {
                 }
                 Ok(false)
             })?;
-        if let Some(w) = &self.writer {
-            for (c, exists) in w.staging.under(&array.rel, &[]) {
-                if exists && outside(&c) {
-                    gone.push(c);
-                }
+        for (c, exists) in self.w.staging.under(&array.rel, &[]) {
+            if exists && outside(&c) {
+                gone.push(c);
             }
         }
         for c in gone {
-            self.overlay()?.commit_chunk(array, c, None)?;
+            self.commit_chunk(array, c, None)?;
         }
         Ok(())
     }

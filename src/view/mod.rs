@@ -456,6 +456,8 @@ pub(crate) struct Overlay<'a> {
     tree: &'a Tree,
     w: &'a Writer,
     counters: &'a Counters,
+    /// Who opens files, decided at the mount's `init` (a copy per call).
+    policy: OpenPolicy,
 }
 
 /// Where an array lives in the store.
@@ -573,6 +575,7 @@ impl View {
             tree: &self.tree,
             w: self.writer.as_ref()?,
             counters: &self.counters,
+            policy: self.open_policy(),
         })
     }
 

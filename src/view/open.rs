@@ -1,5 +1,5 @@
 //! Opening files: `open`, what a handle of each node kind reads from
-//! ([`View::reader`]) or writes to ([`View::open_for_write`]: a scratch file in an
+//! ([`View::reader`]) or writes to ([`Overlay::open_for_write`]: a scratch file in an
 //! array, a store file elsewhere), and the check that a store file's inode still has
 //! its name (loading ahead of a reader going forward is `read_ahead.rs`). The handle
 //! table itself is `handles.rs`; reads through a handle are `read.rs`, closes
@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 
 use crate::store::{EntryMeta, OpenMode, StoreFileRw};
 
+use super::Overlay;
 use super::TreeRead;
 use super::*;
 
@@ -36,7 +37,9 @@ impl View {
         let (path, node) = self.tree.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
         if write {
-            let handle = self.open_for_write(ino, &path, &node, truncate)?;
+            let handle = self
+                .overlay()?
+                .open_for_write(ino, &path, &node, truncate)?;
             return Ok(self.add_handle(ino, handle, false));
         }
         let chunk = matches!(node, Node::Chunk { .. });
@@ -118,7 +121,7 @@ impl View {
             }
             Node::Scratch { ref path, .. } => {
                 let Some(file) = self.writer()?.scratch.open(path) else {
-                    return self.reader(ino, self.settled(ino)?, at_open);
+                    return self.reader(ino, self.overlay()?.settled(ino)?, at_open);
                 };
                 (
                     Handle::Scratch {
@@ -161,7 +164,9 @@ impl View {
         }
         Ok(())
     }
+}
 
+impl Overlay<'_> {
     pub(super) fn open_for_write(
         &self,
         ino: u64,
@@ -169,7 +174,7 @@ impl View {
         node: &Node,
         truncate: bool,
     ) -> Result<Handle> {
-        let w = self.writer()?;
+        let w = self.w;
         let scratch_node = |array: &Arc<ShardedArray>| Node::Scratch {
             path: path.to_path_buf(),
             array: self.tree.current(array),
@@ -188,7 +193,7 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
-                self.overlay()?.writable(&array)?;
+                self.writable(&array)?;
                 let data = match truncate {
                     true => Vec::new(),
                     false => self.tree_read().chunk_bytes(&array, coords)?,
@@ -250,7 +255,7 @@ impl View {
         truncate: bool,
     ) -> Result<Handle> {
         if let Some(dir) = rel.parent() {
-            self.overlay()?.make_plain_dirs(dir)?;
+            self.make_plain_dirs(dir)?;
         }
         self.tree
             .store
@@ -296,7 +301,7 @@ impl View {
         rel: &Path,
         truncate: bool,
     ) -> Result<Box<dyn StoreFileRw>> {
-        let w = self.writer()?;
+        let w = self.w;
         if super::pending_doc::is_doc(rel) {
             self.note_unsharded(rel);
             return Ok(Box::new(w.docs.open(

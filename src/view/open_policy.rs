@@ -11,7 +11,7 @@
 //! | `release` | of a handle `open` returned | only of a file created before the first `ENOSYS` ([`View::release_created`]), and it also does what a flush would ([`OpenPolicy::release_flushes`]) |
 //! | a created file | its handle, closed by `flush` and `release` | kept as the handle the inode's writes gather in ([`View::adopt_created`]) |
 //! | before a rename, a link, an adoption, a `utimensat` | nothing to commit: closes did | the writes gathered are committed first ([`OpenPolicy::gathers_writes`]) |
-//! | a commit's close time | the commit's own | the last write's or truncate's ([`View::stamp_write`], [`OpenPolicy::close_time`]) |
+//! | a commit's close time | the commit's own | the last write's or truncate's ([`OpenPolicy::stamp_write`], [`OpenPolicy::close_time`]) |
 //! | metadata written | taken in at its close | at the write that makes it a whole document ([`OpenPolicy::lands_metadata_at_write`]) |
 //! | metadata being written, to other readers | the stored document until the close | what the writer wrote: they share the kernel's pages ([`OpenPolicy::shows_pending_writes`]) |
 //! | a chunk changed outside the mount | seen at the next open: its shard checked, its size compared with the one last reported ([`OpenPolicy::compares_size_at_open`]) | seen at `getattr`, after the TTL: its shard checked there ([`OpenPolicy::checks_shard_at_getattr`]) |
@@ -39,6 +39,15 @@ pub enum OpenPolicy {
 }
 
 impl OpenPolicy {
+    /// Scratch file `f` was written or resized now: with kernel opens this stands for
+    /// its close, whose time it keeps ([`OpenPolicy::close_time`]).
+    pub(super) fn stamp_write(self, f: &mut scratch::Scratch, w: &Writer) {
+        match self {
+            OpenPolicy::DaemonOpens => {}
+            OpenPolicy::KernelOpens => f.written = w.staging.close_time(),
+        }
+    }
+
     /// The daemon answers `open` and `flush`. With kernel opens both are answered
     /// `ENOSYS`: for `open` taken as success (from then on the kernel opens and releases
     /// files itself), for `flush` as "send no more" (one at every close of every
@@ -70,7 +79,7 @@ impl OpenPolicy {
     }
 
     /// The close time a commit of bytes last written (or resized) at `written` (a close
-    /// time stamped by [`View::stamp_write`]; 0: never) carries: with kernel opens the
+    /// time stamped by [`OpenPolicy::stamp_write`]; 0: never) carries: with kernel opens the
     /// last write stands for the unheard close, so a write another mount fsynced after
     /// this one's close is not replaced when this one is committed later. `None`: the
     /// commit's own time.
@@ -205,15 +214,6 @@ impl View {
     pub fn commit_before_move(&self, ino: u64) {
         if self.open_policy().gathers_writes() {
             let _ = self.commit_kernel_writes(KernelCommit::Of(ino));
-        }
-    }
-
-    /// Scratch file `f` was written or resized now: with kernel opens this stands for
-    /// its close, whose time it keeps ([`OpenPolicy::close_time`]).
-    pub(super) fn stamp_write(&self, f: &mut scratch::Scratch, w: &Writer) {
-        match self.open_policy() {
-            OpenPolicy::DaemonOpens => {}
-            OpenPolicy::KernelOpens => f.written = w.staging.close_time(),
         }
     }
 }

@@ -39,7 +39,8 @@ impl View {
     ) -> Result<(Attr, Opened)> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
-        let (ppath, pnode) = self.overlay()?.fresh_parent(parent)?;
+        let o = self.overlay()?;
+        let (ppath, pnode) = o.fresh_parent(parent)?;
         container::refuse_writes(&[Some(&pnode)])?;
         let path = ppath.join(name);
         let existing = match self.child(&ppath, &pnode, name)? {
@@ -53,23 +54,23 @@ impl View {
                 return Err(ViewError::Exists);
             }
             let ino = self.tree.inodes.intern(path.clone(), existing.clone());
-            let handle = self.open_for_write(ino, &path, &existing, truncate)?;
+            let handle = o.open_for_write(ino, &path, &existing, truncate)?;
             return Ok((self.getattr(ino)?, self.add_handle(ino, handle, false)));
         }
         let (node, handle) = match &pnode {
             // A group's `.zmetadata` unlinked and made again (`tar -x`): the view's own
             // again, what is written to it let go.
-            Node::Dir { rel } if self.overlay()?.remakes_zmetadata(rel, name)? => (
+            Node::Dir { rel } if o.remakes_zmetadata(rel, name)? => (
                 Node::Consolidated { dir: rel.clone() },
                 Handle::Discard(rel.clone()),
             ),
-            Node::Dir { rel } => self.overlay()?.create_store_file(rel, name)?,
+            Node::Dir { rel } => o.create_store_file(rel, name)?,
             Node::ArrayDir { array } | Node::KeyDir { array, .. } => {
                 let parent = match &pnode {
                     Node::KeyDir { coords, .. } => Some(coords.clone()),
                     _ => None,
                 };
-                let (node, file) = self.overlay()?.create_scratch(&path, array, parent, name)?;
+                let (node, file) = o.create_scratch(&path, array, parent, name)?;
                 let ino = self.tree.inodes.intern(path, node.clone());
                 let handle = Handle::Scratch {
                     ino,
@@ -112,7 +113,7 @@ impl View {
                 f.data.extend_from_slice(&data[overlap..]);
                 f.dirty = true;
                 f.modified = std::time::SystemTime::now();
-                self.stamp_write(&mut f, w);
+                self.open_policy().stamp_write(&mut f, w);
                 let whole = self.open_policy().lands_metadata_at_write()
                     && self.tree.pending_meta(&node).is_some()
                     && super::pending_doc::whole_json(&f.data);
@@ -123,7 +124,7 @@ impl View {
                     // files), so the writer's next step (chunks of a grown grid) finds
                     // it applied; a refusal is this write's error.
                     self.open.handles.mark_landed(fh);
-                    self.commit_scratch(&node, &file)?;
+                    self.overlay()?.commit_scratch(&node, &file)?;
                 }
             }
             Handle::Discard(_) => {}
@@ -191,7 +192,7 @@ impl View {
             self.commit_earlier_writer(ino);
         }
         let now = self.getattr(ino)?;
-        let base = self.own_mtime(ino, &node).unwrap_or(now.mtime);
+        let base = self.overlay()?.own_mtime(ino, &node).unwrap_or(now.mtime);
         w.times.set(
             &path,
             super::set_times::SetTimes {
@@ -203,159 +204,18 @@ impl View {
         self.getattr(ino)
     }
 
-    /// The times set through the mount on `path` that `stat` shows now (the file
-    /// unchanged since they were set).
-    pub(super) fn set_times_shown(&self, path: &Path) -> Option<super::set_times::SetTimes> {
-        let w = self.writer.as_ref()?;
-        let set = w.times.get(path)?;
-        (Some(set.base) == self.mtime_at(path)).then_some(set)
-    }
-
-    /// Shows `set` on `path` while the file there keeps the mtime it has now: after a
-    /// change of where the file lives that changes no byte of it (a rename, a file of
-    /// its own stored).
-    pub(super) fn show_set_times(&self, path: &Path, set: super::set_times::SetTimes) {
-        let Some(w) = &self.writer else { return };
-        let Some(base) = self.mtime_at(path) else {
-            return;
-        };
-        w.times
-            .set(path, super::set_times::SetTimes { base, ..set });
-    }
-
-    /// [`View::own_mtime`] of the file at `path`. By path: the kernel may have forgotten
-    /// its inode meanwhile (then the inode table no longer knows the name; found by the
-    /// reference test).
-    fn mtime_at(&self, path: &Path) -> Option<std::time::SystemTime> {
-        let (ino, node) = match self.tree.inodes.peek(path) {
-            Some(ino) => (ino, self.tree.node(ino).ok()?.1),
-            None => (0, self.resolve(path).ok()??),
-        };
-        self.own_mtime(ino, &node)
-    }
-
-    /// The modification time that times set through the mount are shown against (while
-    /// it stays, the file is unchanged): its mtime, but for a file of its own held in
-    /// memory, which shows its array directory's times: when its bytes last changed.
-    /// Before, a write of the array's metadata (the directory changed) reset times set
-    /// on such a file (found by the reference test).
-    pub(super) fn own_mtime(&self, ino: u64, node: &Node) -> Option<std::time::SystemTime> {
-        if let Node::Scratch { path, .. } = node
-            && let Some((_, m)) = self.writer.as_ref()?.scratch.stat_at(path)
-        {
-            return Some(m);
-        }
-        Some(self.attr_of(ino, node).ok()?.mtime)
-    }
-
-    /// Resize the scratch file `file` to `size` bytes, its room in the write buffer
-    /// taken or given back.
-    pub(super) fn resize_scratch(
-        &self,
-        file: &parking_lot::Mutex<super::scratch::Scratch>,
-        size: usize,
-    ) -> Result<()> {
-        let w = self.writer()?;
-        let mut f = file.lock();
-        if size > f.data.len() {
-            w.scratch
-                .reserve_growth(size as u64, (size - f.data.len()) as u64)?;
-        } else {
-            w.scratch.unreserve((f.data.len() - size) as u64);
-        }
-        f.data.resize(size, 0);
-        f.dirty = true;
-        f.modified = std::time::SystemTime::now();
-        self.stamp_write(&mut f, w);
-        Ok(())
-    }
-
     pub fn set_size(&self, ino: u64, size: u64) -> Result<Attr> {
         let (path, node) = self.tree.node(ino)?;
         self.names_its_file(ino, &path, &node)?;
-        let w = self.writer()?;
-        match &node {
-            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
-            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
-            Node::Consolidated { .. } => {}
-            Node::PlainFill { .. } => {
-                // Made in the store first, then truncated as the file it now is.
-                if let Handle::StoreRw(f, _) = self.open_for_write(ino, &path, &node, false)? {
-                    f.set_len(size)?;
-                }
-            }
-            Node::File { rel } if super::pending_doc::is_doc(rel) => {
-                // A metadata document: truncated as a whole document or refused, checked
-                // while this handle still holds it (the last one lets it go).
-                self.note_unsharded(rel);
-                let f = w.docs.open(&self.tree.store, rel, false, false)?;
-                f.set_len(size)?;
-                if !f.whole() {
-                    return Err(not_whole(rel));
-                }
-            }
-            Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
-            Node::Scratch { path, .. } => {
-                let size = usize::try_from(size).map_err(|_| ViewError::TooBig(u64::MAX))?;
-                // Under the table's lock: a file of its own stored meanwhile (`kept.rs`)
-                // is truncated as the stored file it is now (before, the truncate went
-                // to the copy let go, and was lost).
-                let table = w.scratch.lock();
-                let Some(file) = table.get(path) else {
-                    drop(table);
-                    return match self.tree.node(ino)? {
-                        (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
-                        _ => self.set_size(ino, size as u64),
-                    };
-                };
-                self.resize_scratch(&file, size)?;
-            }
-            Node::Chunk { array, coords } => {
-                let array = self.tree.current(array);
-                self.overlay()?.writable(&array)?;
-                // Never more than a file may hold while staged (`truncate -s 1T` of a
-                // chunk must not try to allocate a terabyte).
-                if size > w.scratch.limit() {
-                    return Err(ViewError::TooBig(w.scratch.limit()));
-                }
-                let mut data = self.tree_read().chunk_bytes(&array, coords)?;
-                data.resize(size as usize, 0);
-                self.overlay()?
-                    .commit_chunk(&array, coords.clone(), Some(data))?;
-            }
-            Node::ArrayMeta { .. } => {
-                if size > w.scratch.limit() {
-                    return Err(ViewError::TooBig(w.scratch.limit()));
-                }
-                let h = self.open_for_write(ino, &path, &node, false)?;
-                if let Handle::Scratch { file, node, .. } = h {
-                    file.lock().data.resize(size as usize, 0);
-                    file.lock().dirty = true;
-                    self.release_scratch(ino, &node, &file)?;
-                }
-            }
-            Node::GroupMeta { .. } => {
-                // Now a store file, taken in when a handle of it closes.
-                if let Handle::StoreRw(f, _) = self.open_for_write(ino, &path, &node, false)? {
-                    f.set_len(size)?;
-                }
-            }
-            Node::Dir { .. }
-            | Node::ArrayDir { .. }
-            | Node::KeyDir { .. }
-            | Node::DraftGroup { .. }
-            | Node::PlainFillDir { .. } => {
-                return Err(ViewError::IsDir);
-            }
-            Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
-        }
+        self.overlay()?.truncate(ino, &path, &node, size)?;
         self.getattr(ino)
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
         let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
-        let (ppath, pnode) = self.overlay()?.fresh_parent(parent)?;
+        let o = self.overlay()?;
+        let (ppath, pnode) = o.fresh_parent(parent)?;
         container::refuse_writes(&[Some(&pnode)])?;
         if self.stored_child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
@@ -363,7 +223,7 @@ impl View {
         let node = match &pnode {
             Node::Dir { rel } => {
                 self.writer()?;
-                let rel = self.overlay()?.new_child_rel(rel, name)?;
+                let rel = o.new_child_rel(rel, name)?;
                 self.tree.store.create_dir(&rel)?;
                 let meta = self.tree.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)?
@@ -414,6 +274,30 @@ impl View {
         };
         let ino = self.tree.inodes.intern(ppath.join(name), node);
         self.getattr(ino)
+    }
+}
+
+impl Overlay<'_> {
+    /// Resize the scratch file `file` to `size` bytes, its room in the write buffer
+    /// taken or given back.
+    pub(super) fn resize_scratch(
+        &self,
+        file: &parking_lot::Mutex<super::scratch::Scratch>,
+        size: usize,
+    ) -> Result<()> {
+        let w = self.w;
+        let mut f = file.lock();
+        if size > f.data.len() {
+            w.scratch
+                .reserve_growth(size as u64, (size - f.data.len()) as u64)?;
+        } else {
+            w.scratch.unreserve((f.data.len() - size) as u64);
+        }
+        f.data.resize(size, 0);
+        f.dirty = true;
+        f.modified = std::time::SystemTime::now();
+        self.policy.stamp_write(&mut f, w);
+        Ok(())
     }
 }
 
@@ -562,4 +446,87 @@ pub(super) fn not_whole(rel: &Path) -> ViewError {
     );
     log::warn!("{why}");
     ViewError::Invalid(why)
+}
+
+impl Overlay<'_> {
+    /// `truncate` of the file `ino` at `path` (node `node`) to `size` bytes.
+    fn truncate(&self, ino: u64, path: &Path, node: &Node, size: u64) -> Result<()> {
+        let w = self.w;
+        match node {
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
+            // Accepted and let go: the view makes `.zmetadata` from the hierarchy.
+            Node::Consolidated { .. } => {}
+            Node::PlainFill { .. } => {
+                // Made in the store first, then truncated as the file it now is.
+                if let Handle::StoreRw(f, _) = self.open_for_write(ino, path, node, false)? {
+                    f.set_len(size)?;
+                }
+            }
+            Node::File { rel } if super::pending_doc::is_doc(rel) => {
+                // A metadata document: truncated as a whole document or refused, checked
+                // while this handle still holds it (the last one lets it go).
+                self.note_unsharded(rel);
+                let f = w.docs.open(&self.tree.store, rel, false, false)?;
+                f.set_len(size)?;
+                if !f.whole() {
+                    return Err(not_whole(rel));
+                }
+            }
+            Node::File { rel } => self.open_store_file(rel, false)?.set_len(size)?,
+            Node::Scratch { path, .. } => {
+                let size = usize::try_from(size).map_err(|_| ViewError::TooBig(u64::MAX))?;
+                // Under the table's lock: a file of its own stored meanwhile (`kept.rs`)
+                // is truncated as the stored file it is now (before, the truncate went
+                // to the copy let go, and was lost).
+                let table = w.scratch.lock();
+                let Some(file) = table.get(path) else {
+                    drop(table);
+                    // Settled meanwhile (committed, or stored as a file of its own).
+                    return match self.tree.node(ino)? {
+                        (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
+                        (_, now) => self.truncate(ino, path, &now, size as u64),
+                    };
+                };
+                self.resize_scratch(&file, size)?;
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.tree.current(array);
+                self.writable(&array)?;
+                // Never more than a file may hold while staged (`truncate -s 1T` of a
+                // chunk must not try to allocate a terabyte).
+                if size > w.scratch.limit() {
+                    return Err(ViewError::TooBig(w.scratch.limit()));
+                }
+                let mut data = self.tree_read().chunk_bytes(&array, coords)?;
+                data.resize(size as usize, 0);
+                self.commit_chunk(&array, coords.clone(), Some(data))?;
+            }
+            Node::ArrayMeta { .. } => {
+                if size > w.scratch.limit() {
+                    return Err(ViewError::TooBig(w.scratch.limit()));
+                }
+                let h = self.open_for_write(ino, path, node, false)?;
+                if let Handle::Scratch { file, node, .. } = h {
+                    file.lock().data.resize(size as usize, 0);
+                    file.lock().dirty = true;
+                    self.release_scratch(ino, &node, &file)?;
+                }
+            }
+            Node::GroupMeta { .. } => {
+                // Now a store file, taken in when a handle of it closes.
+                if let Handle::StoreRw(f, _) = self.open_for_write(ino, path, node, false)? {
+                    f.set_len(size)?;
+                }
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+            Node::Symlink { .. } => return Err(ViewError::Invalid("a symlink".into())),
+        }
+        Ok(())
+    }
 }

@@ -111,6 +111,11 @@ impl<'a> OverlayRead<'a> {
         self.0.scratch.names_in(dir)
     }
 
+    /// The document being written at store path `rel` (`pending_doc.rs`), if one is.
+    pub(super) fn pending_doc(&self, rel: &Path) -> Option<Arc<super::pending_doc::PendingDoc>> {
+        self.0.docs.get(rel)
+    }
+
     /// Whether a document is being written at store path `rel` (`pending_doc.rs`).
     pub(super) fn doc_pending(&self, rel: &Path) -> bool {
         self.0.docs.get(rel).is_some()

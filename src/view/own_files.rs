@@ -44,7 +44,7 @@ impl OwnFiles {
     }
 
     /// Files of the store in the store directory at a key directory's view path `path`
-    /// whose names are no keys (stored by `View::keep_file`): `a/c/README`.
+    /// whose names are no keys (stored by `Overlay::keep_file`): `a/c/README`.
     pub(super) fn kept_in_key_dir(
         &self,
         path: &Path,

@@ -46,7 +46,7 @@ pub(super) fn move_paths(set: &mut HashSet<PathBuf>, from: &Path, to: &Path) {
 }
 
 /// View paths of scratch files stored as files of their own: their stored copy goes
-/// with their name. Held by `View::keep_file` (kept.rs) while it stores one, so that a rename
+/// with their name. Held by `Overlay::keep_file` (kept.rs) while it stores one, so that a rename
 /// or unlink of it waits, and then removes what was stored (`Overlay::unkeep_file`).
 #[derive(Default)]
 pub(super) struct KeptPaths(Mutex<HashSet<PathBuf>>);

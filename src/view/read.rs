@@ -87,7 +87,7 @@ impl View {
                     file,
                     writes: false,
                 },
-                None => self.reader(ino, self.settled(ino)?, false)?.0,
+                None => self.reader(ino, self.overlay()?.settled(ino)?, false)?.0,
             },
             node => self.reader(ino, node, false)?.0,
         };

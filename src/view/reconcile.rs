@@ -159,6 +159,11 @@ impl View {
 }
 
 impl<'a> Overlay<'a> {
+    /// `.zmetadata` of the group at `dir`, the overlay reconciled ([`View::consolidated`]).
+    pub(super) fn consolidated(&self, dir: &Path) -> Result<Vec<u8>> {
+        self.in_tree(|t| t.consolidated(dir))
+    }
+
     /// Answer tree query `query`, reconciling the overlay with the store wherever the
     /// query finds it stale, and asking again.
     fn in_tree<T>(&self, query: impl Fn(TreeRead<'a>) -> Result<T>) -> Result<T> {

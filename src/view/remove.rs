@@ -25,6 +25,7 @@ impl View {
             other => other?,
         };
         let w = self.writer()?;
+        let o = self.overlay()?;
         match &node {
             Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
             // Left to `only_fill` above.
@@ -40,8 +41,7 @@ impl View {
                 parent,
             } => {
                 let metadata = self.tree.pending_meta(&node).is_some();
-                self.overlay()?
-                    .unname_scratch(path, array, parent.as_deref())?;
+                o.unname_scratch(path, array, parent.as_deref())?;
                 if metadata {
                     // A write of the array's metadata not yet taken in (cut short): it
                     // goes, and so does the metadata under it, as the unlink says.
@@ -50,8 +50,8 @@ impl View {
             }
             Node::Chunk { array, coords } => {
                 let array = self.tree.current(array);
-                self.overlay()?.writable(&array)?;
-                self.overlay()?.commit_chunk(&array, coords.clone(), None)?;
+                o.writable(&array)?;
+                o.commit_chunk(&array, coords.clone(), None)?;
                 // The key directory stays, empty, until it is removed itself (as on
                 // any file system: `rm -rf` removes a directory after its last file).
                 w.vdirs.chunk_gone(&array.rel, coords);
@@ -64,7 +64,7 @@ impl View {
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => {
-                self.overlay()?.remove_store_file(rel)?;
+                o.remove_store_file(rel)?;
                 // A key directory that held it stays, as any directory does when a file
                 // in it goes (it may have nothing else below it now).
                 if let Ok((_, Node::KeyDir { array, coords })) = self.tree.node(parent) {
@@ -81,7 +81,7 @@ impl View {
         }
         self.tree.inodes.detach(&path);
         if MetaFile::from_name(name).is_some() {
-            self.overlay()?.unconsolidate_above(&ppath);
+            o.unconsolidate_above(&ppath);
         }
         Ok(())
     }
@@ -95,10 +95,11 @@ impl View {
         path: &Path,
     ) -> Result<()> {
         let w = self.writer()?;
+        let o = self.overlay()?;
         match file {
             MetaFile::Zattrs => {
-                if self.overlay()?.hold_headless_attrs(array, None)?.is_none() {
-                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                if o.hold_headless_attrs(array, None)?.is_none() {
+                    o.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
                     w.unlinked.zattrs_unlinked(&array.rel);
                 }
                 self.tree.inodes.detach(path);
@@ -146,7 +147,7 @@ impl View {
                     },
                 );
                 self.tree.inodes.detach(path);
-                self.overlay()?.refresh_subtree(&array.rel);
+                o.refresh_subtree(&array.rel);
                 Ok(())
             }
         }
@@ -159,10 +160,11 @@ impl View {
         let (_, path, node) = self.existing_child(parent, name)?;
         container::refuse_writes(&[Some(&node)])?;
         let w = self.writer()?;
+        let o = self.overlay()?;
         match &node {
-            Node::Dir { rel } => self.overlay()?.rmdir_store_dir(rel)?,
+            Node::Dir { rel } => o.rmdir_store_dir(rel)?,
             Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
-                if !self.overlay()?.shows_empty(&path, &node)? {
+                if !o.shows_empty(&path, &node)? {
                     return Err(ViewError::NotEmpty);
                 }
                 self.flush_array(array)?;
@@ -182,13 +184,11 @@ impl View {
                 self.tree.own.remove_empty_dirs(&array.rel)?;
                 self.tree.store.remove_dir(&array.rel)?;
             }
-            Node::KeyDir { array, coords } => {
-                self.overlay()?.rmdir_key_dir(&path, &node, array, coords)?
-            }
+            Node::KeyDir { array, coords } => o.rmdir_key_dir(&path, &node, array, coords)?,
             _ => return Err(ViewError::NotDir),
         }
         self.tree.inodes.detach(&path);
-        self.overlay()?.unconsolidate_above(&path);
+        o.unconsolidate_above(&path);
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ impl View {
             .tree
             .inodes
             .get(parent)
-            .and_then(|(dir, _)| self.set_times_shown(&dir.join(name)));
+            .and_then(|(dir, _)| self.overlay_opt()?.set_times_shown(&dir.join(name)));
         // A file open for writing at the target (a chunk or metadata being written through
         // another descriptor) loses its name before anything lands there: its writes go on
         // to a file of no name, and no close of it commits over what the rename puts
@@ -56,36 +56,10 @@ impl View {
             }
         }
         let renamed = renamed?;
-        self.carry_set_times(set, parent, name, newparent, newname);
-        Ok(renamed)
-    }
-
-    /// Times set on a file through the mount go with it to its new name (a rename
-    /// changes no file), shown while it is unchanged there. Before, they stayed with the
-    /// old name, so `rsync -a` (times set on its temporary file, then renamed into
-    /// place) lost every file's times, and copied every file again at its next run
-    /// (found by an adversarial tester).
-    fn carry_set_times(
-        &self,
-        set: Option<super::set_times::SetTimes>,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-    ) {
-        let Some(w) = &self.writer else { return };
-        let (Some((from, _)), Some((to, _))) = (
-            self.tree.inodes.get(parent),
-            self.tree.inodes.get(newparent),
-        ) else {
-            return;
-        };
-        let (from, to) = (from.join(name), to.join(newname));
-        w.times.forget(&from);
-        w.times.forget(&to);
-        if let Some(set) = set {
-            self.show_set_times(&to, set);
+        if let Some(o) = self.overlay_opt() {
+            o.carry_set_times(set, parent, name, newparent, newname);
         }
+        Ok(renamed)
     }
 
     fn rename_entry(
@@ -99,26 +73,22 @@ impl View {
         refuse_internal(newname)?;
         let (ppath, pnode) = self.tree.node(parent)?;
         let (npath, nnode) = self.tree.node(newparent)?;
-        let nnode = self.overlay()?.made_dir(newparent, nnode)?;
+        let o = self.overlay()?;
+        let nnode = o.made_dir(newparent, nnode)?;
         let src = self
             .stored_child(&ppath, &pnode, name)?
             .ok_or(ViewError::NotFound)?;
         let (from, to) = (ppath.join(name), npath.join(newname));
         let target = self.stored_child(&npath, &nnode, newname)?;
         container::refuse_writes(&[Some(&src), Some(&nnode), target.as_ref()])?;
-        self.overlay()?
-            .refuse_rename(&src, target.as_ref(), &to, noreplace)?;
+        o.refuse_rename(&src, target.as_ref(), &to, noreplace)?;
         if let (Some(Node::Consolidated { dir }), Node::File { rel }) = (&target, &src) {
-            return self
-                .overlay()?
-                .rename_onto_consolidated(rel, dir, &from, to);
+            return o.rename_onto_consolidated(rel, dir, &from, to);
         }
         if let (None, Node::File { rel }, Node::Dir { rel: dir }) = (&target, &src, &nnode)
-            && self.overlay()?.remakes_zmetadata(dir, newname)?
+            && o.remakes_zmetadata(dir, newname)?
         {
-            return self
-                .overlay()?
-                .rename_onto_consolidated(rel, dir, &from, to);
+            return o.rename_onto_consolidated(rel, dir, &from, to);
         }
         let mut renamed = Renamed::Other;
         // A file of an array open for writing (a daemon's handle: `open_checks`): its
@@ -132,7 +102,7 @@ impl View {
                 return self.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
             }
             (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
-                let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
+                let dst = o.new_child_rel(dst_dir, newname)?;
                 return self.rename_dir(&src, &from, &to, &dst);
             }
             (
@@ -148,17 +118,15 @@ impl View {
                 ));
             }
             (Node::Scratch { path, .. }, _)
-                if let Some(node) = self
-                    .overlay()?
-                    .move_scratch_to_chunk(path, &nnode, newname)? =>
+                if let Some(node) = o.move_scratch_to_chunk(path, &nnode, newname)? =>
             {
                 renamed = Renamed::AsWritten;
                 node
             }
             // A file of its own of the store renamed to another such name in an array's
             // directories.
-            (Node::File { rel }, _) if self.overlay()?.names_own_file(&nnode, newname)? => {
-                self.overlay()?.move_own_file(rel, &to)?
+            (Node::File { rel }, _) if o.names_own_file(&nnode, newname)? => {
+                o.move_own_file(rel, &to)?
             }
             _ => self.copy_onto(src, &ppath, &pnode, name, &nnode, newname, &to)?,
         };
@@ -183,7 +151,8 @@ impl View {
         newname: &OsStr,
         to: &Path,
     ) -> Result<Node> {
-        let (src, data) = match self.overlay()?.content(&src) {
+        let o = self.overlay()?;
+        let (src, data) = match o.content(&src) {
             // A scratch file stored as a file of its own meanwhile (`kept.rs`: an
             // `fsync` of a directory, the idle timer): it is that file now. Before,
             // the rename failed with `ENOENT` (found by an adversarial tester).
@@ -191,13 +160,13 @@ impl View {
                 let now = self
                     .stored_child(ppath, pnode, name)?
                     .ok_or(ViewError::NotFound)?;
-                let data = self.overlay()?.content(&now)?;
+                let data = o.content(&now)?;
                 (now, data)
             }
             data => (src, data?),
         };
         let node = self.put_at(nnode, newname, to, data)?;
-        self.overlay()?.remove_source(&src, &node)?;
+        o.remove_source(&src, &node)?;
         Ok(node)
     }
 
@@ -212,13 +181,14 @@ impl View {
         from: &Path,
         to: &Path,
     ) -> Result<Renamed> {
-        let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
-        self.overlay()?.only_whole_docs(src, &dst)?;
+        let o = self.overlay()?;
+        let dst = o.new_child_rel(dst_dir, newname)?;
+        o.only_whole_docs(src, &dst)?;
         if let Some(w) = &self.writer {
             w.docs.unlinked(&dst);
         }
         if super::pending_doc::is_doc(&dst) {
-            self.note_unsharded(&dst);
+            o.note_unsharded(&dst);
         }
         self.tree.store.rename(rel, &dst)?;
         // The inode moves with its file before metadata lands: the refresh of
@@ -242,7 +212,8 @@ impl View {
         super::ops::refuse_internal(newname)?;
         let (_, src) = self.tree.node(ino)?;
         let (npath, nnode) = self.tree.node(newparent)?;
-        let nnode = self.overlay()?.made_dir(newparent, nnode)?;
+        let o = self.overlay()?;
+        let nnode = o.made_dir(newparent, nnode)?;
         let to = npath.join(newname);
         container::refuse_writes(&[Some(&src), Some(&nnode)])?;
         if self.stored_child(&npath, &nnode, newname)?.is_some() {
@@ -251,13 +222,13 @@ impl View {
         let node = match (&src, &nnode) {
             (Node::File { rel }, Node::Dir { rel: dst_dir }) => {
                 self.writer()?;
-                let dst = self.overlay()?.new_child_rel(dst_dir, newname)?;
-                self.overlay()?.only_whole_docs(&src, &dst)?;
+                let dst = o.new_child_rel(dst_dir, newname)?;
+                o.only_whole_docs(&src, &dst)?;
                 self.tree.store.hard_link(rel, &dst)?;
                 Node::File { rel: dst }
             }
             _ => {
-                let data = self.overlay()?.content(&src)?;
+                let data = o.content(&src)?;
                 self.put_at(&nnode, newname, &to, data)?
             }
         };
@@ -272,10 +243,11 @@ impl View {
         path: &Path,
         data: Vec<u8>,
     ) -> Result<Node> {
+        let o = self.overlay()?;
         match dir {
             Node::Dir { rel } => {
                 self.writer()?;
-                let rel = self.overlay()?.new_child_rel(rel, name)?;
+                let rel = o.new_child_rel(rel, name)?;
                 if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
                     return Err(not_whole(&rel));
                 }
@@ -283,7 +255,7 @@ impl View {
                     w.docs.unlinked(&rel);
                 }
                 if super::pending_doc::is_doc(&rel) {
-                    self.note_unsharded(&rel);
+                    o.note_unsharded(&rel);
                 }
                 self.tree.store.write_atomically(&rel, &data)?;
                 if let Some(file) = MetaFile::from_name(name) {
@@ -292,8 +264,8 @@ impl View {
                 }
                 Ok(Node::File { rel })
             }
-            Node::ArrayDir { array } => self.put(array, None, name, path, data, None),
-            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data, None),
+            Node::ArrayDir { array } => o.put(array, None, name, path, data, None),
+            Node::KeyDir { array, coords } => o.put(array, Some(coords), name, path, data, None),
             _ => Err(ViewError::NotDir),
         }
     }
@@ -339,6 +311,36 @@ impl View {
         w.scratch.lock().put_renamed(to, &file);
         self.open.handles.retarget(&file, &node);
         node
+    }
+}
+
+impl Overlay<'_> {
+    /// Times set on a file through the mount go with it to its new name (a rename
+    /// changes no file), shown while it is unchanged there. Before, they stayed with the
+    /// old name, so `rsync -a` (times set on its temporary file, then renamed into
+    /// place) lost every file's times, and copied every file again at its next run
+    /// (found by an adversarial tester).
+    fn carry_set_times(
+        &self,
+        set: Option<super::set_times::SetTimes>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+    ) {
+        let w = self.w;
+        let (Some((from, _)), Some((to, _))) = (
+            self.tree.inodes.get(parent),
+            self.tree.inodes.get(newparent),
+        ) else {
+            return;
+        };
+        let (from, to) = (from.join(name), to.join(newname));
+        w.times.forget(&from);
+        w.times.forget(&to);
+        if let Some(set) = set {
+            self.show_set_times(&to, set);
+        }
     }
 }
 

@@ -63,7 +63,8 @@ impl View {
                 self.flush_array(&a)?;
             }
         }
-        self.keep_files(Keep::Under(from))?;
+        let o = self.overlay()?;
+        o.keep_files(Keep::Under(from))?;
         self.tree.store.rename(&rel, dst)?;
         // This mount's state follows the directory to its new path.
         w.dir_moved(from, to, &rel, dst);
@@ -78,9 +79,9 @@ impl View {
         self.tree.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
         self.tree.inodes.move_tree(from, to);
-        self.overlay()?.refresh_subtree(to);
-        self.overlay()?.unconsolidate_above(from);
-        self.overlay()?.unconsolidate_above(to);
+        o.refresh_subtree(to);
+        o.unconsolidate_above(from);
+        o.unconsolidate_above(to);
         Ok(Renamed::Other)
     }
 }

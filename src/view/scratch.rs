@@ -32,7 +32,7 @@ pub struct Scratch {
     /// commits it as closed then, the last moment it knows the writer was still there.
     pub(super) written: u64,
     /// When its bytes last changed (made, written, resized): what times set on it are
-    /// shown against ([`super::View::own_mtime`]); it shows its array directory's.
+    /// shown against ([`super::Overlay::own_mtime`]); it shows its array directory's.
     pub(super) modified: std::time::SystemTime,
     /// The checksum of the bytes last stored as a file of its own ([`super::kept`]).
     pub(super) kept: Option<u32>,
@@ -197,7 +197,7 @@ impl ScratchFiles {
 
     /// A new scratch file at `path` (replacing any), already counted as open `opens`
     /// times. Open counts change only under the map's lock ([`ScratchFiles::open`],
-    /// `View::settle_scratch`), so a file being opened is never taken away.
+    /// `Overlay::settle_scratch`), so a file being opened is never taken away.
     pub(super) fn create(
         &self,
         path: &Path,

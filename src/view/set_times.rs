@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 /// Times set on a file: shown while its own modification time is still `base`
-/// ([`super::View::own_mtime`]).
+/// ([`super::Overlay::own_mtime`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SetTimes {
     pub(super) base: SystemTime,
