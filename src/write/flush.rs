@@ -213,16 +213,7 @@ impl Flusher {
         shards: Option<&ShardCache>,
     ) -> Result<(Vec<PathBuf>, Vec<FlushError>, Vec<StagedChunk>), FlushError> {
         let layout = array.layout;
-        // Chunks outside the (possibly resized) grid cannot be placed: drop them loudly.
-        let (placed, outside): (Vec<_>, Vec<_>) =
-            taken.iter().partition(|t| layout.chunk_in_grid(&t.coords));
-        for t in outside {
-            log::warn!(
-                "{}: chunk {:?} lies outside the array's grid; not written",
-                array.rel.display(),
-                t.coords
-            );
-        }
+        let placed = in_grid(array, taken);
         let writes: Vec<(&StagedChunk, &Arc<Vec<u8>>)> = placed
             .iter()
             .filter_map(|t| t.data.as_ref().map(|b| (*t, b)))
@@ -349,6 +340,21 @@ impl Flusher {
 struct ShardWork<'a> {
     changes: Vec<SlotChange<'a>>,
     chunks: Vec<StagedChunk>,
+}
+/// The chunks of `taken` inside `array`'s grid. Those outside the (possibly resized)
+/// grid cannot be placed: dropped, loudly.
+fn in_grid<'t>(array: &ArrayTarget, taken: &'t [StagedChunk]) -> Vec<&'t StagedChunk> {
+    let (placed, outside): (Vec<_>, Vec<_>) = taken
+        .iter()
+        .partition(|t| array.layout.chunk_in_grid(&t.coords));
+    for t in outside {
+        log::warn!(
+            "{}: chunk {:?} lies outside the array's grid; not written",
+            array.rel.display(),
+            t.coords
+        );
+    }
+    placed
 }
 
 /// The staged deletions among `placed`, added to their shards' work.

@@ -423,60 +423,73 @@ impl ObjectFile {
         }) {
             ra.replace_held();
             ra.pending = Some(0..size);
-            Fetch {
+            return Fetch {
                 merge: false,
                 ranges: pieces,
                 reserved: need,
                 in_flight: 0..size,
                 served_before: ra.outside,
+            };
+        }
+        self.plan_ahead(ra, step, unit, offset, end)
+    }
+
+    /// [`ObjectFile::plan_fetch`] of no whole object: a window ahead, the rest of the
+    /// chunk, or the read alone.
+    fn plan_ahead(
+        &self,
+        ra: &mut ReadAhead,
+        step: bool,
+        unit: &std::ops::Range<u64>,
+        offset: u64,
+        end: u64,
+    ) -> Fetch {
+        let size = self.meta.size;
+        // A window when going forward: the window held gives way to it (and its
+        // budget with it). Else the rest of the chunk (its next pieces will be
+        // asked for next), unless a window is held: a read elsewhere leaves that
+        // for the readers still inside it (side by side, or a shard loaded ahead
+        // whole).
+        // The rest of the object claimed and in flight ([`StoreFile::claim_rest`])
+        // but for this chunk: the rest of this chunk joins it, and its mark stays.
+        // So too while a fetch held as it comes is under way ([`ObjectFile::flow`]):
+        // what came of it stays, and so does its mark.
+        // And the chunk a claim left out, whenever it is read: its rest joins what
+        // came of the claim (else, once that came, each piece of it was a GET).
+        let claimed = ra.pending_skip.is_some()
+            || ra.flowing > 0
+            || (ra.whole
+                && ra.pending_skip.is_none()
+                && ra.first_chunk.as_ref() == Some(unit)
+                && ra.claimed_rest);
+        let window = if step && !claimed { ra.window } else { 0 };
+        let rest = if ra.held.is_none() || claimed {
+            unit.end.min(offset + MAX_WINDOW)
+        } else {
+            end
+        };
+        let ahead_end = size.min(offset + window).max(rest);
+        if window > 0 && ahead_end > end {
+            ra.replace_held();
+        }
+        if ahead_end > end && self.budget.reserve(ahead_end - offset) {
+            if !claimed {
+                ra.pending = Some(offset..ahead_end);
+            }
+            Fetch {
+                merge: claimed,
+                ranges: std::iter::once(offset..ahead_end).collect(),
+                reserved: ahead_end - offset,
+                in_flight: offset..ahead_end,
+                served_before: 0,
             }
         } else {
-            // A window when going forward: the window held gives way to it (and its
-            // budget with it). Else the rest of the chunk (its next pieces will be
-            // asked for next), unless a window is held: a read elsewhere leaves that
-            // for the readers still inside it (side by side, or a shard loaded ahead
-            // whole).
-            // The rest of the object claimed and in flight ([`StoreFile::claim_rest`])
-            // but for this chunk: the rest of this chunk joins it, and its mark stays.
-            // So too while a fetch held as it comes is under way ([`ObjectFile::flow`]):
-            // what came of it stays, and so does its mark.
-            // And the chunk a claim left out, whenever it is read: its rest joins what
-            // came of the claim (else, once that came, each piece of it was a GET).
-            let claimed = ra.pending_skip.is_some()
-                || ra.flowing > 0
-                || (ra.whole
-                    && ra.pending_skip.is_none()
-                    && ra.first_chunk.as_ref() == Some(unit)
-                    && ra.claimed_rest);
-            let window = if step && !claimed { ra.window } else { 0 };
-            let rest = if ra.held.is_none() || claimed {
-                unit.end.min(offset + MAX_WINDOW)
-            } else {
-                end
-            };
-            let ahead_end = size.min(offset + window).max(rest);
-            if window > 0 && ahead_end > end {
-                ra.replace_held();
-            }
-            if ahead_end > end && self.budget.reserve(ahead_end - offset) {
-                if !claimed {
-                    ra.pending = Some(offset..ahead_end);
-                }
-                Fetch {
-                    merge: claimed,
-                    ranges: std::iter::once(offset..ahead_end).collect(),
-                    reserved: ahead_end - offset,
-                    in_flight: offset..ahead_end,
-                    served_before: 0,
-                }
-            } else {
-                Fetch {
-                    merge: false,
-                    ranges: std::iter::once(offset..end).collect(),
-                    reserved: 0,
-                    in_flight: offset..end,
-                    served_before: 0,
-                }
+            Fetch {
+                merge: false,
+                ranges: std::iter::once(offset..end).collect(),
+                reserved: 0,
+                in_flight: offset..end,
+                served_before: 0,
             }
         }
     }
