@@ -12,8 +12,8 @@
 //!
 //! # Files
 //!
-//! This file holds the [`View`], its errors, its configuration and the open-file
-//! [`Handle`]. Parts that own their state and their logic, which the view asks by
+//! This file holds the [`View`], its configuration and the open-file [`Handle`]; its
+//! errors, and their errno values, are `error.rs`. Parts that own their state and their logic, which the view asks by
 //! method: `InodeTable`, `ArrayRegistry`, `ShardCache`, `Containers` (`container.rs`),
 //! `GroupDocs` (`group_docs.rs`), `PlainFills` (`plain.rs`), `OwnFiles` (`own_files.rs`: the
 //! store's directories and files of their own in key directories), `ReadAhead`
@@ -28,19 +28,26 @@
 //! * `impl TreeRead`: the tree and the overlay, read only ([`TreeRead`], made per call by
 //!   `View::tree_read`; it holds the overlay as an `OverlayRead`, the `Writer`'s queries
 //!   only, so the tree cannot change it): resolution, chunk lookups, listings, what
-//!   metadata a directory shows. Where a query meets a directory the overlay is stale about (an unlinked
+//!   metadata a directory shows, the attributes of each node (`TreeRead::attr_of`, with
+//!   the open policy passed in). Where a query meets a directory the overlay is stale about (an unlinked
 //!   array whose metadata came back, or that another mount removed; chunks staged for
 //!   an array another mount replaced), it fails with `ViewError::Stale`, and the
 //!   overlay (`reconcile.rs`: `Overlay::in_tree`) reconciles itself and asks again;
 //! * `impl Overlay`: what changes the overlay, with the tree ([`Overlay`], made per call
 //!   by `View::overlay` on a writable view): flushes and their policy (`durable.rs`),
-//!   commits, metadata taken in, files of their own stored, removals and renames in the
-//!   store, reconciliation. It cannot reach the open files;
+//!   commits, metadata written and taken in, files of their own stored, files opened
+//!   for writing (the handle they get is the facade's to add), truncates, times set
+//!   through the mount, removals and renames in the store, reconciliation. It holds a
+//!   copy of the open policy (decided once at `init`), and cannot reach the open files;
 //! * `impl OpenFiles`: what the open files hold, with the tree read passed in
 //!   (`kernel_held.rs`);
-//! * `impl View`, the facade: the requests (one method per FUSE operation), and what
-//!   needs the open files with the overlay (opens, reads, writes, closes, `fsync`), or
-//!   the attributes the kernel is shown.
+//! * `impl View`, the facade: the requests (one method per FUSE operation), the stats
+//!   file, and what needs the open files with the overlay: opens, reads, writes, closes,
+//!   `fsync`, the writes gathered from descriptors the kernel opened
+//!   (`kernel_writes.rs`), and the changes that must commit those writes first
+//!   (`View::commit_kernel_writes`) and then ask the overlay: a new array adopted
+//!   (`adopt.rs`), metadata landed (`landed.rs`), a directory renamed (`rename_dir.rs`),
+//!   an array's metadata unlinked (`remove.rs`). Each asks the overlay for the rest.
 //!
 //! The files, by the part they belong to:
 //! * the tree's queries as the facade and the overlay ask them: `reconcile.rs` (the
@@ -119,6 +126,7 @@ mod commit;
 pub mod container;
 mod draft;
 mod durable;
+mod error;
 mod group_docs;
 mod handles;
 mod inode;
@@ -143,7 +151,6 @@ mod read;
 mod read_ahead;
 mod readdir;
 mod reconcile;
-
 mod remove;
 mod rename;
 mod rename_dir;
@@ -163,8 +170,9 @@ use std::sync::atomic::AtomicU64;
 use parking_lot::Mutex;
 
 use crate::format::{self, ChunkRange};
-use crate::store::shard::{Shard, ShardCache, ShardError};
+use crate::store::shard::{Shard, ShardCache};
 use crate::store::{Capabilities, Commits, EntryKind, EntryMeta, SpaceInfo, Store, StoreFile};
+pub use error::{Result, ViewError};
 pub use inode::ROOT_INO;
 pub use kernel_writes::{
     KERNEL_UNLINKED_IDLE, KERNEL_UNLINKED_KEPT, KERNEL_WRITE_IDLE, KernelCommit,
@@ -182,87 +190,6 @@ pub const STATS_FILE: &str = ".shardfs-stats";
 
 /// Largest `zarr.json` the view parses; a bigger one passes through unparsed.
 const MAX_METADATA_BYTES: u64 = 16 << 20;
-
-/// Errors of the view; [`ViewError::errno`] is the one place they become errno values.
-#[derive(Debug, thiserror::Error)]
-pub enum ViewError {
-    #[error("no such entry")]
-    NotFound,
-    #[error("not a directory")]
-    NotDir,
-    #[error("is a directory")]
-    IsDir,
-    #[error("read-only file system")]
-    ReadOnly,
-    #[error("unknown inode {0}")]
-    StaleInode(u64),
-    #[error("unknown file handle {0}")]
-    StaleHandle(u64),
-    /// A chunk read of inode `0` found it longer than the size the kernel holds for it
-    /// (another writer replaced it since): served, the kernel would cut the new chunk to
-    /// the old length (`ESTALE`; the kernel is told to drop its attributes).
-    #[error("inode {0}: longer than the size the kernel holds")]
-    SizeStale(u64),
-    #[error("shard {shard}: {err}")]
-    Shard { shard: PathBuf, err: ShardError },
-    #[error("{0}")]
-    Io(#[from] io::Error),
-    /// A tree query met a directory the overlay is stale about: never an answer, the
-    /// facade reconciles the overlay and asks again (`reconcile.rs`).
-    #[error("the overlay is stale: {0:?}")]
-    Stale(Box<reconcile::Reconcile>),
-    #[error("{0}")]
-    Invalid(String),
-    #[error("directory not empty")]
-    NotEmpty,
-    #[error("already exists")]
-    Exists,
-    /// A rename this view cannot make in one step (`EXDEV`: `mv` then copies and
-    /// removes, file by file).
-    #[error("{0}")]
-    CrossDevice(String),
-    #[error("write buffer full")]
-    NoSpace,
-    #[error("a file larger than the write buffer ({0} bytes, --write-buffer) cannot be staged")]
-    TooBig(u64),
-    #[error("flush failed: {0}")]
-    Flush(#[from] crate::write::flush::FlushError),
-    /// A blosc container (or one of its chunks) that cannot be read.
-    #[error("{}: {why}", path.display())]
-    Container { path: PathBuf, why: String },
-}
-
-impl ViewError {
-    pub fn errno(&self) -> i32 {
-        match self {
-            ViewError::NotFound => libc::ENOENT,
-            ViewError::NotDir => libc::ENOTDIR,
-            ViewError::IsDir => libc::EISDIR,
-            ViewError::ReadOnly => libc::EROFS,
-            ViewError::StaleInode(_) | ViewError::StaleHandle(_) | ViewError::SizeStale(_) => {
-                libc::ESTALE
-            }
-            // Read further into a chunk whose shard another writer replaced.
-            ViewError::Shard {
-                err: crate::store::shard::ShardError::Changed(_),
-                ..
-            } => libc::ESTALE,
-            ViewError::Shard { .. } => libc::EIO,
-            ViewError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            ViewError::Invalid(_) => libc::EINVAL,
-            ViewError::NotEmpty => libc::ENOTEMPTY,
-            ViewError::Exists => libc::EEXIST,
-            ViewError::CrossDevice(_) => libc::EXDEV,
-            ViewError::NoSpace => libc::ENOSPC,
-            ViewError::TooBig(_) => libc::EFBIG,
-            ViewError::Flush(e) => e.errno(),
-            ViewError::Container { .. } => libc::EIO,
-            ViewError::Stale(_) => libc::EIO,
-        }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, ViewError>;
 
 /// Tunables of a view.
 #[derive(Clone, Debug)]
