@@ -227,11 +227,11 @@ fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
     let Some((dir, _)) = made() else { return };
     let store = dir.path().join("s");
     let unreadable = break_containers(&store);
-    let log = dir.path().join("log");
-    let mount = CliMount::new(
+    let mount = CliMount::logged(
         &store,
         &dir.path().join("m"),
-        &["-o", "ro", "--log-file", s(&log)],
+        &dir.path().join("log"),
+        &["-o", "ro"],
     );
     let m = mount.path().to_path_buf();
     let eio = Some(libc::EIO);
@@ -250,8 +250,7 @@ fn broken_containers_and_chunks_are_eio_with_a_log_line_and_the_rest_reads() {
     assert!(std::fs::read(m.join("b_chunk/c.3")).is_ok());
     // The daemon is alive and well.
     assert!(std::fs::read(m.join("c_zlib_2d/zarr.json")).is_ok());
-    mount.unmount();
-    let log = std::fs::read_to_string(&log).unwrap();
+    let log = mount.unmount().log;
     for n in unreadable.iter().chain(&["b_checksum.blp", "b_chunk"]) {
         let lines = log.lines().filter(|l| l.contains(n)).count();
         assert!(lines >= 1, "no log line names {n}:\n{log}");

@@ -8,14 +8,14 @@
 mod common;
 
 use common::Lcg;
-use common::mount::is_mounted;
+use common::mount::{is_mounted, shardfs, wait_until_mounted};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SIDE: u64 = 64; // chunks per side: 4096 chunks, each written at most once
 
@@ -35,7 +35,7 @@ impl Drop for Daemon {
 }
 
 fn start(store: &Path, mnt: &Path) -> Daemon {
-    let child = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+    let child = shardfs()
         .args([
             "mount",
             "--foreground",
@@ -56,14 +56,7 @@ fn start(store: &Path, mnt: &Path) -> Daemon {
         child,
         mnt: mnt.to_path_buf(),
     };
-    let t = Instant::now();
-    while !is_mounted(mnt) {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "mount did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_mounted(mnt, Duration::from_secs(20));
     d
 }
 
@@ -107,11 +100,7 @@ fn kill_9_at_random_moments_loses_nothing_acknowledged() {
         std::io::Write::write_all(&mut &f, meta.as_bytes()).unwrap();
         f.sync_all().unwrap();
         drop(f);
-        Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .arg("unmount")
-            .arg(&mnt)
-            .status()
-            .unwrap();
+        shardfs().arg("unmount").arg(&mnt).status().unwrap();
     }
     let acked: Arc<Mutex<BTreeMap<u64, Vec<u8>>>> = Arc::default();
     let mut rng = Lcg(0x5eed ^ std::process::id() as u64);

@@ -10,31 +10,17 @@ fn cli_mount_daemonizes_and_unmount_ends_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
     let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let out = shardfs()
-        .args([
-            "mount",
-            common::fixtures().join("zarr_keys").to_str().unwrap(),
-            mnt.to_str().unwrap(),
-        ])
-        .arg("--log-file")
-        .arg(&log)
-        .output()
-        .unwrap();
-    let _guard = CliMount::guard(&mnt);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let mount = CliMount::logged(
+        &common::fixtures().join("zarr_keys"),
+        &mnt,
+        &dir.path().join("log"),
+        &[],
     );
     assert!(is_mounted(&mnt), "live when mount returns");
     assert!(mnt.join("v2_dot/zarr.json").exists());
-    let st = shardfs().arg("unmount").arg(&mnt).status().unwrap();
-    assert!(st.success());
+    let log = mount.unmount().log;
     assert!(!is_mounted(&mnt));
-    let log = std::fs::read_to_string(&log).unwrap();
     assert!(
         log.contains("mounted"),
         "the daemon logs to --log-file: {log}"
@@ -102,40 +88,14 @@ fn cli_foreground_mount_logs_to_its_log_file() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (log, mnt) = (dir.path().join("log"), dir.path().join("mnt"));
-    std::fs::create_dir(&mnt).unwrap();
-    let child = shardfs()
-        .args([
-            "mount",
-            common::fixtures().join("zarr_keys").to_str().unwrap(),
-        ])
-        .arg(&mnt)
-        .arg("--foreground")
-        .arg("--log-file")
-        .arg(&log)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _guard = CliMount::guard(&mnt);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !is_mounted(&mnt) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not mounted within 30 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(
-        shardfs()
-            .arg("unmount")
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success()
+    let mount = CliMount::logged_in_foreground(
+        &common::fixtures().join("zarr_keys"),
+        &dir.path().join("mnt"),
+        &dir.path().join("log"),
+        &[],
     );
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let log = std::fs::read_to_string(&log).unwrap();
+    let unmounted = mount.unmount();
+    let log = unmounted.log;
     assert!(log.contains("mounted"), "the log file: {log}");
     // The line that says the store is whole after an unmount (a plain umount returns
     // before the daemon has stored what is staged).
@@ -143,7 +103,7 @@ fn cli_foreground_mount_logs_to_its_log_file() {
         log.contains("unmounted; everything written through it is stored"),
         "the log file: {log}"
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = unmounted.foreground_stderr;
     assert!(!stderr.contains("mounted"), "stderr: {stderr}");
 }
 
@@ -166,22 +126,6 @@ fn daemons_of(mnt: &Path) -> Vec<u32> {
     pids
 }
 
-/// `shardfs mount -o ro` of fixture `fixture` at `mnt`, which must succeed.
-fn mount_ro_fixture(fixture: &str, mnt: &Path) {
-    let out = shardfs()
-        .arg("mount")
-        .arg(common::fixtures().join(fixture))
-        .arg(mnt)
-        .args(["-o", "ro"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
     if !common::can_mount() {
@@ -190,21 +134,13 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let mount = || mount_ro_fixture("zarr_keys", &mnt);
-    mount();
-    let _guard = CliMount::guard(&mnt);
+    let mount = || CliMount::new(&common::fixtures().join("zarr_keys"), &mnt, &["-o", "ro"]);
+    let first = mount();
     let old = daemons_of(&mnt);
     assert_eq!(old.len(), 1, "one daemon: {old:?}");
-    assert!(
-        shardfs()
-            .arg("unmount")
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success()
-    );
+    first.unmount();
     // Mount again at once: the old daemon is still exiting.
-    mount();
+    let again = mount();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while daemons_of(&mnt).contains(&old[0]) {
         assert!(
@@ -218,14 +154,7 @@ fn cli_remount_at_the_same_path_outlives_the_old_daemon() {
         "the old daemon took the new mount down as it exited"
     );
     assert!(mnt.join("v2_dot/zarr.json").exists());
-    assert!(
-        shardfs()
-            .arg("unmount")
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success()
-    );
+    again.unmount();
 }
 
 /// A busy mount detached with `shardfs unmount --lazy` lives on (its daemon serves the
@@ -241,9 +170,8 @@ fn a_lazily_detached_mount_ending_leaves_the_next_mount_at_its_path() {
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let mount = || mount_ro_fixture("zarr_keys", &mnt);
-    mount();
-    let _guard = CliMount::guard(&mnt);
+    let mount = || CliMount::new(&common::fixtures().join("zarr_keys"), &mnt, &["-o", "ro"]);
+    let _first = mount();
     let old = daemons_of(&mnt);
     assert_eq!(old.len(), 1, "one daemon: {old:?}");
     let held = std::fs::File::open(mnt.join("v2_dot/zarr.json")).unwrap();
@@ -258,7 +186,7 @@ fn a_lazily_detached_mount_ending_leaves_the_next_mount_at_its_path() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!is_mounted(&mnt), "detached from its path");
-    mount();
+    let again = mount();
     assert!(is_mounted(&mnt));
     // The old daemon still serves the open file; a signal ends it.
     // SAFETY: kill(2) of the daemon this test started.
@@ -273,12 +201,7 @@ fn a_lazily_detached_mount_ending_leaves_the_next_mount_at_its_path() {
         "the old daemon, ending, took down the new mount at its path"
     );
     assert!(mnt.join("v2_dot/zarr.json").exists());
-    let out = shardfs().arg("unmount").arg(&mnt).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    again.unmount();
 }
 
 #[test]

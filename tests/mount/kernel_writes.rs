@@ -20,19 +20,7 @@ fn refusals_no_request_waits_for_are_named_at_unmount() {
     let root = store.path().join("s");
     let dir = tempfile::tempdir().unwrap();
     let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let out = shardfs()
-        .args(["mount", root.to_str().unwrap(), mnt.to_str().unwrap()])
-        .arg("--log-file")
-        .arg(dir.path().join("log"))
-        .output()
-        .unwrap();
-    let _guard = CliMount::guard(&mnt);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mount = CliMount::logged(&root, &mnt, &dir.path().join("log"), &[]);
     let a = mnt.join("u16_default_sparse");
     let stored = |rel: &str| std::fs::read(root.join(rel)).unwrap();
     let before = stored("index_start/zarr.json");
@@ -79,9 +67,7 @@ fn refusals_no_request_waits_for_are_named_at_unmount() {
         serde_json::json!(["index_start/zarr.json"]),
         "{s}"
     );
-    let out = shardfs().arg("unmount").arg(&mnt).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let err = mount.unmount().stderr;
     assert!(!is_mounted(&mnt));
     assert!(
         err.contains("u16_default_sparse/c/4/2 was refused"),
