@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::mount::{flush_on_demand, mount_with};
+use common::mount::{CliMount, flush_on_demand, mount_with, shardfs};
 use serde_json::json;
 use shardfs::{Mount, MountOptions};
 
@@ -158,44 +158,23 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
 
     // `shardfs unmount` of a daemonized mount that cannot store what it holds refuses,
     // names the chunks and the way to discard them; once there is room it unmounts.
-    let bin = env!("CARGO_BIN_EXE_shardfs");
     // The store full again, a daemonized mount, a chunk written to `key` and staged.
-    let daemon_with_a_staged_chunk = |key: &str| -> Vec<u32> {
+    let daemon_with_a_staged_chunk = |key: &str| -> (CliMount, Vec<u32>) {
         let mut f = fs::File::create(&filler).unwrap();
         while f.write_all(&block).is_ok() {}
         drop(f);
-        let st = Command::new(bin)
-            .arg("mount")
-            .arg(&store)
-            .arg(again.path())
-            .args(["--flush-interval", "3600"])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let mount = CliMount::new(&store, again.path(), &["--flush-interval", "3600"]);
         fs::write(again.path().join(key), &data).unwrap();
         let daemons = shardfs::mount::daemon_pids(again.path());
         assert_eq!(daemons.len(), 1, "{daemons:?}");
-        daemons
+        (mount, daemons)
     };
-    daemon_with_a_staged_chunk("a/c/0");
-    let out = Command::new(bin)
-        .arg("unmount")
-        .arg(again.path())
-        .output()
-        .unwrap();
+    let (refusing, _) = daemon_with_a_staged_chunk("a/c/0");
+    let out = shardfs().arg("unmount").arg(again.path()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let refused = !out.status.success();
     fs::remove_file(&filler).unwrap();
-    let out = Command::new(bin)
-        .arg("unmount")
-        .arg(again.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    refusing.unmount();
     assert!(refused, "unmount of a mount that cannot flush");
     assert!(
         err.contains("No space left")
@@ -209,7 +188,7 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
     // A plain umount(8) (or `fusermount3 -u`) with the store full: nothing refuses, and
     // the daemon holds the only copy of what it staged. It stays, trying again, and
     // stores it once there is room (it used to exit at once, the chunk lost).
-    let daemons = daemon_with_a_staged_chunk("a/c/2");
+    let (_umounted, daemons) = daemon_with_a_staged_chunk("a/c/2");
     shardfs::mount::unmount_path(again.path(), false).unwrap();
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(
@@ -230,8 +209,8 @@ fn a_full_disk_is_enospc_at_fsync_and_the_chunk_is_stored_once_there_is_room() {
         );
     }
     // `shardfs unmount --lazy` gives it up, as it says: the daemon exits.
-    let daemons = daemon_with_a_staged_chunk("a/c/3");
-    let out = Command::new(bin)
+    let (_given_up, daemons) = daemon_with_a_staged_chunk("a/c/3");
+    let out = shardfs()
         .args(["unmount", "--lazy"])
         .arg(again.path())
         .output()
@@ -403,12 +382,13 @@ fn mount_points_that_would_hang_stack_or_hide_are_refused() {
     refused(mnt.path(), &allowed, "already a mount point");
     drop(first);
     // The command line says the same, and fails.
-    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+    let out = shardfs()
         .arg("mount")
         .arg(&store)
         .arg(store.join("mnt"))
         .output()
         .unwrap();
+    let _guard = CliMount::guard(&store.join("mnt"));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("inside the store"),
@@ -476,10 +456,7 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
         return;
     }
     let shardfs = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
-            .args(args)
-            .output()
-            .unwrap();
+        let out = common::mount::shardfs().args(args).output().unwrap();
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -488,6 +465,7 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
     let tmp = common::store_copy("zarr_basic");
     let store = tmp.path().join("s");
     let mnt = tempfile::tempdir().unwrap();
+    let _guard = CliMount::guard(mnt.path());
     let (m, s) = (mnt.path().as_os_str(), store.as_os_str());
     let (ok, err) = shardfs(&["unmount".as_ref(), m]);
     assert!(!ok && err.contains("nothing is mounted at"), "{err}");
@@ -529,6 +507,7 @@ fn the_command_line_says_what_is_wrong_and_unmount_waits_for_the_daemon() {
     let plain = tempfile::tempdir().unwrap();
     fs::write(plain.path().join("notes.txt"), b"x").unwrap();
     let mnt2 = tempfile::tempdir().unwrap();
+    let _guard2 = CliMount::guard(mnt2.path());
     let (ok, err) = shardfs(&[
         "mount".as_ref(),
         plain.path().as_os_str(),
@@ -590,8 +569,7 @@ fn a_daemonized_mount_logs_warnings_to_the_system_log() {
     let plain = tempfile::tempdir().unwrap();
     fs::write(plain.path().join("notes.txt"), b"x").unwrap();
     let mnt = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_shardfs");
-    let st = Command::new(bin)
+    let st = shardfs()
         .arg("mount")
         .arg(plain.path())
         .arg(mnt.path())
@@ -599,15 +577,11 @@ fn a_daemonized_mount_logs_warnings_to_the_system_log() {
         .env_remove("RUST_LOG")
         .status()
         .unwrap();
+    let mount = CliMount::guard(mnt.path());
     assert!(st.success());
     let mut buf = [0u8; 4096];
     let got = log.recv(&mut buf);
-    let st = Command::new(bin)
-        .arg("unmount")
-        .arg(mnt.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    mount.unmount();
     let n = got.expect("a datagram on the system log socket");
     let line = String::from_utf8_lossy(&buf[..n]);
     // Facility daemon (3), severity warning (4): <28>.

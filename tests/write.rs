@@ -10,7 +10,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::mount::mount_rw;
+use common::mount::{mount_rw, shardfs};
 use common::store_copy;
 use shardfs::{Mount, MountOptions};
 

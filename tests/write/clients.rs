@@ -120,7 +120,7 @@ fn stats_count_what_the_mount_did() {
     }
     fs::write(mnt.path().join("u16_default_sparse/c/2/2"), [7u8; 24]).unwrap();
     fs::File::open(mnt.path()).unwrap().sync_all().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_shardfs"))
+    let out = shardfs()
         .arg("stats")
         .arg(mnt.path())
         .arg("--json")
