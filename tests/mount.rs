@@ -10,6 +10,8 @@ mod common;
 mod kernel_writes;
 #[path = "mount/open_checks.rs"]
 mod open_checks;
+#[path = "mount/set_times.rs"]
+mod set_times;
 #[path = "mount/unlinked_meta.rs"]
 mod unlinked_meta;
 
