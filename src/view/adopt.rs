@@ -9,22 +9,22 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Overlay;
-use super::{MetaFile, Result, View, ViewError};
+use super::{MetaFile, Result, ViewError};
 use crate::format::{self, KeyPath};
 use crate::store::{EntryKind, Store};
 use crate::write::flush::default_chunks_per_shard;
 
-impl View {
+impl Overlay<'_> {
     /// A `zarr.json` just landed in the store directory `dir`: if it describes an
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
-        let w = self.writer()?;
-        if self.open_policy().gathers_writes() {
+        let w = self.w;
+        if self.policy.gathers_writes() {
             // Files written here before the metadata (`cp -r` order) whose handles the
             // daemon still holds (no close was heard of) are let go first: taken in
             // below, their held handles would write into files that are gone. One being
             // written now is not waited for, as with a mount that asks at open.
-            self.commit_kernel_writes(super::KernelCommit::Settled { except: None })?;
+            self.gathered.commit_settled()?;
         }
         let json_path = dir.join("zarr.json");
         let bytes = self
@@ -35,8 +35,7 @@ impl View {
         let Ok(format::Node::Array(meta)) = format::metadata::parse(&bytes) else {
             return Ok(());
         };
-        let o = self.overlay()?;
-        let Some(sharded) = o.sharded_document(dir, &meta)? else {
+        let Some(sharded) = self.sharded_document(dir, &meta)? else {
             return Ok(());
         };
         let store = self.tree.store.as_ref();
@@ -48,7 +47,7 @@ impl View {
         if let Some((_, path)) = key_dirs.iter().find(|(coords, path)| {
             coords.is_none() && store.list(path).is_ok_and(|l| !l.is_empty())
         }) {
-            return Err(o.refuse_new_array(
+            return Err(self.refuse_new_array(
                 dir,
                 format!(
                     "{} is a directory with files in it, at a chunk key of the new array \
@@ -61,21 +60,20 @@ impl View {
         // the shard files; moved aside, staged, flushed, then dropped.
         let aside = dir.join(".shardfs-ingest");
         let moved = move_chunk_files_aside(store, dir, &meta, &aside)?;
-        let overlay = o;
-        let key_dirs = overlay.keep_key_dirs(dir, key_dirs);
+        let key_dirs = self.keep_key_dirs(dir, key_dirs);
         // Shown as its writer wrote it while it describes the array stored.
-        let written = o.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
+        let written = self.remember_as_written((json_path.clone(), MetaFile::ZarrJson), &bytes);
         store
             .write_atomically(&json_path, &sharded)
-            .inspect_err(|_| overlay.forget_as_written(written))?;
-        let array = o.reload_array(dir)?;
-        overlay.drop_key_dirs(&array, key_dirs);
+            .inspect_err(|_| self.forget_as_written(written))?;
+        let array = self.reload_array(dir)?;
+        self.drop_key_dirs(&array, key_dirs);
         log::info!(
             "{}: new array stored sharded, shards {:?}",
             dir.display(),
             array.layout.shard_shape
         );
-        o.take_in_moved(&array, &moved, &aside)
+        self.take_in_moved(&array, &moved, &aside)
     }
 }
 
@@ -142,10 +140,8 @@ impl Overlay<'_> {
         if let Err(e) = self.tree.store.remove_file(&json_path) {
             return e.into();
         }
-        {
-            let w = self.w;
-            w.docs.unlinked(&json_path);
-        }
+        let w = self.w;
+        w.docs.unlinked(&json_path);
         self.refresh_subtree(dir);
         ViewError::Invalid(why)
     }
@@ -175,13 +171,11 @@ impl Overlay<'_> {
             }
             self.tree.shards.invalidate(&path);
         }
-        {
-            let w = self.w;
-            w.vdirs.made_all(
-                dir,
-                key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
-            );
-        }
+        let w = self.w;
+        w.vdirs.made_all(
+            dir,
+            key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
+        );
         key_dirs
     }
 
@@ -201,11 +195,9 @@ impl Overlay<'_> {
             let _ = store.remove_dir(&path);
             self.tree.shards.invalidate(&path);
         }
-        {
-            let w = self.w;
-            w.vdirs
-                .keep_in_grid(&array.rel, array.layout.chunk_counts());
-        }
+        let w = self.w;
+        w.vdirs
+            .keep_in_grid(&array.rel, array.layout.chunk_counts());
     }
 
     /// The chunk files moved aside before the new array's metadata was stored, staged
@@ -346,7 +338,7 @@ fn collect_key_dirs(
 
 impl Overlay<'_> {
     /// A `zarr.json` at store path `json` is about to be written: if it is an unsharded
-    /// array's now, the array stays unsharded ([`View::adopt_new_array`]).
+    /// array's now, the array stays unsharded ([`Overlay::adopt_new_array`]).
     pub(super) fn note_unsharded(&self, json: &Path) {
         let w = self.w;
         let Ok(Some(bytes)) = self.tree.read_small(json) else {

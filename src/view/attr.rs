@@ -58,23 +58,11 @@ impl View {
 
     /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
     pub(super) fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
-        let mut a = self.attr_of(ino, node)?;
-        // Nothing set (the common case): no look at the inode table or the file.
-        if let Some(w) = &self.writer
-            && !w.times.is_empty()
-        {
-            let own = match node {
-                Node::Scratch { path, .. } => w.scratch.stat_at(path).map_or(a.mtime, |(_, m)| m),
-                _ => a.mtime,
-            };
-            if let Some((path, _)) = self.tree.inodes.get(ino)
-                && let Some(t) = w.times.shown(&path, own)
-            {
-                a.atime = t.atime;
-                a.mtime = t.mtime;
-            }
-        }
-        Ok(a)
+        let a = self.attr_of(ino, node)?;
+        Ok(match self.overlay_opt() {
+            Some(o) => o.with_times_set(ino, node, a),
+            None => a,
+        })
     }
 
     /// The attributes of `node`, before times set through the mount: the stats file's
@@ -107,6 +95,27 @@ impl View {
 }
 
 impl Overlay<'_> {
+    /// `a`, the attributes of `node` (inode `ino`), with the times set on it through the
+    /// mount while it is unchanged ([`View::set_times`]).
+    fn with_times_set(&self, ino: u64, node: &Node, mut a: Attr) -> Attr {
+        let w = self.w;
+        // Nothing set (the common case): no look at the inode table or the file.
+        if w.times.is_empty() {
+            return a;
+        }
+        let own = match node {
+            Node::Scratch { path, .. } => w.scratch.stat_at(path).map_or(a.mtime, |(_, m)| m),
+            _ => a.mtime,
+        };
+        if let Some((path, _)) = self.tree.inodes.get(ino)
+            && let Some(t) = w.times.shown(&path, own)
+        {
+            a.atime = t.atime;
+            a.mtime = t.mtime;
+        }
+        a
+    }
+
     /// The attributes of `node` as this mount shows it, before times set through the
     /// mount ([`TreeRead::attr_of`], with `.zmetadata` made from the reconciled overlay).
     /// The stats file is the facade's: `NotFound` here.

@@ -102,7 +102,9 @@ impl View {
                 {
                     Ok(())
                 }
-                Some(file) => self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file),
+                Some(file) => self
+                    .overlay()?
+                    .metadata_landed(rel.parent().unwrap_or(Path::new("")), file),
                 None => Ok(()),
             },
             _ => Ok(()),
@@ -122,7 +124,8 @@ impl View {
         if let Some(file) = self.tree.lands_on_close(rel)
             && file != MetaFile::ZarrJson
             && matches!(self.tree.store.stat(rel), Ok(Some(_)))
-            && let Err(e) = self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
+            && let Some(o) = self.overlay_opt()
+            && let Err(e) = o.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
         {
             log::warn!("{}: not taken in at release: {e}", rel.display());
         }

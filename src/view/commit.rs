@@ -70,7 +70,8 @@ impl View {
             return Ok(()); // not whole yet
         }
         self.open.handles.mark_landed(fh);
-        self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
+        self.overlay()?
+            .metadata_landed(rel.parent().unwrap_or(Path::new("")), file)
     }
 }
 
@@ -366,7 +367,7 @@ impl Overlay<'_> {
         closed: Option<u64>,
     ) -> Result<()> {
         let w = self.w;
-        // Not while a directory is renamed (`View::rename_dir`): then the array may have
+        // Not while a directory is renamed (`Overlay::rename_dir`): then the array may have
         // moved, and a chunk staged under its old path would be stored nowhere.
         let _committing = w.tree.read();
         if self.tree.arrays.get(&array.rel).is_none() {

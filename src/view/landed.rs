@@ -8,24 +8,22 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::Overlay;
-use super::{MetaFile, Result, View, ViewError, ViewFormat};
+use super::{MetaFile, Result, ViewError, ViewFormat};
 use crate::format;
 
-impl View {
+impl Overlay<'_> {
     /// A metadata file just landed (closed, renamed or copied) in the store directory
     /// `dir`. A `zarr.json` may make a new array; in the v2 view `.zarray`, `.zgroup` and
     /// `.zattrs` are taken into the directory's `zarr.json` and removed.
     pub(super) fn metadata_landed(&self, dir: &Path, file: MetaFile) -> Result<()> {
-        let o = self.overlay()?;
-        o.unconsolidate_above(dir);
+        self.unconsolidate_above(dir);
         match (file, self.tree.format) {
             (MetaFile::ZarrJson, _) => {
-                o.store_consolidated(dir);
+                self.store_consolidated(dir);
                 self.adopt_new_array(dir)
             }
             (_, ViewFormat::V3) => Ok(()),
             (_, ViewFormat::V2) => {
-                self.writer()?;
                 let path = dir.join(file.name());
                 let data = self
                     .tree
@@ -33,16 +31,16 @@ impl View {
                     .read_all(&path)?
                     .ok_or(ViewError::NotFound)?;
                 // Shown as written while it is the document shown (`TreeRead::as_written`).
-                let written = o.remember_as_written((dir.join("zarr.json"), file), &data);
+                let written = self.remember_as_written((dir.join("zarr.json"), file), &data);
                 let taken = self.take_in_v2(dir, file, &data);
                 if taken.is_err() {
-                    o.forget_as_written(written);
+                    self.forget_as_written(written);
                 }
                 self.tree.store.remove_file(&path)?;
                 if let Err(e) = &taken {
                     log::warn!("{}: refused: {e}", dir.join(file.name()).display());
                 }
-                o.refresh_subtree(dir);
+                self.refresh_subtree(dir);
                 taken
             }
         }
@@ -51,23 +49,22 @@ impl View {
     /// Apply a v2 metadata document written in store directory `dir` to its `zarr.json`.
     fn take_in_v2(&self, dir: &Path, file: MetaFile, data: &[u8]) -> Result<()> {
         self.take_in_v2_doc(dir, file, data)?;
-        if let Some(w) = &self.writer {
-            match file {
-                // Written again after its unlink: listed again.
-                MetaFile::Zattrs => w.unlinked.zattrs_shown(dir),
-                // A group or an array again: no `.zmetadata` left by an old `.zgroup`.
-                MetaFile::Zgroup | MetaFile::Zarray => {
-                    w.unlinked.forget_zmetadata(dir);
-                    w.unlinked.zmetadata_made(dir);
-                    // A group now where an unsharded array's `.zarray` was unlinked: shown
-                    // as one (before, its `.zgroup` was stored but not found until a
-                    // remount: found by an adversarial tester).
-                    if file == MetaFile::Zgroup {
-                        w.unlinked.forget_plain(dir);
-                    }
+        let w = self.w;
+        match file {
+            // Written again after its unlink: listed again.
+            MetaFile::Zattrs => w.unlinked.zattrs_shown(dir),
+            // A group or an array again: no `.zmetadata` left by an old `.zgroup`.
+            MetaFile::Zgroup | MetaFile::Zarray => {
+                w.unlinked.forget_zmetadata(dir);
+                w.unlinked.zmetadata_made(dir);
+                // A group now where an unsharded array's `.zarray` was unlinked: shown
+                // as one (before, its `.zgroup` was stored but not found until a
+                // remount: found by an adversarial tester).
+                if file == MetaFile::Zgroup {
+                    w.unlinked.forget_plain(dir);
                 }
-                MetaFile::ZarrJson => {}
             }
+            MetaFile::ZarrJson => {}
         }
         Ok(())
     }
@@ -76,31 +73,33 @@ impl View {
         // An unsharded array whose `.zarray` this mount holds unlinked: reconciled with
         // the store first (another mount may have written the metadata back, or removed
         // the array), as a sharded one's is (`Overlay::hold_headless_attrs`).
-        let overlay = self.overlay()?;
-        if overlay.w.unlinked.is_plain_headless(dir)
+        if self.w.unlinked.is_plain_headless(dir)
             && let Some(dir_meta) = self.tree.store.stat(dir)?
         {
             self.classify_dir(dir.to_path_buf(), dir_meta)?;
         }
-        let headless_plain =
-            (overlay.w.unlinked.plain_keys(dir)).zip(overlay.w.unlinked.plain_doc(dir));
+        let headless_plain = self
+            .w
+            .unlinked
+            .plain_keys(dir)
+            .zip(self.w.unlinked.plain_doc(dir));
         if let (MetaFile::Zattrs, Some((keys, doc))) = (file, headless_plain.clone())
-            && overlay.hold_plain_headless_attrs(dir, &keys, doc, data)?
+            && self.hold_plain_headless_attrs(dir, &keys, doc, data)?
         {
             return Ok(());
         }
-        if let Some(taken) = overlay.take_in_plain(dir, file, data) {
+        if let Some(taken) = self.take_in_plain(dir, file, data) {
             return taken;
         }
-        if !overlay.store_v3_of_v2(dir, file, data, headless_plain.as_ref())? {
+        if !self.store_v3_of_v2(dir, file, data, headless_plain.as_ref())? {
             return Ok(());
         }
         match file {
             MetaFile::Zarray => {
-                overlay.plain_written_back(dir);
+                self.plain_written_back(dir);
                 self.adopt_new_array(dir)?
             }
-            MetaFile::Zattrs => self.overlay()?.name_ome_dimensions(dir),
+            MetaFile::Zattrs => self.name_ome_dimensions(dir),
             _ => {}
         }
         Ok(())
@@ -108,10 +107,8 @@ impl View {
 
     /// `unlink` of a group's `.zgroup` (the group goes) or `.zattrs` (its attributes go).
     pub(super) fn unlink_group_meta(&self, dir: &Path, file: MetaFile) -> Result<()> {
-        self.writer()?;
-        let o = self.overlay()?;
-        if let Some(done) = o.unlink_plain_meta(dir, file) {
-            o.refresh_subtree(dir);
+        if let Some(done) = self.unlink_plain_meta(dir, file) {
+            self.refresh_subtree(dir);
             return done;
         }
         match file {
@@ -122,10 +119,9 @@ impl View {
                 self.metadata_landed(dir, file)?;
                 // Not listed until written again, as on a plain directory (`tar -x`
                 // and `cp --remove-destination` create it anew with `O_EXCL`).
-                if let Some(w) = &self.writer {
-                    w.unlinked.zattrs_unlinked(dir);
-                }
-                o.refresh_subtree(dir);
+                let w = self.w;
+                w.unlinked.zattrs_unlinked(dir);
+                self.refresh_subtree(dir);
                 return Ok(());
             }
             MetaFile::Zgroup => {
@@ -140,16 +136,13 @@ impl View {
                 )?;
                 // (not one unlinked before: it stays gone, and `rm -rf` of the group
                 // ends; found by an adversarial tester)
-                if self.tree.format == ViewFormat::V2
-                    && let Some(w) = &self.writer
-                    && !w.unlinked.zmetadata_hidden(dir)
-                {
-                    w.unlinked.leave_zmetadata(dir);
+                if self.tree.format == ViewFormat::V2 && !self.w.unlinked.zmetadata_hidden(dir) {
+                    self.w.unlinked.leave_zmetadata(dir);
                 }
             }
             _ => return Err(ViewError::NotFound),
         }
-        o.refresh_subtree(dir);
+        self.refresh_subtree(dir);
         Ok(())
     }
 }

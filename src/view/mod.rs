@@ -385,6 +385,23 @@ pub(crate) struct Overlay<'a> {
     counters: &'a Counters,
     /// Who opens files, decided at the mount's `init` (a copy per call).
     policy: OpenPolicy,
+    /// The writes the open files gathered, committed on demand (the facade).
+    gathered: &'a dyn GatheredWrites,
+}
+
+/// The one thing the overlay asks of the open files, through the facade that has them:
+/// commit the writes gathered from descriptors the kernel opened that are settled
+/// (`View::commit_kernel_writes`), before a change that moves or replaces what they
+/// were written to (a directory becoming an array, a directory renamed, an array's
+/// metadata unlinked). The overlay cannot reach the open files otherwise.
+pub(crate) trait GatheredWrites {
+    fn commit_settled(&self) -> Result<()>;
+}
+
+impl GatheredWrites for View {
+    fn commit_settled(&self) -> Result<()> {
+        self.commit_kernel_writes(KernelCommit::Settled { except: None })
+    }
 }
 
 /// Where an array lives in the store.
@@ -503,6 +520,7 @@ impl View {
             w: self.writer.as_ref()?,
             counters: &self.counters,
             policy: self.open_policy(),
+            gathered: self,
         })
     }
 

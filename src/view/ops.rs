@@ -152,21 +152,12 @@ impl View {
     ) -> Result<Attr> {
         let (_, node) = self.tree.node(ino)?;
         container::refuse_writes(&[Some(&node)])?;
-        let rel = match &node {
-            Node::File { rel } | Node::Dir { rel } => Some(rel),
-            Node::ArrayDir { array } => Some(&array.rel),
-            _ => None,
-        };
-        if let Some(rel) = rel {
-            self.writer()?;
-            match self.pending_doc(rel) {
-                Some(doc) => doc.set_mode_owner(mode, uid, gid)?,
-                None => self.tree.store.set_mode_owner(rel, mode, uid, gid)?,
-            }
-            if let Node::ArrayDir { array } = &node {
-                // The array's directory attributes are kept with the array.
-                self.overlay()?.reload_array(&array.rel)?;
-            }
+        // Only the store's files and directories have a mode and owner of their own.
+        if matches!(
+            node,
+            Node::File { .. } | Node::Dir { .. } | Node::ArrayDir { .. }
+        ) {
+            self.overlay()?.set_mode_owner(&node, mode, uid, gid)?;
         }
         self.getattr(ino)
     }
@@ -212,18 +203,49 @@ impl View {
     }
 
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr> {
-        let _making = self.writer.as_ref().map(|w| w.tree.read());
         refuse_internal(name)?;
-        let o = self.overlay()?;
-        let (ppath, pnode) = o.fresh_parent(parent)?;
+        let ino = self.overlay()?.make_dir(parent, name)?;
+        self.getattr(ino)
+    }
+}
+
+impl Overlay<'_> {
+    /// `chmod`/`chown` of a store file or directory (`node`), or of an array's directory.
+    fn set_mode_owner(
+        &self,
+        node: &Node,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> Result<()> {
+        let rel = match node {
+            Node::File { rel } | Node::Dir { rel } => rel,
+            Node::ArrayDir { array } => &array.rel,
+            _ => return Ok(()),
+        };
+        match self.w.docs.get(rel) {
+            Some(doc) => doc.set_mode_owner(mode, uid, gid)?,
+            None => self.tree.store.set_mode_owner(rel, mode, uid, gid)?,
+        }
+        if let Node::ArrayDir { array } = node {
+            // The array's directory attributes are kept with the array.
+            self.reload_array(&array.rel)?;
+        }
+        Ok(())
+    }
+
+    /// `mkdir` of `name` in directory `parent`: a store directory, or a key directory
+    /// of an array (shown until a chunk is written below it). Returns its inode.
+    fn make_dir(&self, parent: u64, name: &OsStr) -> Result<u64> {
+        let _making = self.w.tree.read();
+        let (ppath, pnode) = self.fresh_parent(parent)?;
         container::refuse_writes(&[Some(&pnode)])?;
         if self.stored_child(&ppath, &pnode, name)?.is_some() {
             return Err(ViewError::Exists);
         }
         let node = match &pnode {
             Node::Dir { rel } => {
-                self.writer()?;
-                let rel = o.new_child_rel(rel, name)?;
+                let rel = self.new_child_rel(rel, name)?;
                 self.tree.store.create_dir(&rel)?;
                 let meta = self.tree.stat_rel(&rel)?;
                 self.classify_dir(rel, meta)?
@@ -244,7 +266,7 @@ impl View {
                             .zip(array.layout.chunk_counts())
                             .all(|(c, n)| c < n) =>
                     {
-                        self.writer()?.vdirs.made(&array.rel, coords.clone());
+                        self.w.vdirs.made(&array.rel, coords.clone());
                         Node::KeyDir { array, coords }
                     }
                     // A name outside the key namespace of the array's own directory: a
@@ -254,7 +276,6 @@ impl View {
                         && !array.draft
                         && !self.tree.hidden_in_array(&array, name) =>
                     {
-                        self.writer()?;
                         let rel = array.rel.join(name);
                         self.tree.store.create_dir(&rel)?;
                         let meta = self.tree.stat_rel(&rel)?;
@@ -272,12 +293,9 @@ impl View {
             }
             _ => return Err(ViewError::NotDir),
         };
-        let ino = self.tree.inodes.intern(ppath.join(name), node);
-        self.getattr(ino)
+        Ok(self.tree.inodes.intern(ppath.join(name), node))
     }
-}
 
-impl Overlay<'_> {
     /// Resize the scratch file `file` to `size` bytes, its room in the write buffer
     /// taken or given back.
     pub(super) fn resize_scratch(

@@ -74,7 +74,7 @@ impl KeptPaths {
 }
 
 /// What this mount decided for arrays whose metadata it saw written, which
-/// `View::adopt_new_array` (adopt.rs) reads: arrays a client writes sharded itself (shown as
+/// `Overlay::adopt_new_array` (adopt.rs) reads: arrays a client writes sharded itself (shown as
 /// stored), and unsharded arrays of the store whose `zarr.json` is being rewritten (kept
 /// unsharded). By store directory; both follow a directory moved through the mount.
 #[derive(Default)]

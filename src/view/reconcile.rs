@@ -121,11 +121,6 @@ impl View {
         }
     }
 
-    /// The node at a view path, walking from the root.
-    pub(super) fn resolve(&self, path: &Path) -> Result<Option<Node>> {
-        self.in_tree(|t| t.resolve(path))
-    }
-
     /// The child node `name` of `node`, `None` if there is none.
     pub(super) fn child(&self, path: &Path, node: &Node, name: &OsStr) -> Result<Option<Node>> {
         self.in_tree(|t| t.child(path, node, name))
@@ -286,6 +281,16 @@ impl<'a> Overlay<'a> {
     /// What a store directory is: a presentable sharded array, or a plain directory.
     pub(super) fn classify_dir(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Node> {
         self.in_tree(|t| t.classify_dir(rel.clone(), dir_meta))
+    }
+
+    /// [`TreeRead::stored_child`], the overlay reconciled.
+    pub(super) fn stored_child(
+        &self,
+        path: &Path,
+        node: &Node,
+        name: &OsStr,
+    ) -> Result<Option<Node>> {
+        self.in_tree(|t| t.stored_child(path, node, name))
     }
 
     /// Every entry of directory `ino` (without `.` and `..`), sorted by name.

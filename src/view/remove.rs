@@ -57,10 +57,10 @@ impl View {
                 w.vdirs.chunk_gone(&array.rel, coords);
             }
             Node::ArrayMeta { array, file } => {
-                return self.unlink_array_meta(array, *file, &ppath, &path);
+                return o.unlink_array_meta(array, *file, &ppath, &path);
             }
             Node::GroupMeta { dir, file } => {
-                self.unlink_group_meta(dir, *file)?;
+                o.unlink_group_meta(dir, *file)?;
                 return Ok(());
             }
             Node::File { rel } | Node::Symlink { rel } => {
@@ -86,6 +86,51 @@ impl View {
         Ok(())
     }
 
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if self.only_fill(parent, name)? {
+            return Ok(());
+        }
+        let (_, path, node) = self.existing_child(parent, name)?;
+        container::refuse_writes(&[Some(&node)])?;
+        self.overlay()?.remove_dir(&path, &node)
+    }
+}
+
+impl Overlay<'_> {
+    /// `rmdir` of the directory `node` at view path `path`.
+    fn remove_dir(&self, path: &Path, node: &Node) -> Result<()> {
+        let w = self.w;
+        match node {
+            Node::Dir { rel } => self.rmdir_store_dir(rel)?,
+            Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
+                if !self.shows_empty(path, node)? {
+                    return Err(ViewError::NotEmpty);
+                }
+                self.flush_array(array)?;
+                // What is left are emptied key directories (and shards of nothing).
+                crate::store::remove_tree(&*self.tree.store, &array.rel)?;
+                w.unlinked.forget_headless(&array.rel);
+                w.unlinked.zattrs_shown(&array.rel);
+                w.unlinked.forget_zmetadata(&array.rel);
+                self.tree.arrays.remove(&array.rel);
+                w.staging.discard(&array.rel);
+                w.vdirs.forget_array(&array.rel);
+            }
+            Node::ArrayDir { array } => {
+                self.flush_array(array)?;
+                // Empty directories the view does not show (shard directories a shrink
+                // emptied) go with it.
+                self.tree.own.remove_empty_dirs(&array.rel)?;
+                self.tree.store.remove_dir(&array.rel)?;
+            }
+            Node::KeyDir { array, coords } => self.rmdir_key_dir(path, node, array, coords)?,
+            _ => return Err(ViewError::NotDir),
+        }
+        self.tree.inodes.detach(path);
+        self.unconsolidate_above(path);
+        Ok(())
+    }
+
     /// `unlink` of an array's metadata file `file` (at `path`, in `ppath`).
     fn unlink_array_meta(
         &self,
@@ -94,12 +139,11 @@ impl View {
         ppath: &Path,
         path: &Path,
     ) -> Result<()> {
-        let w = self.writer()?;
-        let o = self.overlay()?;
+        let w = self.w;
         match file {
             MetaFile::Zattrs => {
-                if o.hold_headless_attrs(array, None)?.is_none() {
-                    o.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
+                if self.hold_headless_attrs(array, None)?.is_none() {
+                    self.update_array_meta(array, MetaFile::Zattrs, b"{}")?;
                     w.unlinked.zattrs_unlinked(&array.rel);
                 }
                 self.tree.inodes.detach(path);
@@ -117,7 +161,7 @@ impl View {
                 // new array: chunks lost, shards stored as chunks (found by an
                 // adversarial tester). What this mount's descriptors wrote a moment ago
                 // is committed first, so that it is stored with the array.
-                self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
+                self.gathered.commit_settled()?;
                 let array = self.tree.current(array);
                 self.flush_array(&array)?;
                 // Kept under a hidden name, not removed: a later mount shows the array as
@@ -147,49 +191,10 @@ impl View {
                     },
                 );
                 self.tree.inodes.detach(path);
-                o.refresh_subtree(&array.rel);
+                self.refresh_subtree(&array.rel);
                 Ok(())
             }
         }
-    }
-
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
-        if self.only_fill(parent, name)? {
-            return Ok(());
-        }
-        let (_, path, node) = self.existing_child(parent, name)?;
-        container::refuse_writes(&[Some(&node)])?;
-        let w = self.writer()?;
-        let o = self.overlay()?;
-        match &node {
-            Node::Dir { rel } => o.rmdir_store_dir(rel)?,
-            Node::ArrayDir { array } if w.unlinked.is_headless(&array.rel) => {
-                if !o.shows_empty(&path, &node)? {
-                    return Err(ViewError::NotEmpty);
-                }
-                self.flush_array(array)?;
-                // What is left are emptied key directories (and shards of nothing).
-                crate::store::remove_tree(&*self.tree.store, &array.rel)?;
-                w.unlinked.forget_headless(&array.rel);
-                w.unlinked.zattrs_shown(&array.rel);
-                w.unlinked.forget_zmetadata(&array.rel);
-                self.tree.arrays.remove(&array.rel);
-                w.staging.discard(&array.rel);
-                w.vdirs.forget_array(&array.rel);
-            }
-            Node::ArrayDir { array } => {
-                self.flush_array(array)?;
-                // Empty directories the view does not show (shard directories a shrink
-                // emptied) go with it.
-                self.tree.own.remove_empty_dirs(&array.rel)?;
-                self.tree.store.remove_dir(&array.rel)?;
-            }
-            Node::KeyDir { array, coords } => o.rmdir_key_dir(&path, &node, array, coords)?,
-            _ => return Err(ViewError::NotDir),
-        }
-        self.tree.inodes.detach(&path);
-        o.unconsolidate_above(&path);
-        Ok(())
     }
 }
 

@@ -99,11 +99,11 @@ impl View {
         };
         let node = match (&src, &nnode) {
             (Node::File { rel } | Node::Symlink { rel }, Node::Dir { rel: dst_dir }) => {
-                return self.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
+                return o.rename_store_file(&src, rel, dst_dir, newname, &from, &to);
             }
             (Node::Dir { .. } | Node::ArrayDir { .. }, Node::Dir { rel: dst_dir }) => {
                 let dst = o.new_child_rel(dst_dir, newname)?;
-                return self.rename_dir(&src, &from, &to, &dst);
+                return o.rename_dir(&src, &from, &to, &dst);
             }
             (
                 Node::Dir { .. }
@@ -165,46 +165,9 @@ impl View {
             }
             data => (src, data?),
         };
-        let node = self.put_at(nnode, newname, to, data)?;
+        let node = o.put_at(nnode, newname, to, data)?;
         o.remove_source(&src, &node)?;
         Ok(node)
-    }
-
-    /// A store file (or symbolic link) renamed into the store directory `dst_dir`: one
-    /// rename in the store; metadata landing there is taken in.
-    fn rename_store_file(
-        &self,
-        src: &Node,
-        rel: &Path,
-        dst_dir: &Path,
-        newname: &OsStr,
-        from: &Path,
-        to: &Path,
-    ) -> Result<Renamed> {
-        let o = self.overlay()?;
-        let dst = o.new_child_rel(dst_dir, newname)?;
-        o.only_whole_docs(src, &dst)?;
-        if let Some(w) = &self.writer {
-            w.docs.unlinked(&dst);
-        }
-        if super::pending_doc::is_doc(&dst) {
-            o.note_unsharded(&dst);
-        }
-        self.tree.store.rename(rel, &dst)?;
-        // The inode moves with its file before metadata lands: the refresh of
-        // the directory that the landing makes finds it at its new name (at the
-        // old one it would resolve to nothing, and be retired).
-        let moved = match src {
-            Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
-            _ => Node::File { rel: dst.clone() },
-        };
-        self.tree.inodes.rename(from, to.to_path_buf(), moved);
-        if let Some(file) = MetaFile::from_name(newname) {
-            self.metadata_landed(dst_dir, file)?;
-        }
-        let node = self.resolve(to)?.ok_or(ViewError::NotFound)?;
-        self.tree.inodes.update_path(to, node);
-        Ok(Renamed::Other)
     }
 
     /// Hard link: a copy at the new name (chunks have no inode of their own to share).
@@ -229,45 +192,11 @@ impl View {
             }
             _ => {
                 let data = o.content(&src)?;
-                self.put_at(&nnode, newname, &to, data)?
+                o.put_at(&nnode, newname, &to, data)?
             }
         };
         let ino = self.tree.inodes.intern(to, node);
         self.getattr(ino)
-    }
-
-    pub(super) fn put_at(
-        &self,
-        dir: &Node,
-        name: &OsStr,
-        path: &Path,
-        data: Vec<u8>,
-    ) -> Result<Node> {
-        let o = self.overlay()?;
-        match dir {
-            Node::Dir { rel } => {
-                self.writer()?;
-                let rel = o.new_child_rel(rel, name)?;
-                if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
-                    return Err(not_whole(&rel));
-                }
-                if let Some(w) = &self.writer {
-                    w.docs.unlinked(&rel);
-                }
-                if super::pending_doc::is_doc(&rel) {
-                    o.note_unsharded(&rel);
-                }
-                self.tree.store.write_atomically(&rel, &data)?;
-                if let Some(file) = MetaFile::from_name(name) {
-                    self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
-                    return self.resolve(path)?.ok_or(ViewError::NotFound);
-                }
-                Ok(Node::File { rel })
-            }
-            Node::ArrayDir { array } => o.put(array, None, name, path, data, None),
-            Node::KeyDir { array, coords } => o.put(array, Some(coords), name, path, data, None),
-            _ => Err(ViewError::NotDir),
-        }
     }
 
     /// A file open for writing, renamed from an array's directories to `to` (in `dir`),
@@ -311,6 +240,74 @@ impl View {
         w.scratch.lock().put_renamed(to, &file);
         self.open.handles.retarget(&file, &node);
         node
+    }
+}
+
+impl Overlay<'_> {
+    /// A store file (or symbolic link) renamed into the store directory `dst_dir`: one
+    /// rename in the store; metadata landing there is taken in.
+    fn rename_store_file(
+        &self,
+        src: &Node,
+        rel: &Path,
+        dst_dir: &Path,
+        newname: &OsStr,
+        from: &Path,
+        to: &Path,
+    ) -> Result<Renamed> {
+        let dst = self.new_child_rel(dst_dir, newname)?;
+        self.only_whole_docs(src, &dst)?;
+        let w = self.w;
+        w.docs.unlinked(&dst);
+        if super::pending_doc::is_doc(&dst) {
+            self.note_unsharded(&dst);
+        }
+        self.tree.store.rename(rel, &dst)?;
+        // The inode moves with its file before metadata lands: the refresh of
+        // the directory that the landing makes finds it at its new name (at the
+        // old one it would resolve to nothing, and be retired).
+        let moved = match src {
+            Node::Symlink { .. } => Node::Symlink { rel: dst.clone() },
+            _ => Node::File { rel: dst.clone() },
+        };
+        self.tree.inodes.rename(from, to.to_path_buf(), moved);
+        if let Some(file) = MetaFile::from_name(newname) {
+            self.metadata_landed(dst_dir, file)?;
+        }
+        let node = self.resolve(to)?.ok_or(ViewError::NotFound)?;
+        self.tree.inodes.update_path(to, node);
+        Ok(Renamed::Other)
+    }
+
+    pub(super) fn put_at(
+        &self,
+        dir: &Node,
+        name: &OsStr,
+        path: &Path,
+        data: Vec<u8>,
+    ) -> Result<Node> {
+        match dir {
+            Node::Dir { rel } => {
+                let rel = self.new_child_rel(rel, name)?;
+                if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
+                    return Err(not_whole(&rel));
+                }
+                let w = self.w;
+                w.docs.unlinked(&rel);
+                if super::pending_doc::is_doc(&rel) {
+                    self.note_unsharded(&rel);
+                }
+                self.tree.store.write_atomically(&rel, &data)?;
+                if let Some(file) = MetaFile::from_name(name) {
+                    self.metadata_landed(rel.parent().unwrap_or(Path::new("")), file)?;
+                    return self.resolve(path)?.ok_or(ViewError::NotFound);
+                }
+                Ok(Node::File { rel })
+            }
+            Node::ArrayDir { array } => self.put(array, None, name, path, data, None),
+            Node::KeyDir { array, coords } => self.put(array, Some(coords), name, path, data, None),
+            _ => Err(ViewError::NotDir),
+        }
     }
 }
 

@@ -10,12 +10,12 @@
 
 use std::path::Path;
 
-use super::KernelCommit;
+use super::Overlay;
 use super::kept::Keep;
-use super::{Node, Renamed, Result, View, ViewError};
+use super::{Node, Renamed, Result, ViewError};
 use crate::store::DirRenames;
 
-impl View {
+impl Overlay<'_> {
     /// Rename the directory `src` (view path `from`) to `to`, store path `dst`.
     pub(super) fn rename_dir(
         &self,
@@ -24,7 +24,7 @@ impl View {
         to: &Path,
         dst: &Path,
     ) -> Result<Renamed> {
-        let w = self.writer()?;
+        let w = self.w;
         let one_step = self.tree.caps.dir_renames == DirRenames::OneStep;
         let rel = match src {
             Node::Dir { rel } if one_step => rel.clone(),
@@ -46,7 +46,7 @@ impl View {
         // What this mount holds below it is committed first (this may commit chunks,
         // which the lock below would wait for), then stored under the lock, so that
         // nothing it writes later goes to the old paths.
-        self.commit_kernel_writes(KernelCommit::Settled { except: None })?;
+        self.gathered.commit_settled()?;
         let _renaming = w.tree.write();
         let open_below = w.scratch.any_open_under(from);
         if open_below || w.docs.any_under(&rel) {
@@ -63,8 +63,7 @@ impl View {
                 self.flush_array(&a)?;
             }
         }
-        let o = self.overlay()?;
-        o.keep_files(Keep::Under(from))?;
+        self.keep_files(Keep::Under(from))?;
         self.tree.store.rename(&rel, dst)?;
         // This mount's state follows the directory to its new path.
         w.dir_moved(from, to, &rel, dst);
@@ -79,9 +78,9 @@ impl View {
         self.tree.shards.invalidate_under(&rel);
         // Its inodes move with it, and are looked at again there.
         self.tree.inodes.move_tree(from, to);
-        o.refresh_subtree(to);
-        o.unconsolidate_above(from);
-        o.unconsolidate_above(to);
+        self.refresh_subtree(to);
+        self.unconsolidate_above(from);
+        self.unconsolidate_above(to);
         Ok(Renamed::Other)
     }
 }
