@@ -35,19 +35,19 @@
 //!   overlay (`reconcile.rs`: `Overlay::in_tree`) reconciles itself and asks again;
 //! * `impl Overlay`: what changes the overlay, with the tree ([`Overlay`], made per call
 //!   by `View::overlay` on a writable view): flushes and their policy (`durable.rs`),
-//!   commits, metadata written and taken in, files of their own stored, files opened
-//!   for writing (the handle they get is the facade's to add), truncates, times set
-//!   through the mount, removals and renames in the store, reconciliation. It holds a
-//!   copy of the open policy (decided once at `init`), and cannot reach the open files;
+//!   commits, metadata written, landed and taken in, new arrays adopted, files of their
+//!   own stored, files opened for writing (the handle they get is the facade's to add),
+//!   truncates, times set through the mount, removals and renames in the store,
+//!   reconciliation. It holds a copy of the open policy (decided once at `init`). It
+//!   cannot reach the open files but for one request through [`GatheredWrites`]: commit
+//!   the writes gathered from descriptors the kernel opened, before a change that moves
+//!   or replaces what they were written to;
 //! * `impl OpenFiles`: what the open files hold, with the tree read passed in
 //!   (`kernel_held.rs`);
-//! * `impl View`, the facade: the requests (one method per FUSE operation), the stats
-//!   file, and what needs the open files with the overlay: opens, reads, writes, closes,
-//!   `fsync`, the writes gathered from descriptors the kernel opened
-//!   (`kernel_writes.rs`), and the changes that must commit those writes first
-//!   (`View::commit_kernel_writes`) and then ask the overlay: a new array adopted
-//!   (`adopt.rs`), metadata landed (`landed.rs`), a directory renamed (`rename_dir.rs`),
-//!   an array's metadata unlinked (`remove.rs`). Each asks the overlay for the rest.
+//! * `impl View`, the facade: the requests (one method per FUSE operation: the checks a
+//!   read-only view answers, then the part that owns the rest), the stats file, and what
+//!   needs the open files with the overlay: opens, reads, writes, closes, `fsync`, and
+//!   the writes gathered from descriptors the kernel opened (`kernel_writes.rs`).
 //!
 //! The files, by the part they belong to:
 //! * the tree's queries as the facade and the overlay ask them: `reconcile.rs` (the
@@ -376,8 +376,9 @@ pub(crate) struct TreeRead<'a> {
 /// tree as this mount shows it. Made per call by [`View::overlay`], on a writable view
 /// only. Its methods change the overlay (and the tree's caches and inodes that a change
 /// makes stale), reconciling it with the store where a tree query finds it stale
-/// ([`Overlay::in_tree`]); they cannot reach the open files: where an operation needs
-/// them, the facade (`View`) does that part and asks the overlay for the rest.
+/// ([`Overlay::in_tree`]); they cannot reach the open files (but to have the writes they
+/// gathered committed: [`GatheredWrites`]): where an operation needs them, the facade
+/// (`View`) does that part and asks the overlay for the rest.
 #[derive(Clone, Copy)]
 pub(crate) struct Overlay<'a> {
     tree: &'a Tree,
