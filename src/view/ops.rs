@@ -171,7 +171,7 @@ impl View {
         atime: Option<std::time::SystemTime>,
         mtime: Option<std::time::SystemTime>,
     ) -> Result<Attr> {
-        let w = self.writer()?;
+        self.writer()?;
         let (path, node) = self.tree.node(ino)?;
         container::refuse_writes(&[Some(&node)])?;
         // What was written before (with the kernel opening files, gathered and committed
@@ -183,15 +183,12 @@ impl View {
             self.commit_earlier_writer(ino);
         }
         let now = self.getattr(ino)?;
-        let base = self.overlay()?.own_mtime(ino, &node).unwrap_or(now.mtime);
-        w.times.set(
-            &path,
-            super::set_times::SetTimes {
-                base,
-                atime: atime.unwrap_or(now.atime),
-                mtime: mtime.unwrap_or(now.mtime),
-            },
-        );
+        let set = super::set_times::SetTimes {
+            base: now.mtime,
+            atime: atime.unwrap_or(now.atime),
+            mtime: mtime.unwrap_or(now.mtime),
+        };
+        self.overlay()?.set_times(ino, &path, &node, set);
         self.getattr(ino)
     }
 
@@ -210,6 +207,15 @@ impl View {
 }
 
 impl Overlay<'_> {
+    /// Times `set` through the mount on the file `node` (inode `ino`, at `path`), shown
+    /// against its own mtime (`set.base` where it has none).
+    fn set_times(&self, ino: u64, path: &Path, node: &Node, set: super::set_times::SetTimes) {
+        let base = self.own_mtime(ino, node).unwrap_or(set.base);
+        self.w
+            .times
+            .set(path, super::set_times::SetTimes { base, ..set });
+    }
+
     /// `chmod`/`chown` of a store file or directory (`node`), or of an array's directory.
     fn set_mode_owner(
         &self,

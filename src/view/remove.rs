@@ -24,64 +24,13 @@ impl View {
             }
             other => other?,
         };
-        let w = self.writer()?;
-        let o = self.overlay()?;
-        match &node {
-            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
-            // Left to `only_fill` above.
-            Node::PlainFill { .. } => return Ok(()),
-            // Made from the hierarchy, never stored: not shown until made again.
-            Node::Consolidated { dir } => {
-                w.unlinked.forget_zmetadata(dir);
-                w.unlinked.zmetadata_unlinked(dir);
-            }
-            Node::Scratch {
-                path,
-                array,
-                parent,
-            } => {
-                let metadata = self.tree.pending_meta(&node).is_some();
-                o.unname_scratch(path, array, parent.as_deref())?;
-                if metadata {
-                    // A write of the array's metadata not yet taken in (cut short): it
-                    // goes, and so does the metadata under it, as the unlink says.
-                    return self.unlink(dir, name);
-                }
-            }
-            Node::Chunk { array, coords } => {
-                let array = self.tree.current(array);
-                o.writable(&array)?;
-                o.commit_chunk(&array, coords.clone(), None)?;
-                // The key directory stays, empty, until it is removed itself (as on
-                // any file system: `rm -rf` removes a directory after its last file).
-                w.vdirs.chunk_gone(&array.rel, coords);
-            }
-            Node::ArrayMeta { array, file } => {
-                return o.unlink_array_meta(array, *file, &ppath, &path);
-            }
-            Node::GroupMeta { dir, file } => {
-                o.unlink_group_meta(dir, *file)?;
-                return Ok(());
-            }
-            Node::File { rel } | Node::Symlink { rel } => {
-                o.remove_store_file(rel)?;
-                // A key directory that held it stays, as any directory does when a file
-                // in it goes (it may have nothing else below it now).
-                if let Ok((_, Node::KeyDir { array, coords })) = self.tree.node(parent) {
-                    w.vdirs.made(&array.rel, coords);
-                }
-            }
-            Node::Dir { .. }
-            | Node::ArrayDir { .. }
-            | Node::KeyDir { .. }
-            | Node::DraftGroup { .. }
-            | Node::PlainFillDir { .. } => {
-                return Err(ViewError::IsDir);
-            }
-        }
-        self.tree.inodes.detach(&path);
-        if MetaFile::from_name(name).is_some() {
-            o.unconsolidate_above(&ppath);
+        // A write of an array's metadata not yet taken in (cut short) goes, and so does
+        // the metadata under it, as the unlink says.
+        if self
+            .overlay()?
+            .unlink_node(dir, name, &ppath, &path, &node)?
+        {
+            return self.unlink(dir, name);
         }
         Ok(())
     }
@@ -97,6 +46,77 @@ impl View {
 }
 
 impl Overlay<'_> {
+    /// `unlink` of `node`, the entry `name` (at view path `path`) of directory `dir`
+    /// (at `ppath`). `true`: a write of an array's metadata cut short went, and the name
+    /// now shows the metadata under it, to be unlinked too.
+    fn unlink_node(
+        &self,
+        dir: u64,
+        name: &OsStr,
+        ppath: &Path,
+        path: &Path,
+        node: &Node,
+    ) -> Result<bool> {
+        let w = self.w;
+        match node {
+            Node::Stats | Node::Container(_) => return Err(ViewError::ReadOnly),
+            // Left to `only_fill` above.
+            Node::PlainFill { .. } => return Ok(false),
+            // Made from the hierarchy, never stored: not shown until made again.
+            Node::Consolidated { dir } => {
+                w.unlinked.forget_zmetadata(dir);
+                w.unlinked.zmetadata_unlinked(dir);
+            }
+            Node::Scratch {
+                path,
+                array,
+                parent,
+            } => {
+                let metadata = self.tree.pending_meta(node).is_some();
+                self.unname_scratch(path, array, parent.as_deref())?;
+                if metadata {
+                    return Ok(true);
+                }
+            }
+            Node::Chunk { array, coords } => {
+                let array = self.tree.current(array);
+                self.writable(&array)?;
+                self.commit_chunk(&array, coords.clone(), None)?;
+                // The key directory stays, empty, until it is removed itself (as on
+                // any file system: `rm -rf` removes a directory after its last file).
+                w.vdirs.chunk_gone(&array.rel, coords);
+            }
+            Node::ArrayMeta { array, file } => {
+                self.unlink_array_meta(array, *file, ppath, path)?;
+                return Ok(false);
+            }
+            Node::GroupMeta { dir, file } => {
+                self.unlink_group_meta(dir, *file)?;
+                return Ok(false);
+            }
+            Node::File { rel } | Node::Symlink { rel } => {
+                self.remove_store_file(rel)?;
+                // A key directory that held it stays, as any directory does when a file
+                // in it goes (it may have nothing else below it now).
+                if let Ok((_, Node::KeyDir { array, coords })) = self.tree.node(dir) {
+                    w.vdirs.made(&array.rel, coords);
+                }
+            }
+            Node::Dir { .. }
+            | Node::ArrayDir { .. }
+            | Node::KeyDir { .. }
+            | Node::DraftGroup { .. }
+            | Node::PlainFillDir { .. } => {
+                return Err(ViewError::IsDir);
+            }
+        }
+        self.tree.inodes.detach(path);
+        if MetaFile::from_name(name).is_some() {
+            self.unconsolidate_above(ppath);
+        }
+        Ok(false)
+    }
+
     /// `rmdir` of the directory `node` at view path `path`.
     fn remove_dir(&self, path: &Path, node: &Node) -> Result<()> {
         let w = self.w;
