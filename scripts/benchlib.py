@@ -1,7 +1,10 @@
-"""The benchmarks' shared code: the shardfs binary, the machine, the test array and its
-unsharded twin, a mount daemon in a child, its peak RSS, timed reads, the report.
+"""The benchmarks' shared code: the shardfs binary, the machine (and dropping its caches),
+the test array and its unsharded twin, a mount daemon in a child, its peak RSS, the FUSE
+floor (`examples/fuse_floor`) in a child, timed reads, the report (and the row of
+scripts/bench.py's table).
 
-Used by scripts/bench.py and scripts/bench_s3.py (imported from the scripts directory).
+Used by scripts/bench.py (and its cases, bench_reads.py and bench_writes.py) and
+scripts/bench_s3.py (imported from the scripts directory).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import zarr
 REPO = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
 BIN = TARGET / "release" / "shardfs"
+FLOOR = TARGET / "release" / "examples" / "fuse_floor"
+MIB = 1 << 20
 
 
 # ----- machine ---------------------------------------------------------------------
@@ -72,6 +77,23 @@ def machine_info(data_dir: Path) -> dict:
             else ""
         ),
     }
+
+
+DROP_WARNED = False
+
+
+def drop_caches() -> bool:
+    """Drop the kernel's page, dentry and inode caches (root). Warns once if it cannot."""
+    global DROP_WARNED
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError as e:
+        if not DROP_WARNED:
+            print(f"bench: cannot drop caches ({e}): 'cold' numbers are warm", file=sys.stderr)
+            DROP_WARNED = True
+        return False
 
 
 # ----- data ------------------------------------------------------------------------
@@ -273,6 +295,49 @@ class Mount:
         self.close()
 
 
+class Floor:
+    """`examples/fuse_floor [--no-open] MIRROR MNT`: a FUSE file system that shows the
+    tree of MIRROR (names, sizes, and the bytes of its files read from MIRROR), set up and
+    replying as shardfs does where speed is concerned. What a case costs through it is
+    what the kernel round trips alone cost on this machine. `no_open`: the kernel opens
+    files without asking, as on a shardfs mount without `-o open_checks` (that mount's
+    floor)."""
+
+    def __init__(self, mirror: Path, mnt: Path, no_open: bool = False,
+                 answer_flush: bool = False):
+        mnt.mkdir(parents=True, exist_ok=True)
+        self.mnt = mnt
+        flags = (["--no-open"] if no_open else []) + (["--answer-flush"] if answer_flush else [])
+        self.proc = subprocess.Popen([str(FLOOR), *flags, str(mirror), str(mnt)],
+                                     stdin=subprocess.DEVNULL)
+        LIVE_MOUNTS.append(self)
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"fuse_floor did not mount {mnt}")
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        if self in LIVE_MOUNTS:
+            LIVE_MOUNTS.remove(self)
+        if is_mounted(self.mnt):
+            subprocess.run(["umount", str(self.mnt)], capture_output=True)
+        if is_mounted(self.mnt):
+            subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def cleanup_mounts() -> None:
     for m in list(LIVE_MOUNTS):
         try:
@@ -323,6 +388,34 @@ def fmt(x: float) -> str:
     if x >= 1:
         return f"{x:.2f}"
     return f"{x:.3f}"
+
+
+@dataclass
+class Row:
+    """One row of scripts/bench.py's table (bench_s3.py has its own)."""
+
+    case: str
+    size: str
+    metric: str
+    shardfs: float
+    baseline: float
+    baseline_name: str
+    higher_is_better: bool
+    target: float | None = None
+    rss_mib: float | None = None
+    note: str = ""
+
+    @property
+    def speed(self) -> float:
+        if self.shardfs == 0 or self.baseline == 0:
+            return float("nan")
+        return self.shardfs / self.baseline if self.higher_is_better else self.baseline / self.shardfs
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None:
+            return ""
+        return "met" if self.speed >= self.target else "MISSED"
 
 
 def write_doc(section: str, title: str, body: str) -> Path:
