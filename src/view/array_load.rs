@@ -46,8 +46,8 @@ impl TreeRead<'_> {
     /// Where the overlay is stale about `rel` (an array whose metadata it holds unlinked
     /// and the store has back, or has no more; chunks staged for an array another mount
     /// replaced; an unlinked array it has not met), this fails with
-    /// [`ViewError::Stale`]: the facade reconciles the overlay and asks again
-    /// (`reconcile.rs`).
+    /// [`ViewError::Stale`]: the overlay reconciles itself and asks again
+    /// (`Overlay::in_tree`, `reconcile.rs`).
     pub(super) fn classify(&self, rel: PathBuf, dir_meta: EntryMeta) -> Result<Option<Node>> {
         if let Some(w) = self.overlay {
             if w.shown_as_stored(&rel) {

@@ -33,7 +33,9 @@ impl View {
         let released = match handle {
             Handle::Scratch {
                 ino, node, file, ..
-            } => self.overlay()?.release_scratch(ino, &node, &file),
+            } => self
+                .overlay()
+                .and_then(|o| o.release_scratch(ino, &node, &file)),
             Handle::StoreRw(f, rel) => {
                 // Where the release flushed (above), that flush finished it.
                 let finished = if policy.release_flushes() {

@@ -163,7 +163,7 @@ impl Overlay<'_> {
                 }
                 .inspect_err(|_| self.forget_as_written(written))?;
                 // An array whose metadata was unlinked has it again: shown whole again
-                // (the load after the write found it in the store, and the facade let the
+                // (the load after the write found it in the store, and the overlay let the
                 // unlinked array go: `reconcile.rs`). Before, the v2 view left `.zarray` written
                 // back unlisted until a remount, and `rm zarr.json` and a changed one
                 // written back showed the old one (found by the reference test).

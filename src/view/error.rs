@@ -31,7 +31,7 @@ pub enum ViewError {
     #[error("{0}")]
     Io(#[from] io::Error),
     /// A tree query met a directory the overlay is stale about: never an answer, the
-    /// facade reconciles the overlay and asks again (`reconcile.rs`).
+    /// overlay reconciles itself and asks again (`Overlay::in_tree`, `reconcile.rs`).
     #[error("the overlay is stale: {0:?}")]
     Stale(Box<super::reconcile::Reconcile>),
     #[error("{0}")]

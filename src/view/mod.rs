@@ -73,7 +73,7 @@
 //! Locks that nest, outermost first, as the code takes them (issue 35). Take them only
 //! in this order; hold none across store I/O or a wait, but for the exceptions below.
 //!
-//! 1. `Writer::tree` (RwLock): shared in `create`, `mkdir`, `commit_chunk_closed`,
+//! 1. `Writer::tree` (RwLock): shared in `create`, `make_dir` (`mkdir`), `commit_chunk_closed`,
 //!    exclusive in `adopt_new_array`, `rename_dir`: nothing is made or staged while a
 //!    directory becomes an array or moves. parking_lot's RwLock is fair: never take it
 //!    twice in one thread (a writer queued in between would deadlock it).
@@ -97,7 +97,7 @@
 //!
 //! Held across store I/O (the exceptions):
 //! * `Writer::tree`: all of adopt.rs:`adopt_new_array` and rename_dir.rs:`rename_dir`
-//!   (flushes too), the store calls of ops.rs:`create`/`mkdir`, and the `flush_all` of
+//!   (flushes too), the store calls of ops.rs:`create`/`make_dir`, and the `flush_all` of
 //!   commit.rs:`commit_chunk_closed` when the write buffer is full.
 //! * `OpenFiles::implicit`: kernel_writes.rs:`implicit_begin` opens the file under it
 //!   (store reads, shard loads); kernel_writes.rs:`commit_kernel_writes` reads and stats
@@ -327,7 +327,7 @@ pub(crate) struct Tree {
     own: own_files::OwnFiles,
     /// Store directories whose kept document (`store::UNLINKED_META`) a query found
     /// older than the metadata beside it, with that document's version: removed by the
-    /// facade once the query is answered, if it is still so (`reconcile.rs`).
+    /// overlay once the query is answered, if it is still so (`Overlay::in_tree`).
     stale_kept: Mutex<Vec<(PathBuf, Version)>>,
 }
 

@@ -137,7 +137,6 @@ impl View {
         Ok(data.len() as u32)
     }
 
-    /// Truncate (or extend) a file.
     /// `chmod`/`chown`: applied to what is a file or directory of the store (files
     /// outside arrays, directories, an array's directory); the files the view makes up
     /// (chunks, key directories, metadata shown) take their mode and owner from the
@@ -508,7 +507,7 @@ impl Overlay<'_> {
                     // Settled meanwhile (committed, or stored as a file of its own).
                     return match self.tree.node(ino)? {
                         (_, Node::Scratch { .. }) => Err(ViewError::NotFound),
-                        (_, now) => self.truncate(ino, path, &now, size as u64),
+                        (now_path, now) => self.truncate(ino, &now_path, &now, size as u64),
                     };
                 };
                 self.resize_scratch(&file, size)?;

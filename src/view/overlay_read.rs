@@ -1,6 +1,6 @@
 //! The overlay as the tree reads it: [`OverlayRead`], a borrowed [`Writer`] with its
 //! queries only. The tree ([`super::TreeRead`]) holds this and not the `Writer`, so that
-//! it cannot change what the mount changed: the facade does (`reconcile.rs`).
+//! it cannot change what the mount changed: the [`super::Overlay`] does (`reconcile.rs`).
 
 use std::ffi::OsString;
 use std::path::Path;
