@@ -18,7 +18,6 @@ impl Overlay<'_> {
     /// A `zarr.json` just landed in the store directory `dir`: if it describes an
     /// unsharded array, make it a sharded one and take in chunk files already there.
     pub(super) fn adopt_new_array(&self, dir: &Path) -> Result<()> {
-        let w = self.w;
         if self.policy.gathers_writes() {
             // Files written here before the metadata (`cp -r` order) whose handles the
             // daemon still holds (no close was heard of) are let go first: taken in
@@ -40,7 +39,7 @@ impl Overlay<'_> {
         };
         let store = self.tree.store.as_ref();
         // No name is made in the directory while it becomes an array (see `Writer::tree`).
-        let _adopting = w.tree.write();
+        let _adopting = self.w.tree.write();
         let key_dirs = collect_key_dirs(store, dir, &meta);
         // A directory with something in it at a chunk key stands where a shard may go,
         // and is not ours to remove: refused, and not left behind.
@@ -140,8 +139,7 @@ impl Overlay<'_> {
         if let Err(e) = self.tree.store.remove_file(&json_path) {
             return e.into();
         }
-        let w = self.w;
-        w.docs.unlinked(&json_path);
+        self.w.docs.unlinked(&json_path);
         self.refresh_subtree(dir);
         ViewError::Invalid(why)
     }
@@ -171,8 +169,7 @@ impl Overlay<'_> {
             }
             self.tree.shards.invalidate(&path);
         }
-        let w = self.w;
-        w.vdirs.made_all(
+        self.w.vdirs.made_all(
             dir,
             key_dirs.iter().filter_map(|(coords, _)| coords.clone()),
         );
@@ -195,8 +192,8 @@ impl Overlay<'_> {
             let _ = store.remove_dir(&path);
             self.tree.shards.invalidate(&path);
         }
-        let w = self.w;
-        w.vdirs
+        self.w
+            .vdirs
             .keep_in_grid(&array.rel, array.layout.chunk_counts());
     }
 
@@ -340,7 +337,6 @@ impl Overlay<'_> {
     /// A `zarr.json` at store path `json` is about to be written: if it is an unsharded
     /// array's now, the array stays unsharded ([`Overlay::adopt_new_array`]).
     pub(super) fn note_unsharded(&self, json: &Path) {
-        let w = self.w;
         let Ok(Some(bytes)) = self.tree.read_small(json) else {
             return;
         };
@@ -348,7 +344,7 @@ impl Overlay<'_> {
             && matches!(meta.presentation, format::Presentation::Plain)
             && let Some(dir) = json.parent()
         {
-            w.choices.keep_unsharded(dir);
+            self.w.choices.keep_unsharded(dir);
         }
     }
 }

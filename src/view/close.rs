@@ -214,7 +214,6 @@ impl Overlay<'_> {
         array: &Arc<ShardedArray>,
         parent: Option<&[u64]>,
     ) -> Result<()> {
-        let w = self.w;
         let name = path.file_name().unwrap_or_default();
         let back = match self.tree.target(array, parent, name)? {
             Target::Meta(file) => Node::ArrayMeta {
@@ -230,7 +229,7 @@ impl Overlay<'_> {
         // The inode becomes the chunk before the scratch file goes, under the scratch
         // table's lock: whoever still holds the scratch node and finds its file gone
         // looks again and finds the chunk (`Overlay::settled`), never a name with nothing.
-        let mut table = w.scratch.lock();
+        let mut table = self.w.scratch.lock();
         if table.is_closed(path) {
             self.tree.inodes.update(ino, back);
             table.remove(path);

@@ -183,13 +183,12 @@ impl Overlay<'_> {
     /// `create_array(overwrite=True)` in one mount while a chunk of `a` was staged in
     /// another).
     fn array_to_flush(&self, array: Arc<ShardedArray>) -> Option<Arc<ShardedArray>> {
-        let w = self.w;
         // Nothing staged (a directory's `fsync`, a flush before an unlink): nothing to
         // place, no store request, nothing to name. An array whose metadata this mount
         // holds unlinked is looked at as any other (the document kept at the unlink says
         // what it is now): before, its chunks were placed by the layout held, whatever
         // another mount had made there since.
-        if !w.staging.holds(&array.rel) {
+        if !self.w.staging.holds(&array.rel) {
             return Some(array);
         }
         let why = match self.tree.store.stat(&array.meta_rel) {
@@ -227,8 +226,7 @@ impl Overlay<'_> {
     /// The chunks staged for the array at `rel` can be stored nowhere (`why`): let go,
     /// and named in the log, `shardfs stats` (`refused`) and the unmount's report.
     pub(super) fn let_go_staged(&self, rel: &std::path::Path, why: &str) {
-        let w = self.w;
-        w.staging.discard(rel);
+        self.w.staging.discard(rel);
         log::error!("{}: {why}", rel.display());
         self.counters
             .refused
@@ -266,9 +264,8 @@ impl Overlay<'_> {
 
     /// Make everything staged durable (and a full write buffer's back-pressure).
     pub(super) fn flush_all(&self) -> Result<()> {
-        let w = self.w;
         let mut first_err = None;
-        for rel in w.staging.arrays(None) {
+        for rel in self.w.staging.arrays(None) {
             let array = self.tree.arrays.get(&rel);
             if let Some(array) = array
                 && let Err(e) = self.flush_array(&array)
@@ -286,8 +283,7 @@ impl Overlay<'_> {
     /// failure stays in the log (and the chunks stay staged): it is reported by the
     /// `fsync` or unmount that retries them.
     pub(super) fn flush_behind(&self, max: std::time::Duration) {
-        let w = self.w;
-        for rel in w.staging.wait_due(max) {
+        for rel in self.w.staging.wait_due(max) {
             if let Some(array) = self.tree.arrays.get(&rel) {
                 let _ = self.flush_array(&array);
             }

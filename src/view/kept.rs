@@ -55,8 +55,7 @@ impl Overlay<'_> {
     /// Store the scratch files that are files of their own (not chunks, not metadata)
     /// whose bytes the store does not hold yet. Returns the first error.
     pub(super) fn keep_files(&self, which: Keep) -> Result<()> {
-        let w = self.w;
-        let files = w.scratch.files_under(match which {
+        let files = self.w.scratch.files_under(match which {
             Keep::Under(dir) => Some(dir),
             _ => None,
         });
@@ -221,8 +220,7 @@ impl Overlay<'_> {
     /// The name `path` of a scratch file went (unlinked, renamed): so does its copy in
     /// the store, if one was stored.
     pub(super) fn unkeep_file(&self, path: &Path) -> Result<()> {
-        let w = self.w;
-        if !w.kept_paths.remove(path) {
+        if !self.w.kept_paths.remove(path) {
             return Ok(());
         }
         match self.tree.store.remove_file(path) {

@@ -119,8 +119,7 @@ impl Overlay<'_> {
                 self.metadata_landed(dir, file)?;
                 // Not listed until written again, as on a plain directory (`tar -x`
                 // and `cp --remove-destination` create it anew with `O_EXCL`).
-                let w = self.w;
-                w.unlinked.zattrs_unlinked(dir);
+                self.w.unlinked.zattrs_unlinked(dir);
                 self.refresh_subtree(dir);
                 return Ok(());
             }

@@ -301,10 +301,9 @@ impl Overlay<'_> {
         rel: &Path,
         truncate: bool,
     ) -> Result<Box<dyn StoreFileRw>> {
-        let w = self.w;
         if super::pending_doc::is_doc(rel) {
             self.note_unsharded(rel);
-            return Ok(Box::new(w.docs.open(
+            return Ok(Box::new(self.w.docs.open(
                 &self.tree.store,
                 rel,
                 truncate,

@@ -330,8 +330,7 @@ impl Overlay<'_> {
         let rel = self.new_child_rel(dir, name)?;
         // A metadata document is stored once whole, not made empty now.
         let f: Box<dyn crate::store::StoreFileRw> = if super::pending_doc::is_doc(&rel) {
-            let w = self.w;
-            Box::new(w.docs.open(&self.tree.store, &rel, true, true)?)
+            Box::new(self.w.docs.open(&self.tree.store, &rel, true, true)?)
         } else {
             self.tree.store.open_rw(&rel, OpenMode::CreateNew, false)?
         };

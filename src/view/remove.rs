@@ -242,14 +242,13 @@ impl Overlay<'_> {
         array: &Arc<ShardedArray>,
         coords: &[u64],
     ) -> Result<()> {
-        let w = self.w;
         let array = self.tree.current(array);
         self.flush_array(&array)?;
         if !self.shows_empty(path, node)? {
             return Err(ViewError::NotEmpty);
         }
         // The parent stays until it is removed itself.
-        w.vdirs.removed(&array.rel, coords);
+        self.w.vdirs.removed(&array.rel, coords);
         let store_dir = array.shard_dir_rel(&array.shard_prefix(coords));
         self.remove_emptied_shards(&array, &store_dir)?;
         // The store directory goes only when no shard is left in it; so does the one at

@@ -257,8 +257,7 @@ impl Overlay<'_> {
     ) -> Result<Renamed> {
         let dst = self.new_child_rel(dst_dir, newname)?;
         self.only_whole_docs(src, &dst)?;
-        let w = self.w;
-        w.docs.unlinked(&dst);
+        self.w.docs.unlinked(&dst);
         if super::pending_doc::is_doc(&dst) {
             self.note_unsharded(&dst);
         }
@@ -292,8 +291,7 @@ impl Overlay<'_> {
                 if super::pending_doc::is_doc(&rel) && !super::pending_doc::whole_json(&data) {
                     return Err(not_whole(&rel));
                 }
-                let w = self.w;
-                w.docs.unlinked(&rel);
+                self.w.docs.unlinked(&rel);
                 if super::pending_doc::is_doc(&rel) {
                     self.note_unsharded(&rel);
                 }
