@@ -58,21 +58,12 @@ impl View {
 
     /// The attributes of `ino`, with times set through the mount ([`View::set_times`]).
     pub(super) fn attr(&self, ino: u64, node: &Node) -> Result<Attr> {
-        let a = self.attr_of(ino, node)?;
-        Ok(match self.overlay_opt() {
-            Some(o) => o.with_times_set(ino, node, a),
-            None => a,
-        })
-    }
-
-    /// The attributes of `node`, before times set through the mount: the stats file's
-    /// here, the rest as the overlay shows them (or, read-only, the tree).
-    pub(super) fn attr_of(&self, ino: u64, node: &Node) -> Result<Attr> {
         if let Node::Stats = node {
             return self.stats_attr(ino);
         }
         match self.overlay_opt() {
-            Some(o) => o.attr_of(ino, node),
+            Some(o) => Ok(o.with_times_set(ino, node, o.attr_of(ino, node)?)),
+            // A read-only view has no scratch files and no times set.
             None => {
                 let tree = self.tree_read();
                 let attr =
